@@ -1,0 +1,2 @@
+"""distgnn: full-batch graph neural network training on CPU clusters under MPI."""
+__version__ = "0.1.0"

@@ -1,0 +1,116 @@
+"""Command-line entry points ``distgnn-train`` and ``distgnn-bench``.
+
+User errors (bad files, bad flags, mismatched checkpoints) end with one line on stderr,
+``PROG: error: ...``, and exit status 2; no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+
+from .errors import DistGNNError
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are a single line (argparse prints the whole usage first)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def fail(prog: str, message: str) -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def train_parser() -> argparse.ArgumentParser:
+    from .aggregate import BACKENDS
+    from .models import SAGE_AGGREGATORS
+    from .train import TrainConfig
+
+    d = TrainConfig()
+    p = OneLineParser(
+        prog="distgnn-train",
+        description="Full-batch GNN training for node classification on one socket. "
+                    "With no --dataset, trains GCN on the bundled Cora graph.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    g = p.add_argument_group("data")
+    g.add_argument("--dataset", default="cora",
+                   help="bundled name (cora), NAME.npz on $DISTGNN_DATA_PATH, path to an .npz, "
+                        "an OGB node-property directory, an edge-list file, or a generator "
+                        "spec such as rmat:scale=18,edge_factor=16 or sbm:nodes=100000")
+    g.add_argument("--split", type=int, default=0,
+                   help="which fixed split to use when the dataset ships several")
+    g.add_argument("--features", help="features file (.npy or text) for an edge-list dataset")
+    g.add_argument("--labels", help="labels file (.npy or text) for an edge-list dataset")
+    g.add_argument("--feature-norm", choices=("row", "none"), default=d.feature_norm,
+                   help="row: divide each feature row by its L1 norm (Kipf & Welling)")
+    g = p.add_argument_group("model")
+    g.add_argument("--model", choices=("gcn", "sage"), default=d.model,
+                   help="GCN (Kipf & Welling) or GraphSAGE")
+    g.add_argument("--aggregator", choices=SAGE_AGGREGATORS, default=d.aggregator,
+                   help="GraphSAGE aggregator; gcn = (sum of neighbours + self) / (degree + 1)")
+    g.add_argument("--layers", type=int, default=d.layers, help="number of GNN layers")
+    g.add_argument("--hidden", type=int, default=d.hidden, help="hidden width")
+    g.add_argument("--dropout", type=float, default=d.dropout,
+                   help="dropout probability before each layer")
+    g.add_argument("--residual", action="store_true",
+                   help="skip connections on hidden-to-hidden layers")
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--lr", type=float, default=d.lr, help="Adam learning rate")
+    g.add_argument("--weight-decay", type=float, default=d.weight_decay,
+                   help="Adam L2 weight decay")
+    g.add_argument("--epochs", type=int, default=d.epochs,
+                   help="total number of epochs (a resumed run counts the earlier ones)")
+    g.add_argument("--seed", type=int, default=d.seed,
+                   help="seed of weights and dropout: the same seed gives the same loss curve")
+    g.add_argument("--eval-every", type=int, default=d.eval_every,
+                   help="evaluate (train/val/test accuracy) every k epochs")
+    g.add_argument("--patience", type=int, default=d.patience,
+                   help="stop after this many evaluations without a better validation "
+                        "accuracy (0: never stop early)")
+    g = p.add_argument_group("execution and output")
+    g.add_argument("--backend", choices=sorted(BACKENDS), default=d.backend,
+                   help="aggregation kernels")
+    g.add_argument("--threads", type=int, default=d.threads,
+                   help="torch and Numba threads (default: the libraries' own defaults)")
+    g.add_argument("--metrics-out", metavar="FILE",
+                   help="write one JSON object per epoch (loss, accuracies, epoch_s, phases)")
+    g.add_argument("--checkpoint", metavar="FILE",
+                   help="save model + optimizer state here at the end (safe tensor format)")
+    g.add_argument("--resume", metavar="FILE",
+                   help="continue from a checkpoint written by --checkpoint")
+    g.add_argument("--no-progress", action="store_true",
+                   help="no progress bar, even on a terminal")
+    return p
+
+
+def train_main(argv: list[str] | None = None) -> int:
+    args = train_parser().parse_args(argv)
+    from .datasets import load
+    from .train import TrainConfig, train
+
+    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+                         if hasattr(args, f.name)}, progress=not args.no_progress)
+    try:
+        data = load(args.dataset, features=args.features, labels=args.labels, split=args.split)
+        print(data.summary(), flush=True)
+        result = train(data, cfg)
+    except (DistGNNError, OSError) as e:
+        return fail("distgnn-train", str(e))
+    times = [r["epoch_s"] for r in result.history]
+    phases = {k: statistics.median(r["phases"][k] for r in result.history)
+              for k in result.history[0]["phases"]}
+    print(f"median epoch {statistics.median(times) * 1e3:.1f} ms  ("
+          + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in phases.items()) + " ms)")
+    best = result.best
+    if best.get("test_acc") is not None:
+        print(f"test accuracy {best['test_acc'] * 100:.2f} % at epoch {best['epoch'] + 1} "
+              f"(best validation accuracy {best['val_acc'] * 100:.2f} %)")
+    return 0
+
+
+def bench_main(argv: list[str] | None = None) -> int:
+    return fail("distgnn-bench", "not yet available: benchmarking mode is being built")

@@ -1,0 +1,538 @@
+"""Node-classification datasets: loaders for files on disk and synthetic generators.
+
+:func:`load` accepts a *spec* (str or Path), tried in this order:
+
+1. a generator spec ``"rmat:scale=18,edge_factor=16,features=128,classes=16,seed=0"`` or
+   ``"sbm:nodes=100000,blocks=8,avg_degree=20,p_in=0.8,features=64,noise=1.0,seed=0"``
+   (every key optional; see :data:`_GENERATORS` for keys and defaults);
+2. a bundled name such as ``"cora"`` (``distgnn/data/NAME.npz``);
+3. a bare name ``NAME`` found as ``NAME.npz`` in a directory of the ``os.pathsep``-separated
+   environment variable ``DISTGNN_DATA_PATH`` (first hit wins);
+4. a path to a ``.npz`` file in the shared format (``indptr``, ``indices``, ``x``, ``y``,
+   ``train_mask``, ``val_mask``, ``test_mask``, optionally ``train_masks``/``val_masks``/
+   ``test_masks`` ``[S, N]`` of which ``split`` picks one), read without unpickling;
+5. a directory in the OGB node-property layout (``raw/edge.csv.gz``,
+   ``raw/node-feat.csv.gz``, ``raw/node-label.csv.gz``, optional ``raw/num-node-list.csv.gz``,
+   ``split/<name>/{train,valid,test}.csv.gz``); ``nan`` labels mark unlabelled nodes;
+6. any other file: an edge list (see :func:`read_edge_list`), with optional ``features``
+   (``.npy`` ``[N, F]`` or text rows) and ``labels`` (``.npy`` or text, one int per line).
+
+Anything unreadable raises :class:`~distgnn.graph.GraphError` with a one-line message naming
+the file.  All randomness goes through ``np.random.default_rng(seed)``.
+"""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import zipfile
+import zlib
+from importlib import resources
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from .graph import CSRGraph, GraphError, NodeDataset, index_dtype
+
+_NPZ_KEYS = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
+_MASKS = ("train", "val", "test")
+_SPLIT_FRACTIONS = (0.6, 0.2)  # train, val; the rest is test
+_CHUNK = 1 << 22  # edges drawn per step in the generators: bounds their temporaries
+_MAX_NODES = 1 << 31  # generators key an edge as dst * N + src in one int64
+
+
+# ---- entry point ------------------------------------------------------------------------------
+def load(spec: str | Path, *, features: str | Path | None = None,
+         labels: str | Path | None = None, split: int = 0,
+         symmetrize: bool = False) -> NodeDataset:
+    """Load or generate a dataset from ``spec`` (see the module docstring).
+
+    ``features``/``labels`` apply to edge lists only and ``split > 0`` to ``.npz`` files with
+    several splits.  ``symmetrize`` adds the reverse of every edge of a file-based graph
+    (generated graphs are symmetric already).
+    """
+    text = str(spec)
+    if text.partition(":")[0] in _GENERATORS:
+        _check_options("generator", text, split, features, labels)
+        return _generate(text)
+    with _locate(text) as path:
+        kind = "ogb" if path.is_dir() else "npz" if path.suffix == ".npz" else "edges"
+        _check_options(kind, text, split, features, labels)
+        if kind == "ogb":
+            ds = load_ogb(path)
+        elif kind == "npz":
+            ds = load_npz(path, split=split)
+        else:
+            ds = load_edge_list(path, features=features, labels=labels)
+    if symmetrize:
+        ds.graph = ds.graph.symmetrize()
+    return ds
+
+
+def _check_options(kind: str, spec: str, split: int, features, labels) -> None:
+    if split and kind != "npz":
+        raise GraphError(f"split={split} needs an .npz file holding several splits", spec)
+    if (features is not None or labels is not None) and kind != "edges":
+        raise GraphError("features= and labels= apply to edge-list files only", spec)
+
+
+@contextlib.contextmanager
+def _locate(spec: str) -> Iterator[Path]:
+    """Yield the path a non-generator spec names; a bundled file may be a temporary copy."""
+    bare = Path(spec).name == spec
+    if bare:
+        bundled = resources.files("distgnn") / "data" / f"{spec}.npz"
+        if bundled.is_file():
+            with resources.as_file(bundled) as path:
+                yield path
+            return
+        for folder in filter(None, os.environ.get("DISTGNN_DATA_PATH", "").split(os.pathsep)):
+            candidate = Path(folder) / f"{spec}.npz"
+            if candidate.is_file():
+                yield candidate
+                return
+    if not spec or not Path(spec).exists():
+        raise GraphError("no such file, directory, bundled dataset or generator", spec)
+    yield Path(spec)
+
+
+# ---- .npz in the shared format ----------------------------------------------------------------
+def load_npz(path: str | Path, split: int = 0) -> NodeDataset:
+    """Dataset from an ``.npz`` in the shared format (see ``shared/datasets/README.md``).
+
+    ``split`` selects row ``split`` of ``train_masks``/``val_masks``/``test_masks`` when the
+    file has them; otherwise only ``split=0`` (the single ``*_mask`` split) is valid.
+    Object arrays are refused, never unpickled.
+    """
+    path = Path(path)
+    if not zipfile.is_zipfile(path):
+        raise GraphError("not an .npz (zip) archive", path)
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        raise GraphError(f"unreadable .npz archive: {_one_line(e)}", path) from None
+    missing = [k for k in _NPZ_KEYS if k not in arrays]
+    if missing:
+        raise GraphError(f"missing key(s) {', '.join(missing)}", path)
+    masks = _select_split(arrays, split, path)
+    graph = CSRGraph(arrays["indptr"], arrays["indices"], source=path)
+    return NodeDataset(graph, arrays["x"], arrays["y"], *masks, name=path.stem)
+
+
+def _select_split(arrays: dict, split: int, path: Path) -> tuple[np.ndarray, ...]:
+    """The three bool ``[N]`` masks of split ``split``."""
+    stacked = [f"{m}_masks" for m in _MASKS]
+    present = [k for k in stacked if k in arrays]
+    if not present:
+        if split != 0:
+            raise GraphError(f"split {split} requested but the file holds a single split", path)
+        return tuple(arrays[f"{m}_mask"] for m in _MASKS)
+    if len(present) != 3:
+        raise GraphError(f"has {', '.join(present)} but not all of {', '.join(stacked)}", path)
+    shapes = {arrays[k].shape for k in stacked}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 2:
+        raise GraphError(f"{', '.join(stacked)} must all be [S, N], got shapes "
+                         f"{[arrays[k].shape for k in stacked]}", path)
+    count = arrays["train_masks"].shape[0]
+    if not 0 <= split < count:
+        raise GraphError(f"split {split} out of range: the file holds {count} splits "
+                         f"(0..{count - 1})", path)
+    return tuple(arrays[k][split] for k in stacked)
+
+
+# ---- OGB node-property layout -------------------------------------------------------------------
+def load_ogb(root: str | Path) -> NodeDataset:
+    """Dataset from a directory in the OGB node-property layout (edges kept directed).
+
+    Labels are read as float so that ``nan`` marks unlabelled nodes: those get label 0 and no
+    mask, and a split file that lists one is an error.  The split is the first subdirectory
+    of ``split/`` in sorted order; without one, a seeded 60/20/20 split of the labelled nodes.
+    """
+    root = Path(root)
+    raw = root / "raw"
+    feat_file, count_file = raw / "node-feat.csv.gz", raw / "num-node-list.csv.gz"
+    x = _read_array(feat_file, np.float32, 2) if feat_file.is_file() else None
+    if count_file.is_file():
+        num_nodes = int(_read_array(count_file, np.int64, 1).sum())
+        if x is not None and len(x) != num_nodes:
+            raise GraphError(f"{len(x)} feature rows but {count_file.name} says {num_nodes} "
+                             "nodes", feat_file)
+    elif x is not None:
+        num_nodes = len(x)
+    else:
+        raise GraphError("needs raw/node-feat.csv.gz or raw/num-node-list.csv.gz", root)
+    if x is None:
+        x = np.ones((num_nodes, 1), np.float32)
+    src, dst, weight = read_edge_list(_required(raw / "edge.csv.gz"))
+    graph = CSRGraph.from_edges(src, dst, num_nodes, weight, source=raw / "edge.csv.gz")
+
+    label_file = _required(raw / "node-label.csv.gz")
+    y = _read_array(label_file, np.float64, 1)
+    _check_length(y, num_nodes, label_file)
+    labelled = ~np.isnan(y)
+    if np.any((y[labelled] < 0) | (y[labelled] != np.round(y[labelled]))):
+        raise GraphError("labels must be non-negative integers or nan", label_file)
+    y = np.where(labelled, y, 0).astype(np.int64)
+
+    splits = sorted(p for p in (root / "split").glob("*") if p.is_dir())
+    if splits:
+        masks = [_ogb_mask(splits[0] / f"{part}.csv.gz", labelled)
+                 for part in ("train", "valid", "test")]
+    else:
+        masks = _random_split(num_nodes, np.random.default_rng(0), eligible=labelled)
+    return NodeDataset(graph, x, y, *masks, name=root.name)
+
+
+def _ogb_mask(path: Path, labelled: np.ndarray) -> np.ndarray:
+    """bool ``[N]`` mask of the node ids listed in an OGB split file."""
+    ids = _read_array(_required(path), np.int64, 1)
+    if len(ids) and (ids.min() < 0 or ids.max() >= len(labelled)):
+        raise GraphError(f"node id out of range 0..{len(labelled) - 1}", path)
+    unlabelled = ids[~labelled[ids]]
+    if len(unlabelled):
+        raise GraphError(f"{len(unlabelled)} listed node(s) have no label (nan), first "
+                         f"{int(unlabelled[0])}", path)
+    mask = np.zeros(len(labelled), bool)
+    mask[ids] = True
+    return mask
+
+
+# ---- edge lists ---------------------------------------------------------------------------------
+def load_edge_list(path: str | Path, features: str | Path | None = None,
+                   labels: str | Path | None = None) -> NodeDataset:
+    """Dataset from an edge-list file (edges kept directed, weights kept).
+
+    ``N`` is the number of feature rows, else of labels, else the largest id + 1.  Without
+    features every node gets the single feature 1.0; without labels every node gets label 0,
+    ``num_classes = 1`` and empty masks; with labels, a seeded 60/20/20 split.
+    """
+    path = Path(path)
+    src, dst, weight = read_edge_list(path)
+    x = None if features is None else _read_array(Path(features), np.float32, 2)
+    y = None if labels is None else _read_array(Path(labels), np.int64, 1)
+    if x is not None:
+        num_nodes = len(x)
+    elif y is not None:
+        num_nodes = len(y)
+    else:
+        num_nodes = int(max(src.max(), dst.max())) + 1 if len(src) else 0
+    if y is not None:
+        _check_length(y, num_nodes, labels)
+    graph = CSRGraph.from_edges(src, dst, num_nodes, weight, source=path)
+    if x is None:
+        x = np.ones((num_nodes, 1), np.float32)
+    if y is None:
+        empty = np.zeros(num_nodes, bool)
+        return NodeDataset(graph, x, np.zeros(num_nodes, np.int64), empty, empty.copy(),
+                           empty.copy(), num_classes=1, name=path.stem)
+    masks = _random_split(num_nodes, np.random.default_rng(0))
+    return NodeDataset(graph, x, y, *masks, name=path.stem)
+
+
+def read_edge_list(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Parse ``src dst [weight]`` lines into int64 ``[E]`` src, dst and float32 ``[E]`` weight.
+
+    Fields are separated by commas if the first data line has one, else by whitespace;
+    ``#`` starts a comment; blank lines are skipped; ``.gz`` files are decompressed.
+    ``weight`` is None for two-column files.  Parsing is numpy's C reader; only a malformed
+    file is re-scanned line by line, to report the first bad line number.
+    """
+    path = Path(path)
+    first = _first_data_line(path)
+    if first is None:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), None
+    lineno, fields, delimiter = first
+    if len(fields) not in (2, 3):
+        raise GraphError(f"line {lineno}: expected 'src dst [weight]', found {len(fields)} "
+                         "fields", path)
+    columns = [("src", np.int64), ("dst", np.int64), ("weight", np.float32)][:len(fields)]
+    try:
+        table = np.loadtxt(path, dtype=columns, delimiter=delimiter, comments="#", ndmin=1,
+                           encoding="utf-8")
+    except ValueError as e:  # includes UnicodeDecodeError
+        raise _edge_list_error(path, delimiter, len(fields), _one_line(e)) from None
+    src, dst = table["src"], table["dst"]
+    if len(src) and min(src.min(), dst.min()) < 0:
+        raise _edge_list_error(path, delimiter, len(fields), "negative vertex id")
+    return src, dst, table["weight"] if len(fields) == 3 else None
+
+
+def _edge_list_error(path: Path, delimiter: str | None, ncols: int,
+                     fallback: str) -> GraphError:
+    """GraphError for the first malformed line, found by a slow line-by-line re-scan.
+
+    ``fallback`` is the problem to report if the re-scan finds no bad line.
+    """
+    with _open_binary(path) as lines:
+        for lineno, raw in enumerate(lines, 1):
+            try:
+                fields = _split_fields(raw.decode("utf-8"), delimiter)
+            except UnicodeDecodeError:
+                return GraphError(f"line {lineno}: not UTF-8 text", path)
+            if not fields:
+                continue
+            if len(fields) != ncols:
+                return GraphError(f"line {lineno}: expected {ncols} fields like the first "
+                                  f"data line, found {len(fields)}", path)
+            for field in fields[:2]:
+                try:
+                    vertex = int(field)
+                except ValueError:
+                    return GraphError(f"line {lineno}: vertex id {field!r} is not an integer",
+                                      path)
+                if vertex < 0:
+                    return GraphError(f"line {lineno}: negative vertex id {vertex}", path)
+            if ncols == 3:
+                try:
+                    float(fields[2])
+                except ValueError:
+                    return GraphError(f"line {lineno}: weight {fields[2]!r} is not a number",
+                                      path)
+    return GraphError(f"malformed edge list: {fallback}", path)
+
+
+def _first_data_line(path: Path) -> tuple[int, list[str], str | None] | None:
+    """``(line number, fields, delimiter)`` of the first non-blank, non-comment line."""
+    with _open_binary(path) as lines:
+        for lineno, raw in enumerate(lines, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise GraphError(f"line {lineno}: not UTF-8 text", path) from None
+            delimiter = "," if "," in line.partition("#")[0] else None
+            fields = _split_fields(line, delimiter)
+            if fields:
+                return lineno, fields, delimiter
+    return None
+
+
+def _split_fields(line: str, delimiter: str | None) -> list[str]:
+    body = line.partition("#")[0]
+    if not body.strip():
+        return []
+    return [f.strip() for f in body.split(delimiter)]
+
+
+def _open_binary(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+# ---- small file helpers ------------------------------------------------------------------------
+def _read_array(path: Path, dtype: type, ndim: int) -> np.ndarray:
+    """``dtype`` array with ``ndim`` dims from ``.npy`` (no pickle) or delimited text (.gz ok)."""
+    try:
+        if path.suffix == ".npy":
+            array = np.load(path, allow_pickle=False)
+        else:
+            first = _first_data_line(path)
+            array = np.loadtxt(path, dtype=dtype, delimiter=first and first[2], comments="#",
+                               ndmin=ndim, encoding="utf-8")
+    except GraphError:
+        raise
+    except (OSError, ValueError) as e:
+        raise GraphError(f"cannot read: {_one_line(e)}", path) from None
+    if not isinstance(array, np.ndarray):
+        raise GraphError("not a .npy array file", path)
+    if not np.can_cast(array.dtype, dtype, "same_kind"):
+        raise GraphError(f"has dtype {array.dtype}, expected {np.dtype(dtype).name}", path)
+    array = array.astype(dtype, copy=False)
+    if array.ndim != ndim:
+        raise GraphError(f"expected a {ndim}-D array, got shape {array.shape}", path)
+    return array
+
+
+def _required(path: Path) -> Path:
+    if not path.is_file():
+        raise GraphError("missing file", path)
+    return path
+
+
+def _check_length(labels: np.ndarray, num_nodes: int, path) -> None:
+    if len(labels) != num_nodes:
+        raise GraphError(f"{len(labels)} labels for {num_nodes} nodes", path)
+
+
+def _one_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def _random_split(num_nodes: int, rng: np.random.Generator,
+                  eligible: np.ndarray | None = None) -> list[np.ndarray]:
+    """Three disjoint bool ``[N]`` masks: a random 60/20/20 split of the eligible nodes."""
+    ids = np.arange(num_nodes) if eligible is None else np.flatnonzero(eligible)
+    ids = rng.permutation(ids)
+    cuts = (np.cumsum(_SPLIT_FRACTIONS) * len(ids)).astype(np.int64)
+    masks = [np.zeros(num_nodes, bool) for _ in _MASKS]
+    for mask, part in zip(masks, np.split(ids, cuts)):
+        mask[part] = True
+    return masks
+
+
+# ---- generators ---------------------------------------------------------------------------------
+def rmat_edges(scale: int, edge_factor: int, a: float = 0.57, b: float = 0.19, c: float = 0.19,
+               seed: int | np.random.Generator = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Graph500 R-MAT edges: int64 ``[edge_factor * 2**scale]`` src and dst in ``0..2**scale-1``.
+
+    Each of the ``scale`` bit levels picks a quadrant with probabilities a (0,0), b (0,1),
+    c (1,0), d = 1-a-b-c (1,1) for (src bit, dst bit).  Ids are then relabelled by a seeded
+    permutation so that the hubs are spread over the id range rather than sitting at 0.
+    Duplicates and self-loops are kept.
+    """
+    _check_rmat(scale, edge_factor, a, b, c)
+    rng = np.random.default_rng(seed)
+    num_edges = edge_factor << scale
+    src = np.zeros(num_edges, np.int64)
+    dst = np.zeros(num_edges, np.int64)
+    ab, abc = np.float32(a + b), np.float32(a + b + c)
+    for start in range(0, num_edges, _CHUNK):
+        s, d = src[start:start + _CHUNK], dst[start:start + _CHUNK]
+        for _ in range(scale):
+            r = rng.random(len(s), dtype=np.float32)
+            s <<= 1
+            s |= r >= ab
+            d <<= 1
+            d |= ((r >= np.float32(a)) & (r < ab)) | (r >= abc)
+    perm = rng.permutation(1 << scale)
+    return perm[src], perm[dst]
+
+
+def rmat(scale: int, edge_factor: int = 16, num_features: int = 128, num_classes: int = 16,
+         seed: int = 0, a: float = 0.57, b: float = 0.19, c: float = 0.19) -> NodeDataset:
+    """R-MAT graph on ``2**scale`` nodes, symmetrised, deduplicated, without self-loops.
+
+    Features are float32 standard normal ``[N, num_features]``, labels uniform in
+    ``0..num_classes-1`` (no signal: this is a benchmark graph), split seeded 60/20/20.
+    """
+    _check_sizes(num_features=num_features, num_classes=num_classes, source="rmat")
+    rng = np.random.default_rng(seed)
+    name = f"rmat-s{scale}-ef{edge_factor}"
+    n = 1 << scale
+    graph = _undirected_graph(*rmat_edges(scale, edge_factor, a, b, c, seed=rng), n, name)
+    x = rng.standard_normal((n, num_features), dtype=np.float32)
+    y = rng.integers(0, num_classes, n)
+    return NodeDataset(graph, x, y, *_random_split(n, rng), num_classes=num_classes, name=name)
+
+
+def sbm(num_nodes: int, num_blocks: int = 8, avg_degree: float = 20, p_in: float = 0.8,
+        degree_exponent: float = 2.5, num_features: int = 64, noise: float = 1.0,
+        seed: int = 0) -> NodeDataset:
+    """Degree-corrected stochastic block model with the blocks as labels.
+
+    Each node gets a uniform block and a weight ``theta`` from a power law with exponent
+    ``degree_exponent`` (Pareto, minimum 1).  ``num_nodes * avg_degree / 2`` edges are drawn:
+    the source by theta, the destination by theta within the source's block with probability
+    ``p_in``, else among all nodes; so about ``p_in + (1 - p_in) / num_blocks`` of the edges
+    join one block (a little less on small graphs, where repeated hub pairs merge).  The
+    graph is then symmetrised, deduplicated and loop-free.
+
+    Features are float32 ``[N, num_features]``: the one-hot block in the first ``num_blocks``
+    columns plus N(0, noise**2) on every column, so features alone are an imperfect
+    predictor and aggregating neighbours helps.  Split seeded 60/20/20.
+    """
+    source = "sbm"
+    _check_sizes(num_nodes=num_nodes, num_blocks=num_blocks, num_features=num_features,
+                 source=source)
+    _require(num_nodes <= _MAX_NODES, f"num_nodes must be at most {_MAX_NODES}", source)
+    _require(num_features >= num_blocks, "num_features must be >= num_blocks", source)
+    _require(avg_degree > 0, "avg_degree must be positive", source)
+    _require(0 <= p_in <= 1, "p_in must lie in [0, 1]", source)
+    _require(degree_exponent > 1, "degree_exponent must be > 1", source)
+    _require(noise >= 0, "noise must be >= 0", source)
+    rng = np.random.default_rng(seed)
+    n = num_nodes
+    block = rng.integers(0, num_blocks, n)
+    theta = (1.0 - rng.random(n)) ** (-1.0 / (degree_exponent - 1.0))
+    # Lay nodes out block by block so that "by theta within a block" is an inverse-CDF draw
+    # over a contiguous slice of one cumulative sum.
+    order = np.argsort(block, kind="stable")
+    cdf = np.concatenate([[0.0], np.cumsum(theta[order])])
+    first = np.searchsorted(block[order], np.arange(num_blocks))
+    last = np.searchsorted(block[order], np.arange(num_blocks), side="right")
+    num_edges = int(n * avg_degree / 2)
+    src = np.empty(num_edges, np.int64)
+    dst = np.empty(num_edges, np.int64)
+    for start in range(0, num_edges, _CHUNK):
+        k = min(_CHUNK, num_edges - start)
+        s = _draw_by_weight(cdf, np.zeros(k, np.int64), np.full(k, n), rng)
+        b = block[order[s]]
+        inside = rng.random(k) < p_in
+        d = _draw_by_weight(cdf, np.where(inside, first[b], 0), np.where(inside, last[b], n), rng)
+        src[start:start + k], dst[start:start + k] = order[s], order[d]
+    name = f"sbm-n{n}-b{num_blocks}"
+    graph = _undirected_graph(src, dst, n, name)
+    x = noise * rng.standard_normal((n, num_features), dtype=np.float32)
+    x[np.arange(n), block] += 1.0
+    return NodeDataset(graph, x, block, *_random_split(n, rng), num_classes=num_blocks,
+                       name=name)
+
+
+def _draw_by_weight(cdf: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                    rng: np.random.Generator) -> np.ndarray:
+    """int64 positions ``p`` in ``lo <= p < hi`` drawn with probability ``cdf[p+1] - cdf[p]``.
+
+    ``cdf`` is float64 ``[M + 1]`` starting at 0; ``lo``/``hi`` are int ``[k]`` with lo < hi.
+    """
+    u = cdf[lo] + rng.random(len(lo)) * (cdf[hi] - cdf[lo])
+    # Rounding can land u on a slice boundary; clip back inside the slice.
+    return np.clip(np.searchsorted(cdf, u, side="right") - 1, lo, hi - 1)
+
+
+def _undirected_graph(src: np.ndarray, dst: np.ndarray, num_nodes: int,
+                      source: str) -> CSRGraph:
+    """Symmetric, duplicate-free, loop-free CSRGraph from int64 ``[E]`` endpoint arrays."""
+    keep = src != dst
+    return CSRGraph.from_edges_symmetric(src[keep], dst[keep], num_nodes, source)
+
+
+def _check_rmat(scale: int, edge_factor: int, a: float, b: float, c: float) -> None:
+    _require(1 <= scale <= 31, "scale must lie in 1..31", "rmat")
+    _require(edge_factor >= 1, "edge_factor must be >= 1", "rmat")
+    _require(min(a, b, c) >= 0 and a + b + c <= 1,
+             "a, b, c must be >= 0 with a + b + c <= 1", "rmat")
+
+
+def _check_sizes(source: str, **sizes: int) -> None:
+    for key, value in sizes.items():
+        _require(value >= 1, f"{key} must be >= 1", source)
+
+
+def _require(ok: bool, problem: str, source: str) -> None:
+    if not ok:
+        raise GraphError(problem, source)
+
+
+# generator name -> (function, {spec key: (keyword, type, default)})
+_GENERATORS = {
+    "rmat": (rmat, {
+        "scale": ("scale", int, 14), "edge_factor": ("edge_factor", int, 16),
+        "features": ("num_features", int, 128), "classes": ("num_classes", int, 16),
+        "a": ("a", float, 0.57), "b": ("b", float, 0.19), "c": ("c", float, 0.19),
+        "seed": ("seed", int, 0)}),
+    "sbm": (sbm, {
+        "nodes": ("num_nodes", int, 10_000), "blocks": ("num_blocks", int, 8),
+        "avg_degree": ("avg_degree", float, 20.0), "p_in": ("p_in", float, 0.8),
+        "degree_exponent": ("degree_exponent", float, 2.5),
+        "features": ("num_features", int, 64), "noise": ("noise", float, 1.0),
+        "seed": ("seed", int, 0)}),
+}
+
+
+def _generate(spec: str) -> NodeDataset:
+    """Dataset from ``"kind:key=value,..."``; unknown keys and non-numbers are errors."""
+    kind, _, args = spec.partition(":")
+    function, keys = _GENERATORS[kind]
+    kwargs = {keyword: default for keyword, _, default in keys.values()}
+    for item in filter(None, (s.strip() for s in args.split(","))):
+        key, _, value = (s.strip() for s in item.partition("="))
+        if key not in keys:
+            raise GraphError(f"unknown key {key!r} for {kind} (known: {', '.join(keys)})", spec)
+        keyword, kind_of, _ = keys[key]
+        try:
+            kwargs[keyword] = kind_of(value)
+        except ValueError:
+            wanted = "an integer" if kind_of is int else "a number"
+            raise GraphError(f"key {key!r} needs {wanted}, got {value!r}", spec) from None
+    return function(**kwargs)

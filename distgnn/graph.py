@@ -1,0 +1,344 @@
+"""Graph containers: a validated CSR adjacency and a node-classification dataset.
+
+Convention used everywhere in distgnn: row ``v`` of the CSR lists the *sources* ``u`` of
+the edges ``u -> v``, so aggregation into ``v`` reads row ``v`` and the in-degree of ``v``
+is the length of its row.  ``indptr`` is int64 ``[N + 1]``; ``indices`` is int32 when every
+id fits (half the bytes a memory-bound SpMM has to stream), else int64.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import DistGNNError
+
+INT32_MAX = np.iinfo(np.int32).max
+
+
+class GraphError(DistGNNError, ValueError):
+    """Bad graph or dataset input.  The message names the source (file) and the problem."""
+
+    def __init__(self, problem: str, source: str | Path | None = None):
+        self.problem = problem
+        self.source = None if source is None else str(source)
+        super().__init__(problem if source is None else f"{source}: {problem}")
+
+
+def index_dtype(num_nodes: int) -> type:
+    """Narrowest index dtype (int32 or int64) able to hold ids ``0..num_nodes-1``."""
+    return np.int32 if num_nodes - 1 <= INT32_MAX else np.int64
+
+
+def _edge_sort_keys(dst: np.ndarray, src: np.ndarray, num_nodes: int) -> np.ndarray:
+    """int64 keys ``dst * N + src``: sorting them sorts edges by row, then column."""
+    return dst.astype(np.int64) * np.int64(max(num_nodes, 1)) + src.astype(np.int64)
+
+
+def _check_edge_arrays(src, dst, num_nodes: int | None, source
+                       ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Validate endpoint arrays; returns them as arrays and ``N`` (default: max id + 1)."""
+    src, dst = np.asarray(src), np.asarray(dst)
+    for name, a in (("src", src), ("dst", dst)):
+        if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
+            raise GraphError(f"{name} has dtype {a.dtype}, expected an integer type", source)
+        if a.ndim != 1:
+            raise GraphError(f"{name} must be 1-D", source)
+    if src.shape != dst.shape:
+        raise GraphError(f"src has {len(src)} entries but dst has {len(dst)}", source)
+    hi = -1
+    if len(src):
+        lo = min(int(src.min()), int(dst.min()))
+        if lo < 0:
+            raise GraphError(f"negative vertex id {lo}", source)
+        hi = max(int(src.max()), int(dst.max()))
+    n = hi + 1 if num_nodes is None else int(num_nodes)
+    if hi >= n:
+        raise GraphError(f"vertex id {hi} out of range for {n} vertices", source)
+    return src, dst, n
+
+
+def _first_of_runs(sorted_keys: np.ndarray) -> np.ndarray:
+    """bool mask of the first element of each run of equal values."""
+    first = np.ones(len(sorted_keys), bool)
+    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=first[1:])
+    return first
+
+
+class CSRGraph:
+    """Directed graph as CSR over destinations.
+
+    Args:
+        indptr (np.ndarray): int64 ``[N + 1]``, non-decreasing, ``indptr[0] == 0``.
+        indices (np.ndarray): int32/int64 ``[E]`` source ids in ``0..N-1``.
+        num_nodes (int, optional): ``N``; defaults to ``len(indptr) - 1``.
+        edge_weight (np.ndarray, optional): float32 ``[E]``, one scalar per stored entry.
+        source (str, optional): where the graph came from, used in error messages.
+
+    The constructor validates and raises :class:`GraphError` on bad input.  ``cache`` is a
+    dict that kernels use to keep per-graph derived structures (transposes, cache blocks)
+    across epochs; derived graphs start with an empty cache.
+    """
+
+    def __init__(self, indptr, indices, num_nodes: int | None = None, edge_weight=None,
+                 source: str | Path | None = None):
+        self.source = source
+        indptr = self._as_int_array(indptr, "indptr")
+        indices = self._as_int_array(indices, "indices")
+        if indptr.ndim != 1 or len(indptr) < 1:
+            raise GraphError("indptr must be a 1-D array of length N + 1", source)
+        n = len(indptr) - 1 if num_nodes is None else int(num_nodes)
+        if n != len(indptr) - 1:
+            raise GraphError(f"indptr has length {len(indptr)} but num_nodes is {n}", source)
+        if indices.ndim != 1:
+            raise GraphError("indices must be a 1-D array", source)
+        if indptr[0] != 0:
+            raise GraphError(f"indptr[0] must be 0, got {indptr[0]}", source)
+        if indptr[-1] != len(indices):
+            raise GraphError(f"indptr[-1] = {indptr[-1]} but there are {len(indices)} indices",
+                             source)
+        if n and np.any(np.diff(indptr) < 0):
+            raise GraphError("indptr is not monotone (non-decreasing)", source)
+        if len(indices):
+            lo, hi = int(indices.min()), int(indices.max())
+            if lo < 0:
+                raise GraphError(f"negative vertex id {lo} in indices", source)
+            if hi >= n:
+                raise GraphError(f"vertex id {hi} out of range for {n} vertices", source)
+        self.indptr = indptr.astype(np.int64, copy=False)
+        self.indices = indices.astype(index_dtype(n), copy=False)
+        self.num_nodes = n
+        if edge_weight is not None:
+            edge_weight = np.asarray(edge_weight)
+            if edge_weight.shape != (len(indices),):
+                raise GraphError(f"edge_weight has shape {edge_weight.shape}, expected "
+                                 f"({len(indices)},)", source)
+            if not np.issubdtype(edge_weight.dtype, np.floating) and not np.issubdtype(
+                    edge_weight.dtype, np.integer):
+                raise GraphError(f"edge_weight has dtype {edge_weight.dtype}, expected a "
+                                 "number type", source)
+            edge_weight = edge_weight.astype(np.float32, copy=False)
+            if not np.all(np.isfinite(edge_weight)):
+                raise GraphError("edge_weight contains NaN or inf", source)
+        self.edge_weight = edge_weight
+        self.cache: dict[str, Any] = {}
+
+    def _as_int_array(self, a, name: str) -> np.ndarray:
+        a = np.asarray(a)
+        if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
+            raise GraphError(f"{name} has dtype {a.dtype}, expected an integer type", self.source)
+        return a
+
+    # ---- builders -------------------------------------------------------------------------
+    @classmethod
+    def from_edges(cls, src, dst, num_nodes: int | None = None, edge_weight=None,
+                   source: str | Path | None = None) -> "CSRGraph":
+        """Build from edge arrays ``src[i] -> dst[i]`` (kept in input order within a row)."""
+        src, dst, n = _check_edge_arrays(src, dst, num_nodes, source)
+        order = np.argsort(dst, kind="stable")
+        counts = np.bincount(dst, minlength=n) if len(dst) else np.zeros(n, np.int64)
+        indptr = np.zeros(n + 1, np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        if edge_weight is not None and np.asarray(edge_weight).shape != src.shape:
+            raise GraphError("edge_weight must have one entry per edge", source)
+        weight = None if edge_weight is None else np.asarray(edge_weight)[order]
+        return cls(indptr, src[order].astype(index_dtype(n)), n, weight, source)
+
+    @classmethod
+    def from_scipy(cls, matrix, source: str | Path | None = None) -> "CSRGraph":
+        """Build from a square scipy sparse matrix; entry ``(v, u)`` is the edge ``u -> v``.
+
+        Stored values become edge weights unless they are all 1.
+        """
+        m = sp.csr_matrix(matrix)
+        if m.shape[0] != m.shape[1]:
+            raise GraphError(f"adjacency must be square, got shape {m.shape}", source)
+        m.sort_indices()
+        weight = None if np.all(m.data == 1) else m.data
+        return cls(m.indptr.astype(np.int64), m.indices, m.shape[0], weight, source)
+
+    # ---- queries --------------------------------------------------------------------------
+    @property
+    def num_edges(self) -> int:
+        return len(self.indices)
+
+    def in_degrees(self) -> np.ndarray:
+        """int64 ``[N]``: number of stored entries in each row."""
+        return np.diff(self.indptr)
+
+    def out_degrees(self) -> np.ndarray:
+        """int64 ``[N]``: number of times each vertex appears as a source."""
+        return np.bincount(self.indices, minlength=self.num_nodes).astype(np.int64)
+
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(src, dst)`` arrays in CSR order."""
+        dst = np.repeat(np.arange(self.num_nodes, dtype=self.indices.dtype), self.in_degrees())
+        return self.indices, dst
+
+    def to_scipy(self) -> sp.csr_matrix:
+        """``[N, N]`` csr_matrix with entry ``(v, u)`` for the edge ``u -> v`` (weights or 1)."""
+        data = (np.ones(self.num_edges, np.float32) if self.edge_weight is None
+                else self.edge_weight)
+        return sp.csr_matrix((data, self.indices, self.indptr),
+                             shape=(self.num_nodes, self.num_nodes))
+
+    # ---- derived graphs -------------------------------------------------------------------
+    def transpose(self) -> "CSRGraph":
+        """The reversed graph (rows become sources)."""
+        src, dst = self.edges()
+        return CSRGraph.from_edges(dst, src, self.num_nodes, self.edge_weight, self.source)
+
+    def remove_self_loops(self) -> "CSRGraph":
+        src, dst = self.edges()
+        keep = src != dst
+        weight = None if self.edge_weight is None else self.edge_weight[keep]
+        return CSRGraph.from_edges(src[keep], dst[keep], self.num_nodes, weight, self.source)
+
+    def add_self_loops(self, weight: float = 1.0) -> "CSRGraph":
+        """Add ``v -> v`` for every vertex that has none."""
+        src, dst = self.edges()
+        has_loop = np.zeros(self.num_nodes, bool)
+        has_loop[dst[src == dst]] = True
+        new = np.flatnonzero(~has_loop).astype(src.dtype)
+        w = None
+        if self.edge_weight is not None:
+            w = np.concatenate([self.edge_weight, np.full(len(new), weight, np.float32)])
+        return CSRGraph.from_edges(np.concatenate([src, new]), np.concatenate([dst, new]),
+                                   self.num_nodes, w, self.source)
+
+    def deduplicate(self) -> "CSRGraph":
+        """Keep one copy of each ``(src, dst)`` pair (the first; weights are not summed).
+
+        Columns come out sorted within each row.
+        """
+        src, dst = self.edges()
+        keys = _edge_sort_keys(dst, src, self.num_nodes)
+        if self.edge_weight is None:
+            keys.sort()
+            return self._from_sorted_keys(keys[_first_of_runs(keys)], self.num_nodes,
+                                          None, self.source)
+        order = np.argsort(keys, kind="stable")
+        first = order[_first_of_runs(keys[order])]
+        return self._from_sorted_keys(keys[first], self.num_nodes, self.edge_weight[first],
+                                      self.source)
+
+    def symmetrize(self) -> "CSRGraph":
+        """Union of the graph and its reverse, deduplicated (weights are dropped)."""
+        src, dst = self.edges()
+        return CSRGraph.from_edges_symmetric(src, dst, self.num_nodes, self.source)
+
+    @classmethod
+    def from_edges_symmetric(cls, src, dst, num_nodes: int,
+                             source: str | Path | None = None) -> "CSRGraph":
+        """Undirected graph from int arrays ``[E]``: each pair in both directions, once.
+
+        One in-place sort of int64 keys; ``np.unique`` hashes first in numpy 2.x and is
+        an order of magnitude slower on tens of millions of keys.
+        """
+        src, dst, num_nodes = _check_edge_arrays(src, dst, num_nodes, source)
+        keys = np.concatenate([_edge_sort_keys(dst, src, num_nodes),
+                               _edge_sort_keys(src, dst, num_nodes)])
+        keys.sort()
+        return cls._from_sorted_keys(keys[_first_of_runs(keys)], num_nodes, None, source)
+
+    @classmethod
+    def _from_sorted_keys(cls, keys: np.ndarray, num_nodes: int, weight,
+                          source) -> "CSRGraph":
+        rows, cols = np.divmod(keys, np.int64(max(num_nodes, 1)))
+        indptr = np.zeros(num_nodes + 1, np.int64)
+        np.cumsum(np.bincount(rows, minlength=num_nodes), out=indptr[1:])
+        return cls(indptr, cols.astype(index_dtype(num_nodes)), num_nodes, weight, source)
+
+    def is_symmetric(self) -> bool:
+        src, dst = self.edges()
+        fwd = np.sort(_edge_sort_keys(dst, src, self.num_nodes))
+        rev = np.sort(_edge_sort_keys(src, dst, self.num_nodes))
+        return bool(np.array_equal(fwd, rev))
+
+    def __repr__(self) -> str:
+        return (f"CSRGraph(num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
+                f"weighted={self.edge_weight is not None})")
+
+
+@dataclasses.dataclass
+class NodeDataset:
+    """A graph with node features, labels and a train/val/test split.
+
+    Args:
+        graph (CSRGraph): adjacency, rows = destinations.
+        x (np.ndarray): float32 ``[N, F]`` node features, all finite.
+        y (np.ndarray): int64 ``[N]`` labels in ``0..num_classes-1``.
+        train_mask, val_mask, test_mask (np.ndarray): bool ``[N]``, pairwise disjoint.
+        num_classes (int): ``C``; defaults to ``y.max() + 1``.
+        name (str): a label for logs and metrics.
+    """
+
+    graph: CSRGraph
+    x: np.ndarray
+    y: np.ndarray
+    train_mask: np.ndarray
+    val_mask: np.ndarray
+    test_mask: np.ndarray
+    num_classes: int = 0
+    name: str = "graph"
+
+    def __post_init__(self):
+        source = self.graph.source or self.name
+        n = self.graph.num_nodes
+        x = np.asarray(self.x)
+        if x.ndim != 2:
+            raise GraphError(f"features must be 2-D [N, F], got shape {x.shape}", source)
+        if not np.issubdtype(x.dtype, np.floating) and not np.issubdtype(x.dtype, np.integer):
+            raise GraphError(f"features have dtype {x.dtype}, expected a number type", source)
+        if x.shape[0] != n:
+            raise GraphError(f"features have {x.shape[0]} rows but the graph has {n} vertices",
+                             source)
+        x = x.astype(np.float32, copy=False)
+        if not np.all(np.isfinite(x)):
+            bad = int(np.argwhere(~np.isfinite(x))[0, 0])
+            raise GraphError(f"features contain NaN or inf (first at vertex {bad})", source)
+        y = np.asarray(self.y)
+        if y.dtype == np.bool_ or not np.issubdtype(y.dtype, np.integer):
+            raise GraphError(f"labels have dtype {y.dtype}, expected an integer type", source)
+        if y.shape != (n,):
+            raise GraphError(f"labels have shape {y.shape} but the graph has {n} vertices",
+                             source)
+        y = y.astype(np.int64, copy=False)
+        c = int(self.num_classes) if self.num_classes else (int(y.max()) + 1 if n else 0)
+        if n and (y.min() < 0 or y.max() >= c):
+            raise GraphError(f"labels must lie in 0..{c - 1}, found {int(y.min())}..{int(y.max())}",
+                             source)
+        masks = {}
+        for name in ("train_mask", "val_mask", "test_mask"):
+            m = np.asarray(getattr(self, name))
+            if m.dtype != np.bool_:
+                raise GraphError(f"{name} has dtype {m.dtype}, expected bool", source)
+            if m.shape != (n,):
+                raise GraphError(f"{name} has shape {m.shape} but the graph has {n} vertices",
+                                 source)
+            masks[name] = m
+        for a, b in (("train_mask", "val_mask"), ("train_mask", "test_mask"),
+                     ("val_mask", "test_mask")):
+            both = int(np.count_nonzero(masks[a] & masks[b]))
+            if both:
+                raise GraphError(f"{a} and {b} overlap in {both} vertices", source)
+        self.x, self.y, self.num_classes = x, y, c
+        self.train_mask, self.val_mask, self.test_mask = (
+            masks["train_mask"], masks["val_mask"], masks["test_mask"])
+
+    @property
+    def num_nodes(self) -> int:
+        return self.graph.num_nodes
+
+    @property
+    def num_features(self) -> int:
+        return self.x.shape[1]
+
+    def summary(self) -> str:
+        return (f"{self.name}: {self.num_nodes:,} vertices, {self.graph.num_edges:,} edges, "
+                f"{self.num_features} features, {self.num_classes} classes, split "
+                f"{int(self.train_mask.sum())}/{int(self.val_mask.sum())}/"
+                f"{int(self.test_mask.sum())}")

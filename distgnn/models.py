@@ -1,0 +1,165 @@
+"""GNN layers and models for full-batch node classification.
+
+Every layer takes a :class:`~distgnn.aggregate.Neighbourhood` and node states ``h``
+``[N, d_in]`` and returns ``[N, d_out]``.  Linear aggregations commute with the projection,
+``A (H W) = (A H) W``, so each layer aggregates on the narrower side: it projects first when
+``d_out < d_in``.  This shrinks the SpMM (and, in a distributed run, the exchange).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .aggregate import Neighbourhood
+
+SAGE_AGGREGATORS = ("gcn", "mean", "sum", "max")
+
+
+def glorot(layer: nn.Module) -> None:
+    """Glorot-uniform weights and zero biases, as in Kipf & Welling's and PyG's layers."""
+    for name, p in layer.named_parameters():
+        if p.dim() > 1:
+            nn.init.xavier_uniform_(p)
+        else:
+            nn.init.zeros_(p)
+
+
+class SAGEConv(nn.Module):
+    r"""GraphSAGE layer (Hamilton et al., *Inductive Representation Learning on Large
+    Graphs*, NeurIPS 2017) with DistGNN's ``gcn`` aggregator as the default.
+
+    .. math::
+        \text{gcn:}\quad \mathbf{h}'_v = \mathbf{W}\,
+            \frac{\mathbf{h}_v + \sum_{u \in N(v)} \mathbf{h}_u}{d_v + 1} + \mathbf{b}
+
+        \text{mean/sum/max:}\quad \mathbf{h}'_v = \mathbf{W}_r \mathbf{h}_v +
+            \mathbf{W}_n \operatorname{agg}_{u \in N(v)} \mathbf{h}_u + \mathbf{b}
+
+    where ``agg`` is the mean, sum or element-wise max over in-neighbours and ``d_v`` is the
+    in-degree (the global one in a distributed run).
+
+    Args:
+        in_channels (int): ``d_in``.
+        out_channels (int): ``d_out``.
+        aggregator (str, optional): ``"gcn"``, ``"mean"``, ``"sum"`` or ``"max"``.
+            (default: ``"gcn"``)
+        bias (bool, optional): learn ``b``. (default: ``True``)
+
+    Shapes:
+        - **input:** neighbourhood over ``N`` vertices, ``h`` ``[N, d_in]``
+        - **output:** ``[N, d_out]``
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, aggregator: str = "gcn",
+                 bias: bool = True):
+        super().__init__()
+        if aggregator not in SAGE_AGGREGATORS:
+            raise ValueError(f"aggregator must be one of {SAGE_AGGREGATORS}, got {aggregator!r}")
+        self.aggregator = aggregator
+        self.lin_neigh = nn.Linear(in_channels, out_channels, bias=False)
+        self.lin_root = (None if aggregator == "gcn"
+                         else nn.Linear(in_channels, out_channels, bias=False))
+        self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
+        self.project_first = out_channels < in_channels and aggregator != "max"
+        glorot(self)
+
+    def forward(self, nbr: Neighbourhood, h: torch.Tensor) -> torch.Tensor:
+        z = self.lin_neigh(h) if self.project_first else h
+        if self.aggregator == "gcn":
+            z = (nbr.reduce(z, "sum") + z) / (nbr.degree + 1)
+        else:
+            z = nbr.reduce(z, self.aggregator)
+        out = z if self.project_first else self.lin_neigh(z)
+        if self.lin_root is not None:
+            out = out + self.lin_root(h)
+        return out if self.bias is None else out + self.bias
+
+
+class GCNConv(nn.Module):
+    r"""Graph convolution (Kipf & Welling, *Semi-Supervised Classification with Graph
+    Convolutional Networks*, ICLR 2017).
+
+    .. math::
+        \mathbf{H}' = \hat{\mathbf{D}}^{-1/2} (\mathbf{A} + \mathbf{I})
+            \hat{\mathbf{D}}^{-1/2} \mathbf{H} \mathbf{W} + \mathbf{b},
+        \qquad \hat{d}_v = d_v + 1
+
+    The self-loop is applied as the ``+ h`` term rather than stored in the graph, so the
+    same code runs on a partition (where only the root would own the loop) and the
+    normalisation only needs the in-degree vector.
+
+    Args:
+        in_channels (int): ``d_in``.
+        out_channels (int): ``d_out``.
+        bias (bool, optional): learn ``b``. (default: ``True``)
+
+    Shapes:
+        - **input:** neighbourhood over ``N`` vertices, ``h`` ``[N, d_in]``
+        - **output:** ``[N, d_out]``
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, bias: bool = True):
+        super().__init__()
+        self.lin = nn.Linear(in_channels, out_channels, bias=False)
+        self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
+        self.project_first = out_channels < in_channels
+        glorot(self)
+
+    def forward(self, nbr: Neighbourhood, h: torch.Tensor) -> torch.Tensor:
+        scale = (nbr.degree + 1).rsqrt()
+        z = scale * (self.lin(h) if self.project_first else h)
+        z = scale * (nbr.reduce(z, "sum") + z)
+        out = z if self.project_first else self.lin(z)
+        return out if self.bias is None else out + self.bias
+
+
+class GNN(nn.Module):
+    r"""A stack of ``num_layers`` GCN or GraphSAGE layers for node classification.
+
+    .. math::
+        \mathbf{H}^{(0)} = \mathbf{X},\qquad
+        \mathbf{H}^{(l+1)} = \sigma\big(\operatorname{conv}_l(\operatorname{dropout}
+            (\mathbf{H}^{(l)}))\big) \;[+\, \mathbf{H}^{(l)}\ \text{if residual}]
+
+    with ``sigma = ReLU`` on all but the last layer, which returns logits.  Residual
+    connections are added where ``d_in == d_out`` (the hidden-to-hidden layers).
+
+    Args:
+        model (str): ``"gcn"`` or ``"sage"``.
+        in_channels (int): feature width ``F``.
+        hidden_channels (int): width of hidden layers.
+        out_channels (int): number of classes ``C``.
+        num_layers (int, optional): (default: ``2``)
+        dropout (float, optional): dropout probability before each layer. (default: ``0.5``)
+        aggregator (str, optional): GraphSAGE aggregator. (default: ``"gcn"``)
+        residual (bool, optional): add skip connections. (default: ``False``)
+
+    Shapes:
+        - **input:** neighbourhood over ``N`` vertices, ``x`` ``[N, F]``
+        - **output:** logits ``[N, C]``
+    """
+
+    def __init__(self, model: str, in_channels: int, hidden_channels: int, out_channels: int,
+                 num_layers: int = 2, dropout: float = 0.5, aggregator: str = "gcn",
+                 residual: bool = False):
+        super().__init__()
+        if model not in ("gcn", "sage"):
+            raise ValueError(f"model must be 'gcn' or 'sage', got {model!r}")
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
+        self.convs = nn.ModuleList(
+            GCNConv(a, b) if model == "gcn" else SAGEConv(a, b, aggregator)
+            for a, b in zip(dims[:-1], dims[1:]))
+        self.dropout = dropout
+        self.residual = residual
+
+    def forward(self, nbr: Neighbourhood, x: torch.Tensor) -> torch.Tensor:
+        h = x
+        for conv in self.convs[:-1]:
+            out = F.relu(conv(nbr, F.dropout(h, self.dropout, self.training)))
+            h = out + h if self.residual and out.shape == h.shape else out
+        return self.convs[-1](nbr, F.dropout(h, self.dropout, self.training))
