@@ -201,13 +201,17 @@ class Neighbourhood:
         in_degree (np.ndarray, optional): ``[N]`` degrees used for normalisation; defaults to
             the graph's own in-degrees (a partition passes the global ones).
         timer (PhaseTimer, optional): receives ``aggregation_forward``/``_backward`` seconds.
+        global_ids (np.ndarray, optional): int64 ``[N]`` global id of each vertex (a
+            partition's local -> global map); defaults to ``0..N-1``.
 
     Shapes: ``h`` is ``[N, d]``; every reduction returns ``[N, d]``; ``degree`` is ``[N, 1]``.
     """
 
     def __init__(self, graph: CSRGraph, backend: KernelBackend, in_degree=None,
-                 timer: PhaseTimer | None = None, device="cpu"):
+                 timer: PhaseTimer | None = None, device="cpu", global_ids=None):
         self.graph = graph
+        self.global_ids = (np.arange(graph.num_nodes, dtype=np.int64) if global_ids is None
+                           else np.asarray(global_ids, dtype=np.int64))
         self.backend = backend
         self.timer = timer if timer is not None else PhaseTimer()
         deg = graph.in_degrees() if in_degree is None else np.asarray(in_degree)

@@ -75,7 +75,7 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--backend", choices=sorted(BACKENDS), default=d.backend,
                    help="aggregation kernels")
     g.add_argument("--threads", type=int, default=d.threads,
-                   help="torch and Numba threads (default: the libraries' own defaults)")
+                   help="torch and Numba threads (None: the libraries' own defaults)")
     g.add_argument("--metrics-out", metavar="FILE",
                    help="write one JSON object per epoch (loss, accuracies, epoch_s, phases)")
     g.add_argument("--checkpoint", metavar="FILE",

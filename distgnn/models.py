@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .aggregate import Neighbourhood
+from .dropout import dropout_key, vertex_dropout
 
 SAGE_AGGREGATORS = ("gcn", "mean", "sum", "max")
 
@@ -123,7 +124,9 @@ class GNN(nn.Module):
             (\mathbf{H}^{(l)}))\big) \;[+\, \mathbf{H}^{(l)}\ \text{if residual}]
 
     with ``sigma = ReLU`` on all but the last layer, which returns logits.  Residual
-    connections are added where ``d_in == d_out`` (the hidden-to-hidden layers).
+    connections are added where ``d_in == d_out`` (the hidden-to-hidden layers).  Dropout
+    masks are keyed by ``(seed, step, layer, global vertex id)`` (:mod:`distgnn.dropout`),
+    so a partitioned run draws the same masks as the whole graph.
 
     Args:
         model (str): ``"gcn"`` or ``"sage"``.
@@ -134,15 +137,17 @@ class GNN(nn.Module):
         dropout (float, optional): dropout probability before each layer. (default: ``0.5``)
         aggregator (str, optional): GraphSAGE aggregator. (default: ``"gcn"``)
         residual (bool, optional): add skip connections. (default: ``False``)
+        seed (int, optional): seed of the dropout masks. (default: ``0``)
 
     Shapes:
-        - **input:** neighbourhood over ``N`` vertices, ``x`` ``[N, F]``
+        - **input:** neighbourhood over ``N`` vertices, ``x`` ``[N, F]``, ``step`` (the
+          epoch, which selects the dropout masks)
         - **output:** logits ``[N, C]``
     """
 
     def __init__(self, model: str, in_channels: int, hidden_channels: int, out_channels: int,
                  num_layers: int = 2, dropout: float = 0.5, aggregator: str = "gcn",
-                 residual: bool = False):
+                 residual: bool = False, seed: int = 0):
         super().__init__()
         if model not in ("gcn", "sage"):
             raise ValueError(f"model must be 'gcn' or 'sage', got {model!r}")
@@ -156,10 +161,16 @@ class GNN(nn.Module):
             for a, b in zip(dims[:-1], dims[1:]))
         self.dropout = dropout
         self.residual = residual
+        self.seed = seed
 
-    def forward(self, nbr: Neighbourhood, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, nbr: Neighbourhood, x: torch.Tensor, step: int = 0) -> torch.Tensor:
         h = x
-        for conv in self.convs[:-1]:
-            out = F.relu(conv(nbr, F.dropout(h, self.dropout, self.training)))
+        for layer, conv in enumerate(self.convs):
+            if self.training and self.dropout:
+                key = dropout_key(self.seed, step, layer)
+                h = vertex_dropout(h, nbr.global_ids, self.dropout, key)
+            out = conv(nbr, h)
+            if layer == len(self.convs) - 1:
+                return out
+            out = F.relu(out)
             h = out + h if self.residual and out.shape == h.shape else out
-        return self.convs[-1](nbr, F.dropout(h, self.dropout, self.training))

@@ -80,7 +80,7 @@ def normalize_features(x: np.ndarray, how: str) -> np.ndarray:
 
 def build_model(cfg: TrainConfig, in_channels: int, num_classes: int) -> GNN:
     return GNN(cfg.model, in_channels, cfg.hidden, num_classes, cfg.layers, cfg.dropout,
-               cfg.aggregator, cfg.residual)
+               cfg.aggregator, cfg.residual, cfg.seed)
 
 
 def phase_seconds(timer: PhaseTimer) -> dict[str, float]:
@@ -167,7 +167,7 @@ def train(data: NodeDataset, cfg: TrainConfig, log: Callable[[str], None] = prin
             t0 = time.perf_counter()
             model.train()
             with timer("forward"):
-                logits = model(nbr, x)
+                logits = model(nbr, x, step=epoch)
             with timer("backward"):
                 loss = F.cross_entropy(logits[masks["train"]], y[masks["train"]])
                 optimizer.zero_grad(set_to_none=True)

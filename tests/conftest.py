@@ -1,0 +1,34 @@
+"""Shared fixtures: a seeded random-graph builder with the awkward cases kernels get wrong."""
+import numpy as np
+import pytest
+
+from distgnn.graph import CSRGraph
+
+
+def build_random_graph(seed=0, n=40, e=160, weighted=False, hub_degree=0, isolated=4,
+                       self_loops=4, duplicates=4):
+    """``(graph, src, dst, weight)`` for a random directed graph on ``n`` vertices.
+
+    The raw edge arrays (``weight`` is None when unweighted) are returned so that tests
+    can build references without going through CSRGraph.  The last ``isolated`` vertices
+    have no edges at all; ``self_loops`` edges are ``v -> v``; ``duplicates`` edges are
+    repeated; vertex 0 receives ``hub_degree`` extra in-edges.  Weights are in
+    [-1.5, 1.5] (negative ones flip max and min).
+    """
+    rng = np.random.default_rng(seed)
+    live = n - isolated
+    src = rng.integers(0, live, e)
+    dst = rng.integers(0, live, e)
+    src[:self_loops] = dst[:self_loops]
+    src[self_loops:self_loops + duplicates] = src[-duplicates:] if duplicates else []
+    dst[self_loops:self_loops + duplicates] = dst[-duplicates:] if duplicates else []
+    src = np.concatenate([src, rng.integers(0, live, hub_degree)])
+    dst = np.concatenate([dst, np.zeros(hub_degree, np.int64)])
+    weight = rng.uniform(-1.5, 1.5, len(src)).astype(np.float32) if weighted else None
+    return CSRGraph.from_edges(src, dst, n, weight), src, dst, weight
+
+
+@pytest.fixture
+def random_graph():
+    """The builder :func:`build_random_graph` (fixtures cannot take arguments)."""
+    return build_random_graph

@@ -1,0 +1,72 @@
+"""Command-line behaviour: defaults run, bad input ends in one line and exit status 2."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+def cli(name, *args, cwd=None):
+    return subprocess.run([str(BIN / name), *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def assert_one_line_error(proc, *fragments):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for f in fragments:
+        assert f in lines[0]
+
+
+def test_default_run_trains_gcn_on_bundled_cora(tmp_path):
+    metrics = tmp_path / "m.jsonl"
+    proc = cli("distgnn-train", "--epochs", 3, "--metrics-out", metrics)
+    assert proc.returncode == 0, proc.stderr
+    assert "cora: 2,708 vertices" in proc.stdout
+    assert "test accuracy" in proc.stdout
+    assert "epoch    3/3" in proc.stdout
+    assert len(metrics.read_text().splitlines()) == 3
+    assert json.loads(metrics.read_text().splitlines()[-1])["epoch"] == 2
+
+
+def test_missing_dataset_file(tmp_path):
+    missing = tmp_path / "nope.npz"
+    assert_one_line_error(cli("distgnn-train", "--dataset", missing), str(missing))
+
+
+def test_corrupt_npz(tmp_path):
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(np.random.default_rng(0).bytes(4096))
+    assert_one_line_error(cli("distgnn-train", "--dataset", bad), str(bad))
+
+
+def test_unknown_flag():
+    assert_one_line_error(cli("distgnn-train", "--no-such-flag"), "--no-such-flag")
+
+
+def test_bad_flag_value():
+    assert_one_line_error(cli("distgnn-train", "--epochs", "many"), "--epochs")
+
+
+def test_missing_checkpoint(tmp_path):
+    assert_one_line_error(cli("distgnn-train", "--epochs", 1, "--resume", tmp_path / "x.pt"),
+                          "x.pt")
+
+
+@pytest.mark.parametrize("name", ["distgnn-bench", "distgnn-partition", "distgnn-launch"])
+def test_entry_points_of_later_issues_exist(name):
+    assert_one_line_error(cli(name), "not yet available")
+
+
+def test_help_explains_every_flag():
+    out = cli("distgnn-train", "--help").stdout
+    for flag in ("--dataset", "--model", "--aggregator", "--layers", "--hidden", "--dropout",
+                 "--lr", "--weight-decay", "--epochs", "--seed", "--eval-every",
+                 "--metrics-out", "--checkpoint", "--threads", "--backend", "--patience"):
+        assert flag in out
