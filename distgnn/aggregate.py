@@ -180,6 +180,7 @@ class SpMM(torch.autograd.Function):
         with timer("aggregation_forward"):
             y, arg = backend.spmm(graph, x.contiguous(), reduce)
         ctx.graph, ctx.backend, ctx.reduce, ctx.timer = graph, backend, reduce, timer
+        ctx.has_arg = arg is not None  # not arg.numel(): a [0, d] or [N, 0] arg is still one
         ctx.save_for_backward(arg if arg is not None else torch.empty(0))
         return y
 
@@ -188,7 +189,7 @@ class SpMM(torch.autograd.Function):
         (arg,) = ctx.saved_tensors
         with ctx.timer("aggregation_backward"):
             grad_x = ctx.backend.spmm_backward(ctx.graph, grad_y.contiguous(), ctx.reduce,
-                                               arg if arg.numel() else None)
+                                               arg if ctx.has_arg else None)
         return grad_x, None, None, None, None
 
 

@@ -1,0 +1,146 @@
+"""TorchSparseBackend, SpMM and Neighbourhood against numpy/scipy references built from the
+raw edge lists (never from CSRGraph), plus gradcheck of every reduce."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from distgnn.aggregate import (REDUCES, Neighbourhood, PhaseTimer, SpMM, TorchSparseBackend,
+                               get_backend)
+from distgnn.errors import DistGNNError
+from distgnn.graph import CSRGraph
+
+BACKEND = TorchSparseBackend()
+GRAPHS = {  # kwargs of build_random_graph (conftest.py)
+    "random": dict(seed=1, n=40, e=160),
+    # ~3000 edges, 2000 of them into vertex 0; 50 isolated vertices
+    "hub": dict(seed=2, n=600, e=1000, hub_degree=2000, isolated=50),
+}
+
+
+def reference(src, dst, weight, n, x, reduce):
+    """float64 ``[n, d]``: ``reduce_{u -> v} w_uv x_u`` with 0 for rows without edges."""
+    x = np.asarray(x, np.float64)
+    w = np.ones(len(src)) if weight is None else weight.astype(np.float64)
+    deg = np.bincount(dst, minlength=n)
+    if reduce in ("sum", "mean"):
+        y = sp.coo_matrix((w, (dst, src)), shape=(n, n)).tocsr() @ x
+        return y / np.maximum(deg, 1)[:, None] if reduce == "mean" else y
+    ufunc, start = (np.maximum, -np.inf) if reduce == "max" else (np.minimum, np.inf)
+    y = np.full((n, x.shape[1]), start)
+    ufunc.at(y, dst, w[:, None] * x[src])
+    y[deg == 0] = 0.0
+    return y
+
+
+def features(n, d, seed=0, dtype=np.float32):
+    return torch.from_numpy(np.random.default_rng(seed).standard_normal((n, d)).astype(dtype))
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("case", sorted(GRAPHS))
+def test_spmm_forward_matches_reference(random_graph, case, reduce, weighted):
+    g, src, dst, w = random_graph(weighted=weighted, **GRAPHS[case])
+    x = features(g.num_nodes, 5)
+    y, arg = BACKEND.spmm(g, x, reduce)
+    assert y.shape == (g.num_nodes, 5) and y.dtype == torch.float32
+    np.testing.assert_allclose(y.numpy(), reference(src, dst, w, g.num_nodes, x, reduce),
+                               rtol=1e-5, atol=1e-4)
+    assert (arg is None) == (reduce in ("sum", "mean"))
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_arg_points_to_an_edge_attaining_the_extreme(random_graph, reduce, weighted):
+    g, *_ = random_graph(weighted=weighted, **GRAPHS["hub"])
+    x = features(g.num_nodes, 5)
+    y, arg = BACKEND.spmm(g, x, reduce)
+    rows = np.repeat(np.arange(g.num_nodes), g.in_degrees())
+    empty = g.in_degrees() == 0
+    assert empty.any() and arg.dtype == torch.int64
+    arg = arg.numpy()
+    assert np.all(arg[empty] == -1)
+    e, f = arg[~empty], np.broadcast_to(np.arange(5), arg.shape)[~empty]
+    assert np.all(rows[e] == np.nonzero(~empty)[0][:, None])  # the edge lies in row v
+    w = np.ones(g.num_edges, np.float32) if g.edge_weight is None else g.edge_weight
+    np.testing.assert_array_equal(w[e] * x.numpy()[g.indices[e], f], y.numpy()[~empty])
+
+
+def small_case(random_graph, weighted, seed=3, n=8, d=3):
+    """A small graph (with an isolated vertex, self-loops, duplicate edges) and float64
+    features whose values, and weighted messages, are far apart: max/min are unique."""
+    g, *_ = random_graph(seed=seed, n=n, e=24, weighted=weighted, isolated=1,
+                               self_loops=2, duplicates=2)
+    perm = np.random.default_rng(seed).permutation(n * d).reshape(n, d)
+    x = torch.tensor(perm / (n * d) - 0.5 + 0.01, dtype=torch.float64, requires_grad=True)
+    return g, x
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_spmm_gradcheck(random_graph, reduce, weighted):
+    g, x = small_case(random_graph, weighted)
+    assert torch.autograd.gradcheck(
+        lambda x: SpMM.apply(x, g, BACKEND, reduce, PhaseTimer()), (x,))
+
+
+@pytest.mark.parametrize("num_nodes", [0, 5])
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_graph_without_edges_gives_zeros_and_no_gradient(reduce, num_nodes):
+    none = np.array([], np.int64)
+    g = CSRGraph.from_edges(none, none, num_nodes=num_nodes)
+    x = features(num_nodes, 3, dtype=np.float64).requires_grad_()
+    y = SpMM.apply(x, g, BACKEND, reduce, PhaseTimer())
+    assert torch.equal(y, torch.zeros(num_nodes, 3, dtype=torch.float64))
+    y.backward(torch.ones_like(y))
+    assert torch.equal(x.grad, torch.zeros_like(x))
+    arg = BACKEND.spmm(g, x.detach(), reduce)[1]
+    assert arg is None if reduce in ("sum", "mean") else torch.all(arg == -1)
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_single_vertex_graph(reduce):
+    x = torch.tensor([[1.5, -2.0]], requires_grad=True)
+    looped = CSRGraph.from_edges([0], [0], 1, edge_weight=[-3.0])
+    y = SpMM.apply(x, looped, BACKEND, reduce, PhaseTimer())
+    assert torch.equal(y, torch.tensor([[-4.5, 6.0]]))
+    y.backward(torch.tensor([[1.0, 2.0]]))
+    assert torch.equal(x.grad, torch.tensor([[-3.0, -6.0]]))
+    alone = CSRGraph.from_edges(np.array([], np.int64), np.array([], np.int64), 1)
+    assert torch.equal(BACKEND.spmm(alone, x.detach(), reduce)[0], torch.zeros(1, 2))
+
+
+def test_neighbourhood_mean_divides_by_supplied_in_degree(random_graph):
+    g, src, dst, _ = random_graph(**GRAPHS["random"])
+    in_degree = g.in_degrees() + np.arange(g.num_nodes) % 3  # e.g. global degrees
+    in_degree[-1] = 0  # an isolated vertex: clamped to 1, not a division by zero
+    x = features(g.num_nodes, 4)
+    y = Neighbourhood(g, BACKEND, in_degree=in_degree).reduce(x, "mean")
+    expected = reference(src, dst, None, g.num_nodes, x, "sum") / np.maximum(in_degree, 1)[:, None]
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=1e-6)
+    default = Neighbourhood(g, BACKEND).reduce(x, "mean")
+    np.testing.assert_allclose(default.numpy(), reference(src, dst, None, g.num_nodes, x, "mean"),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_phase_timer_receives_aggregation_time(random_graph):
+    g, *_ = random_graph(**GRAPHS["random"])
+    timer = PhaseTimer()
+    nbr = Neighbourhood(g, BACKEND, timer=timer)
+    x = features(g.num_nodes, 4).requires_grad_()
+    assert not timer.seconds
+    nbr.reduce(x, "max").sum().backward()
+    assert timer.seconds["aggregation_forward"] > 0
+    assert timer.seconds["aggregation_backward"] > 0
+    first = dict(timer.seconds)
+    nbr.reduce(x, "mean").sum().backward()
+    assert all(timer.seconds[k] > first[k] for k in first)  # accumulates
+    timer.reset()
+    assert not timer.seconds
+
+
+def test_get_backend():
+    assert isinstance(get_backend("torch"), TorchSparseBackend)
+    with pytest.raises(DistGNNError, match="nope"):
+        get_backend("nope")

@@ -1,0 +1,68 @@
+"""Vertex-keyed dropout: keep rate, scaling, determinism per key, dependence on the global
+vertex id only (what makes partitioned runs draw the whole graph's masks), and backward."""
+import numpy as np
+import pytest
+import torch
+
+from distgnn.dropout import apply_dropout_mask, dropout_key, vertex_dropout
+
+KEY = dropout_key(seed=7, step=3, layer=1)
+
+
+def mask(n, d, p, key=KEY, ids=None):
+    """bool ``[n, d]``: the kept entries (applied to ones)."""
+    ids = np.arange(n) if ids is None else np.asarray(ids)
+    return apply_dropout_mask(np.ones((n, d)), ids, p, key) != 0
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_kept_fraction_is_one_minus_p(p):
+    kept = mask(100_000, 16, p).mean()
+    assert abs(kept - (1 - p)) < 0.01 * (1 - p)
+
+
+@pytest.mark.parametrize("dtype,rtol", [(np.float32, 1e-6), (np.float64, 1e-15)])
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_values_are_zero_or_scaled_input(p, dtype, rtol):
+    x = (np.random.default_rng(0).random((2000, 8)) + 0.5).astype(dtype)  # no zeros
+    out = apply_dropout_mask(x, np.arange(2000), p, KEY)
+    assert out.dtype == dtype
+    kept = out != 0
+    assert 0 < kept.sum() < x.size
+    np.testing.assert_allclose(out[kept], x[kept] / (1 - p), rtol=rtol)
+
+
+def test_same_key_same_mask_and_other_keys_differ():
+    assert np.array_equal(mask(1000, 8, 0.5), mask(1000, 8, 0.5, dropout_key(7, 3, 1)))
+    others = [dropout_key(8, 3, 1), dropout_key(7, 4, 1), dropout_key(7, 3, 2)]
+    assert len({KEY, *others}) == 4
+    for key in others:
+        agree = (mask(1000, 8, 0.5, key) == mask(1000, 8, 0.5)).mean()
+        assert 0.45 < agree < 0.55  # independent masks agree on about half the entries
+
+
+def test_mask_of_a_vertex_depends_only_on_its_global_id():
+    whole = mask(10, 6, 0.5)
+    part = mask(3, 6, 0.5, ids=[5, 9, 2])
+    np.testing.assert_array_equal(part, whole[[5, 9, 2]])
+    assert not np.array_equal(part, whole[:3])
+
+
+def test_vertex_dropout_backward_applies_the_same_mask():
+    torch.manual_seed(0)
+    h = (torch.rand(50, 7) + 0.5).requires_grad_()
+    out = vertex_dropout(h, np.arange(100, 150), 0.3, KEY)
+    grad = torch.randn(50, 7)
+    out.backward(grad)
+    ratio = out.detach() / h.detach()  # the mask: 0 or 1 / (1 - p)
+    kept = ratio != 0
+    assert 0 < kept.sum() < kept.numel()
+    torch.testing.assert_close(ratio[kept], torch.full_like(ratio[kept], 1 / 0.7))
+    torch.testing.assert_close(h.grad, grad * ratio)
+
+
+def test_p_zero_returns_the_input_unchanged():
+    h = torch.randn(20, 4, requires_grad=True)
+    assert vertex_dropout(h, np.arange(20), 0.0, KEY) is h
+    x = h.detach().numpy()
+    np.testing.assert_array_equal(apply_dropout_mask(x, np.arange(20), 0.0, KEY), x)
