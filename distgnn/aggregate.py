@@ -161,15 +161,19 @@ class TorchSparseBackend:
         return scatter_argreduce_grad(grad_y, arg, t["src"], weight, graph.num_nodes)
 
 
-BACKENDS: dict[str, type] = {"torch": TorchSparseBackend}
+BACKENDS = ("numba", "torch")
 
 
 def get_backend(name: str) -> KernelBackend:
-    """Instantiate the aggregation backend called ``name`` (see ``BACKENDS``)."""
-    if name not in BACKENDS:
-        raise DistGNNError(f"unknown aggregation backend {name!r}; choose from "
-                           f"{', '.join(sorted(BACKENDS))}")
-    return BACKENDS[name]()
+    """Instantiate the aggregation backend called ``name`` (one of ``BACKENDS``)."""
+    if name == "torch":
+        return TorchSparseBackend()
+    if name == "numba":
+        from .kernels.backend import NumbaBackend  # deferred: it imports this module
+
+        return NumbaBackend()
+    raise DistGNNError(f"unknown aggregation backend {name!r}; choose from "
+                       f"{', '.join(BACKENDS)}")
 
 
 class SpMM(torch.autograd.Function):

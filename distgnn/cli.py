@@ -72,8 +72,9 @@ def train_parser() -> argparse.ArgumentParser:
                    help="stop after this many evaluations without a better validation "
                         "accuracy (0: never stop early)")
     g = p.add_argument_group("execution and output")
-    g.add_argument("--backend", choices=sorted(BACKENDS), default=d.backend,
-                   help="aggregation kernels")
+    g.add_argument("--backend", choices=BACKENDS, default=d.backend,
+                   help="aggregation kernels: numba (cache-blocked CPU kernels) or torch "
+                        "(torch.sparse reference)")
     g.add_argument("--threads", type=int, default=d.threads,
                    help="torch and Numba threads (None: the libraries' own defaults)")
     g.add_argument("--metrics-out", metavar="FILE",

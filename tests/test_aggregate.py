@@ -1,16 +1,22 @@
-"""TorchSparseBackend, SpMM and Neighbourhood against numpy/scipy references built from the
-raw edge lists (never from CSRGraph), plus gradcheck of every reduce."""
+"""Every aggregation backend (numba, torch), SpMM and Neighbourhood against numpy/scipy
+references built from the raw edge lists (never from CSRGraph), plus gradcheck of every
+reduce."""
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
 
-from distgnn.aggregate import (REDUCES, Neighbourhood, PhaseTimer, SpMM, TorchSparseBackend,
-                               get_backend)
+from distgnn.aggregate import (BACKENDS, REDUCES, Neighbourhood, PhaseTimer, SpMM,
+                               TorchSparseBackend, get_backend)
 from distgnn.errors import DistGNNError
 from distgnn.graph import CSRGraph
 
-BACKEND = TorchSparseBackend()
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    return get_backend(request.param)
+
+
 GRAPHS = {  # kwargs of build_random_graph (conftest.py)
     "random": dict(seed=1, n=40, e=160),
     # ~3000 edges, 2000 of them into vertex 0; 50 isolated vertices
@@ -40,10 +46,10 @@ def features(n, d, seed=0, dtype=np.float32):
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("reduce", REDUCES)
 @pytest.mark.parametrize("case", sorted(GRAPHS))
-def test_spmm_forward_matches_reference(random_graph, case, reduce, weighted):
+def test_spmm_forward_matches_reference(backend, random_graph, case, reduce, weighted):
     g, src, dst, w = random_graph(weighted=weighted, **GRAPHS[case])
     x = features(g.num_nodes, 5)
-    y, arg = BACKEND.spmm(g, x, reduce)
+    y, arg = backend.spmm(g, x, reduce)
     assert y.shape == (g.num_nodes, 5) and y.dtype == torch.float32
     np.testing.assert_allclose(y.numpy(), reference(src, dst, w, g.num_nodes, x, reduce),
                                rtol=1e-5, atol=1e-4)
@@ -52,10 +58,10 @@ def test_spmm_forward_matches_reference(random_graph, case, reduce, weighted):
 
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("reduce", ["max", "min"])
-def test_arg_points_to_an_edge_attaining_the_extreme(random_graph, reduce, weighted):
+def test_arg_points_to_an_edge_attaining_the_extreme(backend, random_graph, reduce, weighted):
     g, *_ = random_graph(weighted=weighted, **GRAPHS["hub"])
     x = features(g.num_nodes, 5)
-    y, arg = BACKEND.spmm(g, x, reduce)
+    y, arg = backend.spmm(g, x, reduce)
     rows = np.repeat(np.arange(g.num_nodes), g.in_degrees())
     empty = g.in_degrees() == 0
     assert empty.any() and arg.dtype == torch.int64
@@ -79,55 +85,55 @@ def small_case(random_graph, weighted, seed=3, n=8, d=3):
 
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("reduce", REDUCES)
-def test_spmm_gradcheck(random_graph, reduce, weighted):
+def test_spmm_gradcheck(backend, random_graph, reduce, weighted):
     g, x = small_case(random_graph, weighted)
     assert torch.autograd.gradcheck(
-        lambda x: SpMM.apply(x, g, BACKEND, reduce, PhaseTimer()), (x,))
+        lambda x: SpMM.apply(x, g, backend, reduce, PhaseTimer()), (x,))
 
 
 @pytest.mark.parametrize("num_nodes", [0, 5])
 @pytest.mark.parametrize("reduce", REDUCES)
-def test_graph_without_edges_gives_zeros_and_no_gradient(reduce, num_nodes):
+def test_graph_without_edges_gives_zeros_and_no_gradient(backend, reduce, num_nodes):
     none = np.array([], np.int64)
     g = CSRGraph.from_edges(none, none, num_nodes=num_nodes)
     x = features(num_nodes, 3, dtype=np.float64).requires_grad_()
-    y = SpMM.apply(x, g, BACKEND, reduce, PhaseTimer())
+    y = SpMM.apply(x, g, backend, reduce, PhaseTimer())
     assert torch.equal(y, torch.zeros(num_nodes, 3, dtype=torch.float64))
     y.backward(torch.ones_like(y))
     assert torch.equal(x.grad, torch.zeros_like(x))
-    arg = BACKEND.spmm(g, x.detach(), reduce)[1]
+    arg = backend.spmm(g, x.detach(), reduce)[1]
     assert arg is None if reduce in ("sum", "mean") else torch.all(arg == -1)
 
 
 @pytest.mark.parametrize("reduce", REDUCES)
-def test_single_vertex_graph(reduce):
+def test_single_vertex_graph(backend, reduce):
     x = torch.tensor([[1.5, -2.0]], requires_grad=True)
     looped = CSRGraph.from_edges([0], [0], 1, edge_weight=[-3.0])
-    y = SpMM.apply(x, looped, BACKEND, reduce, PhaseTimer())
+    y = SpMM.apply(x, looped, backend, reduce, PhaseTimer())
     assert torch.equal(y, torch.tensor([[-4.5, 6.0]]))
     y.backward(torch.tensor([[1.0, 2.0]]))
     assert torch.equal(x.grad, torch.tensor([[-3.0, -6.0]]))
     alone = CSRGraph.from_edges(np.array([], np.int64), np.array([], np.int64), 1)
-    assert torch.equal(BACKEND.spmm(alone, x.detach(), reduce)[0], torch.zeros(1, 2))
+    assert torch.equal(backend.spmm(alone, x.detach(), reduce)[0], torch.zeros(1, 2))
 
 
-def test_neighbourhood_mean_divides_by_supplied_in_degree(random_graph):
+def test_neighbourhood_mean_divides_by_supplied_in_degree(backend, random_graph):
     g, src, dst, _ = random_graph(**GRAPHS["random"])
     in_degree = g.in_degrees() + np.arange(g.num_nodes) % 3  # e.g. global degrees
     in_degree[-1] = 0  # an isolated vertex: clamped to 1, not a division by zero
     x = features(g.num_nodes, 4)
-    y = Neighbourhood(g, BACKEND, in_degree=in_degree).reduce(x, "mean")
+    y = Neighbourhood(g, backend, in_degree=in_degree).reduce(x, "mean")
     expected = reference(src, dst, None, g.num_nodes, x, "sum") / np.maximum(in_degree, 1)[:, None]
     np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=1e-6)
-    default = Neighbourhood(g, BACKEND).reduce(x, "mean")
+    default = Neighbourhood(g, backend).reduce(x, "mean")
     np.testing.assert_allclose(default.numpy(), reference(src, dst, None, g.num_nodes, x, "mean"),
                                rtol=1e-5, atol=1e-6)
 
 
-def test_phase_timer_receives_aggregation_time(random_graph):
+def test_phase_timer_receives_aggregation_time(backend, random_graph):
     g, *_ = random_graph(**GRAPHS["random"])
     timer = PhaseTimer()
-    nbr = Neighbourhood(g, BACKEND, timer=timer)
+    nbr = Neighbourhood(g, backend, timer=timer)
     x = features(g.num_nodes, 4).requires_grad_()
     assert not timer.seconds
     nbr.reduce(x, "max").sum().backward()

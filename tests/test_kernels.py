@@ -1,0 +1,146 @@
+"""Numba SpMM kernels against scipy, blocking and threading invariance, autotune."""
+import numba
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from distgnn.kernels import edge_weight_grad, plan_spmm, spmm
+from distgnn.kernels.autotune import autotune_plan, cache_sizes, candidate_hub_blocks
+from distgnn.kernels.blocking import balanced_chunks
+
+
+def skewed_csr(n=120_000, e=40_000, hub_degree=110_000, seed=0, index_dtype=np.int32):
+    """CSR with empty rows, self-loops, and vertex 7 of in-degree ``hub_degree`` (> 10^5)."""
+    rng = np.random.default_rng(seed)
+    src = np.concatenate([rng.integers(0, n, e), rng.permutation(n)[:hub_degree],
+                          np.arange(50)])
+    dst = np.concatenate([rng.integers(0, 3000, e), np.full(hub_degree, 7), np.arange(50)])
+    m = sp.csr_matrix((rng.uniform(-1, 1, len(src)).astype(np.float32), (dst, src)), (n, n))
+    m.sum_duplicates()
+    return m.indptr.astype(np.int64), m.indices.astype(index_dtype), m.data, m
+
+
+def reference(m, x, reduce, weighted):
+    a = m.copy() if weighted else sp.csr_matrix((np.ones_like(m.data), m.indices, m.indptr),
+                                               m.shape)
+    if reduce in ("sum", "mean"):
+        y = a @ x.astype(np.float64)
+        return y / np.maximum(np.diff(m.indptr), 1)[:, None] if reduce == "mean" else y
+    out = np.zeros((m.shape[0], x.shape[1]))
+    rows = np.flatnonzero(np.diff(m.indptr))
+    vals = a.data[:, None] * x[m.indices]
+    ufunc = np.maximum if reduce == "max" else np.minimum
+    out[rows] = ufunc.reduceat(vals, m.indptr[rows])
+    return out
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return skewed_csr()
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
+def test_matches_scipy(reduce, weighted, index_dtype):
+    indptr, indices, data, m = skewed_csr(index_dtype=index_dtype)
+    assert np.diff(indptr).max() > 100_000 and (np.diff(indptr) == 0).any()
+    x = np.random.default_rng(1).standard_normal((m.shape[1], 24)).astype(np.float32)
+    got = spmm(indptr, indices, x, reduce, data if weighted else None)
+    y = got[0] if reduce in ("max", "min") else got
+    want = reference(m, x, reduce, weighted)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_blocking_does_not_change_the_result(graph, reduce):
+    indptr, indices, data, m = graph
+    x = np.random.default_rng(2).standard_normal((m.shape[1], 40)).astype(np.float32)
+    unblocked = spmm(indptr, indices, x, reduce, data)
+    scale = np.abs(unblocked).max()
+    for hub in (1, 16, 500, 100_000):
+        plan = plan_spmm(indptr, indices, data, hub, m.shape[1])
+        assert len(plan.blocks) == 2 and plan.hub_block == hub
+        blocked = spmm(indptr, indices, x, reduce, data, plan=plan)
+        # Same terms, other order: float32 rounding of a 110,000-term row sum.
+        np.testing.assert_allclose(blocked, unblocked, rtol=1e-4, atol=1e-4 * scale)
+
+
+def test_hub_block_holds_the_highest_out_degree_sources(graph):
+    indptr, indices, _, m = graph
+    plan = plan_spmm(indptr, indices, None, 10, m.shape[1])
+    out_degree = np.bincount(indices, minlength=m.shape[1])
+    hubs = np.unique(plan.blocks[0].indices)
+    assert len(hubs) == 10
+    assert out_degree[hubs].min() >= np.sort(out_degree)[-10]
+    assert plan.blocks[0].indptr[-1] + plan.blocks[1].indptr[-1] == len(indices)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "max"])
+def test_one_and_two_threads_agree(graph, reduce):
+    indptr, indices, data, m = graph
+    x = np.random.default_rng(3).standard_normal((m.shape[1], 16)).astype(np.float32)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = spmm(indptr, indices, x, reduce, data)
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        two = spmm(indptr, indices, x, reduce, data)
+    finally:
+        numba.set_num_threads(before)
+    for a, b in zip(*(r if isinstance(r, tuple) else (r,) for r in (one, two))):
+        np.testing.assert_array_equal(a, b)  # rows never split across threads
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_edge_weight_gradient_matches_autograd(reduce):
+    indptr, indices, data, m = skewed_csr(n=3000, e=10_000, hub_degree=2500)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((m.shape[1], 8))
+    grad_y = rng.standard_normal((m.shape[0], 8))
+    w = torch.tensor(data, dtype=torch.float64, requires_grad=True)
+    a = torch.sparse_coo_tensor(np.vstack(m.nonzero()), w, m.shape)
+    y = torch.sparse.mm(a, torch.from_numpy(x))
+    if reduce == "mean":
+        y = y / torch.from_numpy(np.maximum(np.diff(indptr), 1)[:, None])
+    (y * torch.from_numpy(grad_y)).sum().backward()
+    got = edge_weight_grad(indptr, indices, x, grad_y, reduce)
+    np.testing.assert_allclose(got, w.grad.numpy(), rtol=1e-8, atol=1e-8)
+
+
+def test_empty_and_single_vertex_graphs():
+    x = np.ones((1, 3), np.float32)
+    np.testing.assert_array_equal(spmm(np.zeros(2, np.int64), np.zeros(0, np.int32), x),
+                                  np.zeros((1, 3)))
+    assert spmm(np.zeros(1, np.int64), np.zeros(0, np.int32), np.ones((0, 3), np.float32)
+                ).shape == (0, 3)
+    y, arg = spmm(np.array([0, 1]), np.array([0], np.int32), 2 * x, "max")
+    np.testing.assert_array_equal(y, 2 * x)
+    np.testing.assert_array_equal(arg, [[0, 0, 0]])
+
+
+def test_balanced_chunks_split_by_nonzeros():
+    indptr = np.concatenate([[0], np.cumsum([1000] + [1] * 1000)]).astype(np.int64)
+    bounds = balanced_chunks(indptr, 4)
+    assert bounds[0] == 0 and bounds[-1] == 1001 and np.all(np.diff(bounds) > 0)
+    assert bounds[1] == 1  # the heavy row is a chunk by itself
+    nnz = np.diff(indptr[bounds])
+    assert nnz[1:].max() - nnz[1:].min() <= 2
+
+
+def test_autotune_trial_picks_the_fastest_candidate(graph):
+    indptr, indices, data, m = graph
+    plan, times = autotune_plan(indptr, indices, data, m.shape[1], 32, trial=True)
+    assert set(times) == set(candidate_hub_blocks(32, m.shape[1]))
+    assert plan.hub_block == min(times, key=times.get)
+    plan, times = autotune_plan(indptr, indices, data, m.shape[1], 32)  # small: no trial
+    assert times == {} and plan.hub_block == 0
+
+
+def test_cache_sizes_are_read_from_the_os():
+    sizes = cache_sizes()
+    if not sizes:
+        pytest.skip("no /sys cache information on this machine")
+    assert sizes["L2"] >= 64 << 10
+    assert candidate_hub_blocks(128, 10**9)[1] == int(0.5 * sizes["L2"] / 512)
