@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import statistics
 import sys
 
@@ -113,5 +114,35 @@ def train_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def bench_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="distgnn-bench",
+                      description="Benchmarks that print tables and write JSON.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    s = sub.add_parser("spmm", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       help="aggregation kernels vs torch.sparse.mm and scipy",
+                       description="Forward and backward SpMM of the Numba kernels, "
+                                   "torch.sparse.mm and scipy on one graph, interleaved, "
+                                   "with the STREAM triad of this machine.")
+    s.add_argument("--dataset", default="rmat:scale=20,edge_factor=16,features=1",
+                   help="any --dataset of distgnn-train (only the graph is used)")
+    s.add_argument("--widths", default="16,64,128,256",
+                   type=lambda t: [int(w) for w in t.split(",")],
+                   help="comma-separated feature widths d")
+    s.add_argument("--reps", type=int, default=5, help="timed repetitions (median reported)")
+    s.add_argument("--threads", type=int, default=os.cpu_count(),
+                   help="threads for Numba and torch (scipy runs on one)")
+    s.add_argument("--sweep", action="store_true",
+                   help="also time every hub-block size against the autotuned one")
+    s.add_argument("--no-scipy", action="store_true", help="skip the scipy column")
+    s.add_argument("--json", metavar="FILE", help="write the results and machine info here")
+    return p
+
+
 def bench_main(argv: list[str] | None = None) -> int:
-    return fail("distgnn-bench", "not yet available: benchmarking mode is being built")
+    args = bench_parser().parse_args(argv)
+    from .bench import spmm
+
+    try:
+        return spmm.main(args)
+    except (DistGNNError, OSError) as e:
+        return fail("distgnn-bench", str(e))

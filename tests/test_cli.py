@@ -59,7 +59,7 @@ def test_missing_checkpoint(tmp_path):
                           "x.pt")
 
 
-@pytest.mark.parametrize("name", ["distgnn-bench", "distgnn-partition", "distgnn-launch"])
+@pytest.mark.parametrize("name", ["distgnn-partition", "distgnn-launch"])
 def test_entry_points_of_later_issues_exist(name):
     assert_one_line_error(cli(name), "not yet available")
 

@@ -100,7 +100,7 @@ def test_edge_weight_gradient_matches_autograd(reduce):
     x = rng.standard_normal((m.shape[1], 8))
     grad_y = rng.standard_normal((m.shape[0], 8))
     w = torch.tensor(data, dtype=torch.float64, requires_grad=True)
-    a = torch.sparse_coo_tensor(np.vstack(m.nonzero()), w, m.shape)
+    a = torch.sparse_coo_tensor(np.vstack(m.nonzero()), w, m.shape, check_invariants=True)
     y = torch.sparse.mm(a, torch.from_numpy(x))
     if reduce == "mean":
         y = y / torch.from_numpy(np.maximum(np.diff(indptr), 1)[:, None])

@@ -1,0 +1,1 @@
+"""``distgnn-bench``: measurements printed as tables and written as JSON."""

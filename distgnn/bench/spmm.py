@@ -1,0 +1,166 @@
+"""``distgnn-bench spmm``: the Numba kernels against torch.sparse.mm and scipy, same run.
+
+For each feature width ``d`` it times, interleaved and repeated (median): forward
+``y = A x`` and backward ``g_x = A^T g`` of the Numba kernels (autotuned plan), of
+``torch.sparse.mm`` on CSR tensors (same thread count), and of scipy's CSR product (one
+thread).  Effective bandwidth counts the bytes that must move with no reuse: the indices,
+one gathered ``d``-float row per edge and the written output, divided by the time, and is
+compared with the STREAM triad measured in the same run.  ``--sweep`` adds every hub-block
+size tried against the autotuned one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from ..datasets import load
+from ..kernels import plan_spmm, spmm
+from ..kernels.autotune import autotune_plan, time_plan
+from ..kernels.backend import NumbaBackend
+from .machine import machine_info
+
+SWEEP_EXTRA = (1024, 2048, 4096, 8192, 16384, 65536)
+
+
+def effective_gb_s(graph, width: int, seconds: float) -> float:
+    moved = graph.indices.nbytes + graph.num_edges * width * 4 + graph.num_nodes * width * 4
+    return moved / seconds / 1e9
+
+
+def median_times(runs: dict, repeats: int) -> dict[str, float]:
+    """Run every callable once to warm up, then ``repeats`` interleaved rounds; medians."""
+    for f in runs.values():
+        f()
+    times = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, f in runs.items():
+            start = time.perf_counter()
+            f()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def jit_start_times() -> dict[str, float]:
+    """Seconds for a fresh process's first kernel call with an empty, then a warm, JIT cache."""
+    code = ("import time; t = time.perf_counter(); import numpy as np; "
+            "from distgnn.kernels import spmm; "
+            "spmm(np.array([0, 1]), np.array([0], np.int32), np.ones((1, 4), np.float32)); "
+            "print(time.perf_counter() - t)")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        run = [sys.executable, "-c", code]
+        cold = float(subprocess.run(run, env=env, capture_output=True, text=True,
+                                    check=True).stdout)
+        warm = float(subprocess.run(run, env=env, capture_output=True, text=True,
+                                    check=True).stdout)
+    return {"first_call_compile_s": round(cold, 2), "cached_start_s": round(warm, 2)}
+
+
+def run(args) -> dict:
+    torch.set_num_threads(args.threads)
+    import numba
+
+    numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
+    data = load(args.dataset)
+    graph = data.graph
+    t = NumbaBackend.transpose(graph)
+    print(f"{data.name}: {graph.num_nodes:,} vertices, {graph.num_edges:,} edges; "
+          f"{args.threads} threads; THP_MEM_ALLOC_ENABLE="
+          f"{os.environ.get('THP_MEM_ALLOC_ENABLE', '')}", flush=True)
+    info = machine_info(args.threads)
+    info.update(jit_start_times())
+    print(f"triad {info['triad_gb_s']} GB/s; JIT first call {info['first_call_compile_s']} s, "
+          f"cached {info['cached_start_s']} s", flush=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        a = torch.sparse_csr_tensor(torch.from_numpy(graph.indptr),
+                                    torch.from_numpy(graph.indices.astype(np.int64)),
+                                    torch.ones(graph.num_edges), graph_shape(graph))
+        at = torch.sparse_csr_tensor(torch.from_numpy(t.indptr),
+                                     torch.from_numpy(t.indices.astype(np.int64)),
+                                     torch.ones(t.num_edges), graph_shape(t))
+    s = graph.to_scipy()
+    rows, sweep = [], []
+    for width in args.widths:
+        x = np.random.default_rng(width).standard_normal((graph.num_nodes, width),
+                                                         dtype=np.float32)
+        xt = torch.from_numpy(x)
+        out = np.empty_like(x)
+        plan, trial = autotune_plan(graph.indptr, graph.indices, None, graph.num_nodes, width)
+        tplan, _ = autotune_plan(t.indptr, t.indices, None, t.num_nodes, width)
+        runs = {"numba_fwd": lambda: spmm(graph.indptr, graph.indices, x, out=out, plan=plan),
+                "torch_fwd": lambda: torch.sparse.mm(a, xt),
+                "numba_bwd": lambda: spmm(t.indptr, t.indices, x, out=out, plan=tplan),
+                "torch_bwd": lambda: torch.sparse.mm(at, xt)}
+        if not args.no_scipy:
+            runs["scipy_fwd"] = lambda: s @ x
+        med = median_times(runs, args.reps)
+        row = {"width": width, "hub_block": plan.hub_block, "autotune_trial_s": trial,
+               **{k: round(v, 4) for k, v in med.items()},
+               "speedup_fwd": round(med["torch_fwd"] / med["numba_fwd"], 2),
+               "speedup_bwd": round(med["torch_bwd"] / med["numba_bwd"], 2),
+               "eff_gb_s_fwd": round(effective_gb_s(graph, width, med["numba_fwd"]), 2)}
+        row["eff_over_triad"] = round(row["eff_gb_s_fwd"] / info["triad_gb_s"], 2)
+        rows.append(row)
+        print_row(row, first=width == args.widths[0])
+        if args.sweep:
+            sweep.append(sweep_hub_blocks(graph, x, out, plan.hub_block, width, args.reps))
+    return {"benchmark": "spmm", "dataset": data.name, "num_nodes": graph.num_nodes,
+            "num_edges": graph.num_edges, "machine": info, "results": rows, "sweep": sweep}
+
+
+def graph_shape(graph) -> tuple[int, int]:
+    return graph.num_nodes, graph.num_nodes
+
+
+def sweep_hub_blocks(graph, x, out, chosen: int, width: int, reps: int) -> dict:
+    from ..kernels.autotune import candidate_hub_blocks
+
+    sizes = sorted({b for b in SWEEP_EXTRA if b < graph.num_nodes} | {chosen}
+                   | set(candidate_hub_blocks(width, graph.num_nodes)))
+    times = {}
+    for hub in sizes:
+        plan = plan_spmm(graph.indptr, graph.indices, None, hub, graph.num_nodes)
+        time_plan(plan, graph.indptr, graph.indices, x, out)
+        times[hub] = statistics.median(
+            time_plan(plan, graph.indptr, graph.indices, x, out) for _ in range(reps))
+    best = min(times, key=times.get)
+    result = {"width": width, "times": {str(k): round(v, 4) for k, v in times.items()},
+              "best": best, "chosen": chosen,
+              "chosen_over_best": round(times[chosen] / times[best], 3)}
+    print(f"  sweep d={width}: " + "  ".join(
+        f"{k}{'*' if k == chosen else ''}:{v:.3f}s" for k, v in times.items())
+          + f"  -> autotuned within {100 * (result['chosen_over_best'] - 1):.1f} % of best",
+          flush=True)
+    return result
+
+
+def print_row(row: dict, first: bool) -> None:
+    cols = [("width", "d"), ("hub_block", "hub B"), ("numba_fwd", "numba fwd s"),
+            ("torch_fwd", "torch fwd s"), ("scipy_fwd", "scipy fwd s"),
+            ("speedup_fwd", "fwd x"), ("numba_bwd", "numba bwd s"),
+            ("torch_bwd", "torch bwd s"), ("speedup_bwd", "bwd x"),
+            ("eff_gb_s_fwd", "eff GB/s"), ("eff_over_triad", "/triad")]
+    if first:
+        print("  ".join(f"{title:>11}" for _, title in cols))
+    print("  ".join(f"{row.get(key, '-')!s:>11}" for key, _ in cols), flush=True)
+
+
+def main(args) -> int:
+    result = run(args)
+    if args.json:
+        with open(args.json + ".tmp", "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(args.json + ".tmp", args.json)
+    return 0
