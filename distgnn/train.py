@@ -41,7 +41,7 @@ class TrainConfig:
     eval_every: int = 1
     patience: int = 0
     feature_norm: str = "row"
-    backend: str = "numba"
+    backend: str = "torch"
     threads: int | None = None
     metrics_out: str | None = None
     checkpoint: str | None = None

@@ -107,7 +107,7 @@ def run(args) -> dict:
             runs["scipy_fwd"] = lambda: s @ x
         med = median_times(runs, args.reps)
         row = {"width": width, "hub_block": plan.hub_block, "autotune_trial_s": trial,
-               **{k: round(v, 4) for k, v in med.items()},
+               **med,
                "speedup_fwd": round(med["torch_fwd"] / med["numba_fwd"], 2),
                "speedup_bwd": round(med["torch_bwd"] / med["numba_bwd"], 2),
                "eff_gb_s_fwd": round(effective_gb_s(graph, width, med["numba_fwd"]), 2)}
@@ -136,7 +136,7 @@ def sweep_hub_blocks(graph, x, out, chosen: int, width: int, reps: int) -> dict:
         times[hub] = statistics.median(
             time_plan(plan, graph.indptr, graph.indices, x, out) for _ in range(reps))
     best = min(times, key=times.get)
-    result = {"width": width, "times": {str(k): round(v, 4) for k, v in times.items()},
+    result = {"width": width, "times": {str(k): v for k, v in times.items()},
               "best": best, "chosen": chosen,
               "chosen_over_best": round(times[chosen] / times[best], 3)}
     print(f"  sweep d={width}: " + "  ".join(
@@ -154,7 +154,9 @@ def print_row(row: dict, first: bool) -> None:
             ("eff_gb_s_fwd", "eff GB/s"), ("eff_over_triad", "/triad")]
     if first:
         print("  ".join(f"{title:>11}" for _, title in cols))
-    print("  ".join(f"{row.get(key, '-')!s:>11}" for key, _ in cols), flush=True)
+    cells = (f"{row[key]:.4g}" if isinstance(row.get(key), float) else str(row.get(key, "-"))
+             for key, _ in cols)
+    print("  ".join(f"{c:>11}" for c in cells), flush=True)
 
 
 def main(args) -> int:

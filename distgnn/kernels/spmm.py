@@ -11,8 +11,8 @@ Rows with no entries give 0.  The aggregation is memory-bound (a random gather o
 ``d``-float row per edge), so the kernels (a) split the rows into chunks of equal
 non-zeros, not equal rows, because power-law rows differ by orders of magnitude; (b)
 accumulate each output row in a private buffer and write it once per pass; (c) prefetch
-the source row ``PREFETCH_DISTANCE`` edges ahead, which keeps more cache misses in flight
-than the hardware prefetcher does for random rows; and (d) run over the *source blocks*
+the source row ``PREFETCH_DISTANCE`` edges ahead on wide rows, which keeps more cache
+misses in flight than the hardware prefetcher does for random rows; and (d) run over the *source blocks*
 of an :class:`~distgnn.kernels.blocking.SpMMPlan`: the first block holds the highest
 out-degree sources, small enough to stay in L2 while every row reads it.
 """
@@ -28,6 +28,16 @@ from numba.extending import intrinsic
 from .blocking import SpMMPlan, plan_spmm
 
 PREFETCH_DISTANCE = 8
+PREFETCH_MIN_WIDTH = 128
+
+
+def prefetch_distance(width: int) -> int:
+    """Edges to prefetch ahead; 0 (none) for rows narrower than ``PREFETCH_MIN_WIDTH``.
+
+    Measured on R-MAT 2^20 x 16, 2 threads: at d = 128 a distance of 8 took 0.78 s against
+    0.83-0.87 s without; at d = 64 it took 0.60 s against 0.49 s without.
+    """
+    return PREFETCH_DISTANCE if width >= PREFETCH_MIN_WIDTH else 0
 NO_WEIGHT = np.empty(0, np.float32)
 NO_SCALE = np.empty(0, np.float32)
 
@@ -55,7 +65,7 @@ def _prefetch(typingctx, arr, row, col):
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True)
-def _sum_block(chunks, indptr, indices, weight, x, out, accumulate, row_scale):
+def _sum_block(chunks, indptr, indices, weight, x, out, accumulate, row_scale, distance):
     """``out[v] (+)= sum_e w_e x[u_e]`` over the rows of one block; then ``*= row_scale[v]``."""
     d = x.shape[1]
     nnz = len(indices)
@@ -71,8 +81,8 @@ def _sum_block(chunks, indptr, indices, weight, x, out, accumulate, row_scale):
                 for f in range(d):
                     acc[f] = 0.0
             for e in range(indptr[v], indptr[v + 1]):
-                ahead = e + PREFETCH_DISTANCE
-                if ahead < nnz:
+                ahead = e + distance
+                if distance > 0 and ahead < nnz:
                     for f in range(0, d, 16):  # one hint per 64-byte line
                         _prefetch(x, indices[ahead], f)
                 u = indices[e]
@@ -181,7 +191,7 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
     last = len(plan.blocks) - 1
     for i, block in enumerate(plan.blocks):
         _sum_block(block.chunks, block.indptr, block.indices, block.weight, x, out, i > 0,
-                   scale if i == last else NO_SCALE)
+                   scale if i == last else NO_SCALE, prefetch_distance(x.shape[1]))
     if not plan.blocks:  # a graph without rows
         out[:] = 0
     return out
