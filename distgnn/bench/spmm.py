@@ -15,6 +15,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
@@ -55,8 +56,6 @@ def jit_start_times() -> dict[str, float]:
             "from distgnn.kernels import spmm; "
             "spmm(np.array([0, 1]), np.array([0], np.int32), np.ones((1, 4), np.float32)); "
             "print(time.perf_counter() - t)")
-    import tempfile
-
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache)
         run = [sys.executable, "-c", code]

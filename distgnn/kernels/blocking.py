@@ -36,11 +36,6 @@ class SpMMPlan:
     chunks_full: np.ndarray
     hub_block: int
 
-    @property
-    def nbytes(self) -> int:
-        return sum(b.indptr.nbytes + b.indices.nbytes + b.weight.nbytes for b in self.blocks
-                   if len(self.blocks) > 1)
-
 
 def balanced_chunks(indptr: np.ndarray, num_chunks: int = CHUNKS) -> np.ndarray:
     """int64 row boundaries ``[0, ..., N]`` splitting the rows into runs of ~equal non-zeros.
