@@ -113,7 +113,8 @@ class TorchSparseBackend:
 
     name = "torch"
 
-    def _tensors(self, graph: CSRGraph, device: torch.device) -> dict:
+    def tensors(self, graph: CSRGraph, device: torch.device) -> dict:
+        """CSR tensors of the graph and its transpose, edge ids and weights on ``device``."""
         key = f"torch:{device}"
         if key not in graph.cache:
             n = graph.num_nodes
@@ -134,7 +135,7 @@ class TorchSparseBackend:
         return graph.cache[key]
 
     def spmm(self, graph, x, reduce):
-        t = self._tensors(graph, x.device)
+        t = self.tensors(graph, x.device)
         if reduce in ("sum", "mean"):
             y = torch.sparse.mm(t["A"].to(x.dtype), x)
             return (y * t["inv_deg"].to(x.dtype) if reduce == "mean" else y), None
@@ -152,7 +153,7 @@ class TorchSparseBackend:
         return y, torch.where(first == len(src), -1, first)
 
     def spmm_backward(self, graph, grad_y, reduce, arg):
-        t = self._tensors(graph, grad_y.device)
+        t = self.tensors(graph, grad_y.device)
         if reduce in ("sum", "mean"):
             if reduce == "mean":
                 grad_y = grad_y * t["inv_deg"].to(grad_y.dtype)

@@ -187,9 +187,12 @@ class CSRGraph:
 
     # ---- derived graphs -------------------------------------------------------------------
     def transpose(self) -> "CSRGraph":
-        """The reversed graph (rows become sources)."""
-        src, dst = self.edges()
-        return CSRGraph.from_edges(dst, src, self.num_nodes, self.edge_weight, self.source)
+        """The reversed graph (rows become sources); built once, then kept in ``cache``."""
+        if "transpose" not in self.cache:
+            src, dst = self.edges()
+            self.cache["transpose"] = CSRGraph.from_edges(dst, src, self.num_nodes,
+                                                          self.edge_weight, self.source)
+        return self.cache["transpose"]
 
     def remove_self_loops(self) -> "CSRGraph":
         src, dst = self.edges()

@@ -17,16 +17,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
+from ..aggregate import TorchSparseBackend
 from ..datasets import load
 from ..kernels import plan_spmm, spmm
 from ..kernels.autotune import autotune_plan, time_plan
-from ..kernels.backend import NumbaBackend
 from .machine import machine_info
 
 SWEEP_EXTRA = (1024, 2048, 4096, 8192, 16384, 65536)
@@ -73,7 +71,7 @@ def run(args) -> dict:
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     data = load(args.dataset)
     graph = data.graph
-    t = NumbaBackend.transpose(graph)
+    t = graph.transpose()
     print(f"{data.name}: {graph.num_nodes:,} vertices, {graph.num_edges:,} edges; "
           f"{args.threads} threads; THP_MEM_ALLOC_ENABLE="
           f"{os.environ.get('THP_MEM_ALLOC_ENABLE', '')}", flush=True)
@@ -81,14 +79,8 @@ def run(args) -> dict:
     info.update(jit_start_times())
     print(f"triad {info['triad_gb_s']} GB/s; JIT first call {info['first_call_compile_s']} s, "
           f"cached {info['cached_start_s']} s", flush=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        a = torch.sparse_csr_tensor(torch.from_numpy(graph.indptr),
-                                    torch.from_numpy(graph.indices.astype(np.int64)),
-                                    torch.ones(graph.num_edges), graph_shape(graph))
-        at = torch.sparse_csr_tensor(torch.from_numpy(t.indptr),
-                                     torch.from_numpy(t.indices.astype(np.int64)),
-                                     torch.ones(t.num_edges), graph_shape(t))
+    torch_csr = TorchSparseBackend().tensors(graph, torch.device("cpu"))
+    a, at = torch_csr["A"], torch_csr["AT"]
     s = graph.to_scipy()
     rows, sweep = [], []
     for width in args.widths:
@@ -117,10 +109,6 @@ def run(args) -> dict:
             sweep.append(sweep_hub_blocks(graph, x, out, plan.hub_block, width, args.reps))
     return {"benchmark": "spmm", "dataset": data.name, "num_nodes": graph.num_nodes,
             "num_edges": graph.num_edges, "machine": info, "results": rows, "sweep": sweep}
-
-
-def graph_shape(graph) -> tuple[int, int]:
-    return graph.num_nodes, graph.num_nodes
 
 
 def sweep_hub_blocks(graph, x, out, chosen: int, width: int, reps: int) -> dict:

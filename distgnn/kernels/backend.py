@@ -1,8 +1,8 @@
 """The Numba aggregation backend: the kernels of this package behind the backend interface.
 
 Tensors are handed to the kernels as ``.numpy()`` views of their memory (no copies).  Per
-graph it caches the transpose (for the backward), the per-edge source ids (for max/min
-backward) and an autotuned :class:`~distgnn.kernels.blocking.SpMMPlan` per feature width
+graph it caches (in ``graph.cache``, beside the graph's own transpose) the per-edge source
+ids for the max/min backward and an autotuned :class:`~distgnn.kernels.blocking.SpMMPlan` per feature width
 and direction.
 """
 from __future__ import annotations
@@ -21,17 +21,11 @@ class NumbaBackend:
 
     name = "numba"
 
-    @staticmethod
-    def transpose(graph: CSRGraph) -> CSRGraph:
-        if "transpose" not in graph.cache:
-            graph.cache["transpose"] = graph.transpose()
-        return graph.cache["transpose"]
-
     def plan(self, graph: CSRGraph, width: int, transposed: bool = False):
         """The autotuned plan for ``width``-wide features (tuned once, then cached)."""
         key = ("numba-plan", transposed, width)
         if key not in graph.cache:
-            g = self.transpose(graph) if transposed else graph
+            g = graph.transpose() if transposed else graph
             graph.cache[key] = autotune_plan(g.indptr, g.indices, g.edge_weight,
                                              g.num_nodes, width)[0]
         return graph.cache[key]
@@ -40,12 +34,11 @@ class NumbaBackend:
         if x.device.type != "cpu":
             raise ValueError("the numba backend runs on CPU tensors; use the torch backend")
         xn = x.detach().numpy()
+        result = spmm(graph.indptr, graph.indices, xn, reduce, graph.edge_weight,
+                      plan=self.plan(graph, xn.shape[1]))
         if reduce in ("max", "min"):
-            y, arg = spmm(graph.indptr, graph.indices, xn, reduce, graph.edge_weight)
-            return torch.from_numpy(y), torch.from_numpy(arg)
-        y = spmm(graph.indptr, graph.indices, xn, reduce, graph.edge_weight,
-                 plan=self.plan(graph, xn.shape[1]))
-        return torch.from_numpy(y), None
+            return torch.from_numpy(result[0]), torch.from_numpy(result[1])
+        return torch.from_numpy(result), None
 
     def spmm_backward(self, graph, grad_y, reduce, arg):
         g = grad_y.numpy()
@@ -57,6 +50,6 @@ class NumbaBackend:
                                           graph.num_nodes)
         if reduce == "mean":
             g = g * inverse_degree(graph.indptr, g.dtype)[:, None]
-        t = self.transpose(graph)
+        t = graph.transpose()
         return torch.from_numpy(spmm(t.indptr, t.indices, g, "sum", t.edge_weight,
                                      plan=self.plan(graph, g.shape[1], transposed=True)))
