@@ -144,3 +144,31 @@ def test_cache_sizes_are_read_from_the_os():
         pytest.skip("no /sys cache information on this machine")
     assert sizes["L2"] >= 64 << 10
     assert candidate_hub_blocks(128, 10**9)[1] == int(0.5 * sizes["L2"] / 512)
+
+
+def test_misaligned_and_strided_inputs_give_the_aligned_result(graph):
+    from distgnn.kernels.spmm import as_aligned, empty_aligned
+
+    indptr, indices, _, m = graph
+    base = np.random.default_rng(3).standard_normal((m.shape[1] * 16 + 1,), dtype=np.float32)
+    misaligned = base[1:].reshape(-1, 16)  # 4 bytes past numpy's own alignment
+    if misaligned.ctypes.data % 64 == 0:
+        misaligned = base[:-1].reshape(-1, 16)
+    assert misaligned.ctypes.data % 64 != 0
+    aligned = empty_aligned(misaligned.shape, np.float32)
+    aligned[...] = misaligned
+    assert aligned.ctypes.data % 64 == 0 and as_aligned(aligned) is aligned
+    assert as_aligned(misaligned).ctypes.data % 64 == 0
+    strided = np.asfortranarray(misaligned)
+    expected = spmm(indptr, indices, aligned)
+    assert expected.ctypes.data % 64 == 0
+    np.testing.assert_array_equal(spmm(indptr, indices, misaligned), expected)
+    np.testing.assert_array_equal(spmm(indptr, indices, strided), expected)
+
+
+@pytest.mark.parametrize("width,distance", [(1, 32), (16, 32), (64, 16), (128, 8), (256, 4),
+                                            (4096, 4)])
+def test_prefetch_distance_keeps_about_a_thousand_floats_in_flight(width, distance):
+    from distgnn.kernels.spmm import prefetch_distance
+
+    assert prefetch_distance(width) == distance

@@ -24,6 +24,7 @@ import torch
 from ..aggregate import TorchSparseBackend
 from ..datasets import load
 from ..kernels import plan_spmm, spmm
+from ..kernels.spmm import as_aligned, empty_aligned
 from ..kernels.autotune import autotune_plan, time_plan
 from .machine import machine_info
 
@@ -84,10 +85,10 @@ def run(args) -> dict:
     s = graph.to_scipy()
     rows, sweep = [], []
     for width in args.widths:
-        x = np.random.default_rng(width).standard_normal((graph.num_nodes, width),
-                                                         dtype=np.float32)
+        x = as_aligned(np.random.default_rng(width).standard_normal((graph.num_nodes, width),
+                                                                    dtype=np.float32))
         xt = torch.from_numpy(x)
-        out = np.empty_like(x)
+        out = empty_aligned(x.shape, x.dtype)
         plan, trial = autotune_plan(graph.indptr, graph.indices, None, graph.num_nodes, width)
         tplan, _ = autotune_plan(t.indptr, t.indices, None, t.num_nodes, width)
         runs = {"numba_fwd": lambda: spmm(graph.indptr, graph.indices, x, out=out, plan=plan),

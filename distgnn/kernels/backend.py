@@ -13,7 +13,7 @@ import torch
 from ..aggregate import scatter_argreduce_grad
 from ..graph import CSRGraph
 from .autotune import autotune_plan
-from .spmm import inverse_degree, spmm
+from .spmm import empty_aligned, inverse_degree, spmm
 
 
 class NumbaBackend:
@@ -49,7 +49,8 @@ class NumbaBackend:
             return scatter_argreduce_grad(grad_y, arg, graph.cache["src"], weight,
                                           graph.num_nodes)
         if reduce == "mean":
-            g = g * inverse_degree(graph.indptr, g.dtype)[:, None]
+            g = np.multiply(g, inverse_degree(graph.indptr, g.dtype)[:, None],
+                            out=empty_aligned(g.shape, g.dtype))
         t = graph.transpose()
         return torch.from_numpy(spmm(t.indptr, t.indices, g, "sum", t.edge_weight,
                                      plan=self.plan(graph, g.shape[1], transposed=True)))
