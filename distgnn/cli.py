@@ -26,6 +26,14 @@ def fail(prog: str, message: str) -> int:
     return 2
 
 
+def run_guarded(prog: str, command) -> int:
+    """``command()``'s exit status, or 2 with one line on stderr for a user error."""
+    try:
+        return command()
+    except (DistGNNError, OSError) as e:
+        return fail(prog, str(e))
+
+
 def train_parser() -> argparse.ArgumentParser:
     from .aggregate import BACKENDS
     from .models import SAGE_AGGREGATORS
@@ -96,12 +104,15 @@ def train_main(argv: list[str] | None = None) -> int:
 
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
                          if hasattr(args, f.name)}, progress=not args.no_progress)
-    try:
+
+    def run():
         data = load(args.dataset, features=args.features, labels=args.labels, split=args.split)
         print(data.summary(), flush=True)
-        result = train(data, cfg)
-    except (DistGNNError, OSError) as e:
-        return fail("distgnn-train", str(e))
+        return train(data, cfg)
+
+    result = run_guarded("distgnn-train", run)
+    if isinstance(result, int):
+        return result
     times = [r["epoch_s"] for r in result.history]
     phases = {k: statistics.median(r["phases"][k] for r in result.history)
               for k in result.history[0]["phases"]}
@@ -142,7 +153,4 @@ def bench_main(argv: list[str] | None = None) -> int:
     args = bench_parser().parse_args(argv)
     from .bench import spmm
 
-    try:
-        return spmm.main(args)
-    except (DistGNNError, OSError) as e:
-        return fail("distgnn-bench", str(e))
+    return run_guarded("distgnn-bench", lambda: spmm.main(args))

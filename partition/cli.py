@@ -1,8 +1,185 @@
-"""``distgnn-partition``: vertex-cut partitioning of a graph into a partition directory."""
+"""``distgnn-partition``: partition a dataset to disk, ``inspect`` or ``verify`` a directory.
+
+    distgnn-partition DATASET --parts P --out DIR [--method libra|random|dbh] [--seed S]
+                      [--order given|random] [--roots random|balanced] [--force]
+    distgnn-partition inspect DIR [--width D] [--hidden H] [--layers L] [--json FILE]
+    distgnn-partition verify DIR [--dataset SPEC]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
 import sys
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+from distgnn.cli import OneLineParser, run_guarded
+from distgnn.datasets import load as load_dataset
+
+from .assign import METHODS, ORDERS
+from .format import FORMAT_VERSION, load, read_meta, verify, write_partitions
+from .layout import ROOTS, partition_arrays
+from .stats import PartCounts, counts_from_layout, format_summary, summarize
+from .vertex_cut import vertex_cut
+
+PROGRESS_MIN_EDGES = 1_000_000
+
+
+def _stat_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--width", type=int, default=128,
+                        help="feature width for the cd-0 exchange volume (default 128)")
+    parser.add_argument("--hidden", type=int, default=256,
+                        help="hidden width for the predicted memory per rank (default 256)")
+    parser.add_argument("--layers", type=int, default=2,
+                        help="model layers for the predicted memory per rank (default 2)")
+    parser.add_argument("--json", metavar="FILE", help="also write the statistics as JSON")
+
+
+def partition_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog="distgnn-partition",
+        description="Vertex-cut partitioning of a graph into a partition directory "
+                    f"(format version {FORMAT_VERSION}). Subcommands: 'inspect DIR' prints "
+                    "the statistics of a directory, 'verify DIR' checks it.")
+    p.add_argument("dataset", help="bundled name (cora), .npz path, edge list, OGB directory "
+                                   "or generator spec such as rmat:scale=20,edge_factor=16")
+    p.add_argument("--parts", type=int, required=True, help="number of partitions P (ranks)")
+    p.add_argument("--out", required=True, help="partition directory to create")
+    p.add_argument("--method", choices=METHODS, default="libra",
+                   help="libra: greedy vertex-cut (default); random: edge hash; "
+                        "dbh: hash of the lower-degree endpoint")
+    p.add_argument("--seed", type=int, default=0, help="seeds order, ties, roots (default 0)")
+    p.add_argument("--order", choices=ORDERS, default="random",
+                   help="Libra stream order: as stored (given) or a seeded permutation "
+                        "(random, default)")
+    p.add_argument("--roots", choices=ROOTS, default="balanced",
+                   help="root clone of each split vertex: balanced across partitions "
+                        "(default) or uniformly random")
+    pairs = p.add_mutually_exclusive_group()
+    pairs.add_argument("--keep-pairs", dest="keep_pairs", action="store_true", default=None,
+                       help="both directions of an undirected edge in one partition "
+                            "(default: on for symmetric graphs)")
+    pairs.add_argument("--no-keep-pairs", dest="keep_pairs", action="store_false",
+                       help="place the two directions independently")
+    p.add_argument("--force", action="store_true", help="replace an existing --out")
+    p.add_argument("--split", type=int, default=0, help="which fixed split of a .npz to use")
+    p.add_argument("--features", help="features for an edge-list DATASET (.npy or text)")
+    p.add_argument("--labels", help="labels for an edge-list DATASET (.npy or text)")
+    p.add_argument("--symmetrize", action="store_true",
+                   help="add the reverse of every edge before partitioning")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _stat_flags(p)
+    return p
+
+
+def inspect_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="distgnn-partition inspect",
+                      description="Statistics of a partition directory.")
+    p.add_argument("directory", help="partition directory")
+    _stat_flags(p)
+    return p
+
+
+def verify_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="distgnn-partition verify",
+                      description="Check a partition directory: format version, checksums, "
+                                  "and consistency (edges, vertices, roots, split tables). "
+                                  "Exits 1 on any problem.")
+    p.add_argument("directory", help="partition directory")
+    p.add_argument("--dataset", help="also check that the partitions hold exactly this "
+                                     "dataset's edges (any DATASET the partitioner accepts)")
+    return p
+
+
+def _emit(stats: dict, args) -> None:
+    print(format_summary(stats))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(stats, f, indent=1)
+
+
+def partition_main(args) -> int:
+    started = time.perf_counter()
+    data = load_dataset(args.dataset, features=args.features, labels=args.labels,
+                        split=args.split, symmetrize=args.symmetrize)
+    graph = data.graph
+    print(f"{data.summary()}", flush=True)
+    show = not args.no_progress and graph.num_edges >= PROGRESS_MIN_EDGES
+    with tqdm(total=graph.num_edges, unit="edge", unit_scale=True, disable=not show,
+              desc=f"{args.method} P={args.parts}", file=sys.stderr) as bar:
+        layout = vertex_cut(graph, args.parts, args.method, args.seed, args.order, args.roots,
+                            args.keep_pairs, progress=bar.update)
+    assigned = time.perf_counter()
+    counts = counts_from_layout(layout)
+    stats = summarize(counts, graph.num_nodes, int(np.count_nonzero(layout.clones() > 1)),
+                      width=args.width, num_features=data.num_features,
+                      num_classes=data.num_classes, hidden=args.hidden, layers=args.layers)
+    meta = {"dataset": data.name, "method": args.method, "seed": args.seed,
+            "order": args.order, "roots": args.roots, "num_parts": args.parts,
+            "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
+            "num_features": data.num_features, "num_classes": data.num_classes,
+            "split_vertices": int(stats["split_fraction"] * graph.num_nodes + 0.5),
+            **{k: stats[k] for k in ("replication_factor", "split_fraction", "edge_balance",
+                                     "root_balance")},
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    with tqdm(total=args.parts, unit="part", disable=not show, desc="writing",
+              file=sys.stderr) as bar:
+        write_partitions(args.out, partition_arrays(layout, graph.indptr, graph.indices, data),
+                         meta, args.force, progress=bar.update)
+    done = time.perf_counter()
+    _emit(stats, args)
+    print(f"wrote {args.out} in {done - started:.1f} s (partitioning "
+          f"{assigned - started:.1f} s including loading, writing {done - assigned:.1f} s)")
+    return 0
+
+
+def inspect_main(args) -> int:
+    meta = read_meta(args.directory)
+    counts = []
+    for rank in range(meta["num_parts"]):
+        part = load(args.directory, rank)
+        roots = int(np.count_nonzero(np.asarray(part.root_rank) == rank))
+        counts.append(PartCounts(part.num_nodes, part.graph.num_edges, roots,
+                                 part.num_nodes - roots, int(len(part.leaf_root_local)),
+                                 part.graph.indices.itemsize))
+    stats = summarize(counts, meta["num_nodes"], meta.get("split_vertices", 0),
+                      width=args.width, num_features=meta.get("num_features", 0),
+                      num_classes=meta.get("num_classes", 0), hidden=args.hidden,
+                      layers=args.layers)
+    print(f"{args.directory}: {meta.get('method')} partitions of {meta.get('dataset')} "
+          f"(seed {meta.get('seed')}, format version {meta['format_version']})")
+    _emit(stats, args)
+    return 0
+
+
+def verify_main(args) -> int:
+    edges = None
+    if args.dataset:
+        src, dst = load_dataset(args.dataset).graph.edges()
+        edges = (src, dst)
+    problems = verify(args.directory, edges)
+    for problem in problems:
+        print(f"distgnn-partition verify: {problem}", file=sys.stderr)
+    if problems:
+        return 1
+    meta = read_meta(args.directory)
+    print(f"{args.directory}: OK ({meta['num_parts']} partitions, {meta['num_nodes']:,} "
+          f"vertices, {meta['num_edges']:,} edges, {len(meta['files'])} files checked)")
+    return 0
+
+
+COMMANDS = {"inspect": (inspect_parser, inspect_main), "verify": (verify_parser, verify_main)}
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("distgnn-partition: error: not yet available: the Libra partitioner is being built",
-          file=sys.stderr)
-    return 2
+    argv = sys.argv[1:] if argv is None else argv
+    make_parser, command = COMMANDS.get(argv[0] if argv else "", (partition_parser,
+                                                                  partition_main))
+    if argv and argv[0] in COMMANDS:
+        argv = argv[1:]
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    return run_guarded(parser.prog, lambda: command(args))

@@ -1,0 +1,225 @@
+"""From an edge assignment to what each rank holds: local vertices, local CSR, roots, split tables.
+
+Given ``part[e]`` for every CSR entry, partition ``p`` holds the vertices with an edge in
+it (plus the isolated vertices placed on it), numbered locally in increasing global id,
+and its edges as a local CSR (rows = destinations).  Every vertex has exactly one
+**root** clone; the others are **leaves**.  Roots are chosen at random among the clones,
+or *balanced*: vertices with one clone own it, then split vertices (in a seeded random
+order) go to their clone partition owning the fewest roots so far.
+
+Split tables, for partition ``p`` with ``n_p`` local vertices:
+
+- ``root_rank`` int32 ``[n_p]`` and ``root_local`` int64 ``[n_p]``: the partition and
+  local id of each local vertex's root (itself when ``p`` holds the root);
+- ``leaf_ptr`` int64 ``[P + 1]``, ``leaf_root_local`` and ``leaf_remote_local`` int64
+  ``[L_p]``: for peer ``q``, entries ``leaf_ptr[q]:leaf_ptr[q+1]`` list the roots held
+  here that have a leaf on ``q`` (local id here) and that leaf's local id on ``q``, in
+  increasing global id, the same order in which ``q`` lists its leaves whose root is on
+  ``p``.  Both sides of an exchange can therefore pack and unpack without sending ids.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import numba
+import numpy as np
+
+from .assign import _has, membership
+
+ROOTS = ("balanced", "random")
+
+
+@numba.njit(cache=True)
+def _place_isolated(member, num_parts):
+    """Give every vertex without edges a bit in the partition with fewest vertices so far."""
+    count = np.zeros(num_parts, np.int64)
+    for v in range(member.shape[0]):
+        for p in range(num_parts):
+            count[p] += _has(member, v, p)
+    for v in range(member.shape[0]):
+        empty = True
+        for w in range(member.shape[1]):
+            if member[v, w]:
+                empty = False
+        if empty:
+            p = np.argmin(count)
+            member[v, p >> 6] |= np.uint64(1) << np.uint64(p & 63)
+            count[p] += 1
+
+
+@numba.njit(cache=True)
+def _choose_roots(member, num_parts, visit, balanced, seed):
+    """int32 ``[N]`` root partition per vertex (see the module docstring)."""
+    np.random.seed(seed)
+    n = member.shape[0]
+    root = np.full(n, -1, np.int32)
+    owned = np.zeros(num_parts, np.int64)
+    clones = np.zeros(n, np.int32)
+    for v in range(n):
+        for p in range(num_parts):
+            if _has(member, v, p):
+                clones[v] += 1
+                root[v] = p
+        if clones[v] == 1:
+            owned[root[v]] += 1
+    for i in range(n):
+        v = visit[i]
+        if clones[v] < 2:
+            continue
+        best, best_owned, seen = -1, np.iinfo(np.int64).max, 0
+        for p in range(num_parts):
+            if not _has(member, v, p):
+                continue
+            if balanced:
+                if owned[p] < best_owned:
+                    best, best_owned, seen = p, owned[p], 1
+                elif owned[p] == best_owned:
+                    seen += 1
+                    if np.random.random() * seen < 1.0:
+                        best = p
+            else:
+                seen += 1
+                if np.random.random() * seen < 1.0:
+                    best = p
+        root[v] = best
+        owned[best] += 1
+    return root
+
+
+@numba.njit(cache=True)
+def _vertex_lists(member, num_parts):
+    """Per partition, its vertices in increasing id: ``(offsets [P+1], flat ids)``."""
+    n = member.shape[0]
+    counts = np.zeros(num_parts + 1, np.int64)
+    for v in range(n):
+        for p in range(num_parts):
+            counts[p + 1] += _has(member, v, p)
+    offsets = np.cumsum(counts)
+    fill = offsets[:-1].copy()
+    flat = np.empty(offsets[-1], np.int64)
+    for v in range(n):
+        for p in range(num_parts):
+            if _has(member, v, p):
+                flat[fill[p]] = v
+                fill[p] += 1
+    return offsets, flat
+
+
+@dataclasses.dataclass
+class Layout:
+    """Whole-graph view of a vertex-cut: who holds what, and where each root lives.
+
+    Attributes:
+        num_parts (int): ``P``.
+        part (np.ndarray): int32 ``[E]`` partition of each CSR entry.
+        vertex_offsets, vertex_ids (np.ndarray): partition ``p`` holds global vertices
+            ``vertex_ids[vertex_offsets[p]:vertex_offsets[p+1]]`` (increasing).
+        root (np.ndarray): int32 ``[N]`` partition of each vertex's root clone.
+        root_local (np.ndarray): int64 ``[N]`` local id of each vertex at its root.
+        edge_counts (np.ndarray): int64 ``[P]`` entries per partition.
+    """
+
+    num_parts: int
+    part: np.ndarray
+    vertex_offsets: np.ndarray
+    vertex_ids: np.ndarray
+    root: np.ndarray
+    root_local: np.ndarray
+    edge_counts: np.ndarray
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.root)
+
+    def vertices(self, p: int) -> np.ndarray:
+        return self.vertex_ids[self.vertex_offsets[p]:self.vertex_offsets[p + 1]]
+
+    def clones(self) -> np.ndarray:
+        """int64 ``[N]``: number of partitions holding each vertex."""
+        return np.bincount(self.vertex_ids, minlength=self.num_nodes)
+
+
+def build_layout(indptr: np.ndarray, indices: np.ndarray, part: np.ndarray, num_parts: int,
+                 roots: str = "balanced", seed: int = 0) -> Layout:
+    """Vertex sets, isolated-vertex placement and roots for the assignment ``part``."""
+    if roots not in ROOTS:
+        raise ValueError(f"roots must be one of {', '.join(ROOTS)}, got {roots!r}")
+    n = len(indptr) - 1
+    member = membership(indptr, indices, part, num_parts)
+    _place_isolated(member, num_parts)
+    visit = np.random.default_rng(seed + 1).permutation(n)
+    root = _choose_roots(member, num_parts, visit, roots == "balanced", seed + 2)
+    offsets, flat = _vertex_lists(member, num_parts)
+    root_local = np.empty(n, np.int64)
+    for p in range(num_parts):
+        ids = flat[offsets[p]:offsets[p + 1]]
+        here = root[ids] == p
+        root_local[ids[here]] = np.flatnonzero(here)
+    edge_counts = np.bincount(part, minlength=num_parts).astype(np.int64)
+    return Layout(num_parts, part, offsets, flat, root, root_local, edge_counts)
+
+
+def leaf_tables(layout: Layout) -> list[dict[str, np.ndarray]]:
+    """Per partition ``p``: ``leaf_ptr``, ``leaf_root_local``, ``leaf_remote_local``."""
+    P = layout.num_parts
+    pieces = [[] for _ in range(P)]  # pieces[p] = [(q, root_local, remote_local), ...]
+    for q in range(P):
+        ids = layout.vertices(q)
+        leaf = np.flatnonzero(layout.root[ids] != q)
+        owner = layout.root[ids[leaf]]
+        by_owner = np.argsort(owner, kind="stable")
+        bounds = np.searchsorted(owner[by_owner], np.arange(P + 1))
+        for p in range(P):
+            sel = by_owner[bounds[p]:bounds[p + 1]]
+            if len(sel):
+                pieces[p].append((q, layout.root_local[ids[leaf[sel]]], leaf[sel]))
+    tables = []
+    for p in range(P):
+        counts = np.zeros(P, np.int64)
+        for q, local, _ in pieces[p]:
+            counts[q] = len(local)
+        ptr = np.zeros(P + 1, np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        cat = (lambda k: np.concatenate([piece[k] for piece in pieces[p]]).astype(np.int64)
+               if pieces[p] else np.empty(0, np.int64))
+        tables.append({"leaf_ptr": ptr, "leaf_root_local": cat(1), "leaf_remote_local": cat(2)})
+    return tables
+
+
+def partition_arrays(layout: Layout, indptr: np.ndarray, indices: np.ndarray, dataset
+                     ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """Yield ``(p, arrays)`` with every array partition ``p`` stores (see ``format.py``)."""
+    n = layout.num_nodes
+    dst = np.repeat(np.arange(n, dtype=indices.dtype), np.diff(indptr))
+    by_part = np.argsort(layout.part, kind="stable")  # keeps CSR (destination) order inside
+    edge_offsets = np.zeros(layout.num_parts + 1, np.int64)
+    np.cumsum(layout.edge_counts, out=edge_offsets[1:])
+    in_degree = np.diff(indptr).astype(np.int64)
+    tables = leaf_tables(layout)
+    local = np.empty(n, np.int64)
+    for p in range(layout.num_parts):
+        ids = layout.vertices(p)
+        local[ids] = np.arange(len(ids))
+        edges = by_part[edge_offsets[p]:edge_offsets[p + 1]]
+        rows = local[dst[edges]]
+        part_indptr = np.zeros(len(ids) + 1, np.int64)
+        np.cumsum(np.bincount(rows, minlength=len(ids)), out=part_indptr[1:])
+        is_root = layout.root[ids] == p
+        arrays = {
+            "global_ids": ids,
+            "indptr": part_indptr,
+            "indices": local[indices[edges]].astype(np.int32 if len(ids) < 2**31 else np.int64),
+            "x": np.ascontiguousarray(dataset.x[ids]),
+            "y": np.ascontiguousarray(dataset.y[ids]),
+            "train_mask": dataset.train_mask[ids] & is_root,
+            "val_mask": dataset.val_mask[ids] & is_root,
+            "test_mask": dataset.test_mask[ids] & is_root,
+            "in_degree": in_degree[ids],
+            "root_rank": layout.root[ids],
+            "root_local": layout.root_local[ids],
+            **tables[p],
+        }
+        if dataset.graph.edge_weight is not None:
+            arrays["edge_weight"] = dataset.graph.edge_weight[edges]
+        yield p, arrays
