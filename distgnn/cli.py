@@ -146,11 +146,37 @@ def bench_parser() -> argparse.ArgumentParser:
                    help="also time every hub-block size against the autotuned one")
     s.add_argument("--no-scipy", action="store_true", help="skip the scipy column")
     s.add_argument("--json", metavar="FILE", help="write the results and machine info here")
+    from partition.assign import ORDERS
+
+    from .bench.partition import METHODS as PARTITION_METHODS
+    s = sub.add_parser("partition", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       help="replication factor, balance and time of the partitioners",
+                       description="Libra, random, DBH and (with pymetis) METIS-derived "
+                                   "vertex-cuts of each dataset for each P, timed in one run.")
+    s.add_argument("--dataset", action="append",
+                   help="dataset or generator spec; repeat for several "
+                        "(default: rmat:scale=16,edge_factor=16,features=1)")
+    s.add_argument("--parts", default="2,4,8,16",
+                   type=lambda t: [int(w) for w in t.split(",")],
+                   help="comma-separated partition counts P")
+    s.add_argument("--methods", default=",".join(PARTITION_METHODS),
+                   type=lambda t: t.split(","), help="comma-separated methods")
+    s.add_argument("--order", choices=ORDERS, default="random", help="Libra stream order")
+    s.add_argument("--seed", type=int, default=0, help="partitioning seed")
+    s.add_argument("--threads", type=int, default=os.cpu_count(), help="Numba threads")
+    s.add_argument("--json", metavar="FILE", help="write the results and machine info here")
     return p
 
 
 def bench_main(argv: list[str] | None = None) -> int:
     args = bench_parser().parse_args(argv)
-    from .bench import spmm
+    from .bench import partition, spmm
 
-    return run_guarded("distgnn-bench", lambda: spmm.main(args))
+    if args.command == "partition":
+        args.dataset = args.dataset or ["rmat:scale=16,edge_factor=16,features=1"]
+        unknown = set(args.methods) - set(partition.METHODS)
+        if unknown:
+            return fail("distgnn-bench", f"unknown method(s) {', '.join(sorted(unknown))}; "
+                                         f"choose from {', '.join(partition.METHODS)}")
+    command = {"spmm": spmm.main, "partition": partition.main}[args.command]
+    return run_guarded("distgnn-bench", lambda: command(args))

@@ -33,7 +33,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .graph import CSRGraph, GraphError, NodeDataset, index_dtype
+from .graph import CSRGraph, GraphError, NodeDataset
 
 _NPZ_KEYS = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
 _MASKS = ("train", "val", "test")

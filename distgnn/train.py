@@ -11,7 +11,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -41,7 +40,7 @@ class TrainConfig:
     eval_every: int = 1
     patience: int = 0
     feature_norm: str = "row"
-    backend: str = "torch"
+    backend: str = "numba"
     threads: int | None = None
     metrics_out: str | None = None
     checkpoint: str | None = None

@@ -136,11 +136,13 @@ def _fill_membership(src, dst, part, member, threads):
 
 @numba.njit(cache=True)
 def _reverse_positions(indptr, indices):
-    """For a symmetric CSR with sorted rows: ``rev[e]`` = position of the reverse entry.
+    """``(ok, rev)``: for a symmetric CSR with sorted rows, ``rev[e]`` = position of the
+    reverse of entry ``e``; ``ok`` is False if some entry has no reverse.
 
     Rows are visited in order; row ``u``'s entries ``(u, v < u)`` are met in increasing
-    ``v``, so a cursor per row finds each reverse in O(1).  Returns -1 at position 0 if the
-    graph is not symmetric with sorted rows.
+    ``v``, so a cursor per row finds each reverse in O(1).  When row ``v`` is reached, its
+    entries below the diagonal must all have been matched: any left beyond the cursor
+    have no reverse.
     """
     n = len(indptr) - 1
     cursor = indptr[:-1].copy()
@@ -149,27 +151,26 @@ def _reverse_positions(indptr, indices):
         for e in range(indptr[v], indptr[v + 1]):
             u = indices[e]
             if u < v:
+                if e >= cursor[v]:
+                    return False, rev
                 continue
             if u == v:
                 rev[e] = e
                 continue
             r = cursor[u]
             if r >= indptr[u + 1] or indices[r] != v:
-                rev[0] = -1
-                return rev
+                return False, rev
             cursor[u] = r + 1
             rev[e] = r
             rev[r] = e
-    return rev
+    return True, rev
 
 
 def reverse_positions(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray | None:
     """int64 ``[E]`` position of each entry's reverse, or None if the CSR is not symmetric
-    (or its rows are not sorted and free of duplicates)."""
-    if len(indices) == 0:
-        return np.empty(0, np.int64)
-    rev = _reverse_positions(indptr, indices)
-    return None if rev[0] < 0 else rev
+    (or its rows are not sorted)."""
+    ok, rev = _reverse_positions(indptr, indices)
+    return rev if ok else None
 
 
 def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,

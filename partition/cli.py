@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import sys
 import time
@@ -20,8 +19,8 @@ from distgnn.cli import OneLineParser, run_guarded
 from distgnn.datasets import load as load_dataset
 
 from .assign import METHODS, ORDERS
-from .format import FORMAT_VERSION, load, read_meta, verify, write_partitions
-from .layout import ROOTS, partition_arrays
+from .format import FORMAT_VERSION, load, read_meta, verify, write_dataset
+from .layout import ROOTS
 from .stats import PartCounts, counts_from_layout, format_summary, summarize
 from .vertex_cut import vertex_cut
 
@@ -117,18 +116,11 @@ def partition_main(args) -> int:
     stats = summarize(counts, graph.num_nodes, int(np.count_nonzero(layout.clones() > 1)),
                       width=args.width, num_features=data.num_features,
                       num_classes=data.num_classes, hidden=args.hidden, layers=args.layers)
-    meta = {"dataset": data.name, "method": args.method, "seed": args.seed,
-            "order": args.order, "roots": args.roots, "num_parts": args.parts,
-            "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
-            "num_features": data.num_features, "num_classes": data.num_classes,
-            "split_vertices": int(stats["split_fraction"] * graph.num_nodes + 0.5),
-            **{k: stats[k] for k in ("replication_factor", "split_fraction", "edge_balance",
-                                     "root_balance")},
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    settings = {"method": args.method, "seed": args.seed, "order": args.order,
+                "roots": args.roots}
     with tqdm(total=args.parts, unit="part", disable=not show, desc="writing",
               file=sys.stderr) as bar:
-        write_partitions(args.out, partition_arrays(layout, graph.indptr, graph.indices, data),
-                         meta, args.force, progress=bar.update)
+        write_dataset(args.out, data, layout, settings, args.force, progress=bar.update)
     done = time.perf_counter()
     _emit(stats, args)
     print(f"wrote {args.out} in {done - started:.1f} s (partitioning "

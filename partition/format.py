@@ -9,6 +9,7 @@ so an interrupted run never leaves a directory that loads.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import json
 import os
@@ -21,6 +22,9 @@ import numpy as np
 
 from distgnn.errors import DistGNNError
 from distgnn.graph import CSRGraph
+
+from .layout import Layout, partition_arrays
+from .stats import counts_from_layout, summarize
 
 FORMAT_VERSION = 1
 FORMAT_NAME = "distgnn-partitions"
@@ -81,6 +85,37 @@ def write_partitions(out: str | Path, parts: Iterable[tuple[int, dict[str, np.nd
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def has_duplicate_edges(graph: CSRGraph) -> bool:
+    """Whether some (source, destination) entry appears twice."""
+    src, dst = graph.edges()
+    keys = np.sort(dst.astype(np.int64) * graph.num_nodes + src)
+    return bool(np.any(keys[1:] == keys[:-1]))
+
+
+def write_dataset(out: str | Path, data, layout: Layout, settings: dict, force: bool = False,
+                  progress=None) -> dict:
+    """Write the partitions of ``data`` (a NodeDataset) under ``layout`` to ``out``.
+
+    ``settings`` (method, seed, order, roots) go into ``meta.json`` beside the sizes and
+    the headline statistics; returns the meta written (without the file list).
+    """
+    graph = data.graph
+    clones = layout.clones()
+    stats = summarize(counts_from_layout(layout), graph.num_nodes,
+                      int(np.count_nonzero(clones > 1)))
+    meta = {"dataset": data.name, **settings, "num_parts": layout.num_parts,
+            "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
+            "num_features": data.num_features, "num_classes": data.num_classes,
+            "multigraph": has_duplicate_edges(graph),
+            "split_vertices": int(np.count_nonzero(clones > 1)),
+            **{k: stats[k] for k in ("replication_factor", "split_fraction", "edge_balance",
+                                     "root_balance")},
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    write_partitions(out, partition_arrays(layout, graph.indptr, graph.indices, data), meta,
+                     force, progress)
+    return meta
 
 
 def read_meta(directory: str | Path) -> dict:
@@ -178,7 +213,8 @@ def verify(directory: str | Path, edges: tuple[np.ndarray, np.ndarray] | None = 
     """Every problem found in ``directory`` (empty list: valid).
 
     Checks format and version, each file's size and SHA-256, then consistency: every edge
-    in exactly one partition, every vertex in at least one with exactly one root, root
+    in exactly one partition (for a ``multigraph``, whose input repeats edges, only the
+    total count and, with ``edges``, the multiset), every vertex in at least one with exactly one root, root
     pointers that point at the right vertex, and split tables that mirror each other.
     ``edges`` (global ``(src, dst)``) also checks the union against the input graph.
     """
@@ -226,7 +262,8 @@ def _consistency(parts: list[Partition], meta: dict, edges) -> list[str]:
     if len(all_keys) != meta["num_edges"]:
         problems.append(f"partitions hold {len(all_keys)} edges, meta.json says "
                         f"{meta['num_edges']}")
-    if len(all_keys) > 1 and np.any(all_keys[1:] == all_keys[:-1]):
+    if (not meta.get("multigraph", False) and len(all_keys) > 1
+            and np.any(all_keys[1:] == all_keys[:-1])):
         problems.append("some edges are stored in more than one partition")
     if edges is not None:
         expected = np.sort(np.asarray(edges[1], np.int64) * n + np.asarray(edges[0]))

@@ -10,7 +10,6 @@ size tried against the autotuned one.
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -27,6 +26,7 @@ from ..kernels import plan_spmm, spmm
 from ..kernels.spmm import as_aligned, empty_aligned
 from ..kernels.autotune import autotune_plan, time_plan
 from .machine import machine_info
+from .output import write_json
 
 SWEEP_EXTRA = (1024, 2048, 4096, 8192, 16384, 65536)
 
@@ -150,7 +150,5 @@ def print_row(row: dict, first: bool) -> None:
 def main(args) -> int:
     result = run(args)
     if args.json:
-        with open(args.json + ".tmp", "w") as f:
-            json.dump(result, f, indent=1)
-        os.replace(args.json + ".tmp", args.json)
+        write_json(args.json, result)
     return 0
