@@ -106,6 +106,18 @@ def _vertex_lists(member, num_parts):
     return offsets, flat
 
 
+@numba.njit(cache=True)
+def _group_by_part(part, counts):
+    """Entry positions grouped by partition, increasing within each (a counting sort)."""
+    fill = np.zeros(len(counts), np.int64)
+    fill[1:] = np.cumsum(counts)[:-1]
+    order = np.empty(len(part), np.int64)
+    for e in range(len(part)):
+        order[fill[part[e]]] = e
+        fill[part[e]] += 1
+    return order
+
+
 @dataclasses.dataclass
 class Layout:
     """Whole-graph view of a vertex-cut: who holds what, and where each root lives.
@@ -192,7 +204,7 @@ def partition_arrays(layout: Layout, indptr: np.ndarray, indices: np.ndarray, da
     """Yield ``(p, arrays)`` with every array partition ``p`` stores (see ``format.py``)."""
     n = layout.num_nodes
     dst = np.repeat(np.arange(n, dtype=indices.dtype), np.diff(indptr))
-    by_part = np.argsort(layout.part, kind="stable")  # keeps CSR (destination) order inside
+    by_part = _group_by_part(layout.part, layout.edge_counts)
     edge_offsets = np.zeros(layout.num_parts + 1, np.int64)
     np.cumsum(layout.edge_counts, out=edge_offsets[1:])
     in_degree = np.diff(indptr).astype(np.int64)
