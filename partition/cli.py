@@ -22,7 +22,7 @@ from .assign import METHODS, ORDERS
 from .format import FORMAT_VERSION, load, read_meta, verify, write_dataset
 from .layout import ROOTS
 from .stats import PartCounts, counts_from_layout, format_summary, summarize
-from .vertex_cut import vertex_cut
+from .vertex_cut import PartitionError, vertex_cut
 
 PROGRESS_MIN_EDGES = 1_000_000
 
@@ -102,6 +102,8 @@ def _emit(stats: dict, args) -> None:
 
 
 def partition_main(args) -> int:
+    if args.parts < 1:  # before a load that can take minutes; vertex_cut checks P > E
+        raise PartitionError(f"--parts must be at least 1, got {args.parts}")
     started = time.perf_counter()
     data = load_dataset(args.dataset, features=args.features, labels=args.labels,
                         split=args.split, symmetrize=args.symmetrize)
