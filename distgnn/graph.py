@@ -33,6 +33,11 @@ def index_dtype(num_nodes: int) -> type:
     return np.int32 if num_nodes - 1 <= INT32_MAX else np.int64
 
 
+def csr_rows(indptr: np.ndarray, dtype=np.int64) -> np.ndarray:
+    """``[E]``: the row (destination) of every CSR entry, in CSR order."""
+    return np.repeat(np.arange(len(indptr) - 1, dtype=dtype), np.diff(indptr))
+
+
 def _edge_sort_keys(dst: np.ndarray, src: np.ndarray, num_nodes: int) -> np.ndarray:
     """int64 keys ``dst * N + src``: sorting them sorts edges by row, then column."""
     return dst.astype(np.int64) * np.int64(max(num_nodes, 1)) + src.astype(np.int64)
@@ -175,8 +180,24 @@ class CSRGraph:
 
     def edges(self) -> tuple[np.ndarray, np.ndarray]:
         """``(src, dst)`` arrays in CSR order."""
-        dst = np.repeat(np.arange(self.num_nodes, dtype=self.indices.dtype), self.in_degrees())
-        return self.indices, dst
+        return self.indices, csr_rows(self.indptr, self.indices.dtype)
+
+    def has_duplicate_edges(self) -> bool:
+        """Whether some ``(src, dst)`` entry is stored twice.
+
+        O(E) when every row's columns are sorted (what the loaders and generators build);
+        otherwise one sort of the edge keys.
+        """
+        step = np.diff(self.indices)
+        within_row = np.ones(len(step), bool)
+        starts = self.indptr[1:-1]
+        within_row[starts[(starts > 0) & (starts < self.num_edges)] - 1] = False
+        step = step[within_row]
+        if np.all(step >= 0):
+            return bool(np.any(step == 0))
+        src, dst = self.edges()
+        keys = np.sort(_edge_sort_keys(dst, src, self.num_nodes))
+        return bool(np.any(keys[1:] == keys[:-1]))
 
     def to_scipy(self) -> sp.csr_matrix:
         """``[N, N]`` csr_matrix with entry ``(v, u)`` for the edge ``u -> v`` (weights or 1)."""

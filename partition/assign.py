@@ -27,6 +27,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from distgnn.graph import csr_rows
 from distgnn.kernels.spmm import _prefetch
 
 # a random stream order makes both bitset reads cache misses: hint them this far ahead
@@ -221,7 +222,7 @@ def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
     n, num_edges = len(indptr) - 1, len(indices)
-    dst = np.repeat(np.arange(n, dtype=indices.dtype), np.diff(indptr))
+    dst = csr_rows(indptr, indices.dtype)
     src = indices
     degree = (np.diff(indptr) + np.bincount(indices, minlength=n)).astype(np.int64)
     rev = reverse_positions(indptr, indices) if keep_pairs in (None, True) else None
@@ -259,8 +260,7 @@ def membership(indptr: np.ndarray, indices: np.ndarray, part: np.ndarray,
                num_parts: int) -> np.ndarray:
     """uint64 ``[N, ceil(P / 64)]``: bit ``p`` of row ``v`` set iff partition ``p`` holds
     an edge of ``v``."""
-    n = len(indptr) - 1
-    dst = np.repeat(np.arange(n, dtype=indices.dtype), np.diff(indptr))
-    member = np.zeros((n, membership_words(num_parts)), np.uint64)
+    member = np.zeros((len(indptr) - 1, membership_words(num_parts)), np.uint64)
+    dst = csr_rows(indptr, indices.dtype)
     _fill_membership(indices, dst, part, member, numba.get_num_threads())
     return member

@@ -87,13 +87,6 @@ def write_partitions(out: str | Path, parts: Iterable[tuple[int, dict[str, np.nd
     return out
 
 
-def has_duplicate_edges(graph: CSRGraph) -> bool:
-    """Whether some (source, destination) entry appears twice."""
-    src, dst = graph.edges()
-    keys = np.sort(dst.astype(np.int64) * graph.num_nodes + src)
-    return bool(np.any(keys[1:] == keys[:-1]))
-
-
 def write_dataset(out: str | Path, data, layout: Layout, settings: dict, force: bool = False,
                   progress=None) -> dict:
     """Write the partitions of ``data`` (a NodeDataset) under ``layout`` to ``out``.
@@ -108,7 +101,7 @@ def write_dataset(out: str | Path, data, layout: Layout, settings: dict, force: 
     meta = {"dataset": data.name, **settings, "num_parts": layout.num_parts,
             "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
             "num_features": data.num_features, "num_classes": data.num_classes,
-            "multigraph": has_duplicate_edges(graph),
+            "multigraph": graph.has_duplicate_edges(),
             "split_vertices": int(np.count_nonzero(clones > 1)),
             **{k: stats[k] for k in ("replication_factor", "split_fraction", "edge_balance",
                                      "root_balance")},
@@ -234,7 +227,7 @@ def verify(directory: str | Path, edges: tuple[np.ndarray, np.ndarray] | None = 
         return problems
     try:
         parts = [load(directory, p, mmap=True) for p in range(meta["num_parts"])]
-    except (PartitionFormatError, DistGNNError) as e:
+    except DistGNNError as e:
         return [str(e)]
     return _consistency(parts, meta, edges)
 

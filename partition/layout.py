@@ -25,6 +25,8 @@ from typing import Iterator
 import numba
 import numpy as np
 
+from distgnn.graph import csr_rows
+
 from .assign import _has, membership
 
 ROOTS = ("balanced", "random")
@@ -203,7 +205,7 @@ def partition_arrays(layout: Layout, indptr: np.ndarray, indices: np.ndarray, da
                      ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """Yield ``(p, arrays)`` with every array partition ``p`` stores (see ``format.py``)."""
     n = layout.num_nodes
-    dst = np.repeat(np.arange(n, dtype=indices.dtype), np.diff(indptr))
+    dst = csr_rows(indptr, indices.dtype)
     by_part = _group_by_part(layout.part, layout.edge_counts)
     edge_offsets = np.zeros(layout.num_parts + 1, np.int64)
     np.cumsum(layout.edge_counts, out=edge_offsets[1:])

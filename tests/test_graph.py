@@ -220,3 +220,15 @@ def test_dataset_validation(overrides, message):
     with pytest.raises(GraphError, match=r"^tiny\.npz: ") as info:
         small_dataset(**overrides)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("indptr,indices,expected", [
+    ([0, 2, 3], [0, 1, 1], False),       # sorted rows, no repeat
+    ([0, 3, 3], [0, 1, 1], True),        # sorted row with a repeat
+    ([0, 3, 3], [1, 0, 1], True),        # unsorted row with a repeat
+    ([0, 2, 4], [1, 0, 1, 0], False),    # unsorted rows, the same column in two rows
+    ([0, 0, 0], [], False),
+])
+def test_has_duplicate_edges(indptr, indices, expected):
+    assert CSRGraph(np.array(indptr), np.array(indices, np.int64), 2).has_duplicate_edges() \
+        is expected

@@ -15,6 +15,8 @@ import dataclasses
 
 import numpy as np
 
+from ..graph import csr_rows
+
 CHUNKS = 256  # per block; many more than threads, so static scheduling still balances
 
 
@@ -77,7 +79,7 @@ def plan_spmm(indptr: np.ndarray, indices: np.ndarray, edge_weight=None,
     hubs = np.zeros(n_src, bool)
     hubs[np.argpartition(-out_degree, hub_block - 1)[:hub_block]] = True
     is_hub_edge = hubs[indices]
-    rows = np.repeat(np.arange(n_dst, dtype=np.int64), np.diff(indptr))
+    rows = csr_rows(indptr)
     blocks = [_sub_csr(rows, indices, weight, is_hub_edge, n_dst),
               _sub_csr(rows, indices, weight, ~is_hub_edge, n_dst)]
     return SpMMPlan(blocks, full, hub_block)
