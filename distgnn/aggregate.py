@@ -17,6 +17,7 @@ calls any of them, and :class:`Neighbourhood` is what a layer holds.  A distribu
 """
 from __future__ import annotations
 
+import copy
 import time
 import warnings
 from collections import defaultdict
@@ -209,13 +210,19 @@ class Neighbourhood:
         timer (PhaseTimer, optional): receives ``aggregation_forward``/``_backward`` seconds.
         global_ids (np.ndarray, optional): int64 ``[N]`` global id of each vertex (a
             partition's local -> global map); defaults to ``0..N-1``.
+        exchange (callable, optional): on a partition, the split-vertex exchange
+            (:class:`distgnn.drpa.DRPA`) applied to every sum: ``exchange(y, layer, step,
+            training) -> y``.  Layers see it through :meth:`at`.
 
     Shapes: ``h`` is ``[N, d]``; every reduction returns ``[N, d]``; ``degree`` is ``[N, 1]``.
     """
 
     def __init__(self, graph: CSRGraph, backend: KernelBackend, in_degree=None,
-                 timer: PhaseTimer | None = None, device="cpu", global_ids=None):
+                 timer: PhaseTimer | None = None, device="cpu", global_ids=None,
+                 exchange=None):
         self.graph = graph
+        self.exchange = exchange
+        self.context = (0, 0, False)
         self.global_ids = (np.arange(graph.num_nodes, dtype=np.int64) if global_ids is None
                            else np.asarray(global_ids, dtype=np.int64))
         self.backend = backend
@@ -223,8 +230,23 @@ class Neighbourhood:
         deg = graph.in_degrees() if in_degree is None else np.asarray(in_degree)
         self.degree = torch.from_numpy(deg.astype(np.float32)).to(device).unsqueeze(1)
 
+    def at(self, layer: int, step: int, training: bool) -> "Neighbourhood":
+        """This neighbourhood as layer ``layer`` of epoch ``step`` sees it (the exchange keeps
+        state per layer: cd-r's bins and stale partials)."""
+        if self.exchange is None:
+            return self
+        view = copy.copy(self)
+        view.context = (layer, step, training)
+        return view
+
     def reduce(self, h: torch.Tensor, reduce: str) -> torch.Tensor:
         """``reduce`` over in-neighbours (``sum``, ``max`` or ``min``; ``mean`` uses ``degree``)."""
         if reduce == "mean":
             return self.reduce(h, "sum") / self.degree.clamp(min=1)
-        return SpMM.apply(h, self.graph, self.backend, reduce, self.timer)
+        y = SpMM.apply(h, self.graph, self.backend, reduce, self.timer)
+        if self.exchange is None:
+            return y
+        if reduce != "sum":
+            raise DistGNNError(f"the split-vertex exchange adds partial aggregates; {reduce} "
+                               "aggregation is only supported with --algo 0c")
+        return self.exchange(y, *self.context)

@@ -42,8 +42,10 @@ def train_parser() -> argparse.ArgumentParser:
     d = TrainConfig()
     p = OneLineParser(
         prog="distgnn-train",
-        description="Full-batch GNN training for node classification on one socket. "
-                    "With no --dataset, trains GCN on the bundled Cora graph.",
+        description="Full-batch GNN training for node classification: on one socket "
+                    "(--dataset), or under MPI with one rank per partition "
+                    "(mpirun -np P distgnn-train --partitions DIR). With neither, trains "
+                    "GCN on the bundled Cora graph.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     g = p.add_argument_group("data")
     g.add_argument("--dataset", default="cora",
@@ -54,6 +56,12 @@ def train_parser() -> argparse.ArgumentParser:
                    help="which fixed split to use when the dataset ships several")
     g.add_argument("--features", help="features file (.npy or text) for an edge-list dataset")
     g.add_argument("--labels", help="labels file (.npy or text) for an edge-list dataset")
+    g.add_argument("--partitions", metavar="DIR",
+                   help="train under MPI on a directory written by distgnn-partition, one "
+                        "rank per partition (instead of --dataset)")
+    g.add_argument("--no-verify", action="store_true",
+                   help="with --partitions: skip the size and SHA-256 check of each rank's "
+                        "files at start-up")
     g.add_argument("--feature-norm", choices=("row", "none"), default=d.feature_norm,
                    help="row: divide each feature row by its L1 norm (Kipf & Welling)")
     g = p.add_argument_group("model")
@@ -80,6 +88,24 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--patience", type=int, default=d.patience,
                    help="stop after this many evaluations without a better validation "
                         "accuracy (0: never stop early)")
+    from .comm import COMMUNICATORS
+    from .comm.torch_dist import BACKENDS as TORCH_BACKENDS
+    from .distributed import DEFAULT_DELAY
+    from .drpa import ALGORITHMS
+
+    g = p.add_argument_group("distributed (with --partitions)")
+    g.add_argument("--algo", choices=ALGORITHMS, default=d.algo,
+                   help="split-vertex exchange: cd-0 exact every layer (forward and "
+                        "backward), cd-r delayed by r epochs and overlapped, 0c none")
+    g.add_argument("--delay", type=int, default=d.delay,
+                   help=f"r of cd-r: epochs a partial aggregate travels each way "
+                        f"(default {DEFAULT_DELAY} with cd-r)")
+    g.add_argument("--comm", choices=COMMUNICATORS, default=d.comm,
+                   help="communicator: mpi (mpi4py on numpy buffers) or torch "
+                        "(torch.distributed)")
+    g.add_argument("--comm-backend", choices=TORCH_BACKENDS, default=d.comm_backend,
+                   help="torch.distributed backend with --comm torch; auto: nccl with "
+                        "CUDA, else gloo; ccl needs oneccl_bindings_for_pytorch")
     g = p.add_argument_group("execution and output")
     g.add_argument("--backend", choices=BACKENDS, default=d.backend,
                    help="aggregation kernels: numba (cache-blocked CPU kernels) or torch "
@@ -103,7 +129,10 @@ def train_main(argv: list[str] | None = None) -> int:
     from .train import TrainConfig, train
 
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
-                         if hasattr(args, f.name)}, progress=not args.no_progress)
+                         if hasattr(args, f.name)}, progress=not args.no_progress,
+                      verify=not args.no_verify)
+    if args.partitions:
+        return run_guarded("distgnn-train", lambda: train_partitions(args.partitions, cfg))
 
     def run():
         data = load(args.dataset, features=args.features, labels=args.labels, split=args.split)
@@ -113,16 +142,49 @@ def train_main(argv: list[str] | None = None) -> int:
     result = run_guarded("distgnn-train", run)
     if isinstance(result, int):
         return result
+    report(result)
+    return 0
+
+
+def train_partitions(directory: str, cfg) -> int:
+    """One rank of ``mpirun -np P distgnn-train --partitions DIR``."""
+    from .aggregate import PhaseTimer
+    from .comm import get_communicator
+    from .distributed import partition_shard, run_rank
+    from .train import configure_threads, fit
+
+    comm = get_communicator(cfg.comm, cfg.comm_backend)
+
+    def main():
+        configure_threads(cfg.threads)
+        timer = PhaseTimer()
+        shard = partition_shard(directory, cfg, comm, timer)
+        if comm.rank == 0:
+            delay = f" (delay {shard.nbr.exchange.delay})" if cfg.algo == "cd-r" else ""
+            print(f"{directory}: {comm.size} ranks, {cfg.algo}{delay}, {comm.name} "
+                  "communicator", flush=True)
+        result = fit(shard, cfg, comm, timer)
+        if comm.rank == 0:
+            report(result)
+        return 0
+
+    return run_rank("distgnn-train", comm, main)
+
+
+def report(result) -> None:
+    """The run's summary lines: median epoch and phases, best test accuracy."""
     times = [r["epoch_s"] for r in result.history]
     phases = {k: statistics.median(r["phases"][k] for r in result.history)
               for k in result.history[0]["phases"]}
     print(f"median epoch {statistics.median(times) * 1e3:.1f} ms  ("
-          + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in phases.items()) + " ms)")
+          + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in phases.items() if v) + " ms)")
+    sent = statistics.median(r["bytes_sent_max"] for r in result.history)
+    if sent:
+        print(f"split-vertex exchange: {sent / 1e6:.2f} MB sent per epoch by the busiest rank")
     best = result.best
     if best.get("test_acc") is not None:
         print(f"test accuracy {best['test_acc'] * 100:.2f} % at epoch {best['epoch'] + 1} "
               f"(best validation accuracy {best['val_acc'] * 100:.2f} %)")
-    return 0
 
 
 def bench_parser() -> argparse.ArgumentParser:

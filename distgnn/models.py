@@ -169,7 +169,7 @@ class GNN(nn.Module):
             if self.training and self.dropout:
                 key = dropout_key(self.seed, step, layer)
                 h = vertex_dropout(h, nbr.global_ids, self.dropout, key)
-            out = conv(nbr, h)
+            out = conv(nbr.at(layer, step, self.training), h)
             if layer == len(self.convs) - 1:
                 return out
             out = F.relu(out)

@@ -1,8 +1,79 @@
-"""``distgnn-launch``: compose and run mpirun / SLURM jobs for distgnn-train."""
-import sys
+"""``distgnn-launch``: compose and run mpirun / SLURM jobs for distgnn-train.
+
+    distgnn-launch -n P [--threads-per-rank T] [--hostfile H] [--mpi auto|openmpi|mpich]
+                   [--dry-run | --slurm FILE] [--timeout S] -- COMMAND ...
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from distgnn.cli import OneLineParser, fail, run_guarded
+
+from .mpirun import IMPLEMENTATIONS, plan, run
+from .slurm import sbatch_script
+
+PROG = "distgnn-launch"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog=PROG, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Run COMMAND on P MPI ranks of T threads each, with thread counts and "
+                    "core binding set for every rank, or write the equivalent SLURM script.",
+        epilog="example: distgnn-launch -n 4 --threads-per-rank 8 -- distgnn-train "
+               "--dataset rmat:scale=20")
+    p.add_argument("-n", "--ranks", type=int, required=True, metavar="P", help="number of MPI ranks")
+    p.add_argument("--threads-per-rank", type=int, default=1, metavar="T",
+                   help="torch and Numba threads per rank; each rank is bound to T cores")
+    p.add_argument("--hostfile", metavar="H",
+                   help="MPI hostfile naming the nodes (None: all ranks on this node)")
+    p.add_argument("--mpi", choices=("auto", *IMPLEMENTATIONS), default="auto",
+                   help="MPI flavour of the launcher: auto asks mpirun --version; mpich "
+                        "also covers Intel MPI and other Hydra launchers")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="stop the job and its ranks after this long (None: no limit)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true",
+                      help="print the mpirun command line instead of running it")
+    mode.add_argument("--slurm", metavar="FILE",
+                      help="write an sbatch script for the job to FILE instead of running it")
+    g = p.add_argument_group("SLURM (with --slurm)")
+    g.add_argument("--nodes", type=int, help="number of nodes (None: as SLURM places the tasks)")
+    g.add_argument("--time", default="01:00:00", help="wall-clock limit of the job, [D-]HH:MM:SS")
+    g.add_argument("--partition", help="partition (queue) to submit to (None: the cluster's default)")
+    g.add_argument("--account", help="account to charge the core hours to")
+    g.add_argument("--job-name", default="distgnn", help="job name shown by squeue")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="the program every rank runs, after --")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("distgnn-launch: error: not yet available: the launcher is being built",
-          file=sys.stderr)
-    return 2
+    args = parser().parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.slurm and args.hostfile:
+        return fail(PROG, "--hostfile does not apply to --slurm (SLURM chooses the nodes)")
+
+    def write_slurm():
+        script = sbatch_script(args.ranks, command, args.threads_per_rank, nodes=args.nodes,
+                               time=args.time, partition=args.partition,
+                               job_name=args.job_name, account=args.account)
+        out = Path(args.slurm)
+        # Written next to FILE, then renamed: a failed write never leaves half a script.
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        tmp.write_text(script)
+        os.replace(tmp, out)
+        print(f"wrote {out}; submit it with: sbatch {out}")
+        return 0
+
+    def launch():
+        job = plan(args.ranks, command, args.threads_per_rank, hostfile=args.hostfile,
+                   implementation=None if args.mpi == "auto" else args.mpi)
+        if args.dry_run:
+            print(job.shell())
+            return 0
+        return run(job, timeout=args.timeout)
+
+    return run_guarded(PROG, write_slurm if args.slurm else launch)

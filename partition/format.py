@@ -201,6 +201,25 @@ def load(directory: str | Path, rank: int, mmap: bool = True) -> Partition:
     return Partition(rank=rank, num_parts=meta["num_parts"], graph=graph, meta=meta, **arrays)
 
 
+def check_files(directory: str | Path, meta: dict, rank: int | None = None) -> list[str]:
+    """Size and SHA-256 of every file ``meta.json`` lists (only partition ``rank``'s if given)."""
+    directory = Path(directory)
+    problems = []
+    prefix = "" if rank is None else part_dir(rank) + "/"
+    for rel, info in meta["files"].items():
+        if not rel.startswith(prefix):
+            continue
+        path = directory / rel
+        if not path.exists():
+            problems.append(f"{path}: missing")
+        elif path.stat().st_size != info["bytes"]:
+            problems.append(f"{path}: {path.stat().st_size} bytes, meta.json says "
+                            f"{info['bytes']} (truncated or replaced)")
+        elif sha256(path) != info["sha256"]:
+            problems.append(f"{path}: checksum mismatch (file corrupted)")
+    return problems
+
+
 def verify(directory: str | Path, edges: tuple[np.ndarray, np.ndarray] | None = None
            ) -> list[str]:
     """Every problem found in ``directory`` (empty list: valid).
@@ -213,16 +232,7 @@ def verify(directory: str | Path, edges: tuple[np.ndarray, np.ndarray] | None = 
     """
     directory = Path(directory)
     meta = read_meta(directory)
-    problems = []
-    for rel, info in meta["files"].items():
-        path = directory / rel
-        if not path.exists():
-            problems.append(f"{path}: missing")
-        elif path.stat().st_size != info["bytes"]:
-            problems.append(f"{path}: {path.stat().st_size} bytes, meta.json says "
-                            f"{info['bytes']} (truncated or replaced)")
-        elif sha256(path) != info["sha256"]:
-            problems.append(f"{path}: checksum mismatch (file corrupted)")
+    problems = check_files(directory, meta)
     if problems:
         return problems
     try:

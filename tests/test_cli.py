@@ -58,8 +58,20 @@ def test_missing_checkpoint(tmp_path):
                           "x.pt")
 
 
-def test_launch_entry_point_of_a_later_issue_exists():
-    assert_one_line_error(cli("distgnn-launch"), "not yet available")
+def test_launch_without_ranks():
+    assert_one_line_error(cli("distgnn-launch", "--", "true"), "--ranks")
+
+
+def test_launch_bad_ranks():
+    assert_one_line_error(cli("distgnn-launch", "-n", 0, "--", "true"), "ranks must be >= 1")
+
+
+def test_launch_help_explains_every_flag():
+    out = cli("distgnn-launch", "--help").stdout
+    for flag in ("--ranks", "--threads-per-rank", "--hostfile", "--mpi", "--dry-run",
+                 "--slurm", "--nodes", "--time", "--partition", "--account", "--job-name",
+                 "--timeout"):
+        assert flag in out
 
 
 def test_help_explains_every_flag():

@@ -1,0 +1,124 @@
+"""Communicators: the collective operations a rank needs, behind one small interface.
+
+Every buffer is a ``torch.Tensor`` whose first dimension is the unit of the counts (a
+row of ``d`` values); CPU tensors are shared with numpy without copying, so the mpi4py
+implementation works on the same memory, and a GPU rank can pass ``cuda`` tensors to the
+torch.distributed implementation (nccl).  ``alltoallv`` sends rows
+``send[sum(send_counts[:q]) : sum(send_counts[:q+1])]`` to rank ``q`` and receives rank
+``q``'s rows into the matching block of ``recv``; both buffers are preallocated by the
+caller and reused.  DRPA code talks only to this interface.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Protocol, Sequence, TypeVar
+
+import torch
+
+from ..errors import DistGNNError
+
+COMMUNICATORS = ("mpi", "torch")
+T = TypeVar("T")
+
+
+class Handle(Protocol):
+    """An operation in flight; ``wait()`` blocks until its receive buffer is filled."""
+
+    def wait(self) -> None: ...
+
+
+class Communicator(Protocol):
+    """What DRPA and the trainer need from a transport (see the module docstring)."""
+
+    name: str
+    rank: int
+    size: int
+
+    def alltoallv(self, send: torch.Tensor, send_counts: Sequence[int], recv: torch.Tensor,
+                  recv_counts: Sequence[int]) -> None: ...
+
+    def ialltoallv(self, send: torch.Tensor, send_counts: Sequence[int], recv: torch.Tensor,
+                   recv_counts: Sequence[int]) -> Handle: ...
+
+    def allreduce(self, tensor: torch.Tensor, op: str = "sum") -> None: ...
+
+    def broadcast(self, tensor: torch.Tensor, root: int = 0) -> None: ...
+
+    def barrier(self) -> None: ...
+
+    def abort(self, code: int) -> None: ...
+
+
+class Done:
+    """The handle of an operation that completed when it was started."""
+
+    def wait(self) -> None:
+        pass
+
+
+class SelfCommunicator:
+    """The communicator of a job with one rank: alltoallv is a copy, reductions are no-ops."""
+
+    name = "self"
+    rank = 0
+    size = 1
+
+    def alltoallv(self, send, send_counts, recv, recv_counts):
+        if list(send_counts) != list(recv_counts):
+            raise DistGNNError(f"alltoallv on one rank: sends {list(send_counts)} rows but "
+                               f"expects {list(recv_counts)}")
+        recv.copy_(send)
+
+    def ialltoallv(self, send, send_counts, recv, recv_counts):
+        self.alltoallv(send, send_counts, recv, recv_counts)
+        return Done()
+
+    def allreduce(self, tensor, op="sum"):
+        pass
+
+    def broadcast(self, tensor, root=0):
+        pass
+
+    def barrier(self):
+        pass
+
+    def abort(self, code):
+        os._exit(code)
+
+
+class RankFailed(DistGNNError):
+    """A step failed on some rank; every rank of the job raises this together."""
+
+
+def all_or_none(comm: Communicator, step: Callable[[], T]) -> T:
+    """Run the local ``step`` on every rank; if it raises a user error on any rank, raise
+    :class:`RankFailed` on all of them (so no rank waits forever in a later collective).
+
+    The failing rank's exception carries its own message; the others name the failed ranks.
+    """
+    try:
+        result, error = step(), None
+    except (DistGNNError, OSError) as e:
+        result, error = None, e
+    failed = torch.zeros(comm.size)
+    failed[comm.rank] = error is not None
+    comm.allreduce(failed)
+    if failed.any():
+        if error is not None:
+            raise RankFailed(str(error)) from error
+        ranks = ", ".join(str(r) for r in torch.flatnonzero(failed).tolist())
+        raise RankFailed(f"stopping because rank {ranks} failed")
+    return result
+
+
+def get_communicator(name: str, backend: str = "auto") -> Communicator:
+    """The communicator ``name`` (``mpi`` or ``torch``; ``backend`` picks torch's transport)."""
+    if name == "mpi":
+        from .mpi import MPICommunicator
+
+        return MPICommunicator()
+    if name == "torch":
+        from .torch_dist import TorchCommunicator
+
+        return TorchCommunicator(backend)
+    raise DistGNNError(f"unknown communicator {name!r}; choose from {', '.join(COMMUNICATORS)}")

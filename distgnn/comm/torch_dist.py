@@ -1,0 +1,93 @@
+"""The torch.distributed communicator: gloo on CPU, nccl for GPU ranks, ccl with oneCCL.
+
+The process group is initialised from the MPI job it runs in: rank and size come from
+MPI, and rank 0 picks a free TCP port for the rendezvous and broadcasts it, so no
+``MASTER_ADDR``/``MASTER_PORT`` set-up is needed under mpirun.
+"""
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import socket
+
+import torch
+import torch.distributed as dist
+
+from ..errors import DistGNNError
+
+BACKENDS = ("auto", "gloo", "nccl", "ccl")
+
+
+def ccl_available() -> bool:
+    return importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None
+
+
+def _rendezvous(backend: str) -> None:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    address = None
+    if comm.rank == 0:
+        with socket.socket() as s:
+            s.bind(("", 0))
+            address = f"tcp://{socket.gethostname()}:{s.getsockname()[1]}"
+    address = comm.bcast(address, root=0)
+    dist.init_process_group(backend, init_method=address, rank=comm.rank, world_size=comm.size)
+
+
+class _Work:
+    def __init__(self, work):
+        self.work = work
+
+    def wait(self) -> None:
+        self.work.wait()
+
+
+class TorchCommunicator:
+    """Collectives of the default torch.distributed process group.
+
+    ``backend``: ``gloo`` (CPU), ``nccl`` (CUDA tensors), ``ccl`` (needs
+    ``oneccl_bindings_for_pytorch``), or ``auto``: nccl when CUDA is available, else gloo.
+    """
+
+    def __init__(self, backend: str = "auto"):
+        if backend not in BACKENDS:
+            raise DistGNNError(f"unknown torch.distributed backend {backend!r}; choose from "
+                               f"{', '.join(BACKENDS)}")
+        if backend == "auto":
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "ccl":
+            if not ccl_available():
+                raise DistGNNError("backend ccl needs oneccl_bindings_for_pytorch, which is "
+                                   "not installed")
+            importlib.import_module("oneccl_bindings_for_pytorch")  # registers "ccl"
+        if not dist.is_initialized():
+            _rendezvous(backend)
+            # gloo's threads can abort the interpreter at exit unless the group is torn down
+            atexit.register(dist.destroy_process_group)
+        self.name = f"torch-{backend}"
+        self.rank = dist.get_rank()
+        self.size = dist.get_world_size()
+        self._ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+                     "min": dist.ReduceOp.MIN}
+
+    def ialltoallv(self, send, send_counts, recv, recv_counts):
+        return _Work(dist.all_to_all_single(recv, send, [int(c) for c in recv_counts],
+                                            [int(c) for c in send_counts], async_op=True))
+
+    def alltoallv(self, send, send_counts, recv, recv_counts):
+        self.ialltoallv(send, send_counts, recv, recv_counts).wait()
+
+    def allreduce(self, tensor, op="sum"):
+        dist.all_reduce(tensor, op=self._ops[op])
+
+    def broadcast(self, tensor, root=0):
+        dist.broadcast(tensor, src=root)
+
+    def barrier(self):
+        dist.barrier()
+
+    def abort(self, code):
+        from mpi4py import MPI
+
+        MPI.COMM_WORLD.Abort(code)

@@ -1,0 +1,96 @@
+"""One rank of a distributed run: its partition as a training shard, and the failure guard.
+
+Each rank loads only its own partition (no rank ever holds the whole graph), checks it,
+and wires the split-vertex exchange into its neighbourhood: cd-0 and cd-r normalise by
+the global in-degree stored at partition time, 0c by the local one.  Set-up failures are
+agreed on by all ranks (:func:`distgnn.comm.all_or_none`), so every rank ends with a
+clear error; a failure later in the run aborts the whole job instead of leaving the other
+ranks blocked in a collective.
+"""
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+from typing import Callable
+
+from partition.format import PartitionFormatError, check_files, load, read_meta
+
+from .aggregate import Neighbourhood, PhaseTimer, get_backend
+from .comm import Communicator, RankFailed, all_or_none
+from .drpa import ALGORITHMS, DRPA, SplitIndex
+from .errors import DistGNNError
+from .train import Shard, TrainConfig, node_tensors
+
+DEFAULT_DELAY = 5
+
+
+def resolve_delay(algo: str, delay: int | None) -> int:
+    """``r`` of cd-r (``DEFAULT_DELAY`` when not given); other algorithms take none."""
+    if algo not in ALGORITHMS:
+        raise DistGNNError(f"unknown --algo {algo!r}; choose from {', '.join(ALGORITHMS)}")
+    if algo != "cd-r":
+        if delay:
+            raise DistGNNError(f"--delay applies to cd-r only, not {algo}")
+        return 0
+    delay = DEFAULT_DELAY if delay is None else delay
+    if delay < 1:
+        raise DistGNNError(f"cd-r needs --delay >= 1, got {delay}")
+    return delay
+
+
+def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
+                    timer: PhaseTimer) -> Shard:
+    """Rank ``comm.rank``'s partition of ``directory`` as a shard (collective)."""
+    directory = Path(directory)
+
+    def load_local():
+        delay = resolve_delay(cfg.algo, cfg.delay)
+        if cfg.algo != "0c" and cfg.model == "sage" and cfg.aggregator == "max":
+            raise DistGNNError("the max aggregator has no exact split-vertex exchange; "
+                               "use --algo 0c or another aggregator")
+        meta = read_meta(directory)
+        if meta["num_parts"] != comm.size:
+            raise DistGNNError(f"{directory} holds {meta['num_parts']} partitions but the job "
+                               f"has {comm.size} ranks; start it with -np {meta['num_parts']}")
+        if cfg.verify:
+            problems = check_files(directory, meta, comm.rank)
+            if problems:
+                raise PartitionFormatError(f"{problems[0]} (`distgnn-partition verify "
+                                           f"{directory}` lists every problem)")
+        part = load(directory, comm.rank)
+        x, y, masks = node_tensors(part.x, part.y, {"train": part.train_mask,
+                                                    "val": part.val_mask,
+                                                    "test": part.test_mask}, cfg.feature_norm)
+        return part, delay, x, y, masks, SplitIndex.from_partition(part)
+
+    part, delay, x, y, masks, index = all_or_none(comm, load_local)
+    all_or_none(comm, lambda: index.check(comm))
+    exchange = None if cfg.algo == "0c" else DRPA(index, comm, cfg.algo, delay, timer)
+    nbr = Neighbourhood(part.graph, get_backend(cfg.backend),
+                        in_degree=None if exchange is None else part.in_degree, timer=timer,
+                        global_ids=part.global_ids, exchange=exchange)
+    name = f"{part.meta.get('dataset', directory.name)} partition {comm.rank}/{comm.size}"
+    return Shard(name, x, y, masks, nbr, int(part.meta.get("num_classes", int(y.max()) + 1)))
+
+
+def run_rank(prog: str, comm: Communicator, main: Callable[[], int]) -> int:
+    """``main()``'s exit status on this rank, never a hang of the others.
+
+    An error all ranks agreed on ends every rank with one line and status 2; any other
+    exception (one rank only, mid-run) is printed and aborts the whole MPI job.
+    """
+    try:
+        return main()
+    except RankFailed as e:
+        print(f"{prog}: error: rank {comm.rank}: {e}", file=sys.stderr, flush=True)
+        return 2
+    except BaseException as e:  # noqa: B036 -- KeyboardInterrupt must also release the peers
+        if isinstance(e, (DistGNNError, OSError)):
+            print(f"{prog}: error: rank {comm.rank}: {e}", file=sys.stderr, flush=True)
+        else:
+            print(f"{prog}: rank {comm.rank} failed; aborting the job", file=sys.stderr)
+            traceback.print_exc()
+            sys.stderr.flush()
+        comm.abort(2 if isinstance(e, (DistGNNError, OSError)) else 1)
+        raise

@@ -1,0 +1,251 @@
+"""Delayed Remote Partial Aggregates (DistGNN, Md et al. SC'21, Section 5.3): the exchange of
+split-vertex partial aggregates between ranks.
+
+Under a vertex-cut, vertex ``v`` has clones on the ranks ``R(v)``; rank ``p`` computes a
+*partial* aggregate over its own edges, ``a^p_v = sum_{u in N_p(v)} x_u``, and the full
+aggregate is ``a_v = sum_{p in R(v)} a^p_v``.  One clone is the root, the others leaves.
+
+- **cd-0** (exact): leaves send ``a^q_v`` to the root, the root sums, and sends ``a_v``
+  back, every layer:  ``a^p_v <- sum_{q in R(v)} a^q_v`` on every clone.  This map ``M`` is
+  symmetric, so the backward pass applies the same reduce-broadcast to the gradients
+  (the clone gradients are partial sums of the vertex's gradient).
+- **cd-r** (delay ``r``): split vertex ``v`` is in bin ``v mod r`` (global id).  At epoch
+  ``e``, bin ``b = e mod r``: leaves of bin ``b`` start sending their fresh partials
+  (non-blocking); roots take the partials of bin ``b`` that were sent at ``e - r`` and keep
+  them; each root clone then holds ``a^root_v(e) + sum_leaves a^q_v(stale)`` and replies,
+  for bin ``b``, to each leaf with everything except that leaf's own partial; leaves take
+  the replies sent at ``e - r`` and add them to their fresh partial.  So every clone
+  aggregates its fresh local partial plus the latest remote complement it has, which is
+  ``r`` (roots) or ``2r`` (leaves) epochs old when it is refreshed.  The backward pass runs
+  the same schedule on the gradients with its own buffers.  Before the first arrivals the
+  complement is zero.  Evaluation (no training) uses the exact cd-0 exchange.
+- **0c**: no exchange; each rank normalises by its local degrees.
+
+Message order on the wire follows :mod:`partition.layout`'s split tables, so no ids are
+sent.  Every buffer is allocated once per width and reused every layer and epoch.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from .aggregate import PhaseTimer
+from .comm import Communicator
+from .errors import DistGNNError
+
+ALGORITHMS = ("cd-0", "cd-r", "0c")
+
+
+@dataclasses.dataclass
+class SplitIndex:
+    """One rank's side of the split-vertex tree, grouped by peer rank.
+
+    Attributes:
+        leaf_ids: int64 ``[l]`` local ids of this rank's leaves, grouped by root rank,
+            increasing within a group (the order the root lists them in).
+        leaf_counts: ``[P]`` leaves whose root is on each rank.
+        root_ids: int64 ``[L]`` local ids of the roots here, once per leaf elsewhere,
+            grouped by the leaf's rank (the partition's ``leaf_root_local``).
+        root_counts: ``[P]`` leaf entries per peer rank.
+        leaf_global, root_global: int64 global ids of the same entries (they pick bins).
+    """
+
+    leaf_ids: torch.Tensor
+    leaf_counts: list[int]
+    root_ids: torch.Tensor
+    root_counts: list[int]
+    leaf_global: np.ndarray
+    root_global: np.ndarray
+
+    @classmethod
+    def from_partition(cls, part) -> "SplitIndex":
+        root_rank = np.asarray(part.root_rank)
+        leaves = np.flatnonzero(root_rank != part.rank)
+        leaves = leaves[np.argsort(root_rank[leaves], kind="stable")]
+        leaf_counts = np.bincount(root_rank[leaves], minlength=part.num_parts)
+        root_ids = np.asarray(part.leaf_root_local, dtype=np.int64)
+        ids = np.asarray(part.global_ids)
+        return cls(torch.from_numpy(leaves.astype(np.int64)), leaf_counts.tolist(),
+                   torch.from_numpy(root_ids.copy()), np.diff(part.leaf_ptr).tolist(),
+                   ids[leaves], ids[root_ids])
+
+    def check(self, comm: Communicator) -> None:
+        """Ask each peer how many leaves it sends here; raise if it disagrees with our table."""
+        sent = torch.tensor(self.leaf_counts, dtype=torch.int64).unsqueeze(1)
+        told = torch.empty_like(sent)
+        ones = [1] * comm.size
+        comm.alltoallv(sent, ones, told, ones)
+        told = told.squeeze(1).tolist()
+        bad = [q for q in range(comm.size) if told[q] != self.root_counts[q]]
+        if bad:
+            q = bad[0]
+            raise DistGNNError(f"rank {comm.rank}: rank {q} sends {told[q]} split-vertex "
+                               f"partials but this partition expects {self.root_counts[q]} "
+                               "(partitions from different runs?)")
+
+
+def _select(mask: np.ndarray, counts: list[int]) -> tuple[torch.Tensor, list[int]]:
+    """Positions where ``mask`` holds, and how many fall in each peer's block."""
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    positions = np.flatnonzero(mask)
+    return (torch.from_numpy(positions.astype(np.int64)),
+            np.diff(np.searchsorted(positions, bounds)).tolist())
+
+
+class DelayedExchange:
+    """cd-r state of one aggregation (one layer, one pass): bins, stale partials, requests."""
+
+    def __init__(self, index: SplitIndex, delay: int, width: int, comm: Communicator,
+                 timer: PhaseTimer, dtype, device):
+        self.index, self.delay, self.comm, self.timer = index, delay, comm, timer
+        new = lambda rows: torch.zeros(rows, width, dtype=dtype, device=device)  # noqa: E731
+        self.partials = new(len(index.root_ids))  # last partial received per leaf entry
+        self.complement = new(len(index.leaf_ids))  # last reply received per leaf
+        self.bins = []
+        for b in range(delay):
+            leaf_sel, leaf_counts = _select(index.leaf_global % delay == b, index.leaf_counts)
+            root_sel, root_counts = _select(index.root_global % delay == b, index.root_counts)
+            self.bins.append({
+                "leaf_sel": leaf_sel.to(device), "leaf_ids": index.leaf_ids[leaf_sel].to(device),
+                "leaf_counts": leaf_counts, "root_sel": root_sel.to(device),
+                "root_ids": index.root_ids[root_sel].to(device), "root_counts": root_counts,
+                "up_send": new(len(leaf_sel)), "up_recv": new(len(root_sel)),
+                "down_send": new(len(root_sel)), "down_recv": new(len(leaf_sel)),
+                "up": None, "down": None})
+        self.leaf_ids = index.leaf_ids.to(device)
+        self.root_ids = index.root_ids.to(device)
+        self.bytes_sent = 0
+
+    def __call__(self, a: torch.Tensor, epoch: int) -> None:
+        """Add the stale remote complement to ``a`` ``[n, d]`` in place; refresh bin ``epoch mod r``."""
+        b = self.bins[epoch % self.delay]
+        self.wait(b)
+        with self.timer("exchange_post"):
+            if b["up"] is not None:
+                self.partials.index_copy_(0, b["root_sel"], b["up_recv"])
+            if b["down"] is not None:
+                self.complement.index_copy_(0, b["leaf_sel"], b["down_recv"])
+        with self.timer("exchange_pre"):
+            torch.index_select(a, 0, b["leaf_ids"], out=b["up_send"])
+            b["up"] = self.comm.ialltoallv(b["up_send"], b["leaf_counts"], b["up_recv"],
+                                           b["root_counts"])
+        with self.timer("exchange_post"):
+            a.index_add_(0, self.root_ids, self.partials)
+        with self.timer("exchange_pre"):
+            torch.index_select(a, 0, b["root_ids"], out=b["down_send"])
+            b["down_send"] -= self.partials[b["root_sel"]]
+            b["down"] = self.comm.ialltoallv(b["down_send"], b["root_counts"], b["down_recv"],
+                                             b["leaf_counts"])
+        with self.timer("exchange_post"):
+            a.index_add_(0, self.leaf_ids, self.complement)
+        self.bytes_sent += (b["up_send"].numel() + b["down_send"].numel()) * a.element_size()
+
+    def wait(self, b: dict) -> None:
+        with self.timer("exchange_wait"):
+            for key in ("up", "down"):
+                if b[key] is not None:
+                    b[key].wait()
+
+    def finish(self) -> None:
+        """Complete every request in flight (before the communicator goes away)."""
+        for b in self.bins:
+            self.wait(b)
+            b["up"] = b["down"] = None
+
+
+class _Exchange(torch.autograd.Function):
+    """``y <- forward_op(y)`` in place; the gradient goes through ``backward_op``."""
+
+    @staticmethod
+    def forward(ctx, y, forward_op, backward_op):
+        ctx.backward_op = backward_op
+        ctx.mark_dirty(y)
+        forward_op(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()  # grad may be shared with other consumers: never edit it in place
+        ctx.backward_op(grad)
+        return grad, None, None
+
+
+class DRPA:
+    """The split-vertex exchange of one rank for every layer of a model.
+
+    Args:
+        index (SplitIndex): this rank's split tables.
+        comm (Communicator): the transport.
+        algo (str): ``"cd-0"`` or ``"cd-r"`` (0c has no exchange, hence no DRPA).
+        delay (int): ``r`` for cd-r (>= 1).
+        timer (PhaseTimer): receives ``exchange_pre`` (gathers, sends started),
+            ``exchange_wait`` (blocked in the transport) and ``exchange_post`` seconds.
+
+    Called as ``drpa(y, layer, step, training)`` on a layer's partial aggregates ``y``
+    ``[n, d]``; returns ``y`` updated in place (and differentiable).
+    """
+
+    def __init__(self, index: SplitIndex, comm: Communicator, algo: str = "cd-0",
+                 delay: int = 0, timer: PhaseTimer | None = None):
+        if algo not in ("cd-0", "cd-r"):
+            raise DistGNNError(f"DRPA runs cd-0 or cd-r, not {algo!r} (0c needs no exchange)")
+        if algo == "cd-r" and delay < 1:
+            raise DistGNNError(f"cd-r needs --delay >= 1, got {delay}")
+        self.index, self.comm, self.algo, self.delay = index, comm, algo, delay
+        self.timer = timer if timer is not None else PhaseTimer()
+        self.buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.delayed: dict[tuple, DelayedExchange] = {}
+        self.bytes_sent = 0  # by the synchronous exchange; see total_bytes_sent
+
+    @property
+    def total_bytes_sent(self) -> int:
+        return self.bytes_sent + sum(d.bytes_sent for d in self.delayed.values())
+
+    def __call__(self, y: torch.Tensor, layer: int, step: int, training: bool) -> torch.Tensor:
+        if self.comm.size == 1:
+            return y
+        if self.algo == "cd-r" and training:
+            return _Exchange.apply(y, lambda a: self._delayed(layer, "forward", a)(a, step),
+                                   lambda g: self._delayed(layer, "backward", g)(g, step))
+        return _Exchange.apply(y, self.reduce_broadcast, self.reduce_broadcast)
+
+    def _delayed(self, layer: int, direction: str, a: torch.Tensor) -> DelayedExchange:
+        key = (layer, direction)
+        if key not in self.delayed:
+            self.delayed[key] = DelayedExchange(self.index, self.delay, a.shape[1], self.comm,
+                                                self.timer, a.dtype, a.device)
+        return self.delayed[key]
+
+    def _buffers(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (a.shape[1], a.dtype, a.device)
+        if key not in self.buffers:
+            self.buffers[key] = (
+                torch.empty(len(self.index.leaf_ids), a.shape[1], dtype=a.dtype, device=a.device),
+                torch.empty(len(self.index.root_ids), a.shape[1], dtype=a.dtype, device=a.device))
+            self.leaf_ids = self.index.leaf_ids.to(a.device)
+            self.root_ids = self.index.root_ids.to(a.device)
+        return self.buffers[key]
+
+    def reduce_broadcast(self, a: torch.Tensor) -> None:
+        """cd-0 on ``a`` ``[n, d]`` in place: every clone ends with the sum over all clones."""
+        leaf_buf, root_buf = self._buffers(a)
+        ix = self.index
+        with self.timer("exchange_pre"):
+            torch.index_select(a, 0, self.leaf_ids, out=leaf_buf)
+        with self.timer("exchange_wait"):
+            self.comm.alltoallv(leaf_buf, ix.leaf_counts, root_buf, ix.root_counts)
+        with self.timer("exchange_post"):
+            a.index_add_(0, self.root_ids, root_buf)
+            torch.index_select(a, 0, self.root_ids, out=root_buf)
+        with self.timer("exchange_wait"):
+            self.comm.alltoallv(root_buf, ix.root_counts, leaf_buf, ix.leaf_counts)
+        with self.timer("exchange_post"):
+            a.index_copy_(0, self.leaf_ids, leaf_buf)
+        self.bytes_sent += (leaf_buf.numel() + root_buf.numel()) * a.element_size()
+
+    def finish(self) -> None:
+        """Complete the cd-r requests still in flight."""
+        for d in self.delayed.values():
+            d.finish()

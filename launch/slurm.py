@@ -1,0 +1,38 @@
+"""The sbatch script of a distgnn job: P tasks of T cores each, started by ``srun``."""
+from __future__ import annotations
+
+import shlex
+
+from .mpirun import RANK_ENV, LaunchError, rank_command
+
+
+def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
+                  nodes: int | None = None, time: str = "01:00:00",
+                  partition: str | None = None, job_name: str = "distgnn",
+                  account: str | None = None) -> str:
+    """A bash script for ``sbatch`` that runs ``command`` on ``ranks`` tasks.
+
+    ``--cpus-per-task`` reserves T cores per rank and ``srun --cpu-bind=cores`` pins each
+    rank to its own, for the reasons given in :mod:`launch.mpirun`.
+    """
+    command = rank_command(ranks, command, threads_per_rank)
+    if nodes is not None and nodes < 1:
+        raise LaunchError(f"nodes must be >= 1, got {nodes}")
+    options = {"job-name": job_name, "ntasks": ranks, "cpus-per-task": threads_per_rank,
+               "nodes": nodes, "time": time, "partition": partition, "account": account}
+    lines = ["#!/bin/bash"]
+    for key, value in options.items():
+        if value is None:
+            continue
+        # sbatch splits an #SBATCH line at whitespace, and a newline would end the header.
+        if not str(value) or any(c.isspace() for c in str(value)):
+            raise LaunchError(f"--{key} must be a non-empty word without spaces, got {value!r}")
+        lines.append(f"#SBATCH --{key}={value}")
+    lines += ["set -euo pipefail",
+              *(f"export {name}=$SLURM_CPUS_PER_TASK" for name in RANK_ENV),
+              # srun no longer inherits --cpus-per-task from sbatch (Slurm >= 22.05), and
+              # without it every rank would be bound to a single core.
+              'srun --cpus-per-task="$SLURM_CPUS_PER_TASK" --cpu-bind=cores '
+              + shlex.join(command),
+              ""]
+    return "\n".join(lines)
