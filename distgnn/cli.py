@@ -106,6 +106,10 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--comm-backend", choices=TORCH_BACKENDS, default=d.comm_backend,
                    help="torch.distributed backend with --comm torch; auto: nccl with "
                         "CUDA, else gloo; ccl needs oneccl_bindings_for_pytorch")
+    g.add_argument("--no-backward-exchange", dest="backward_exchange", action="store_false",
+                   default=argparse.SUPPRESS,
+                   help="do not exchange split-vertex gradients in the backward pass: "
+                        "reproduces DGL's inexact cd-0, for comparison only")
     g = p.add_argument_group("execution and output")
     g.add_argument("--backend", choices=BACKENDS, default=d.backend,
                    help="aggregation kernels: numba (cache-blocked CPU kernels) or torch "

@@ -66,7 +66,8 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
 
     part, delay, x, y, masks, index = all_or_none(comm, load_local)
     all_or_none(comm, lambda: index.check(comm))
-    exchange = None if cfg.algo == "0c" else DRPA(index, comm, cfg.algo, delay, timer)
+    exchange = (None if cfg.algo == "0c"
+                else DRPA(index, comm, cfg.algo, delay, timer, cfg.backward_exchange))
     nbr = Neighbourhood(part.graph, get_backend(cfg.backend),
                         in_degree=None if exchange is None else part.in_degree, timer=timer,
                         global_ids=part.global_ids, exchange=exchange)

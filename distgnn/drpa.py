@@ -155,6 +155,10 @@ class DelayedExchange:
             b["up"] = b["down"] = None
 
 
+def _keep(grad: torch.Tensor) -> None:
+    """No gradient exchange (see ``DRPA(backward=False)``)."""
+
+
 class _Exchange(torch.autograd.Function):
     """``y <- forward_op(y)`` in place; the gradient goes through ``backward_op``."""
 
@@ -182,18 +186,22 @@ class DRPA:
         delay (int): ``r`` for cd-r (>= 1).
         timer (PhaseTimer): receives ``exchange_pre`` (gathers, sends started),
             ``exchange_wait`` (blocked in the transport) and ``exchange_post`` seconds.
+        backward (bool): exchange gradients in the backward pass.  ``False`` reproduces
+            DGL's cd-0, whose split-vertex gradients miss the other clones' parts; it
+            exists to show that difference, not for training.
 
     Called as ``drpa(y, layer, step, training)`` on a layer's partial aggregates ``y``
     ``[n, d]``; returns ``y`` updated in place (and differentiable).
     """
 
     def __init__(self, index: SplitIndex, comm: Communicator, algo: str = "cd-0",
-                 delay: int = 0, timer: PhaseTimer | None = None):
+                 delay: int = 0, timer: PhaseTimer | None = None, backward: bool = True):
         if algo not in ("cd-0", "cd-r"):
             raise DistGNNError(f"DRPA runs cd-0 or cd-r, not {algo!r} (0c needs no exchange)")
         if algo == "cd-r" and delay < 1:
             raise DistGNNError(f"cd-r needs --delay >= 1, got {delay}")
         self.index, self.comm, self.algo, self.delay = index, comm, algo, delay
+        self.backward = backward
         self.timer = timer if timer is not None else PhaseTimer()
         self.buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self.delayed: dict[tuple, DelayedExchange] = {}
@@ -207,9 +215,11 @@ class DRPA:
         if self.comm.size == 1:
             return y
         if self.algo == "cd-r" and training:
-            return _Exchange.apply(y, lambda a: self._delayed(layer, "forward", a)(a, step),
-                                   lambda g: self._delayed(layer, "backward", g)(g, step))
-        return _Exchange.apply(y, self.reduce_broadcast, self.reduce_broadcast)
+            forward = lambda a: self._delayed(layer, "forward", a)(a, step)  # noqa: E731
+            backward = lambda g: self._delayed(layer, "backward", g)(g, step)  # noqa: E731
+        else:
+            forward = backward = self.reduce_broadcast
+        return _Exchange.apply(y, forward, backward if self.backward else _keep)
 
     def _delayed(self, layer: int, direction: str, a: torch.Tensor) -> DelayedExchange:
         key = (layer, direction)

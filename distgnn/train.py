@@ -62,6 +62,7 @@ class TrainConfig:
     comm: str = "mpi"
     comm_backend: str = "auto"
     verify: bool = True
+    backward_exchange: bool = True
 
 
 @dataclasses.dataclass

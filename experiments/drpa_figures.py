@@ -1,0 +1,196 @@
+"""The figures of distributed training (DRPA): exactness, accuracy and speed.
+
+    python experiments/drpa_figures.py exactness [--epochs 50]
+    python experiments/drpa_figures.py accuracy [--seeds 5]
+    python experiments/drpa_figures.py speed [--scale 20]
+
+Each partitions its graphs with ``distgnn-partition`` (libra, seed 0) into ``--work``,
+runs ``distgnn-train`` under ``mpirun`` (composed by :mod:`launch`) and on one socket,
+reads the per-epoch metrics files, and prints a table (and ``--json``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import launch
+from partition.format import load as load_partition
+from partition.format import read_meta
+
+BIN = Path(sys.executable).parent
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+
+
+def dataset(name: str) -> str:
+    path = DATA / f"{name}.npz"
+    return str(path) if path.exists() else name
+
+
+def partition(spec: str, parts: int, work: Path, tag: str) -> Path:
+    out = work / f"{tag}-p{parts}"
+    if not (out / "meta.json").exists():
+        subprocess.run([str(BIN / "distgnn-partition"), spec, "--parts", str(parts), "--out",
+                        str(out), "--force", "--no-progress"], check=True,
+                       stdout=subprocess.DEVNULL)
+    return out
+
+
+def train(args: list[str], metrics: Path, ranks: int = 0, threads: int = 1) -> list[dict]:
+    """Run distgnn-train (under mpirun with ``ranks`` > 0) and return its metrics records."""
+    command = [str(BIN / "distgnn-train"), *args, "--threads", str(threads), "--no-progress",
+               "--metrics-out", str(metrics)]
+    env = dict(os.environ)
+    if ranks:
+        plan = launch.plan(ranks, command, threads_per_rank=threads)
+        command, env = plan.argv, {**env, **plan.env}
+    proc = subprocess.run(command, env=env, capture_output=True, text=True)
+    if proc.returncode:
+        sys.exit(f"failed ({proc.returncode}): {' '.join(command)}\n{proc.stderr[-2000:]}")
+    return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
+def best_test(records: list[dict]) -> float:
+    evaluated = [r for r in records if r["val_acc"] is not None]
+    return max(evaluated, key=lambda r: (r["val_acc"], -r["val_loss"]))["test_acc"]
+
+
+def exactness(a) -> list[dict]:
+    rows = []
+    for name in ("cora", "tolokers"):
+        spec = dataset(name)
+        common = ["--dropout", "0", "--epochs", str(a.epochs), "--seed", "0"]
+        ref = train(["--dataset", spec, *common], a.work / "single.json", threads=2)
+        n_test = _test_count(partition(spec, 2, a.work, name))
+        for parts in (2, 3, 4):
+            directory = partition(spec, parts, a.work, name)
+            for backward in (True, False):
+                if not backward and parts != 2 and not a.all_off:
+                    continue
+                flags = [] if backward else ["--no-backward-exchange"]
+                got = train(["--partitions", str(directory), "--algo", "cd-0", *common, *flags],
+                            a.work / "dist.json", ranks=parts)
+                diff = max(abs(g["loss"] - r["loss"]) / abs(r["loss"]) for g, r in zip(got, ref))
+                vertices = round(abs(got[-1]["test_acc"] - ref[-1]["test_acc"]) * n_test)
+                rows.append({"dataset": name, "parts": parts, "backward_exchange": backward,
+                             "max_rel_loss_diff": diff, "final_test_acc": got[-1]["test_acc"],
+                             "single_socket_test_acc": ref[-1]["test_acc"],
+                             "test_vertices_differing": vertices})
+                print(f"{name:9} P={parts} backward exchange {'on ' if backward else 'off'}  "
+                      f"max rel loss diff {diff:.2e}  final test acc {got[-1]['test_acc']:.4f} "
+                      f"vs {ref[-1]['test_acc']:.4f} ({vertices} vertices)", flush=True)
+    return rows
+
+
+def _test_count(directory: Path) -> int:
+    meta = read_meta(directory)
+    return sum(int(np.count_nonzero(load_partition(directory, p).test_mask))
+               for p in range(meta["num_parts"]))
+
+
+def accuracy(a) -> list[dict]:
+    rows = []
+    specs = {"cora": dataset("cora"), "citeseer": dataset("citeseer"), "sbm": a.sbm}
+    algos = {"0c": ["--algo", "0c"], "cd-0": ["--algo", "cd-0"],
+             "cd-5": ["--algo", "cd-r", "--delay", "5"]}
+    for name, spec in specs.items():
+        seeds = range(a.seeds)
+        single = [best_test(train(["--dataset", spec, "--seed", str(s)], a.work / "s.json",
+                                  threads=2)) for s in seeds]
+        row = {"dataset": name, "single_socket": statistics.mean(single)}
+        print(f"{name:9} single socket {100 * row['single_socket']:.2f} %", flush=True)
+        for parts in (2, 4):
+            directory = partition(spec, parts, a.work, name)
+            for algo, flags in algos.items():
+                accs = [best_test(train(["--partitions", str(directory), *flags, "--seed",
+                                         str(s)], a.work / "d.json", ranks=parts))
+                        for s in seeds]
+                row[f"{algo} P={parts}"] = statistics.mean(accs)
+                print(f"{name:9} {algo:5} P={parts}  {100 * statistics.mean(accs):.2f} % "
+                      f"(sd {100 * statistics.pstdev(accs):.2f})", flush=True)
+        rows.append(row)
+    return rows
+
+
+def predicted_bytes(directory: Path, widths: list[int]) -> list[int]:
+    """cd-0 bytes each rank sends per epoch: ``4 * 2 * sum_l d_l * (leaves + leaf entries)``
+    (forward and backward; see :mod:`partition.stats`)."""
+    meta = read_meta(directory)
+    out = []
+    for p in range(meta["num_parts"]):
+        part = load_partition(directory, p)
+        leaves = int(np.count_nonzero(np.asarray(part.root_rank) != p))
+        out.append(4 * 2 * sum(widths) * (leaves + len(part.leaf_root_local)))
+    return out
+
+
+def speed(a) -> list[dict]:
+    spec = f"rmat:scale={a.scale},edge_factor=16,features=128"
+    directory = partition(spec, 2, a.work, f"rmat{a.scale}")
+    meta = read_meta(directory)
+    # GCN 128 -> 16 -> C aggregates after projecting: at 16, then at min(16, C)
+    widths = [a.hidden, min(a.hidden, meta["num_classes"])]
+    common = ["--epochs", str(a.epochs), "--eval-every", str(a.epochs), "--hidden",
+              str(a.hidden)]
+    runs = {"single socket (1 rank x 2 threads)": (["--dataset", spec], 0, 2)}
+    for algo, flags in {"0c": ["--algo", "0c"], "cd-0": ["--algo", "cd-0"],
+                        "cd-5": ["--algo", "cd-r", "--delay", "5"]}.items():
+        runs[f"{algo} (2 ranks x 1 thread)"] = (["--partitions", str(directory), *flags], 2, 1)
+    predicted = predicted_bytes(directory, widths)
+    rows = []
+    for label, (flags, ranks, threads) in runs.items():
+        records = train([*flags, *common], a.work / "speed.json", ranks, threads)[1:]
+        med = lambda key: statistics.median(r[key] for r in records)  # noqa: E731
+        phases = {k: statistics.median(r["phases"][k] for r in records)
+                  for k in records[0]["phases"]}
+        phases_mean = {k: statistics.median(r["phases_mean"][k] for r in records)
+                       for k in records[0]["phases_mean"]}
+        row = {"run": label, "epoch_s": med("epoch_s"), "phases_max": phases,
+               "phases_mean": phases_mean, "bytes_sent_max": med("bytes_sent_max"),
+               "bytes_sent_mean": med("bytes_sent_mean")}
+        if ranks and "cd-" in label:
+            delay = 5 if "cd-5" in label else 1
+            row["predicted_bytes_max"] = max(predicted) / delay
+            row["predicted_bytes_mean"] = float(np.mean(predicted)) / delay
+        rows.append(row)
+        print(f"{label:36} epoch {row['epoch_s'] * 1e3:8.1f} ms  " + "  ".join(
+            f"{k} {v * 1e3:.1f}" for k, v in phases.items() if v > 5e-5), flush=True)
+        if "predicted_bytes_max" in row:
+            print(f"{'':36} bytes sent per rank per epoch: max {row['bytes_sent_max']:,.0f}, "
+                  f"mean {row['bytes_sent_mean']:,.0f}; predicted max "
+                  f"{row['predicted_bytes_max']:,.0f}, mean {row['predicted_bytes_mean']:,.0f}",
+                  flush=True)
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("figure", choices=("exactness", "accuracy", "speed"))
+    p.add_argument("--work", type=Path, default=Path("runs/drpa"),
+                   help="partition directories and metrics files go here")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="exactness: 50 (default); speed: 6 (default)")
+    p.add_argument("--all-off", action="store_true",
+                   help="exactness: run the backward-exchange-off check on every P, not P=2")
+    p.add_argument("--seeds", type=int, default=5, help="accuracy: seeds per configuration")
+    p.add_argument("--sbm", default="sbm:nodes=60000,noise=3",
+                   help="accuracy: the SBM graph (>= 10^6 edges)")
+    p.add_argument("--scale", type=int, default=20, help="speed: R-MAT scale")
+    p.add_argument("--hidden", type=int, default=16, help="speed: hidden width")
+    p.add_argument("--json", type=Path, help="write the rows here")
+    a = p.parse_args()
+    a.epochs = a.epochs or {"exactness": 50, "speed": 6}.get(a.figure, 200)
+    a.work.mkdir(parents=True, exist_ok=True)
+    rows = {"exactness": exactness, "accuracy": accuracy, "speed": speed}[a.figure](a)
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,396 @@
+"""Distributed training under real mpirun jobs: the DRPA exchange against the whole graph,
+the cd-r bin schedule, cd-0 training against single-socket training, and failure modes.
+
+Every job is composed by :func:`launch.plan` (which adds the Open MPI flags this machine
+needs) and run with a timeout, so a hang fails the test instead of blocking the suite.
+Jobs cost seconds of start-up each, so the module builds its partition directories once
+and runs each job once (the ``*_job`` fixtures memoise them); several tests read one job.
+"""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import launch
+from conftest import build_random_graph
+from distgnn.datasets import load as load_dataset
+from distgnn.graph import NodeDataset
+from partition.format import load as load_partition
+from partition.format import read_meta, write_dataset
+from partition.vertex_cut import vertex_cut
+
+RANK_SCRIPTS = Path(__file__).parent / "mpi"
+TRAIN = str(Path(sys.executable).parent / "distgnn-train")
+TIMEOUT = 120
+WIDTH, EPOCHS, DELAYS = 3, 10, (2, 3)
+
+
+def mpirun(ranks, command, timeout=TIMEOUT):
+    """``(CompletedProcess, seconds)`` of ``command`` on ``ranks`` ranks of one thread each."""
+    p = launch.plan(ranks, [str(c) for c in command], threads_per_rank=1)
+    return run_command(p.argv, p.env, timeout)
+
+
+def run_command(argv, env=None, timeout=TIMEOUT):
+    start = time.monotonic()
+    proc = subprocess.run([str(a) for a in argv], env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
+    return proc, time.monotonic() - start
+
+
+def write_parts(ds, out, num_parts, seed=0):
+    write_dataset(out, ds, vertex_cut(ds.graph, num_parts, "libra", seed=seed),
+                  {"method": "libra", "seed": seed})
+    return out
+
+
+def load_parts(directory):
+    return [load_partition(directory, p) for p in range(read_meta(directory)["num_parts"])]
+
+
+# ---- fixtures: graphs, partition directories, memoised jobs ----------------------------------
+@pytest.fixture(scope="module")
+def random_parts(tmp_path_factory):
+    """A weighted random graph (hub, isolated vertices, self-loops, duplicate edges), its
+    features ``x`` and loss weights ``g`` (``ref.npz``), and its libra partitions."""
+    root = tmp_path_factory.mktemp("random")
+    graph, src, dst, weight = build_random_graph(seed=3, n=60, e=400, weighted=True,
+                                                 hub_degree=30, isolated=5, self_loops=5,
+                                                 duplicates=6)
+    n = graph.num_nodes
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((n, 4)).astype(np.float32)
+    g = rng.standard_normal((n, 4))
+    ds = NodeDataset(graph, x, rng.integers(0, 3, n), np.ones(n, bool), np.zeros(n, bool),
+                     np.zeros(n, bool), name="random")
+    np.savez(root / "ref.npz", x=x.astype(np.float64), g=g)
+    dirs = {P: write_parts(ds, root / f"p{P}", P) for P in (2, 3, 4)}
+    # the references, straight from the edge list (not through CSRGraph or the kernels)
+    y_ref = np.zeros((n, 4))
+    np.add.at(y_ref, dst, weight[:, None].astype(np.float64) * x[src].astype(np.float64))
+    grad_ref = np.zeros((n, 4))
+    np.add.at(grad_ref, src, weight[:, None].astype(np.float64) * g[dst])
+    return {"root": root, "dirs": dirs, "n": n, "y_ref": y_ref, "grad_ref": grad_ref,
+            "isolated": np.flatnonzero(graph.in_degrees() + graph.out_degrees() == 0)}
+
+
+@pytest.fixture(scope="module")
+def exchange_job(random_parts):
+    """``exchange_job(P, comm, dtype, backend="auto", delays=())``: per-rank outputs of
+    ``tests/mpi/drpa_ranks.py`` on the P-partition directory (each job runs once)."""
+    cache = {}
+
+    def get(P, comm, dtype, backend="auto", delays=()):
+        key = (P, comm, dtype, backend, delays)
+        if key not in cache:
+            out = random_parts["root"] / ("out-" + "-".join(map(str, key[:4])))
+            out.mkdir()
+            command = [sys.executable, RANK_SCRIPTS / "drpa_ranks.py", random_parts["dirs"][P],
+                       out, "--comm", comm, "--comm-backend", backend, "--dtype", dtype,
+                       "--ref", random_parts["root"] / "ref.npz"]
+            if delays:
+                command += ["--delays", ",".join(map(str, delays)), "--epochs", str(EPOCHS),
+                            "--width", str(WIDTH)]
+            proc, _ = mpirun(P, command)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            cache[key] = [dict(np.load(out / f"rank-{p}.npz")) for p in range(P)]
+        return cache[key]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def cora():
+    return load_dataset("cora")
+
+
+@pytest.fixture(scope="module")
+def cora_dirs(tmp_path_factory, cora):
+    """Libra partitions of cora into 1, 2 and 3 parts."""
+    root = tmp_path_factory.mktemp("cora")
+    return {P: write_parts(cora, root / f"p{P}", P) for P in (1, 2, 3)}
+
+
+def read_metrics(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.fixture(scope="module")
+def train_job(cora_dirs, tmp_path_factory):
+    """``train_job(P, algo, *flags)``: ``(proc, metrics)`` of 30 dropout-free epochs of
+    ``mpirun -np P distgnn-train --partitions`` on cora (each job runs once)."""
+    root = tmp_path_factory.mktemp("train")
+    cache = {}
+
+    def get(P, algo, *flags):
+        key = (P, algo, *flags)
+        if key not in cache:
+            metrics = root / ("m-" + "-".join(map(str, key)) + ".jsonl")
+            proc, _ = mpirun(P, [TRAIN, "--partitions", cora_dirs[P], "--algo", algo,
+                                 *flags, "--dropout", "0", "--epochs", "30", "--threads", "1",
+                                 "--no-progress", "--metrics-out", metrics])
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            cache[key] = proc, read_metrics(metrics)
+        return cache[key]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def single_socket(tmp_path_factory):
+    """Metrics of the same 30 epochs trained on the whole of cora in one process."""
+    metrics = tmp_path_factory.mktemp("single") / "m1.jsonl"
+    proc, _ = run_command([TRAIN, "--dataset", "cora", "--dropout", "0", "--epochs", "30",
+                           "--threads", "1", "--no-progress", "--metrics-out", metrics])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return read_metrics(metrics)
+
+
+# ---- 1. cd-0 exchange against the unpartitioned graph -----------------------------------------
+def check_exchange(random_parts, outs, dtype):
+    n, y_ref, grad_ref = random_parts["n"], random_parts["y_ref"], random_parts["grad_ref"]
+    P = len(outs)
+    assert all(int(o["size"]) == P for o in outs)
+    clones = np.zeros(n, np.int64)
+    for o in outs:
+        clones[o["global_ids"]] += 1
+    assert clones.min() == 1  # every vertex (isolated ones too) lives on some rank
+    np.testing.assert_array_equal(clones[random_parts["isolated"]], 1)
+    split = clones > 1
+    assert split.sum() >= 3, "the partition must split vertices for the test to mean much"
+    rtol = 1e-5 if dtype == "float32" else 1e-10
+    atol_y, atol_g = rtol * np.abs(y_ref).max(), rtol * np.abs(grad_ref).max()
+    # forward: every clone, root or leaf, holds the whole-graph aggregate A @ X
+    for p, o in enumerate(outs):
+        np.testing.assert_allclose(o["y"], y_ref[o["global_ids"]], rtol=rtol, atol=atol_y,
+                                   err_msg=f"rank {p}: y differs from A @ X")
+    # backward: the clone gradients are partial sums of A^T G (each loss term counted once)
+    grad_sum = np.zeros_like(grad_ref)
+    grad_none = np.zeros_like(grad_ref)
+    for o in outs:
+        np.add.at(grad_sum, o["global_ids"], o["grad"])
+        np.add.at(grad_none, o["global_ids"], o["grad_none"])
+    np.testing.assert_allclose(grad_sum, grad_ref, rtol=rtol, atol=atol_g)
+    # the same checks fail without the exchange: local partials are not the aggregate at
+    # split vertices (and are exact at the others), and gradient is lost at leaf clones
+    wrong = np.zeros(n, bool)
+    for o in outs:
+        ids = o["global_ids"]
+        off = ~np.isclose(o["y_none"], y_ref[ids], rtol=rtol, atol=atol_y).all(axis=1)
+        assert not off[~split[ids]].any(), "a vertex on one rank must not need an exchange"
+        wrong[ids[off]] = True
+    assert wrong[split].any()
+    assert not np.allclose(grad_none, grad_ref, rtol=rtol, atol=atol_g)
+
+
+@pytest.mark.parametrize("P, comm, dtype", [(2, "mpi", "float64"), (3, "mpi", "float64"),
+                                            (4, "mpi", "float32"), (2, "torch", "float32")])
+def test_cd0_exchange_matches_the_whole_graph(random_parts, exchange_job, P, comm, dtype):
+    """cd-0 forward gives every clone the whole-graph aggregate ``A X``, and its backward
+    makes the clone gradients sum to ``A^T G``; without the exchange both checks fail."""
+    delays = DELAYS if P == 3 else ()  # the cd-r test reads the same job
+    check_exchange(random_parts, exchange_job(P, comm, dtype, delays=delays), dtype)
+
+
+def test_cd0_exchange_over_ccl(random_parts, exchange_job):
+    """The same exchange check over torch.distributed's oneCCL backend (needs the bindings)."""
+    pytest.importorskip("oneccl_bindings_for_pytorch")
+    check_exchange(random_parts, exchange_job(2, "torch", "float32", backend="ccl"), "float32")
+
+
+# ---- 2. the cd-r bin schedule -------------------------------------------------------------------
+def partial(rank, epoch, gids, width):
+    """Same formula as ``tests/mpi/drpa_ranks.py``: the partial aggregate of each clone."""
+    base = (epoch + 1) * 10.0 ** rank + np.asarray(gids, np.float64) / 1000
+    return base[:, None] * np.arange(1, width + 1, dtype=np.float64)
+
+
+def upstream(rank, epoch, gids, width):
+    """Same formula as ``tests/mpi/drpa_ranks.py``: the gradient fed to the cd-r backward."""
+    return -2 * partial(rank, epoch, gids, width) + 0.5
+
+
+def delayed_expected(parts, fn, r, epochs, width):
+    """Per rank ``[epochs, n_p, width]``: what cd-r with delay ``r`` makes of the partials
+    ``fn(rank, epoch, gids, width)``, straight from the schedule in ``distgnn/drpa.py``.
+
+    Vertex ``v`` is in bin ``v mod r``, refreshed at epochs ``t = v (mod r)``.  At ``t`` the
+    root stores the leaf partials sent at ``t - r`` (none before epoch ``r``), outputs its
+    fresh partial plus every stored one, and replies to each leaf with that total minus the
+    leaf's stored partial; a reply sent at ``t`` arrives at ``t + r``, and a leaf outputs its
+    fresh partial plus the latest reply it has.
+    """
+    out = [np.stack([fn(p.rank, e, p.global_ids, width) for e in range(epochs)])
+           for p in parts]
+    where = {}
+    for p in parts:
+        for local, v in enumerate(np.asarray(p.global_ids).tolist()):
+            where.setdefault(v, []).append((p.rank, local))
+    for v, clones in where.items():
+        if len(clones) < 2:
+            continue
+        first, local0 = clones[0]
+        root = int(parts[first].root_rank[local0])
+        leaves = [q for q, _ in clones if q != root]
+        b = v % r
+
+        def f(q, e):
+            return fn(q, e, np.array([v]), width)[0]
+
+        def last_refresh(e):
+            return None if e < b else e - (e - b) % r
+
+        def stored(q, e):  # the root's copy of leaf q's partial at epoch e
+            t = last_refresh(e)
+            return f(q, t - r) if t is not None and t >= r else 0.0
+
+        def root_out(e):
+            return f(root, e) + sum(stored(q, e) for q in leaves)
+
+        def complement(q, e):  # the latest reply leaf q has received at epoch e
+            t = last_refresh(e)
+            return root_out(t - r) - stored(q, t - r) if t is not None and t >= r else 0.0
+
+        for q, local in clones:
+            for e in range(epochs):
+                out[q][e, local] = root_out(e) if q == root else f(q, e) + complement(q, e)
+    return out
+
+
+def test_cdr_follows_the_bin_schedule(random_parts, exchange_job):
+    """``DelayedExchange`` (r = 2, 3; P = 3) gives each clone exactly its fresh partial plus
+    the stale complement the schedule predicts, epoch by epoch; ``DRPA(algo="cd-r")`` does
+    the same in its forward and, with its own buffers, to the gradients in its backward;
+    ``bytes_sent`` is one row per leaf and per leaf entry of the epoch's bin."""
+    outs = exchange_job(3, "mpi", "float64", delays=DELAYS)
+    parts = load_parts(random_parts["dirs"][3])
+    for r in DELAYS:
+        expected = delayed_expected(parts, partial, r, EPOCHS, WIDTH)
+        expected_bwd = delayed_expected(parts, upstream, r, EPOCHS, WIDTH)
+        exact = [np.stack([sum(partial(q.rank, e, p.global_ids, WIDTH) for q in parts)
+                           for e in range(EPOCHS)]) for p in parts]
+        stale = False
+        for p, o in zip(parts, outs):
+            np.testing.assert_array_equal(o["global_ids"], p.global_ids)
+            np.testing.assert_allclose(o[f"delayed_{r}"], expected[p.rank], rtol=1e-12,
+                                       err_msg=f"DelayedExchange r={r} rank {p.rank}")
+            np.testing.assert_allclose(o[f"drpa_fwd_{r}"], expected[p.rank], rtol=1e-12,
+                                       err_msg=f"DRPA cd-r forward r={r} rank {p.rank}")
+            np.testing.assert_allclose(o[f"drpa_bwd_{r}"], expected_bwd[p.rank], rtol=1e-12,
+                                       err_msg=f"DRPA cd-r backward r={r} rank {p.rank}")
+            # the check can fail: the schedule is not the exact (cd-0) sum at split vertices
+            split = np.asarray(p.root_rank) != p.rank
+            split[np.asarray(p.leaf_root_local)] = True
+            stale |= not np.allclose(expected[p.rank][:, split], exact[p.rank][:, split])
+            # bytes: per epoch 8 * width * (leaves in the bin + leaf entries in the bin)
+            ids = np.asarray(p.global_ids)
+            leaf_bins = ids[np.asarray(p.root_rank) != p.rank] % r
+            entry_bins = ids[np.asarray(p.leaf_root_local)] % r
+            for b in range(r):
+                assert (leaf_bins == b).any() or (entry_bins == b).any(), \
+                    f"rank {p.rank}: bin {b} of r={r} is empty; pick another graph"
+            per_epoch = [8 * WIDTH * (np.count_nonzero(leaf_bins == e % r)
+                                      + np.count_nonzero(entry_bins == e % r))
+                         for e in range(EPOCHS)]
+            np.testing.assert_array_equal(o[f"bytes_{r}"], np.cumsum(per_epoch))
+        assert stale
+
+
+# ---- 3. training: cd-0 equals single-socket; 0c and cd-r run -----------------------------------
+@pytest.mark.parametrize("P", [2, 3])
+def test_cd0_training_follows_the_single_socket_loss_curve(train_job, single_socket, cora, P):
+    """With dropout 0, cd-0 on P libra partitions of cora follows the single-socket loss
+    curve to float rounding (<= 1e-4 relative over 30 epochs) and ends at the same test
+    accuracy to within one vertex."""
+    proc, metrics = train_job(P, "cd-0")
+    assert [r["epoch"] for r in metrics] == list(range(30))
+    assert f"{P} ranks, cd-0" in proc.stdout
+    diff = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(metrics, single_socket))
+    assert diff <= 1e-4, f"max relative loss difference {diff:.3g}"
+    assert metrics[-1]["loss"] < metrics[0]["loss"]
+    n_test = int(cora.test_mask.sum())
+    assert abs(metrics[-1]["test_acc"] - single_socket[-1]["test_acc"]) <= 1 / n_test + 1e-12
+    assert all(r["bytes_sent_max"] > 0 for r in metrics)
+
+
+@pytest.mark.parametrize("algo, flags", [("0c", ()), ("cd-r", ("--delay", "2"))])
+def test_0c_and_cdr_train_and_send_less_than_cd0(train_job, algo, flags):
+    """0c and cd-r (r = 2) on 2 ranks finish cleanly with a finite, decreasing loss; 0c
+    sends nothing and cd-r sends less per epoch than cd-0."""
+    proc, metrics = train_job(2, algo, *flags)
+    losses = [r["loss"] for r in metrics]
+    assert len(losses) == 30 and all(math.isfinite(v) for v in losses)
+    assert losses[-1] < losses[0]
+    sent = [r["bytes_sent_max"] for r in metrics]
+    if algo == "0c":
+        assert sent == [0] * 30
+    else:
+        _, cd0 = train_job(2, "cd-0")
+        assert 0 < max(sent) < min(r["bytes_sent_max"] for r in cd0)
+
+
+# ---- 4. failures end the job with a clear error, never a hang ------------------------------------
+def assert_quick(seconds):
+    assert seconds < TIMEOUT / 2, f"took {seconds:.0f} s: a rank waited for a failed peer"
+
+
+def test_mismatched_rank_count_is_a_clean_error(cora_dirs):
+    """``-np 2`` on a 3-partition directory: status 2 and one error naming both counts."""
+    proc, seconds = mpirun(2, [TRAIN, "--partitions", cora_dirs[3], "--threads", "1",
+                               "--no-progress"])
+    assert_quick(seconds)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "3 partitions" in proc.stderr and "2 ranks" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_corrupted_partition_stops_every_rank(cora_dirs, tmp_path):
+    """A damaged ``x.npy`` of partition 1 (same size): rank 1 reports the checksum
+    mismatch, rank 0 reports that it stopped because rank 1 failed, status 2."""
+    bad = tmp_path / "bad"
+    shutil.copytree(cora_dirs[2], bad)
+    path = bad / "part-00001" / "x.npy"
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.seek(size // 2)
+        chunk = f.read(64)
+        f.seek(size // 2)
+        f.write(bytes(c ^ 0xFF for c in chunk))
+    assert path.stat().st_size == size
+    proc, seconds = mpirun(2, [TRAIN, "--partitions", bad, "--epochs", "2", "--threads", "1",
+                               "--no-progress"])
+    assert_quick(seconds)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "rank 1:" in proc.stderr and "checksum mismatch" in proc.stderr, proc.stderr
+    assert "rank 0: stopping because rank 1 failed" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_rank_failing_mid_run_aborts_the_job():
+    """An exception on rank 1 while rank 0 blocks in an allreduce aborts the whole job
+    (non-zero status, well before the timeout), and the output names the error and rank."""
+    proc, seconds = mpirun(2, [sys.executable, RANK_SCRIPTS / "fail_ranks.py"])
+    assert_quick(seconds)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert "boom" in output and "rank 1" in output, output
+    assert "allreduce returned" not in output
+
+
+def test_one_partition_trains_without_mpirun(cora_dirs, tmp_path):
+    """A 1-partition directory trains with plain ``distgnn-train --partitions`` (no mpirun)."""
+    metrics = tmp_path / "m.jsonl"
+    proc, _ = run_command([TRAIN, "--partitions", cora_dirs[1], "--epochs", "3", "--threads",
+                           "1", "--no-progress", "--metrics-out", metrics])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = read_metrics(metrics)
+    assert len(records) == 3 and all(math.isfinite(r["loss"]) for r in records)
+    assert all(r["bytes_sent_max"] == 0 for r in records)
