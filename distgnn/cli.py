@@ -48,10 +48,10 @@ def train_parser() -> argparse.ArgumentParser:
                     "GCN on the bundled Cora graph.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     g = p.add_argument_group("data")
-    g.add_argument("--dataset", default="cora",
-                   help="bundled name (cora), NAME.npz on $DISTGNN_DATA_PATH, path to an .npz, "
-                        "an OGB node-property directory, an edge-list file, or a generator "
-                        "spec such as rmat:scale=18,edge_factor=16 or sbm:nodes=100000")
+    g.add_argument("--dataset",
+                   help="bundled name (cora, the default), NAME.npz on $DISTGNN_DATA_PATH, "
+                        "path to an .npz, an OGB node-property directory, an edge-list file, "
+                        "or a generator spec such as rmat:scale=18,edge_factor=16")
     g.add_argument("--split", type=int, default=0,
                    help="which fixed split to use when the dataset ships several")
     g.add_argument("--features", help="features file (.npy or text) for an edge-list dataset")
@@ -115,7 +115,8 @@ def train_parser() -> argparse.ArgumentParser:
                    help="aggregation kernels: numba (cache-blocked CPU kernels) or torch "
                         "(torch.sparse reference)")
     g.add_argument("--threads", type=int, default=d.threads,
-                   help="torch and Numba threads (None: the libraries' own defaults)")
+                   help="torch and Numba threads (None: the libraries' own defaults on one "
+                        "socket; under MPI, this node's cores divided by its ranks)")
     g.add_argument("--metrics-out", metavar="FILE",
                    help="write one JSON object per epoch (loss, accuracies, epoch_s, phases)")
     g.add_argument("--checkpoint", metavar="FILE",
@@ -136,7 +137,10 @@ def train_main(argv: list[str] | None = None) -> int:
                          if hasattr(args, f.name)}, progress=not args.no_progress,
                       verify=not args.no_verify)
     if args.partitions:
+        if args.dataset:
+            return fail("distgnn-train", "give --dataset or --partitions, not both")
         return run_guarded("distgnn-train", lambda: train_partitions(args.partitions, cfg))
+    args.dataset = args.dataset or "cora"
 
     def run():
         data = load(args.dataset, features=args.features, labels=args.labels, split=args.split)
@@ -154,13 +158,13 @@ def train_partitions(directory: str, cfg) -> int:
     """One rank of ``mpirun -np P distgnn-train --partitions DIR``."""
     from .aggregate import PhaseTimer
     from .comm import get_communicator
-    from .distributed import partition_shard, run_rank
+    from .distributed import partition_shard, run_rank, threads_per_rank
     from .train import configure_threads, fit
 
     comm = get_communicator(cfg.comm, cfg.comm_backend)
 
     def main():
-        configure_threads(cfg.threads)
+        configure_threads(cfg.threads or threads_per_rank(comm))
         timer = PhaseTimer()
         shard = partition_shard(directory, cfg, comm, timer)
         if comm.rank == 0:

@@ -9,6 +9,7 @@ ranks blocked in a collective.
 """
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -37,6 +38,14 @@ def resolve_delay(algo: str, delay: int | None) -> int:
     if delay < 1:
         raise DistGNNError(f"cd-r needs --delay >= 1, got {delay}")
     return delay
+
+
+def threads_per_rank(comm: Communicator) -> int:
+    """Cores of this node divided among the ranks on it (so ranks never share cores)."""
+    local = next((int(os.environ[k]) for k in ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+                                               "SLURM_NTASKS_PER_NODE") if k in os.environ),
+                 comm.size)
+    return max(1, (os.cpu_count() or 1) // max(local, 1))
 
 
 def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,

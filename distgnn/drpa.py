@@ -204,6 +204,7 @@ class DRPA:
         self.backward = backward
         self.timer = timer if timer is not None else PhaseTimer()
         self.buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.leaf_ids, self.root_ids = index.leaf_ids, index.root_ids
         self.delayed: dict[tuple, DelayedExchange] = {}
         self.bytes_sent = 0  # by the synchronous exchange; see total_bytes_sent
 
@@ -229,13 +230,13 @@ class DRPA:
         return self.delayed[key]
 
     def _buffers(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The leaf-side and root-side buffers for ``a``'s width, allocated on first use."""
         key = (a.shape[1], a.dtype, a.device)
         if key not in self.buffers:
-            self.buffers[key] = (
-                torch.empty(len(self.index.leaf_ids), a.shape[1], dtype=a.dtype, device=a.device),
-                torch.empty(len(self.index.root_ids), a.shape[1], dtype=a.dtype, device=a.device))
-            self.leaf_ids = self.index.leaf_ids.to(a.device)
-            self.root_ids = self.index.root_ids.to(a.device)
+            self.leaf_ids, self.root_ids = self.leaf_ids.to(a.device), self.root_ids.to(a.device)
+            self.buffers[key] = tuple(torch.empty(len(ids), a.shape[1], dtype=a.dtype,
+                                                  device=a.device)
+                                      for ids in (self.leaf_ids, self.root_ids))
         return self.buffers[key]
 
     def reduce_broadcast(self, a: torch.Tensor) -> None:
