@@ -93,7 +93,7 @@ def _edge_values(graph: CSRGraph) -> torch.Tensor:
     """float32 ``[E]``: the edge weights, or ones."""
     if graph.edge_weight is None:
         return torch.ones(graph.num_edges, dtype=torch.float32)
-    return torch.from_numpy(graph.edge_weight)
+    return torch.tensor(graph.edge_weight)  # a copy: partitions memory-map it read-only
 
 
 def _csr_tensor(indptr, indices, values, n, device, itype) -> torch.Tensor:

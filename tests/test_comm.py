@@ -30,6 +30,17 @@ def test_all_or_none_passes_results_and_turns_user_errors_into_rank_failures():
         all_or_none(comm, lambda: 1 / 0)
 
 
+def test_all_or_none_names_the_failed_rank_on_the_others():
+    class TwoRanks(SelfCommunicator):
+        size = 2
+
+        def allreduce(self, tensor, op="sum"):
+            tensor[1] = 1  # rank 1 reports a failure
+
+    with pytest.raises(RankFailed, match="stopping because rank 1 failed"):
+        all_or_none(TwoRanks(), lambda: 0)
+
+
 def test_delay_defaults_and_checks():
     assert resolve_delay("cd-r", None) == DEFAULT_DELAY
     assert resolve_delay("cd-r", 2) == 2

@@ -90,7 +90,7 @@ def exchange_job(random_parts):
     def get(P, comm, dtype, backend="auto", delays=()):
         key = (P, comm, dtype, backend, delays)
         if key not in cache:
-            out = random_parts["root"] / ("out-" + "-".join(map(str, key[:4])))
+            out = random_parts["root"] / "-".join(map(str, ("out", *key[:4], *delays)))
             out.mkdir()
             command = [sys.executable, RANK_SCRIPTS / "drpa_ranks.py", random_parts["dirs"][P],
                        out, "--comm", comm, "--comm-backend", backend, "--dtype", dtype,
@@ -381,7 +381,7 @@ def test_rank_failing_mid_run_aborts_the_job():
     assert_quick(seconds)
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0, output
-    assert "boom" in output and "rank 1" in output, output
+    assert "RuntimeError: boom" in output and "rank 1 failed" in output, output
     assert "allreduce returned" not in output
 
 

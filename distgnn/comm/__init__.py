@@ -106,7 +106,7 @@ def all_or_none(comm: Communicator, step: Callable[[], T]) -> T:
     if failed.any():
         if error is not None:
             raise RankFailed(str(error)) from error
-        ranks = ", ".join(str(r) for r in torch.flatnonzero(failed).tolist())
+        ranks = ", ".join(str(r) for r in failed.nonzero().flatten().tolist())
         raise RankFailed(f"stopping because rank {ranks} failed")
     return result
 
