@@ -36,6 +36,10 @@ def run_guarded(prog: str, command) -> int:
 
 def train_parser() -> argparse.ArgumentParser:
     from .aggregate import BACKENDS
+    from .comm import COMMUNICATORS
+    from .comm.torch_dist import BACKENDS as TORCH_BACKENDS
+    from .distributed import DEFAULT_DELAY
+    from .drpa import ALGORITHMS
     from .models import SAGE_AGGREGATORS
     from .train import TrainConfig
 
@@ -88,11 +92,6 @@ def train_parser() -> argparse.ArgumentParser:
     g.add_argument("--patience", type=int, default=d.patience,
                    help="stop after this many evaluations without a better validation "
                         "accuracy (0: never stop early)")
-    from .comm import COMMUNICATORS
-    from .comm.torch_dist import BACKENDS as TORCH_BACKENDS
-    from .distributed import DEFAULT_DELAY
-    from .drpa import ALGORITHMS
-
     g = p.add_argument_group("distributed (with --partitions)")
     g.add_argument("--algo", choices=ALGORITHMS, default=d.algo,
                    help="split-vertex exchange: cd-0 exact every layer (forward and "
@@ -216,6 +215,34 @@ def bench_parser() -> argparse.ArgumentParser:
                    help="also time every hub-block size against the autotuned one")
     s.add_argument("--no-scipy", action="store_true", help="skip the scipy column")
     s.add_argument("--json", metavar="FILE", help="write the results and machine info here")
+    from .bench.epoch import IMPLS as EPOCH_IMPLS
+    from .bench.epoch import MODELS as EPOCH_MODELS
+
+    s = sub.add_parser("epoch", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       help="training epochs of this project vs PyTorch Geometric",
+                       description="Full-batch training epochs (forward, backward, optimizer) "
+                                   "of GraphSAGE-gcn and GCN: this project's trainer with the "
+                                   "numba and torch backends against PyTorch Geometric, same "
+                                   "model (checked), same threads, interleaved worker "
+                                   "processes, peak memory of each.")
+    s.add_argument("--dataset", action="append",
+                   help="dataset or generator spec; repeat for several "
+                        "(default: rmat:scale=18,edge_factor=16,features=128)")
+    s.add_argument("--models", default=",".join(EPOCH_MODELS), type=lambda t: t.split(","),
+                   help="comma-separated models (sage = GraphSAGE-gcn, gcn)")
+    s.add_argument("--impls", default=",".join(EPOCH_IMPLS), type=lambda t: t.split(","),
+                   help="comma-separated implementations: numba, torch (this project's "
+                        "backends), pyg (PyTorch Geometric)")
+    s.add_argument("--hidden", type=int, default=256, help="hidden width")
+    s.add_argument("--layers", type=int, default=2, help="number of layers")
+    s.add_argument("--dropout", type=float, default=0.5, help="dropout of the timed epochs")
+    s.add_argument("--epochs", type=int, default=3,
+                   help="timed epochs per worker run (after one warm-up epoch)")
+    s.add_argument("--rounds", type=int, default=2,
+                   help="interleaved rounds: each runs every implementation once")
+    s.add_argument("--threads", type=int, default=os.cpu_count(), help="threads of every side")
+    s.add_argument("--json", metavar="FILE", help="write the results and machine info here")
+    s.add_argument("--plot", metavar="DIR", help="write epoch.png here (needs matplotlib)")
     from partition.assign import ORDERS
 
     from .bench.partition import METHODS as PARTITION_METHODS
@@ -240,13 +267,19 @@ def bench_parser() -> argparse.ArgumentParser:
 
 def bench_main(argv: list[str] | None = None) -> int:
     args = bench_parser().parse_args(argv)
-    from .bench import partition, spmm
+    from .bench import epoch, partition, spmm
 
+    if args.command == "epoch":
+        args.dataset = args.dataset or ["rmat:scale=18,edge_factor=16,features=128"]
+        unknown = (set(args.impls) - set(epoch.IMPLS)) | (set(args.models) - set(epoch.MODELS))
+        if unknown:
+            return fail("distgnn-bench", f"unknown model or implementation "
+                                         f"{', '.join(sorted(unknown))}")
     if args.command == "partition":
         args.dataset = args.dataset or ["rmat:scale=16,edge_factor=16,features=1"]
         unknown = set(args.methods) - set(partition.METHODS)
         if unknown:
             return fail("distgnn-bench", f"unknown method(s) {', '.join(sorted(unknown))}; "
                                          f"choose from {', '.join(partition.METHODS)}")
-    command = {"spmm": spmm.main, "partition": partition.main}[args.command]
+    command = {"spmm": spmm.main, "partition": partition.main, "epoch": epoch.main}[args.command]
     return run_guarded("distgnn-bench", lambda: command(args))

@@ -1,0 +1,201 @@
+"""``distgnn-bench epoch``: full-batch training epochs of this project against PyTorch Geometric.
+
+For each dataset and model (GraphSAGE-gcn, GCN) at the same sizes and thread count:
+
+1. **Same model check.**  From the same initial weights with dropout 0, this project
+   (numba backend) and PyG train ``CHECK_EPOCHS`` epochs; their losses must agree to
+   ``CHECK_RTOL`` relative, else the timing compares different things and is flagged.
+2. **Timing.**  Each implementation (``numba``, ``torch``: this project's trainer with
+   either backend; ``pyg``) trains in a worker process of its own, so that its peak
+   resident memory is its own; ``--rounds`` rounds run the workers in turn (interleaved),
+   each a warm-up epoch and then ``--epochs`` timed epochs of forward, backward and
+   optimizer step.  Reported: median and range of the epoch time, speed-up against PyG,
+   peak resident set.
+
+Workers are ``python -m distgnn.bench.epoch JSON`` with the dataset in a temporary ``.npz``.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..datasets import load
+from ..graph import NodeDataset
+from . import pyg
+from .machine import machine_info
+from .output import write_json
+
+IMPLS = ("numba", "torch", "pyg")
+MODELS = ("sage", "gcn")
+CHECK_EPOCHS, CHECK_RTOL = 3, 1e-4
+
+
+def save_npz(data: NodeDataset, path: Path) -> None:
+    """``data`` in the shared ``.npz`` format (uncompressed: workers load it fast)."""
+    np.savez(path, indptr=data.graph.indptr, indices=data.graph.indices, x=data.x, y=data.y,
+             train_mask=data.train_mask, val_mask=data.val_mask, test_mask=data.test_mask)
+
+
+def _config(job: dict, dropout: float, epochs: int):
+    from ..train import TrainConfig
+
+    return TrainConfig(model=job["model"], hidden=job["hidden"], layers=job["layers"],
+                       dropout=dropout, epochs=epochs, eval_every=epochs, seed=job["seed"],
+                       backend=job["impl"] if job["impl"] != "pyg" else "numba",
+                       threads=job["threads"], progress=False)
+
+
+def train_ours(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tuple[list, list]:
+    """Losses and epoch seconds of this project's trainer."""
+    from ..train import train
+
+    result = train(data, _config(job, dropout, epochs), log=lambda s: None)
+    return ([r["loss"] for r in result.history], [r["epoch_s"] for r in result.history])
+
+
+def train_pyg(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tuple[list, list]:
+    """Losses and epoch seconds of the same model in PyG, from the same initial weights."""
+    from ..train import build_model, configure_threads, normalize_features
+
+    cfg = _config(job, dropout, epochs)
+    configure_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    ours = build_model(cfg, data.num_features, data.num_classes)
+    dims = [data.num_features] + [cfg.hidden] * (cfg.layers - 1) + [data.num_classes]
+    net = pyg.PyGNet(cfg.model, dims, dropout)
+    pyg.copy_weights(ours, net)
+    x = torch.from_numpy(normalize_features(data.x, cfg.feature_norm))
+    y, train_mask = torch.from_numpy(data.y), torch.from_numpy(data.train_mask)
+    adj_t = pyg.adjacency(data.graph, cfg.model)
+    optimizer = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    losses, times = [], []
+    for _ in range(epochs):
+        start = time.perf_counter()
+        net.train()
+        out = net(x, adj_t)
+        loss = F.cross_entropy(out[train_mask], y[train_mask])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        times.append(time.perf_counter() - start)
+        losses.append(loss.item())
+    return losses, times
+
+
+def worker(job: dict) -> dict:
+    """One worker's measurement (``job["impl"] == "check"``: the same-model check)."""
+    data = load(job["npz"])
+    if job["impl"] == "check":
+        ours, _ = train_ours(data, dict(job, impl="numba"), 0.0, CHECK_EPOCHS)
+        theirs, _ = train_pyg(data, job, 0.0, CHECK_EPOCHS)
+        return {"ours": ours, "pyg": theirs}
+    rss_loaded = memory_mib("VmRSS")
+    trainer = train_pyg if job["impl"] == "pyg" else train_ours
+    _, times = trainer(data, job, job["dropout"], job["epochs"] + 1)
+    return {"times": times[1:], "rss_loaded_mib": rss_loaded, "peak_rss_mib": memory_mib("VmHWM")}
+
+
+def memory_mib(field: str) -> float:
+    """``VmRSS`` (now) or ``VmHWM`` (peak) of this process in MiB.  Not ``ru_maxrss``: that
+    keeps the parent's peak across fork and exec, so every worker would report it."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def run_worker(job: dict) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "distgnn.bench.epoch", json.dumps(job)],
+                          capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"{job['impl']} worker failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
+    job = {"npz": str(npz), "model": model, "hidden": args.hidden, "layers": args.layers,
+           "threads": args.threads, "seed": 0, "epochs": args.epochs, "dropout": args.dropout}
+    row = {"dataset": name, "model": model, "hidden": args.hidden, "layers": args.layers,
+           "threads": args.threads, "epochs": args.epochs, "rounds": args.rounds}
+    if "pyg" in impls:
+        check = run_worker(dict(job, impl="check"))
+        diff = max(abs(a - b) / abs(b) for a, b in zip(check["ours"], check["pyg"]))
+        row["same_model_check"] = {"max_rel_loss_diff": diff, "ok": diff <= CHECK_RTOL,
+                                   "losses": check}
+        print(f"  same-model check ({CHECK_EPOCHS} epochs, dropout 0, same initial weights): "
+              f"max relative loss difference {diff:.1e} "
+              f"{'<=' if diff <= CHECK_RTOL else 'EXCEEDS'} {CHECK_RTOL:g}", flush=True)
+    runs = {impl: [] for impl in impls}
+    for _ in range(args.rounds):
+        for impl in impls:
+            runs[impl].append(run_worker(dict(job, impl=impl)))
+    row["impls"] = {}
+    for impl, results in runs.items():
+        times = [t for r in results for t in r["times"]]
+        row["impls"][impl] = {"epoch_s_median": statistics.median(times),
+                              "epoch_s_min": min(times), "epoch_s_max": max(times),
+                              "times": times,
+                              "peak_rss_mib": max(r["peak_rss_mib"] for r in results),
+                              "rss_loaded_mib": max(r["rss_loaded_mib"] for r in results)}
+    if "pyg" in impls:
+        ref = row["impls"]["pyg"]["epoch_s_median"]
+        for impl, r in row["impls"].items():
+            r["speedup_vs_pyg"] = ref / r["epoch_s_median"]
+    return row
+
+
+def format_row(row: dict) -> str:
+    lines = [f"  {'impl':>6} {'epoch s (median)':>17} {'range':>17} {'vs PyG':>7} "
+             f"{'peak RSS MiB':>13}"]
+    for impl, r in row["impls"].items():
+        speed = f"{r['speedup_vs_pyg']:.2f}x" if "speedup_vs_pyg" in r else "-"
+        lines.append(f"  {impl:>6} {r['epoch_s_median']:>17.3f} "
+                     f"{r['epoch_s_min']:>8.3f}-{r['epoch_s_max']:<8.3f} {speed:>7} "
+                     f"{r['peak_rss_mib']:>13,.0f}")
+    return "\n".join(lines)
+
+
+def main(args) -> int:
+    impls = list(args.impls)
+    if "pyg" in impls and not pyg.available():
+        print("PyTorch Geometric is not installed (pip install '.[bench]'): benchmarking "
+              "without it", flush=True)
+        impls.remove("pyg")
+    info = machine_info(args.threads)
+    print(f"{info['cpu']}; {args.threads} threads; triad {info['triad_gb_s']} GB/s; "
+          f"THP_MEM_ALLOC_ENABLE={info['thp_mem_alloc_enable']}", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for spec in args.dataset:
+            data = load(spec)
+            npz = Path(tmp) / "data.npz"
+            save_npz(data, npz)
+            for model in args.models:
+                print(f"{data.name} ({data.graph.num_nodes:,} vertices, "
+                      f"{data.graph.num_edges:,} edges, {data.num_features} features): "
+                      f"{model}, {args.layers} layers, hidden {args.hidden}", flush=True)
+                row = measure(npz, data.name, model, impls, args)
+                print(format_row(row), flush=True)
+                rows.append(row)
+    result = {"benchmark": "epoch", "machine": info, "results": rows}
+    if args.json:
+        write_json(args.json, result)
+    if args.plot:
+        from .plots import epoch_chart
+
+        print(f"wrote {epoch_chart(result, args.plot)}")
+    return 0
+
+
+if __name__ == "__main__":
+    print(json.dumps(worker(json.loads(sys.argv[1]))))
