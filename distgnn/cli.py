@@ -243,6 +243,25 @@ def bench_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=os.cpu_count(), help="threads of every side")
     s.add_argument("--json", metavar="FILE", help="write the results and machine info here")
     s.add_argument("--plot", metavar="DIR", help="write epoch.png here (needs matplotlib)")
+    from .comm import COMMUNICATORS
+
+    s = sub.add_parser("comm", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       help="alltoallv and allreduce of each communicator (under mpirun)",
+                       description="Latency and bandwidth of alltoallv (one block per peer, "
+                                   "as DRPA sends) and allreduce (as the gradient sum) for "
+                                   "each communicator; run it under distgnn-launch -n P.")
+    s.add_argument("--comms", default=",".join(COMMUNICATORS), type=lambda t: t.split(","),
+                   help="comma-separated communicators")
+    s.add_argument("--min-bytes", type=int, default=1024, help="smallest message per peer")
+    s.add_argument("--max-bytes", type=int, default=16 << 20,
+                   help="largest message per peer (sizes grow by 4x)")
+    s.add_argument("--reps", type=int, default=10, help="timed repetitions (median)")
+    s.add_argument("--partitions", metavar="DIR",
+                   help="also time the cd-0 exchange of this partition directory (P ranks)")
+    s.add_argument("--width", type=int, default=16,
+                   help="feature width of the --partitions exchange")
+    s.add_argument("--threads", type=int, default=1, help="threads per rank")
+    s.add_argument("--json", metavar="FILE", help="write the results (rank 0) here")
     from partition.assign import ORDERS
 
     from .bench.partition import METHODS as PARTITION_METHODS
@@ -267,7 +286,7 @@ def bench_parser() -> argparse.ArgumentParser:
 
 def bench_main(argv: list[str] | None = None) -> int:
     args = bench_parser().parse_args(argv)
-    from .bench import epoch, partition, spmm
+    from .bench import comm, epoch, partition, spmm
 
     if args.command == "epoch":
         args.dataset = args.dataset or ["rmat:scale=18,edge_factor=16,features=128"]
@@ -281,5 +300,6 @@ def bench_main(argv: list[str] | None = None) -> int:
         if unknown:
             return fail("distgnn-bench", f"unknown method(s) {', '.join(sorted(unknown))}; "
                                          f"choose from {', '.join(partition.METHODS)}")
-    command = {"spmm": spmm.main, "partition": partition.main, "epoch": epoch.main}[args.command]
+    command = {"spmm": spmm.main, "partition": partition.main, "epoch": epoch.main,
+               "comm": comm.main}[args.command]
     return run_guarded("distgnn-bench", lambda: command(args))

@@ -1,0 +1,127 @@
+"""``distgnn-bench comm``: alltoallv and allreduce of each communicator, under mpirun.
+
+Run as ``distgnn-launch -n P -- distgnn-bench comm``.  Every rank sends ``s`` bytes to every
+other rank in one ``alltoallv`` (the shape of a DRPA exchange: one block per peer), and
+allreduces ``s`` bytes (the shape of the gradient sum), for sizes ``s`` from ``--min-bytes``
+to ``--max-bytes``; with ``--partitions DIR`` it also times the exact cd-0 exchange of that
+partitioning at ``--width`` (its per-peer counts).  Reported per communicator and size:
+median seconds over ``--reps`` (max over ranks), latency-bound small sizes and bandwidth
+``bytes sent per rank / time``.  A fit ``t = alpha + bytes / beta`` over the sizes gives the
+latency and bandwidth that ``distgnn-bench predict`` takes with ``--network measured``.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+import torch
+
+from ..comm import get_communicator
+from .machine import machine_info
+from .output import write_json
+
+
+def timed(comm, operation, reps: int) -> float:
+    """Median seconds of ``operation()`` over ``reps`` runs, the slowest rank's."""
+    operation()
+    times = []
+    for _ in range(reps):
+        comm.barrier()
+        start = time.perf_counter()
+        operation()
+        times.append(time.perf_counter() - start)
+    t = torch.tensor([statistics.median(times)], dtype=torch.float64)
+    comm.allreduce(t, "max")
+    return float(t[0])
+
+
+def sizes(lo: int, hi: int) -> list[int]:
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= 4
+    return out
+
+
+def fit_alpha_beta(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least-squares ``t = alpha + bytes / beta`` (seconds, bytes/s)."""
+    b = np.array([p[0] for p in points], np.float64)
+    t = np.array([p[1] for p in points], np.float64)
+    slope, alpha = np.polyfit(b, t, 1)
+    return max(float(alpha), 0.0), float(1.0 / slope) if slope > 0 else float("inf")
+
+
+def drpa_counts(directory: str, rank: int) -> tuple[list[int], list[int]]:
+    from partition.format import load
+
+    from ..drpa import SplitIndex
+
+    index = SplitIndex.from_partition(load(directory, rank))
+    return index.leaf_counts, index.root_counts
+
+
+def run_communicator(comm, args) -> dict:
+    P = comm.size
+    rows = []
+    for s in sizes(args.min_bytes, args.max_bytes):
+        floats = max(1, s // 4)
+        send = torch.ones(P, floats)
+        recv = torch.empty(P, floats)
+        ones = [1] * P
+        t_a2a = timed(comm, lambda: comm.alltoallv(send, ones, recv, ones), args.reps)
+        grad = torch.ones(floats)
+        t_ar = timed(comm, lambda: comm.allreduce(grad), args.reps)
+        rows.append({"bytes": floats * 4, "alltoallv_s": t_a2a, "allreduce_s": t_ar,
+                     "alltoallv_gb_s": floats * 4 * (P - 1) / t_a2a / 1e9})
+    result = {"communicator": comm.name, "sizes": rows}
+    if P > 1:
+        result["alltoallv_alpha_s"], result["alltoallv_beta_b_s"] = fit_alpha_beta(
+            [(r["bytes"] * (P - 1), r["alltoallv_s"]) for r in rows])
+    if args.partitions:
+        up, down = drpa_counts(args.partitions, comm.rank)
+        leaf = torch.empty(sum(up), args.width)
+        root = torch.empty(sum(down), args.width)
+
+        def exchange():
+            comm.alltoallv(leaf, up, root, down)
+            comm.alltoallv(root, down, leaf, up)
+
+        result["drpa_cd0_layer_s"] = timed(comm, exchange, args.reps)
+        sent = torch.tensor([float((sum(up) + sum(down)) * args.width * 4)],
+                            dtype=torch.float64)
+        comm.allreduce(sent, "max")
+        result["drpa_cd0_layer_bytes_max"] = int(sent[0])
+    return result
+
+
+def format_result(result: dict, P: int) -> str:
+    lines = [f"{result['communicator']} ({P} ranks)",
+             f"  {'bytes/peer':>12} {'alltoallv us':>13} {'GB/s':>7} {'allreduce us':>13}"]
+    for r in result["sizes"]:
+        lines.append(f"  {r['bytes']:>12,} {r['alltoallv_s'] * 1e6:>13.1f} "
+                     f"{r['alltoallv_gb_s']:>7.2f} {r['allreduce_s'] * 1e6:>13.1f}")
+    if "alltoallv_alpha_s" in result:
+        lines.append(f"  fit: alpha {result['alltoallv_alpha_s'] * 1e6:.1f} us, beta "
+                     f"{result['alltoallv_beta_b_s'] / 1e9:.2f} GB/s per rank")
+    if "drpa_cd0_layer_s" in result:
+        lines.append(f"  cd-0 exchange of one layer at d={result.get('width', '')}: "
+                     f"{result['drpa_cd0_layer_s'] * 1e3:.2f} ms "
+                     f"({result['drpa_cd0_layer_bytes_max']:,} bytes from the busiest rank)")
+    return "\n".join(lines)
+
+
+def main(args) -> int:
+    results = []
+    for name in args.comms:
+        comm = get_communicator(name)
+        result = run_communicator(comm, args)
+        result["width"] = args.width
+        if comm.rank == 0:
+            print(format_result(result, comm.size), flush=True)
+        results.append(result)
+    if comm.rank == 0 and args.json:
+        write_json(args.json, {"benchmark": "comm", "ranks": comm.size,
+                               "machine": machine_info(args.threads), "results": results})
+    return 0
+
