@@ -262,6 +262,44 @@ def bench_parser() -> argparse.ArgumentParser:
                    help="feature width of the --partitions exchange")
     s.add_argument("--threads", type=int, default=1, help="threads per rank")
     s.add_argument("--json", metavar="FILE", help="write the results (rank 0) here")
+    from .bench.predict import NETWORKS
+
+    s = sub.add_parser("predict", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       help="scaling model: epoch time of 0c, cd-0, cd-r at P ranks",
+                       description="Predict per-epoch time and phases of 0c, cd-0 and cd-r "
+                                   "at each P from partition statistics, rates measured here "
+                                   "and a network model; --validate P... checks it against "
+                                   "runs on this machine.")
+    s.add_argument("--dataset", default="rmat:scale=18,edge_factor=16,features=128",
+                   help="dataset or generator spec")
+    s.add_argument("--parts", default="1,2,4,8,16,32,64,128",
+                   type=lambda t: [int(w) for w in t.split(",")],
+                   help="comma-separated P to partition the graph into (libra)")
+    s.add_argument("--stats", nargs="+", metavar="FILE",
+                   help="use these distgnn-partition --json statistics instead of partitioning")
+    s.add_argument("--model", choices=("gcn", "sage"), default="sage", help="model")
+    s.add_argument("--hidden", type=int, default=256, help="hidden width")
+    s.add_argument("--layers", type=int, default=2, help="layers")
+    s.add_argument("--threads", type=int, default=1,
+                   help="threads per rank (the rates are measured with this many)")
+    s.add_argument("--delay", type=int, default=5, help="r of cd-r")
+    s.add_argument("--network", default="100gbe",
+                   help=f"a preset ({', '.join(NETWORKS)}) or a distgnn-bench comm --json file")
+    s.add_argument("--latency", type=float, help="override the network latency (seconds)")
+    s.add_argument("--bandwidth", type=float, help="override the bandwidth (GB/s per rank)")
+    s.add_argument("--cores", type=int,
+                   help="cores of the one node all ranks share (slows oversubscribed P); "
+                        "leave out for a cluster with cores per rank")
+    s.add_argument("--validate", type=lambda t: [int(w) for w in t.split(",")],
+                   help="comma-separated P to measure here and compare (e.g. 1,2,4)")
+    s.add_argument("--json", metavar="FILE", help="write the results and machine info here")
+    s.add_argument("--plot", metavar="DIR", help="write scaling.png and "
+                                                 "forward_aggregation.png here")
+    s = sub.add_parser("report", help="one Markdown page with charts from JSON results",
+                       description="Gather the --json files of distgnn-bench subcommands into "
+                                   "one Markdown page, with the charts drawn beside it.")
+    s.add_argument("results", nargs="+", metavar="RESULT", help="JSON files to include")
+    s.add_argument("--out", default="report.md", help="the Markdown file to write")
     from partition.assign import ORDERS
 
     from .bench.partition import METHODS as PARTITION_METHODS
@@ -286,7 +324,7 @@ def bench_parser() -> argparse.ArgumentParser:
 
 def bench_main(argv: list[str] | None = None) -> int:
     args = bench_parser().parse_args(argv)
-    from .bench import comm, epoch, partition, spmm
+    from .bench import comm, epoch, partition, predict, report, spmm
 
     if args.command == "epoch":
         args.dataset = args.dataset or ["rmat:scale=18,edge_factor=16,features=128"]
@@ -301,5 +339,6 @@ def bench_main(argv: list[str] | None = None) -> int:
             return fail("distgnn-bench", f"unknown method(s) {', '.join(sorted(unknown))}; "
                                          f"choose from {', '.join(partition.METHODS)}")
     command = {"spmm": spmm.main, "partition": partition.main, "epoch": epoch.main,
-               "comm": comm.main}[args.command]
+               "comm": comm.main, "predict": predict.main, "report": report.main
+               }[args.command]
     return run_guarded("distgnn-bench", lambda: command(args))

@@ -45,10 +45,57 @@ def epoch_chart(result: dict, directory: str | Path) -> Path:
     threads = rows[0]["threads"] if rows else "?"
     ax.set_title(f"Full-batch training epoch, {threads} threads (labels: speed-up vs PyG)")
     ax.legend()
-    fig.tight_layout()
+    return _save(fig, directory, "epoch.png")
+
+
+def _save(fig, directory: str | Path, name: str) -> Path:
+    plt = _pyplot()
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
-    path = path / "epoch.png"
+    path = path / name
+    fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def scaling_charts(result: dict, directory: str | Path) -> list[Path]:
+    """Predicted speed-up per algorithm against P (DistGNN Fig. 5 shape), and the forward
+    pass's local vs remote aggregation time per P (Fig. 6 shape); measured points of the
+    validation, when present, as markers."""
+    plt = _pyplot()
+    rows = result["rows"]
+    parts = [r["parts"] for r in rows]
+    names = {"0c": "0c", "cd-0": "cd-0", "cd-r": f"cd-{result['delay']}"}
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for algo, label in names.items():
+        line, = ax.plot(parts, [r[algo]["speedup"] for r in rows], marker="o", label=label)
+        measured = [v for v in result.get("validation", []) if v["algo"] in (algo, "cd-0")
+                    and (v["algo"] == algo or v["parts"] == 1)]
+        if measured and rows:
+            base = next((v["measured_s"] for v in measured if v["parts"] == 1), None)
+            if base:
+                ax.plot([v["parts"] for v in measured], [base / v["measured_s"] for v in measured],
+                        "x", color=line.get_color(), markersize=9)
+    ax.plot(parts, parts, ":", color="grey", label="linear")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("ranks P")
+    ax.set_ylabel("speed-up over P = 1")
+    ax.set_title(f"{result['dataset']}: predicted epoch speed-up (x: measured)")
+    ax.legend()
+    paths = [_save(fig, directory, "scaling.png")]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = range(len(rows))
+    local = [r["forward_local_s"] * 1e3 for r in rows]
+    remote = [r["forward_remote_s"] * 1e3 for r in rows]
+    ax.bar(xs, local, label="local aggregation")
+    ax.bar(xs, remote, bottom=local, label="remote aggregation (cd-0)")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([str(p) for p in parts])
+    ax.set_xlabel("ranks P")
+    ax.set_ylabel("forward aggregation (ms, slowest rank)")
+    ax.set_title(f"{result['dataset']}: forward-pass aggregation time")
+    ax.legend()
+    paths.append(_save(fig, directory, "forward_aggregation.png"))
+    return paths

@@ -1,0 +1,219 @@
+"""``distgnn-bench predict``: per-epoch time of 0c, cd-0 and cd-r at P ranks, before booking them.
+
+Inputs: each P's partition statistics (partitioning the graph here, or ``--stats`` files
+written by ``distgnn-partition --json``); this machine's rates, measured by training the
+model on the whole graph with ``T`` threads for a few epochs (local aggregation seconds
+per edge, dense seconds per vertex, optimizer seconds) and by the STREAM triad; and a
+network (latency ``alpha``, bandwidth ``beta`` per rank: presets, or measured by
+``distgnn-bench comm``).  With ``E_p``, ``n_p``, ``l_p`` leaves and ``L_p`` leaf entries of
+rank ``p`` (see :mod:`partition.stats`) and aggregation widths ``d_l``:
+
+.. math::
+    t_{local} = a \\max_p E_p, \\quad t_{dense} = u \\max_p n_p, \\quad
+    t_{prepost} = 2 \\cdot \\frac{3 \\cdot 4 \\sum_l d_l \\max_p (l_p + L_p)}{B_{triad}}
+
+    t_{comm}^{cd\\text{-}0} = 2 \\sum_l 2 \\Big(\\alpha (P - 1) +
+        \\frac{4 d_l \\max_p \\max(l_p, L_p)}{\\beta}\\Big)
+    \\qquad t_{wait}^{cd\\text{-}r} = \\max\\big(0, t_{comm}^{cd\\text{-}0} / r
+        - r (t_{local} + t_{dense})\\big)
+
+    t_{allreduce} = 2 \\alpha \\lceil \\log_2 P \\rceil + \\frac{2 (P - 1)}{P}
+        \\frac{4 G}{\\beta}, \\qquad
+    t_{epoch} = s (t_{local} + t_{dense} + t_{prepost}) + t_{comm} + t_{allreduce} + t_{opt}
+
+where ``a`` and ``u`` are the measured rates (forward and backward together), the factor
+2 counts forward and backward, ``G`` the parameters, and ``s = max(1, P T / cores)`` the
+slow-down of an oversubscribed node (only when ``--cores`` is given; on a cluster each
+rank has its own cores).  0c has no ``t_comm`` and no ``t_prepost``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+
+from .output import write_json
+
+NETWORKS = {  # alpha (s), beta (bytes/s per rank)
+    "100gbe": (5e-6, 10e9),
+    "hdr-ib": (1.5e-6, 22e9),
+}
+ALGOS = ("0c", "cd-0", "cd-r")
+
+
+@dataclasses.dataclass
+class Rates:
+    """Seconds per unit on one rank of ``T`` threads (measured by :func:`measure_rates`)."""
+
+    aggregation_per_edge: float  # forward + backward, all layers
+    dense_per_vertex: float  # forward + backward, all layers
+    optimizer: float  # one step
+    triad_bytes_s: float
+
+
+def predict(per_rank: list[dict], rates: Rates, widths: list[int], params: int,
+            alpha: float, beta: float, algo: str, delay: int = 5, slowdown: float = 1.0
+            ) -> dict[str, float]:
+    """Predicted phases (seconds) of one epoch; ``per_rank`` as in ``partition.stats``."""
+    P = len(per_rank)
+    local = rates.aggregation_per_edge * max(r["edges"] for r in per_rank)
+    dense = rates.dense_per_vertex * max(r["vertices"] for r in per_rank)
+    split_rows = max(r["leaves"] + r["leaf_entries"] for r in per_rank)
+    phase_rows = max(max(r["leaves"], r["leaf_entries"]) for r in per_rank)
+    out = {"local_aggregation": local * slowdown, "dense": dense * slowdown,
+           "prepost": 0.0, "comm": 0.0, "optimizer": rates.optimizer}
+    if P > 1 and algo != "0c":
+        out["prepost"] = slowdown * 2 * 3 * 4 * sum(widths) * split_rows / rates.triad_bytes_s
+        cd0 = 2 * sum(2 * (alpha * (P - 1) + 4 * d * phase_rows / beta) for d in widths)
+        out["comm"] = (cd0 if algo == "cd-0"
+                       else max(0.0, cd0 / delay - delay * (local + dense) * slowdown))
+    out["allreduce"] = (2 * alpha * math.ceil(math.log2(P)) + 2 * (P - 1) / P * 4 * params / beta
+                        if P > 1 else 0.0)
+    out["epoch"] = sum(out.values())
+    return out
+
+
+def forward_aggregation(per_rank: list[dict], rates: Rates, widths: list[int], alpha: float,
+                        beta: float) -> tuple[float, float]:
+    """``(local, remote)`` seconds of the forward pass's aggregation under cd-0 (Fig. 6 shape):
+    half of the local rate's forward+backward, and one reduce-broadcast per layer."""
+    P = len(per_rank)
+    local = rates.aggregation_per_edge * max(r["edges"] for r in per_rank) / 2
+    if P == 1:
+        return local, 0.0
+    rows = max(max(r["leaves"], r["leaf_entries"]) for r in per_rank)
+    return local, sum(2 * (alpha * (P - 1) + 4 * d * rows / beta) for d in widths)
+
+
+def aggregation_widths(num_features: int, hidden: int, num_classes: int, layers: int
+                       ) -> list[int]:
+    """Width each layer aggregates at: the narrower side (``distgnn.models``)."""
+    dims = [num_features] + [hidden] * (layers - 1) + [num_classes]
+    return [min(a, b) for a, b in zip(dims[:-1], dims[1:])]
+
+
+def measure_rates(data, cfg, threads: int) -> Rates:
+    """Train ``cfg`` on the whole graph for a few epochs; rates from the median phases."""
+    from ..train import train
+    from .machine import triad_bandwidth
+
+    result = train(data, cfg, log=lambda s: None)
+    records = result.history[1:]  # the first epoch compiles and allocates
+    med = lambda key: float(np.median([r["phases"][key] for r in records]))  # noqa: E731
+    return Rates(aggregation_per_edge=med("aggregation") / max(data.graph.num_edges, 1),
+                 dense_per_vertex=med("dense") / data.graph.num_nodes,
+                 optimizer=med("optimizer"), triad_bytes_s=triad_bandwidth() * 1e9)
+
+
+def partition_statistics(graph, parts: list[int], seed: int = 0) -> dict[int, list[dict]]:
+    """Per P, the per-rank counts of a libra vertex-cut of ``graph``."""
+    from partition.stats import counts_from_layout
+    from partition.vertex_cut import vertex_cut
+
+    stats = {}
+    for P in parts:
+        layout = vertex_cut(graph, P, "libra", seed=seed)
+        stats[P] = [dataclasses.asdict(c) for c in counts_from_layout(layout)]
+        print(f"  partitioned P={P}", flush=True)
+    return stats
+
+
+def read_statistics(paths: list[str]) -> dict[int, list[dict]]:
+    """Per P, ``per_rank`` of each ``distgnn-partition --json`` file."""
+    stats = {}
+    for path in paths:
+        with open(path) as f:
+            s = json.load(f)
+        stats[s["num_parts"]] = s["per_rank"]
+    return stats
+
+
+def table(stats: dict[int, list[dict]], rates: Rates, widths, params, alpha, beta, delay,
+          threads: int, cores: int | None) -> list[dict]:
+    rows = []
+    for P, per_rank in sorted(stats.items()):
+        slowdown = max(1.0, P * threads / cores) if cores else 1.0
+        row = {"parts": P, "slowdown": slowdown}
+        for algo in ALGOS:
+            row[algo] = predict(per_rank, rates, widths, params, alpha, beta, algo, delay,
+                                slowdown)
+        row["forward_local_s"], row["forward_remote_s"] = forward_aggregation(
+            per_rank, rates, widths, alpha, beta)
+        rows.append(row)
+    for row in rows:  # against the smallest P (normally 1, where the algorithms coincide)
+        for algo in ALGOS:
+            row[algo]["speedup"] = rows[0]["cd-0"]["epoch"] / row[algo]["epoch"]
+    return rows
+
+
+def format_table(rows: list[dict], delay: int) -> str:
+    names = {"0c": "0c", "cd-0": "cd-0", "cd-r": f"cd-{delay}"}
+    lines = [f"  {'P':>4} " + " ".join(f"{names[a] + ' s':>10} {'x':>6}" for a in ALGOS)
+             + f" {'fwd local ms':>13} {'fwd remote ms':>14}"]
+    for r in rows:
+        lines.append(f"  {r['parts']:>4} " + " ".join(
+            f"{r[a]['epoch']:>10.4f} {r[a]['speedup']:>6.2f}" for a in ALGOS)
+            + f" {r['forward_local_s'] * 1e3:>13.2f} {r['forward_remote_s'] * 1e3:>14.2f}"
+            + ("  (oversubscribed)" if r["slowdown"] > 1 else ""))
+    return "\n".join(lines)
+
+
+def main(args) -> int:
+    from ..datasets import load
+    from ..train import TrainConfig, configure_threads
+    from .machine import machine_info
+
+    configure_threads(args.threads)
+    data = load(args.dataset)
+    print(f"{data.name}: {data.graph.num_nodes:,} vertices, {data.graph.num_edges:,} edges",
+          flush=True)
+    cfg = TrainConfig(model=args.model, hidden=args.hidden, layers=args.layers, epochs=4,
+                      eval_every=4, threads=args.threads, progress=False)
+    rates = measure_rates(data, cfg, args.threads)
+    widths = aggregation_widths(data.num_features, args.hidden, data.num_classes, args.layers)
+    from ..train import build_model
+
+    params = sum(p.numel() for p in build_model(cfg, data.num_features,
+                                                 data.num_classes).parameters())
+    alpha, beta = network(args)
+    stats = (read_statistics(args.stats) if args.stats
+             else partition_statistics(data.graph, args.parts))
+    rows = table(stats, rates, widths, params, alpha, beta, args.delay, args.threads,
+                 args.cores)
+    print(f"rates: aggregation {rates.aggregation_per_edge * 1e9:.2f} ns/edge, dense "
+          f"{rates.dense_per_vertex * 1e6:.2f} us/vertex, optimizer "
+          f"{rates.optimizer * 1e3:.2f} ms; network alpha {alpha * 1e6:.1f} us, beta "
+          f"{beta / 1e9:.1f} GB/s")
+    print(format_table(rows, args.delay))
+    result = {"benchmark": "predict", "dataset": data.name, "model": args.model,
+              "hidden": args.hidden, "layers": args.layers, "threads": args.threads,
+              "delay": args.delay, "network": {"alpha_s": alpha, "beta_b_s": beta},
+              "rates": dataclasses.asdict(rates), "widths": widths, "params": params,
+              "machine": machine_info(args.threads), "rows": rows}
+    if args.validate:
+        from .validate import validate
+
+        result["validation"] = validate(args, rows)
+    if args.json:
+        write_json(args.json, result)
+    if args.plot:
+        from .plots import scaling_charts
+
+        for path in scaling_charts(result, args.plot):
+            print(f"wrote {path}")
+    return 0
+
+
+def network(args) -> tuple[float, float]:
+    """``(alpha, beta)`` of ``--network`` (a preset or a ``distgnn-bench comm`` JSON),
+    overridden by ``--latency``/``--bandwidth``."""
+    if args.network in NETWORKS:
+        alpha, beta = NETWORKS[args.network]
+    else:
+        with open(args.network) as f:
+            fit = json.load(f)["results"][0]
+        alpha, beta = fit["alltoallv_alpha_s"], fit["alltoallv_beta_b_s"]
+    return (args.latency if args.latency is not None else alpha,
+            args.bandwidth * 1e9 if args.bandwidth is not None else beta)
