@@ -1,5 +1,6 @@
 """distgnn-bench subcommands run end to end on tiny graphs and write the documented JSON."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +84,82 @@ def test_bench_epoch_refuses_unknown_implementations(capsys):
 
     assert bench_main(["epoch", "--impls", "numba,dgl"]) == 2
     assert "dgl" in capsys.readouterr().err
+
+
+def test_predict_matches_hand_computed_times():
+    """The scaling model on two hand-made ranks (see the docstring of bench/predict.py)."""
+    from distgnn.bench.predict import Rates, predict
+
+    per_rank = [{"vertices": 100, "edges": 1000, "leaves": 10, "leaf_entries": 20},
+                {"vertices": 80, "edges": 900, "leaves": 20, "leaf_entries": 10}]
+    rates = Rates(aggregation_per_edge=1e-6, dense_per_vertex=1e-5, optimizer=1e-3,
+                  triad_bytes_s=1e9)
+    args = (per_rank, rates, [16, 8], 1000, 1e-5, 1e9)
+    compute = 1e-3 + 1e-3  # 1000 edges x 1 us + 100 vertices x 10 us
+    prepost = 2 * 3 * 4 * 24 * 30 / 1e9  # 30 split rows on the busiest rank
+    comm = 2 * (2 * (1e-5 + 4 * 16 * 20 / 1e9) + 2 * (1e-5 + 4 * 8 * 20 / 1e9))
+    allreduce = 2 * 1e-5 + 2 * 0.5 * 4 * 1000 / 1e9
+    cd0 = predict(*args, "cd-0")
+    assert cd0["comm"] == pytest.approx(comm) and cd0["prepost"] == pytest.approx(prepost)
+    assert cd0["epoch"] == pytest.approx(compute + prepost + comm + allreduce + 1e-3)
+    # cd-5 hides its fifth of the exchange behind 5 epochs of compute
+    assert predict(*args, "cd-r", 5)["epoch"] == pytest.approx(
+        compute + prepost + allreduce + 1e-3)
+    zero_c = predict(*args, "0c")
+    assert zero_c["epoch"] == pytest.approx(compute + allreduce + 1e-3)
+    slow = predict(*args, "0c", slowdown=2.0)  # an oversubscribed node halves compute speed
+    assert slow["epoch"] == pytest.approx(2 * compute + allreduce + 1e-3)
+    one = predict(per_rank[:1], rates, [16, 8], 1000, 1e-5, 1e9, "cd-0")
+    assert one["comm"] == one["allreduce"] == one["prepost"] == 0.0
+
+
+def test_bench_predict_and_report_write_json_charts_and_markdown(tmp_path):
+    """predict on a tiny graph (P = 1, 2; validated at P = 1) writes the documented JSON and
+    both charts; report turns it into Markdown that links the charts it drew."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "predict.json"
+    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--dataset",
+                           "sbm:nodes=400,features=16", "--parts", "1,2", "--hidden", "8",
+                           "--validate", "1", "--cores", "2", "--json", str(out),
+                           "--plot", str(tmp_path / "plots")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert [r["parts"] for r in result["rows"]] == [1, 2]
+    for r in result["rows"]:
+        for algo in ("0c", "cd-0", "cd-r"):
+            assert r[algo]["epoch"] > 0 and r[algo]["speedup"] > 0
+    assert result["rows"][0]["cd-0"]["speedup"] == 1.0
+    assert result["rates"]["aggregation_per_edge"] > 0
+    (check,) = result["validation"]
+    assert check["parts"] == 1 and check["measured_s"] > 0
+    for name in ("scaling.png", "forward_aggregation.png"):
+        assert (tmp_path / "plots" / name).read_bytes().startswith(b"\x89PNG")
+    page = tmp_path / "report.md"
+    proc = subprocess.run([str(BIN / "distgnn-bench"), "report", str(out), "--out", str(page)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    text = page.read_text()
+    assert "## predict" in text and "| P |" in text
+    for link in ("scaling.png", "forward_aggregation.png"):
+        target = next(line for line in text.splitlines() if link in line).split("(")[1][:-1]
+        assert (tmp_path / target).exists()
+
+
+def test_bench_comm_under_mpirun(tmp_path):
+    """Two ranks: every size timed for both communicators, an alpha-beta fit, JSON by rank 0."""
+    import launch
+
+    out = tmp_path / "comm.json"
+    plan = launch.plan(2, [str(BIN / "distgnn-bench"), "comm", "--max-bytes", "16384",
+                           "--reps", "2", "--json", str(out)])
+    proc = subprocess.run(plan.argv, env={**os.environ, **plan.env},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert result["ranks"] == 2
+    assert [r["communicator"] for r in result["results"]] == ["mpi", "torch-gloo"]
+    for r in result["results"]:
+        assert [s["bytes"] for s in r["sizes"]] == [1024, 4096, 16384]
+        assert all(s["alltoallv_s"] > 0 and s["allreduce_s"] > 0 for s in r["sizes"])
+        assert r["alltoallv_alpha_s"] >= 0 and r["alltoallv_beta_b_s"] > 0
