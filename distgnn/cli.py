@@ -79,6 +79,10 @@ def train_parser() -> argparse.ArgumentParser:
                    help="dropout probability before each layer")
     g.add_argument("--residual", action="store_true",
                    help="skip connections on hidden-to-hidden layers")
+    g.add_argument("--precompute-first-aggregation", dest="precompute_first",
+                   action="store_true",
+                   help="no dropout on the input features, and the first layer's aggregation "
+                        "of them computed once (SGC/MG-GCN); needs features <= hidden")
     g = p.add_argument_group("optimisation")
     g.add_argument("--lr", type=float, default=d.lr, help="Adam learning rate")
     g.add_argument("--weight-decay", type=float, default=d.weight_decay,

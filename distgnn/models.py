@@ -65,13 +65,19 @@ class SAGEConv(nn.Module):
         self.project_first = out_channels < in_channels and aggregator != "max"
         glorot(self)
 
-    def forward(self, nbr: Neighbourhood, h: torch.Tensor) -> torch.Tensor:
-        z = self.lin_neigh(h) if self.project_first else h
+    def aggregate(self, nbr: Neighbourhood, z: torch.Tensor) -> torch.Tensor:
+        """The neighbourhood term before (or, when projecting first, after) ``W``."""
         if self.aggregator == "gcn":
-            z = (nbr.reduce(z, "sum") + z) / (nbr.degree + 1)
+            return (nbr.reduce(z, "sum") + z) / (nbr.degree + 1)
+        return nbr.reduce(z, self.aggregator)
+
+    def forward(self, nbr: Neighbourhood, h: torch.Tensor,
+                aggregated: torch.Tensor | None = None) -> torch.Tensor:
+        """``aggregated``: ``aggregate(nbr, h)`` computed earlier (constant input features)."""
+        if self.project_first:
+            out = self.aggregate(nbr, self.lin_neigh(h))
         else:
-            z = nbr.reduce(z, self.aggregator)
-        out = z if self.project_first else self.lin_neigh(z)
+            out = self.lin_neigh(self.aggregate(nbr, h) if aggregated is None else aggregated)
         if self.lin_root is not None:
             out = out + self.lin_root(h)
         return out if self.bias is None else out + self.bias
@@ -107,11 +113,19 @@ class GCNConv(nn.Module):
         self.project_first = out_channels < in_channels
         glorot(self)
 
-    def forward(self, nbr: Neighbourhood, h: torch.Tensor) -> torch.Tensor:
+    def aggregate(self, nbr: Neighbourhood, z: torch.Tensor) -> torch.Tensor:
+        """``D^-1/2 (A + I) D^-1/2 z``."""
         scale = (nbr.degree + 1).rsqrt()
-        z = scale * (self.lin(h) if self.project_first else h)
-        z = scale * (nbr.reduce(z, "sum") + z)
-        out = z if self.project_first else self.lin(z)
+        z = scale * z
+        return scale * (nbr.reduce(z, "sum") + z)
+
+    def forward(self, nbr: Neighbourhood, h: torch.Tensor,
+                aggregated: torch.Tensor | None = None) -> torch.Tensor:
+        """``aggregated``: ``aggregate(nbr, h)`` computed earlier (constant input features)."""
+        if self.project_first:
+            out = self.aggregate(nbr, self.lin(h))
+        else:
+            out = self.lin(self.aggregate(nbr, h) if aggregated is None else aggregated)
         return out if self.bias is None else out + self.bias
 
 
@@ -138,6 +152,11 @@ class GNN(nn.Module):
         aggregator (str, optional): GraphSAGE aggregator. (default: ``"gcn"``)
         residual (bool, optional): add skip connections. (default: ``False``)
         seed (int, optional): seed of the dropout masks. (default: ``0``)
+        precompute_first (bool, optional): no dropout on the input features, and the first
+            layer's aggregation of them (constant: ``x`` needs no gradient) computed once
+            and reused every epoch, as SGC and MG-GCN do.  Needs a first layer that
+            aggregates before projecting (``F <= hidden``, not the max aggregator).
+            (default: ``False``)
 
     Shapes:
         - **input:** neighbourhood over ``N`` vertices, ``x`` ``[N, F]``, ``step`` (the
@@ -147,7 +166,7 @@ class GNN(nn.Module):
 
     def __init__(self, model: str, in_channels: int, hidden_channels: int, out_channels: int,
                  num_layers: int = 2, dropout: float = 0.5, aggregator: str = "gcn",
-                 residual: bool = False, seed: int = 0):
+                 residual: bool = False, seed: int = 0, precompute_first: bool = False):
         super().__init__()
         if model not in ("gcn", "sage"):
             raise ValueError(f"model must be 'gcn' or 'sage', got {model!r}")
@@ -162,15 +181,33 @@ class GNN(nn.Module):
         self.dropout = dropout
         self.residual = residual
         self.seed = seed
+        first = self.convs[0]
+        if precompute_first and (first.project_first
+                                 or getattr(first, "aggregator", "gcn") == "max"):
+            raise ValueError("precompute_first needs a first layer that aggregates before "
+                             f"projecting: {in_channels} features > hidden {dims[1]}, or max")
+        self.precompute_first = precompute_first
+        self._first: tuple | None = None  # (graph, x, aggregate of x) when precomputed
 
     def forward(self, nbr: Neighbourhood, x: torch.Tensor, step: int = 0) -> torch.Tensor:
         h = x
         for layer, conv in enumerate(self.convs):
-            if self.training and self.dropout:
-                key = dropout_key(self.seed, step, layer)
-                h = vertex_dropout(h, nbr.global_ids, self.dropout, key)
-            out = conv(nbr.at(layer, step, self.training), h)
+            if layer == 0 and self.precompute_first:
+                out = conv(nbr, h, aggregated=self.first_aggregate(nbr, x))
+            else:
+                if self.training and self.dropout:
+                    key = dropout_key(self.seed, step, layer)
+                    h = vertex_dropout(h, nbr.global_ids, self.dropout, key)
+                out = conv(nbr.at(layer, step, self.training), h)
             if layer == len(self.convs) - 1:
                 return out
             out = F.relu(out)
             h = out + h if self.residual and out.shape == h.shape else out
+
+    @torch.no_grad()
+    def first_aggregate(self, nbr: Neighbourhood, x: torch.Tensor) -> torch.Tensor:
+        """The first layer's aggregation of ``x``, computed on first use (an exact exchange
+        on a partition, whatever the algorithm: it is done once)."""
+        if self._first is None or self._first[0] is not nbr.graph or self._first[1] is not x:
+            self._first = (nbr.graph, x, self.convs[0].aggregate(nbr.at(0, 0, False), x))
+        return self._first[2]

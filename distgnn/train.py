@@ -63,6 +63,7 @@ class TrainConfig:
     comm_backend: str = "auto"
     verify: bool = True
     backward_exchange: bool = True
+    precompute_first: bool = False
 
 
 @dataclasses.dataclass
@@ -132,8 +133,11 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer) -> Sha
 
 
 def build_model(cfg: TrainConfig, in_channels: int, num_classes: int) -> GNN:
-    return GNN(cfg.model, in_channels, cfg.hidden, num_classes, cfg.layers, cfg.dropout,
-               cfg.aggregator, cfg.residual, cfg.seed)
+    try:
+        return GNN(cfg.model, in_channels, cfg.hidden, num_classes, cfg.layers, cfg.dropout,
+                   cfg.aggregator, cfg.residual, cfg.seed, cfg.precompute_first)
+    except ValueError as e:
+        raise DistGNNError(str(e)) from None
 
 
 PHASES = ("aggregation", "exchange_pre", "exchange_wait", "exchange_post", "dense",

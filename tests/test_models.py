@@ -118,3 +118,36 @@ def test_gnn_invalid_arguments_raise_value_error(kw):
     args = dict(model="gcn", in_channels=6, hidden_channels=16, out_channels=4) | kw
     with pytest.raises(ValueError):
         GNN(**args)
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_precomputed_first_aggregation_is_the_same_model_with_one_aggregation(case, model):
+    """With the input aggregated once, logits and parameter gradients equal the plain model's
+    (no dropout on the input), and later epochs run one SpMM fewer."""
+    nbr = case[0]
+    x = torch.randn(N, 4)
+    torch.manual_seed(1)
+    plain = GNN(model, 4, 8, 3, num_layers=2, dropout=0.0)
+    torch.manual_seed(1)
+    cached = GNN(model, 4, 8, 3, num_layers=2, dropout=0.0, precompute_first=True)
+    grads = []
+    for net in (plain, cached):
+        net.zero_grad()
+        out = net(nbr, x, step=0)
+        out.square().sum().backward()
+        grads.append([p.grad.clone() for p in net.parameters()])
+        if net is plain:
+            expected = out.detach()
+    assert torch.allclose(out, expected, atol=1e-6)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(*grads))
+    calls = []
+    nbr.backend.spmm = lambda g, h, r, f=nbr.backend.spmm: calls.append(1) or f(g, h, r)
+    plain(nbr, x, step=1)
+    plain_calls, calls[:] = len(calls), []
+    cached(nbr, x, step=1)
+    assert len(calls) == plain_calls - 1
+
+
+def test_precomputed_first_aggregation_needs_aggregate_first():
+    with pytest.raises(ValueError, match="aggregates before projecting"):
+        GNN("gcn", 64, 8, 3, precompute_first=True)  # 64 features > hidden 8: projects first
