@@ -6,15 +6,15 @@ allreduces ``s`` bytes (the shape of the gradient sum), for sizes ``s`` from ``-
 to ``--max-bytes``; with ``--partitions DIR`` it also times the exact cd-0 exchange of that
 partitioning at ``--width`` (its per-peer counts).  Reported per communicator and size:
 median seconds over ``--reps`` (max over ranks), latency-bound small sizes and bandwidth
-``bytes sent per rank / time``.  A fit ``t = alpha + bytes / beta`` over the sizes gives the
-latency and bandwidth that ``distgnn-bench predict`` takes with ``--network measured``.
+``bytes sent per rank / time``.  A two-point fit ``t = alpha + bytes / beta`` (smallest and
+largest size) gives the latency and bandwidth that ``distgnn-bench predict --network FILE``
+takes from this command's JSON.
 """
 from __future__ import annotations
 
 import statistics
 import time
 
-import numpy as np
 import torch
 
 from ..comm import get_communicator
@@ -45,11 +45,11 @@ def sizes(lo: int, hi: int) -> list[int]:
 
 
 def fit_alpha_beta(points: list[tuple[int, float]]) -> tuple[float, float]:
-    """Least-squares ``t = alpha + bytes / beta`` (seconds, bytes/s)."""
-    b = np.array([p[0] for p in points], np.float64)
-    t = np.array([p[1] for p in points], np.float64)
-    slope, alpha = np.polyfit(b, t, 1)
-    return max(float(alpha), 0.0), float(1.0 / slope) if slope > 0 else float("inf")
+    """``t = alpha + bytes / beta`` (seconds, bytes/s): alpha is the smallest message's time,
+    beta the largest message's bytes over its time beyond alpha.  (A least-squares line is
+    dominated by the large messages and puts alpha at or below zero.)"""
+    (b0, t0), (b1, t1) = min(points), max(points)
+    return t0, (b1 - b0) / (t1 - t0) if t1 > t0 else float("inf")
 
 
 def drpa_counts(directory: str, rank: int) -> tuple[list[int], list[int]]:
