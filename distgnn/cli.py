@@ -219,6 +219,7 @@ def bench_parser() -> argparse.ArgumentParser:
                    help="also time every hub-block size against the autotuned one")
     s.add_argument("--no-scipy", action="store_true", help="skip the scipy column")
     s.add_argument("--json", metavar="FILE", help="write the results and machine info here")
+    s.add_argument("--plot", metavar="DIR", help="write spmm.png here (needs matplotlib)")
     from .bench.epoch import IMPLS as EPOCH_IMPLS
     from .bench.epoch import MODELS as EPOCH_MODELS
 
@@ -266,6 +267,7 @@ def bench_parser() -> argparse.ArgumentParser:
                    help="feature width of the --partitions exchange")
     s.add_argument("--threads", type=int, default=1, help="threads per rank")
     s.add_argument("--json", metavar="FILE", help="write the results (rank 0) here")
+    s.add_argument("--plot", metavar="DIR", help="write comm.png here (needs matplotlib)")
     from .bench.predict import NETWORKS
 
     s = sub.add_parser("predict", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -323,6 +325,7 @@ def bench_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="partitioning seed")
     s.add_argument("--threads", type=int, default=os.cpu_count(), help="Numba threads")
     s.add_argument("--json", metavar="FILE", help="write the results and machine info here")
+    s.add_argument("--plot", metavar="DIR", help="write partition.png here (needs matplotlib)")
     return p
 
 

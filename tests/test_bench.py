@@ -14,7 +14,8 @@ def test_bench_spmm_writes_json(tmp_path):
     out = tmp_path / "spmm.json"
     proc = subprocess.run(
         [str(BIN / "distgnn-bench"), "spmm", "--dataset", "rmat:scale=9,edge_factor=4,features=1",
-         "--widths", "8,32", "--reps", "1", "--threads", "1", "--sweep", "--json", str(out)],
+         "--widths", "8,32", "--reps", "1", "--threads", "1", "--sweep", "--json", str(out),
+         "--plot", str(tmp_path)],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "fwd x" in proc.stdout and "sweep d=32" in proc.stdout
@@ -29,6 +30,22 @@ def test_bench_spmm_writes_json(tmp_path):
         assert r["speedup_fwd"] > 0 and r["eff_gb_s_fwd"] > 0
     for s in result["sweep"]:
         assert str(s["chosen"]) in s["times"] and s["chosen_over_best"] >= 1.0
+    assert (tmp_path / "spmm.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_bench_partition_writes_json_and_chart(tmp_path, capsys):
+    from distgnn.cli import bench_main
+
+    out = tmp_path / "partition.json"
+    assert bench_main(["partition", "--dataset", "rmat:scale=8,edge_factor=4,features=1",
+                       "--parts", "2,4", "--methods", "libra,random", "--threads", "1",
+                       "--json", str(out), "--plot", str(tmp_path)]) == 0
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["parts"], r["method"]) for r in rows] == [(2, "libra"), (2, "random"),
+                                                         (4, "libra"), (4, "random")]
+    assert all(1.0 <= r["replication_factor"] <= r["parts"] for r in rows)
+    assert (tmp_path / "partition.png").read_bytes().startswith(b"\x89PNG")
+    assert "libra" in capsys.readouterr().out
 
 
 def test_bench_needs_a_subcommand():
@@ -152,7 +169,7 @@ def test_bench_comm_under_mpirun(tmp_path):
 
     out = tmp_path / "comm.json"
     plan = launch.plan(2, [str(BIN / "distgnn-bench"), "comm", "--max-bytes", "16384",
-                           "--reps", "2", "--json", str(out)])
+                           "--reps", "2", "--json", str(out), "--plot", str(tmp_path)])
     proc = subprocess.run(plan.argv, env={**os.environ, **plan.env},
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -162,4 +179,5 @@ def test_bench_comm_under_mpirun(tmp_path):
     for r in result["results"]:
         assert [s["bytes"] for s in r["sizes"]] == [1024, 4096, 16384]
         assert all(s["alltoallv_s"] > 0 and s["allreduce_s"] > 0 for s in r["sizes"])
-        assert r["alltoallv_alpha_s"] >= 0 and r["alltoallv_beta_b_s"] > 0
+        assert r["alltoallv_alpha_s"] > 0 and r["alltoallv_beta_b_s"] > 0
+    assert (tmp_path / "comm.png").read_bytes().startswith(b"\x89PNG")

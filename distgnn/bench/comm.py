@@ -19,7 +19,7 @@ import torch
 
 from ..comm import get_communicator
 from .machine import machine_info
-from .output import write_json
+from .output import finish
 
 
 def timed(comm, operation, reps: int) -> float:
@@ -120,8 +120,8 @@ def main(args) -> int:
         if comm.rank == 0:
             print(format_result(result, comm.size), flush=True)
         results.append(result)
-    if comm.rank == 0 and args.json:
-        write_json(args.json, {"benchmark": "comm", "ranks": comm.size,
-                               "machine": machine_info(args.threads), "results": results})
+    if comm.rank == 0:
+        finish({"benchmark": "comm", "ranks": comm.size,
+                "machine": machine_info(args.threads), "results": results}, args)
     return 0
 

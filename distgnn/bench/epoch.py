@@ -32,7 +32,7 @@ from ..datasets import load
 from ..graph import NodeDataset
 from . import pyg
 from .machine import machine_info
-from .output import write_json
+from .output import finish
 
 IMPLS = ("numba", "torch", "pyg")
 MODELS = ("sage", "gcn")
@@ -187,13 +187,7 @@ def main(args) -> int:
                 row = measure(npz, data.name, model, impls, args)
                 print(format_row(row), flush=True)
                 rows.append(row)
-    result = {"benchmark": "epoch", "machine": info, "results": rows}
-    if args.json:
-        write_json(args.json, result)
-    if args.plot:
-        from .plots import epoch_chart
-
-        print(f"wrote {epoch_chart(result, args.plot)}")
+    finish({"benchmark": "epoch", "machine": info, "results": rows}, args)
     return 0
 
 

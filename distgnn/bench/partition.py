@@ -18,7 +18,7 @@ from partition.vertex_cut import vertex_cut
 
 from ..datasets import load
 from .machine import machine_info
-from .output import write_json
+from .output import finish
 
 METHODS = ("libra", "random", "dbh", "metis")
 
@@ -78,7 +78,5 @@ def run(args) -> dict:
 
 
 def main(args) -> int:
-    result = run(args)
-    if args.json:
-        write_json(args.json, result)
+    finish(run(args), args)
     return 0

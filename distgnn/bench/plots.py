@@ -99,3 +99,57 @@ def scaling_charts(result: dict, directory: str | Path) -> list[Path]:
     ax.legend()
     paths.append(_save(fig, directory, "forward_aggregation.png"))
     return paths
+
+
+def _lines(series: dict[str, list[tuple[float, float]]], title: str, xlabel: str,
+           ylabel: str, directory, name: str, logx: bool = True) -> Path:
+    """One line per series of ``(x, y)`` points."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, points in series.items():
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+    if logx:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    return _save(fig, directory, name)
+
+
+def spmm_chart(result: dict, directory) -> Path:
+    """Speed-up of the Numba kernels over torch.sparse.mm per feature width."""
+    rows = result["results"]
+    return _lines({f"{p} (numba vs torch.sparse)": [(r["width"], r[f"speedup_{p}"]) for r in rows]
+                   for p in ("fwd", "bwd")},
+                  f"SpMM on {result.get('dataset', 'the graph')}", "feature width d",
+                  "speed-up", directory, "spmm.png")
+
+
+def partition_chart(result: dict, directory) -> Path:
+    """Replication factor per method against P (one line per dataset and method)."""
+    series: dict[str, list] = {}
+    for r in result["results"]:
+        series.setdefault(f"{r['dataset']} {r['method']}", []).append(
+            (r["parts"], r["replication_factor"]))
+    return _lines(series, "Vertex-cut replication factor", "partitions P",
+                  "replication factor", directory, "partition.png")
+
+
+def comm_chart(result: dict, directory) -> Path:
+    """alltoallv bandwidth per rank against the message size, per communicator."""
+    series = {f"{r['communicator']} alltoallv": [(s["bytes"], s["alltoallv_gb_s"])
+                                                 for s in r["sizes"]]
+              for r in result["results"]}
+    return _lines(series, f"Communicators, {result['ranks']} ranks", "bytes per peer",
+                  "GB/s sent per rank", directory, "comm.png")
+
+
+def charts(result: dict, directory) -> list[Path]:
+    """Every chart of one benchmark result."""
+    kind = result.get("benchmark")
+    if kind == "predict":
+        return scaling_charts(result, directory)
+    draw = {"epoch": epoch_chart, "spmm": spmm_chart, "partition": partition_chart,
+            "comm": comm_chart}.get(kind)
+    return [draw(result, directory)] if draw else []

@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-from .output import write_json
+from .output import finish
 
 NETWORKS = {  # alpha (s), beta (bytes/s per rank)
     "100gbe": (5e-6, 10e9),
@@ -196,13 +196,7 @@ def main(args) -> int:
         from .validate import validate
 
         result["validation"] = validate(args, rows)
-    if args.json:
-        write_json(args.json, result)
-    if args.plot:
-        from .plots import scaling_charts
-
-        for path in scaling_charts(result, args.plot):
-            print(f"wrote {path}")
+    finish(result, args)
     return 0
 
 

@@ -61,8 +61,8 @@ def _predict_rows(result: dict) -> list[dict]:
              "fwd remote ms": r["forward_remote_s"] * 1e3} for r in result["rows"]]
 
 
-def section(path: Path, result: dict, charts: Path, link_base: Path) -> list[str]:
-    from .plots import epoch_chart, scaling_charts
+def section(path: Path, result: dict, chart_dir: Path, link_base: Path) -> list[str]:
+    from .plots import charts
 
     kind = result.get("benchmark", "?")
     lines = [f"## {kind}: `{path.name}`", ""]
@@ -72,20 +72,21 @@ def section(path: Path, result: dict, charts: Path, link_base: Path) -> list[str
                   f"triad {machine['triad_gb_s']} GB/s, THP_MEM_ALLOC_ENABLE="
                   f"{machine.get('thp_mem_alloc_enable', '')}; "
                   + ", ".join(f"{k} {v}" for k, v in machine["versions"].items()), ""]
-    images = []
     if kind == "epoch":
         lines += markdown_table(_epoch_rows(result))
-        images = [epoch_chart(result, charts / path.stem)]
     elif kind == "predict":
         lines += markdown_table(_predict_rows(result))
         if result.get("validation"):
             lines += ["", "Validation against runs on this machine:", ""]
             lines += markdown_table(result["validation"])
-        images = scaling_charts(result, charts / path.stem)
+    elif kind == "comm":
+        lines += markdown_table([{"communicator": r["communicator"], **s}
+                                 for r in result["results"] for s in r["sizes"]])
     else:
         lines += markdown_table(result.get("results", []))
     lines.append("")
-    lines += [f"![{p.stem}]({os.path.relpath(p, link_base)})" for p in images]
+    lines += [f"![{p.stem}]({os.path.relpath(p, link_base)})"
+              for p in charts(result, chart_dir / path.stem)]
     return lines + [""]
 
 

@@ -26,7 +26,7 @@ from ..kernels import plan_spmm, spmm
 from ..kernels.spmm import as_aligned, empty_aligned
 from ..kernels.autotune import autotune_plan, time_plan
 from .machine import machine_info
-from .output import write_json
+from .output import finish
 
 SWEEP_EXTRA = (1024, 2048, 4096, 8192, 16384, 65536)
 
@@ -148,7 +148,5 @@ def print_row(row: dict, first: bool) -> None:
 
 
 def main(args) -> int:
-    result = run(args)
-    if args.json:
-        write_json(args.json, result)
+    finish(run(args), args)
     return 0
