@@ -198,6 +198,13 @@ def report(result) -> None:
               f"(best validation accuracy {best['val_acc'] * 100:.2f} %)")
 
 
+def output_arguments(parser: argparse.ArgumentParser, charts: str) -> None:
+    """``--json`` and ``--plot``, which every benchmark takes."""
+    parser.add_argument("--json", metavar="FILE",
+                        help="write the results and machine information here")
+    parser.add_argument("--plot", metavar="DIR", help=f"write {charts} here (needs matplotlib)")
+
+
 def bench_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="distgnn-bench",
                       description="Benchmarks that print tables and write JSON.")
@@ -218,8 +225,7 @@ def bench_parser() -> argparse.ArgumentParser:
     s.add_argument("--sweep", action="store_true",
                    help="also time every hub-block size against the autotuned one")
     s.add_argument("--no-scipy", action="store_true", help="skip the scipy column")
-    s.add_argument("--json", metavar="FILE", help="write the results and machine info here")
-    s.add_argument("--plot", metavar="DIR", help="write spmm.png here (needs matplotlib)")
+    output_arguments(s, "spmm.png")
     from .bench.epoch import IMPLS as EPOCH_IMPLS
     from .bench.epoch import MODELS as EPOCH_MODELS
 
@@ -246,8 +252,7 @@ def bench_parser() -> argparse.ArgumentParser:
     s.add_argument("--rounds", type=int, default=2,
                    help="interleaved rounds: each runs every implementation once")
     s.add_argument("--threads", type=int, default=os.cpu_count(), help="threads of every side")
-    s.add_argument("--json", metavar="FILE", help="write the results and machine info here")
-    s.add_argument("--plot", metavar="DIR", help="write epoch.png here (needs matplotlib)")
+    output_arguments(s, "epoch.png")
     from .comm import COMMUNICATORS
 
     s = sub.add_parser("comm", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -266,8 +271,7 @@ def bench_parser() -> argparse.ArgumentParser:
     s.add_argument("--width", type=int, default=16,
                    help="feature width of the --partitions exchange")
     s.add_argument("--threads", type=int, default=1, help="threads per rank")
-    s.add_argument("--json", metavar="FILE", help="write the results (rank 0) here")
-    s.add_argument("--plot", metavar="DIR", help="write comm.png here (needs matplotlib)")
+    output_arguments(s, "comm.png")
     from .bench.predict import NETWORKS
 
     s = sub.add_parser("predict", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -298,9 +302,7 @@ def bench_parser() -> argparse.ArgumentParser:
                         "leave out for a cluster with cores per rank")
     s.add_argument("--validate", type=lambda t: [int(w) for w in t.split(",")],
                    help="comma-separated P to measure here and compare (e.g. 1,2,4)")
-    s.add_argument("--json", metavar="FILE", help="write the results and machine info here")
-    s.add_argument("--plot", metavar="DIR", help="write scaling.png and "
-                                                 "forward_aggregation.png here")
+    output_arguments(s, "scaling.png and forward_aggregation.png")
     s = sub.add_parser("report", help="one Markdown page with charts from JSON results",
                        description="Gather the --json files of distgnn-bench subcommands into "
                                    "one Markdown page, with the charts drawn beside it.")
@@ -324,8 +326,7 @@ def bench_parser() -> argparse.ArgumentParser:
     s.add_argument("--order", choices=ORDERS, default="random", help="Libra stream order")
     s.add_argument("--seed", type=int, default=0, help="partitioning seed")
     s.add_argument("--threads", type=int, default=os.cpu_count(), help="Numba threads")
-    s.add_argument("--json", metavar="FILE", help="write the results and machine info here")
-    s.add_argument("--plot", metavar="DIR", help="write partition.png here (needs matplotlib)")
+    output_arguments(s, "partition.png")
     return p
 
 

@@ -26,6 +26,15 @@ def glorot(layer: nn.Module) -> None:
             nn.init.zeros_(p)
 
 
+def aggregate_and_project(conv, lin: nn.Module, nbr: Neighbourhood, h: torch.Tensor,
+                          aggregated: torch.Tensor | None) -> torch.Tensor:
+    """``lin`` on the narrower side of ``conv.aggregate``: ``agg(lin(h))`` when the layer
+    projects first, else ``lin(agg(h))`` (with ``agg(h)`` given as ``aggregated`` if known)."""
+    if conv.project_first:
+        return conv.aggregate(nbr, lin(h))
+    return lin(conv.aggregate(nbr, h) if aggregated is None else aggregated)
+
+
 class SAGEConv(nn.Module):
     r"""GraphSAGE layer (Hamilton et al., *Inductive Representation Learning on Large
     Graphs*, NeurIPS 2017) with DistGNN's ``gcn`` aggregator as the default.
@@ -74,10 +83,7 @@ class SAGEConv(nn.Module):
     def forward(self, nbr: Neighbourhood, h: torch.Tensor,
                 aggregated: torch.Tensor | None = None) -> torch.Tensor:
         """``aggregated``: ``aggregate(nbr, h)`` computed earlier (constant input features)."""
-        if self.project_first:
-            out = self.aggregate(nbr, self.lin_neigh(h))
-        else:
-            out = self.lin_neigh(self.aggregate(nbr, h) if aggregated is None else aggregated)
+        out = aggregate_and_project(self, self.lin_neigh, nbr, h, aggregated)
         if self.lin_root is not None:
             out = out + self.lin_root(h)
         return out if self.bias is None else out + self.bias
@@ -122,10 +128,7 @@ class GCNConv(nn.Module):
     def forward(self, nbr: Neighbourhood, h: torch.Tensor,
                 aggregated: torch.Tensor | None = None) -> torch.Tensor:
         """``aggregated``: ``aggregate(nbr, h)`` computed earlier (constant input features)."""
-        if self.project_first:
-            out = self.aggregate(nbr, self.lin(h))
-        else:
-            out = self.lin(self.aggregate(nbr, h) if aggregated is None else aggregated)
+        out = aggregate_and_project(self, self.lin, nbr, h, aggregated)
         return out if self.bias is None else out + self.bias
 
 
