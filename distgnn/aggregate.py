@@ -96,7 +96,8 @@ def _edge_values(graph: CSRGraph) -> torch.Tensor:
     return torch.tensor(graph.edge_weight)  # a copy: partitions memory-map it read-only
 
 
-def _csr_tensor(indptr, indices, values, n, device, itype) -> torch.Tensor:
+def csr_tensor(indptr, indices, values, n, device, itype) -> torch.Tensor:
+    """``[n, n]`` torch CSR tensor from numpy ``indptr``/``indices`` (index type ``itype``)."""
     with warnings.catch_warnings():  # "sparse CSR support is in beta": known, and tested here
         warnings.simplefilter("ignore", UserWarning)
         return torch.sparse_csr_tensor(
@@ -124,8 +125,8 @@ class TorchSparseBackend:
             src, dst = graph.edges()
             t = graph.transpose()
             graph.cache[key] = {
-                "A": _csr_tensor(graph.indptr, graph.indices, weight, n, device, itype),
-                "AT": _csr_tensor(t.indptr, t.indices, _edge_values(t).to(device), n, device,
+                "A": csr_tensor(graph.indptr, graph.indices, weight, n, device, itype),
+                "AT": csr_tensor(t.indptr, t.indices, _edge_values(t).to(device), n, device,
                                   itype),
                 "src": torch.from_numpy(src.astype(np.int64)).to(device),
                 "dst": torch.from_numpy(dst.astype(np.int64)).to(device),

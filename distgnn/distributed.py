@@ -62,6 +62,8 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
         if meta["num_parts"] != comm.size:
             raise DistGNNError(f"{directory} holds {meta['num_parts']} partitions but the job "
                                f"has {comm.size} ranks; start it with -np {meta['num_parts']}")
+        if "num_classes" not in meta:  # every rank must build the same output layer
+            raise PartitionFormatError(f"{directory}/meta.json: missing field 'num_classes'")
         if cfg.verify:
             problems = check_files(directory, meta, comm.rank)
             if problems:
@@ -81,7 +83,7 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                         in_degree=None if exchange is None else part.in_degree, timer=timer,
                         global_ids=part.global_ids, exchange=exchange)
     name = f"{part.meta.get('dataset', directory.name)} partition {comm.rank}/{comm.size}"
-    return Shard(name, x, y, masks, nbr, int(part.meta.get("num_classes", int(y.max()) + 1)))
+    return Shard(name, x, y, masks, nbr, int(part.meta["num_classes"]))
 
 
 def run_rank(prog: str, comm: Communicator, main: Callable[[], int]) -> int:

@@ -113,6 +113,7 @@ class DelayedExchange:
                 "root_ids": index.root_ids[root_sel].to(device), "root_counts": root_counts,
                 "up_send": new(len(leaf_sel)), "up_recv": new(len(root_sel)),
                 "down_send": new(len(root_sel)), "down_recv": new(len(leaf_sel)),
+                "own": new(len(root_sel)),  # each entry's kept partial, subtracted in replies
                 "up": None, "down": None})
         self.leaf_ids = index.leaf_ids.to(device)
         self.root_ids = index.root_ids.to(device)
@@ -135,7 +136,8 @@ class DelayedExchange:
             a.index_add_(0, self.root_ids, self.partials)
         with self.timer("exchange_pre"):
             torch.index_select(a, 0, b["root_ids"], out=b["down_send"])
-            b["down_send"] -= self.partials[b["root_sel"]]
+            torch.index_select(self.partials, 0, b["root_sel"], out=b["own"])
+            b["down_send"] -= b["own"]
             b["down"] = self.comm.ialltoallv(b["down_send"], b["root_counts"], b["down_recv"],
                                              b["leaf_counts"])
         with self.timer("exchange_post"):

@@ -163,39 +163,36 @@ class ReplicaSync:
     """
 
     def __init__(self, model: torch.nn.Module, comm: Communicator):
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        params = [p for p in model.parameters() if p.requires_grad]
         self.comm = comm
-        self.flat = torch.zeros(sum(p.numel() for p in self.params) + 1)
+        self.flat = torch.zeros(sum(p.numel() for p in params) + 1)
+        # each parameter's flat slice of the buffer
+        self.slots = list(zip(params, torch.split(self.flat[:-1],
+                                                  [p.numel() for p in params])))
 
     @torch.no_grad()
     def broadcast_parameters(self) -> None:
-        self.flat[:-1] = torch.nn.utils.parameters_to_vector(self.params)
+        for p, slot in self.slots:
+            slot.copy_(p.view(-1))
         self.comm.broadcast(self.flat, root=0)
-        # copied, not vector_to_parameters: that would make the parameters views of the
-        # buffer the gradients pass through
-        offset = 0
-        for p in self.params:
-            p.view(-1).copy_(self.flat[offset:offset + p.numel()])
-            offset += p.numel()
+        for p, slot in self.slots:  # copied: parameters must not alias the gradient buffer
+            p.view(-1).copy_(slot)
 
     def allreduce_gradients(self, loss: torch.Tensor) -> float:
         """Sum gradients and losses over ranks; returns the global loss."""
         if self.comm.size == 1:
             return loss.item()
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            self.flat[offset:offset + n] = 0 if p.grad is None else p.grad.view(-1)
-            offset += n
+        for p, slot in self.slots:
+            if p.grad is None:
+                slot.zero_()
+            else:
+                slot.copy_(p.grad.view(-1))
         self.flat[-1] = loss.detach()
         self.comm.allreduce(self.flat)
-        offset = 0
-        for p in self.params:
-            n = p.numel()
+        for p, slot in self.slots:
             if p.grad is None:
                 p.grad = torch.empty_like(p)
-            p.grad.view(-1).copy_(self.flat[offset:offset + n])
-            offset += n
+            p.grad.view(-1).copy_(slot)
         return float(self.flat[-1])
 
 

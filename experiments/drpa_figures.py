@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-import launch
+from distgnn.bench.validate import train_records
 from partition.format import load as load_partition
 from partition.format import read_meta
 
@@ -42,18 +41,12 @@ def partition(spec: str, parts: int, work: Path, tag: str) -> Path:
     return out
 
 
-def train(args: list[str], metrics: Path, ranks: int = 0, threads: int = 1) -> list[dict]:
-    """Run distgnn-train (under mpirun with ``ranks`` > 0) and return its metrics records."""
-    command = [str(BIN / "distgnn-train"), *args, "--threads", str(threads), "--no-progress",
-               "--metrics-out", str(metrics)]
-    env = dict(os.environ)
-    if ranks:
-        plan = launch.plan(ranks, command, threads_per_rank=threads)
-        command, env = plan.argv, {**env, **plan.env}
-    proc = subprocess.run(command, env=env, capture_output=True, text=True)
-    if proc.returncode:
-        sys.exit(f"failed ({proc.returncode}): {' '.join(command)}\n{proc.stderr[-2000:]}")
-    return [json.loads(line) for line in metrics.read_text().splitlines()]
+def train(args: list[str], metrics: Path, ranks: int = 1, threads: int = 1) -> list[dict]:
+    """Metrics records of distgnn-train (under mpirun when ``ranks`` > 1); exits on failure."""
+    try:
+        return train_records(args, metrics, ranks, threads)
+    except RuntimeError as e:
+        sys.exit(str(e))
 
 
 def best_test(records: list[dict]) -> float:
@@ -141,7 +134,7 @@ def speed(a) -> list[dict]:
     widths = [a.hidden, min(a.hidden, meta["num_classes"])]
     common = ["--epochs", str(a.epochs), "--eval-every", str(a.epochs), "--hidden",
               str(a.hidden)]
-    runs = {"single socket (1 rank x 2 threads)": (["--dataset", spec], 0, 2)}
+    runs = {"single socket (1 rank x 2 threads)": (["--dataset", spec], 1, 2)}
     for algo, flags in {"0c": ["--algo", "0c"], "cd-0": ["--algo", "cd-0"],
                         "cd-5": ["--algo", "cd-r", "--delay", "5"]}.items():
         runs[f"{algo} (2 ranks x 1 thread)"] = (["--partitions", str(directory), *flags], 2, 1)
@@ -157,7 +150,7 @@ def speed(a) -> list[dict]:
         row = {"run": label, "epoch_s": med("epoch_s"), "phases_max": phases,
                "phases_mean": phases_mean, "bytes_sent_max": med("bytes_sent_max"),
                "bytes_sent_mean": med("bytes_sent_mean")}
-        if ranks and "cd-" in label:
+        if ranks > 1 and "cd-" in label:
             delay = 5 if "cd-5" in label else 1
             row["predicted_bytes_max"] = max(predicted) / delay
             row["predicted_bytes_mean"] = float(np.mean(predicted)) / delay

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..aggregate import BACKENDS
 from ..datasets import load
 from ..graph import NodeDataset
 from . import pyg
@@ -50,7 +51,7 @@ def _config(job: dict, dropout: float, epochs: int):
 
     return TrainConfig(model=job["model"], hidden=job["hidden"], layers=job["layers"],
                        dropout=dropout, epochs=epochs, eval_every=epochs, seed=job["seed"],
-                       backend=job["impl"] if job["impl"] != "pyg" else "numba",
+                       backend=job["impl"] if job["impl"] in BACKENDS else "numba",
                        threads=job["threads"], progress=False)
 
 

@@ -61,12 +61,11 @@ def predict(per_rank: list[dict], rates: Rates, widths: list[int], params: int,
     local = rates.aggregation_per_edge * max(r["edges"] for r in per_rank)
     dense = rates.dense_per_vertex * max(r["vertices"] for r in per_rank)
     split_rows = max(r["leaves"] + r["leaf_entries"] for r in per_rank)
-    phase_rows = max(max(r["leaves"], r["leaf_entries"]) for r in per_rank)
     out = {"local_aggregation": local * slowdown, "dense": dense * slowdown,
            "prepost": 0.0, "comm": 0.0, "optimizer": rates.optimizer}
     if P > 1 and algo != "0c":
         out["prepost"] = slowdown * 2 * 3 * 4 * sum(widths) * split_rows / rates.triad_bytes_s
-        cd0 = 2 * sum(2 * (alpha * (P - 1) + 4 * d * phase_rows / beta) for d in widths)
+        cd0 = 2 * exchange_seconds(per_rank, widths, alpha, beta)
         out["comm"] = (cd0 if algo == "cd-0"
                        else max(0.0, cd0 / delay - delay * (local + dense) * slowdown))
     out["allreduce"] = (2 * alpha * math.ceil(math.log2(P)) + 2 * (P - 1) / P * 4 * params / beta
@@ -75,16 +74,23 @@ def predict(per_rank: list[dict], rates: Rates, widths: list[int], params: int,
     return out
 
 
+def exchange_seconds(per_rank: list[dict], widths: list[int], alpha: float, beta: float
+                     ) -> float:
+    """One pass of cd-0: per layer, two alltoallvs (leaves to roots, roots to leaves), each
+    bounded by the rank with the most rows to move."""
+    P = len(per_rank)
+    if P == 1:
+        return 0.0
+    rows = max(max(r["leaves"], r["leaf_entries"]) for r in per_rank)
+    return sum(2 * (alpha * (P - 1) + 4 * d * rows / beta) for d in widths)
+
+
 def forward_aggregation(per_rank: list[dict], rates: Rates, widths: list[int], alpha: float,
                         beta: float) -> tuple[float, float]:
     """``(local, remote)`` seconds of the forward pass's aggregation under cd-0 (Fig. 6 shape):
     half of the local rate's forward+backward, and one reduce-broadcast per layer."""
-    P = len(per_rank)
     local = rates.aggregation_per_edge * max(r["edges"] for r in per_rank) / 2
-    if P == 1:
-        return local, 0.0
-    rows = max(max(r["leaves"], r["leaf_entries"]) for r in per_rank)
-    return local, sum(2 * (alpha * (P - 1) + 4 * d * rows / beta) for d in widths)
+    return local, exchange_seconds(per_rank, widths, alpha, beta)
 
 
 def aggregation_widths(num_features: int, hidden: int, num_classes: int, layers: int
@@ -94,7 +100,7 @@ def aggregation_widths(num_features: int, hidden: int, num_classes: int, layers:
     return [min(a, b) for a, b in zip(dims[:-1], dims[1:])]
 
 
-def measure_rates(data, cfg, threads: int) -> Rates:
+def measure_rates(data, cfg) -> Rates:
     """Train ``cfg`` on the whole graph for a few epochs; rates from the median phases."""
     from ..train import train
     from .machine import triad_bandwidth
@@ -162,7 +168,7 @@ def format_table(rows: list[dict], delay: int) -> str:
 
 def main(args) -> int:
     from ..datasets import load
-    from ..train import TrainConfig, configure_threads
+    from ..train import TrainConfig, build_model, configure_threads
     from .machine import machine_info
 
     configure_threads(args.threads)
@@ -171,10 +177,8 @@ def main(args) -> int:
           flush=True)
     cfg = TrainConfig(model=args.model, hidden=args.hidden, layers=args.layers, epochs=4,
                       eval_every=4, threads=args.threads, progress=False)
-    rates = measure_rates(data, cfg, args.threads)
+    rates = measure_rates(data, cfg)
     widths = aggregation_widths(data.num_features, args.hidden, data.num_classes, args.layers)
-    from ..train import build_model
-
     params = sum(p.numel() for p in build_model(cfg, data.num_features,
                                                  data.num_classes).parameters())
     alpha, beta = network(args)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..aggregate import _csr_tensor
+from ..aggregate import csr_tensor
 from ..graph import CSRGraph, csr_rows
 from ..models import GNN
 
@@ -60,7 +60,7 @@ def adjacency(graph: CSRGraph, model: str) -> torch.Tensor:
         cols = np.concatenate([indices, np.arange(n)])
         indices = cols[np.lexsort((cols, rows))]
         indptr = indptr + np.arange(n + 1)
-    return _csr_tensor(indptr, indices, torch.ones(len(indices)), graph.num_nodes, "cpu",
+    return csr_tensor(indptr, indices, torch.ones(len(indices)), graph.num_nodes, "cpu",
                        torch.int64)
 
 

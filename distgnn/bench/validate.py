@@ -17,19 +17,28 @@ from pathlib import Path
 BIN = Path(sys.executable).parent
 
 
-def measured_epoch(command: list[str], ranks: int, threads: int, metrics: Path) -> float:
-    """Median epoch seconds (first epoch excluded) of a ``distgnn-train`` command."""
+def train_records(flags: list[str], metrics: Path, ranks: int = 1, threads: int = 1
+                  ) -> list[dict]:
+    """Metrics records of ``distgnn-train FLAGS`` with ``threads`` threads, under mpirun (as
+    :mod:`launch` composes it) when ``ranks`` > 1."""
     import launch
 
+    command = [str(BIN / "distgnn-train"), *flags, "--threads", str(threads), "--no-progress",
+               "--metrics-out", str(metrics)]
     env = dict(os.environ)
     if ranks > 1:
         plan = launch.plan(ranks, command, threads_per_rank=threads)
         command, env = plan.argv, {**env, **plan.env}
-    proc = subprocess.run(command + ["--metrics-out", str(metrics)], env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(command, env=env, capture_output=True, text=True)
     if proc.returncode:
-        raise RuntimeError(f"validation run failed: {' '.join(command)}\n{proc.stderr[-2000:]}")
-    records = [json.loads(line) for line in metrics.read_text().splitlines()][1:]
+        raise RuntimeError(f"failed ({proc.returncode}): {' '.join(command)}\n"
+                           f"{proc.stderr[-2000:]}")
+    return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
+def measured_epoch(flags: list[str], ranks: int, threads: int, metrics: Path) -> float:
+    """Median epoch seconds (first epoch excluded) of a ``distgnn-train`` run."""
+    records = train_records(flags, metrics, ranks, threads)[1:]
     return statistics.median(r["epoch_s"] for r in records)
 
 
@@ -37,8 +46,7 @@ def validate(args, rows: list[dict]) -> list[dict]:
     """Prediction error ``(predicted - measured) / measured`` at each P of ``--validate``."""
     predicted = {r["parts"]: r for r in rows}
     common = ["--model", args.model, "--hidden", str(args.hidden), "--layers", str(args.layers),
-              "--epochs", "4", "--eval-every", "4", "--threads", str(args.threads),
-              "--no-progress"]
+              "--epochs", "4", "--eval-every", "4"]
     algos = {"0c": ["--algo", "0c"], "cd-0": ["--algo", "cd-0"],
              "cd-r": ["--algo", "cd-r", "--delay", str(args.delay)]}
     out = []
@@ -57,8 +65,7 @@ def validate(args, rows: list[dict]) -> list[dict]:
                                stdout=subprocess.DEVNULL)
                 runs = {a: ["--partitions", str(directory), *flags] for a, flags in algos.items()}
             for algo, flags in runs.items():
-                seconds = measured_epoch([str(BIN / "distgnn-train"), *flags, *common], P,
-                                         args.threads, tmp / "m.jsonl")
+                seconds = measured_epoch([*flags, *common], P, args.threads, tmp / "m.jsonl")
                 pred = predicted[P][algo]["epoch"]
                 out.append({"parts": P, "algo": algo, "measured_s": seconds, "predicted_s": pred,
                             "error": (pred - seconds) / seconds,
