@@ -30,7 +30,10 @@ def run_guarded(prog: str, command) -> int:
     """``command()``'s exit status, or 2 with one line on stderr for a user error."""
     try:
         return command()
-    except (DistGNNError, OSError) as e:
+    except DistGNNError as e:
+        fail(prog, str(e))
+        return e.exit_status
+    except OSError as e:
         return fail(prog, str(e))
 
 
@@ -41,7 +44,7 @@ def train_parser() -> argparse.ArgumentParser:
     from .distributed import DEFAULT_DELAY
     from .drpa import ALGORITHMS
     from .models import SAGE_AGGREGATORS
-    from .train import TrainConfig
+    from .train import NAN_POLICIES, TrainConfig
 
     d = TrainConfig()
     p = OneLineParser(
@@ -122,12 +125,31 @@ def train_parser() -> argparse.ArgumentParser:
                         "socket; under MPI, this node's cores divided by its ranks)")
     g.add_argument("--metrics-out", metavar="FILE",
                    help="write one JSON object per epoch (loss, accuracies, epoch_s, phases)")
-    g.add_argument("--checkpoint", metavar="FILE",
-                   help="save model + optimizer state here at the end (safe tensor format)")
-    g.add_argument("--resume", metavar="FILE",
-                   help="continue from a checkpoint written by --checkpoint")
     g.add_argument("--no-progress", action="store_true",
                    help="no progress bar, even on a terminal")
+    g = p.add_argument_group("checkpoints and failures")
+    g.add_argument("--checkpoint-dir", metavar="DIR",
+                   help="write checkpoints here (model, optimizer, RNG states and cd-r "
+                        "exchange state of every rank, metrics so far); also at the end, on "
+                        "SIGTERM/SIGUSR1 and before a non-finite step stops the run. Under "
+                        "MPI it must be one directory every rank sees")
+    g.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, metavar="K",
+                   help="epochs between checkpoints (0: only at the end and on a stop)")
+    g.add_argument("--keep", type=int, default=d.keep, metavar="N",
+                   help="checkpoints to keep (older ones are removed after a new one is "
+                        "complete)")
+    g.add_argument("--resume", metavar="DIR",
+                   help="continue from the newest intact checkpoint in DIR (refused if it "
+                        "comes from other data, another model shape, another rank count or "
+                        "exchange); --epochs stays the total; new checkpoints go to DIR "
+                        "too unless --checkpoint-dir says otherwise")
+    g.add_argument("--nan-policy", choices=NAN_POLICIES, default=d.nan_policy,
+                   help="on a non-finite loss or gradient: stop (naming the epoch and "
+                        "ranks, after checkpointing the last good state) or skip the step")
+    g.add_argument("--comm-timeout", type=float, default=d.comm_timeout, metavar="S",
+                   help="with --partitions: abort the job when a rank waits longer than S "
+                        "seconds in one collective (a peer died or hangs); armed after the "
+                        "first epoch; 0 disables")
     return p
 
 
@@ -161,6 +183,7 @@ def train_partitions(directory: str, cfg) -> int:
     """One rank of ``mpirun -np P distgnn-train --partitions DIR``."""
     from .aggregate import PhaseTimer
     from .comm import get_communicator
+    from .comm.watchdog import Watchdog
     from .distributed import partition_shard, run_rank, threads_per_rank
     from .train import configure_threads, fit
 
@@ -169,12 +192,13 @@ def train_partitions(directory: str, cfg) -> int:
     def main():
         configure_threads(cfg.threads or threads_per_rank(comm))
         timer = PhaseTimer()
-        shard = partition_shard(directory, cfg, comm, timer)
+        watchdog = Watchdog(comm, cfg.comm_timeout, "distgnn-train")
+        shard = partition_shard(directory, cfg, watchdog, timer)
         if comm.rank == 0:
             delay = f" (delay {shard.nbr.exchange.delay})" if cfg.algo == "cd-r" else ""
             print(f"{directory}: {comm.size} ranks, {cfg.algo}{delay}, {comm.name} "
                   "communicator", flush=True)
-        result = fit(shard, cfg, comm, timer)
+        result = fit(shard, cfg, watchdog, timer, watchdog=watchdog)
         if comm.rank == 0:
             report(result)
         return 0
@@ -327,12 +351,33 @@ def bench_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="partitioning seed")
     s.add_argument("--threads", type=int, default=os.cpu_count(), help="Numba threads")
     output_arguments(s, "partition.png")
+    s = sub.add_parser("resume", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       help="kill a rank mid-run, resume, compare with the uninterrupted run",
+                       description="Failure drills on real mpirun jobs: for each P and "
+                                   "algorithm, SIGKILL rank 1 after a checkpoint, time the "
+                                   "job's exit, resume, and compare loss curve and final "
+                                   "weights with an uninterrupted run.")
+    s.add_argument("--dataset", default="cora", help="dataset or generator spec")
+    s.add_argument("--ranks", default="2,4", type=lambda t: [int(w) for w in t.split(",")],
+                   help="comma-separated P (more than the cores run oversubscribed)")
+    s.add_argument("--algos", default="cd-0,cd-5", type=lambda t: t.split(","),
+                   help="comma-separated exchanges: 0c, cd-0, cd-R (cd-r with delay R)")
+    s.add_argument("--epochs", type=int, default=100, help="epochs of every run")
+    s.add_argument("--checkpoint-every", type=int, default=10, help="epochs between checkpoints")
+    s.add_argument("--kill-after", type=int, default=20,
+                   help="kill rank 1 once the checkpoint after this many epochs exists")
+    s.add_argument("--seed", type=int, default=0, help="training seed")
+    s.add_argument("--hang", action="store_true",
+                   help="also SIGSTOP rank 1 (a hang) and time the --comm-timeout watchdog")
+    s.add_argument("--comm-timeout", type=float,
+                   help="--comm-timeout of the --hang job (None: distgnn-train's default)")
+    s.add_argument("--json", metavar="FILE", help="write the results here")
     return p
 
 
 def bench_main(argv: list[str] | None = None) -> int:
     args = bench_parser().parse_args(argv)
-    from .bench import comm, epoch, partition, predict, report, spmm
+    from .bench import comm, epoch, partition, predict, report, resume, spmm
 
     if args.command == "epoch":
         args.dataset = args.dataset or ["rmat:scale=18,edge_factor=16,features=128"]
@@ -347,6 +392,6 @@ def bench_main(argv: list[str] | None = None) -> int:
             return fail("distgnn-bench", f"unknown method(s) {', '.join(sorted(unknown))}; "
                                          f"choose from {', '.join(partition.METHODS)}")
     command = {"spmm": spmm.main, "partition": partition.main, "epoch": epoch.main,
-               "comm": comm.main, "predict": predict.main, "report": report.main
-               }[args.command]
+               "comm": comm.main, "predict": predict.main, "report": report.main,
+               "resume": resume.main}[args.command]
     return run_guarded("distgnn-bench", lambda: command(args))

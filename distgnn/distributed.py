@@ -9,6 +9,8 @@ ranks blocked in a collective.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 import traceback
@@ -83,20 +85,25 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                         in_degree=None if exchange is None else part.in_degree, timer=timer,
                         global_ids=part.global_ids, exchange=exchange)
     name = f"{part.meta.get('dataset', directory.name)} partition {comm.rank}/{comm.size}"
-    return Shard(name, x, y, masks, nbr, int(part.meta["num_classes"]))
+    files = hashlib.sha256(json.dumps(part.meta["files"], sort_keys=True).encode()).hexdigest()
+    origin = (f"{comm.size} partitions of {part.meta.get('dataset', '?')} "
+              f"(files sha256 {files[:16]})")
+    return Shard(name, x, y, masks, nbr, int(part.meta["num_classes"]), origin)
 
 
 def run_rank(prog: str, comm: Communicator, main: Callable[[], int]) -> int:
     """``main()``'s exit status on this rank, never a hang of the others.
 
-    An error all ranks agreed on ends every rank with one line and status 2; any other
-    exception (one rank only, mid-run) is printed and aborts the whole MPI job.
+    An error all ranks agreed on ends every rank with one line and its exit status (2, or
+    128 + N after stop signal N); any other exception (one rank only, mid-run) is printed
+    and aborts the whole MPI job.
     """
     try:
         return main()
     except RankFailed as e:
-        print(f"{prog}: error: rank {comm.rank}: {e}", file=sys.stderr, flush=True)
-        return 2
+        if comm.rank == 0 or not e.unanimous:
+            print(f"{prog}: error: rank {comm.rank}: {e}", file=sys.stderr, flush=True)
+        return e.exit_status
     except BaseException as e:  # noqa: B036 -- KeyboardInterrupt must also release the peers
         if isinstance(e, (DistGNNError, OSError)):
             print(f"{prog}: error: rank {comm.rank}: {e}", file=sys.stderr, flush=True)

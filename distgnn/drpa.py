@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from .aggregate import PhaseTimer
-from .comm import Communicator
+from .comm import Communicator, Done
 from .errors import DistGNNError
 
 ALGORITHMS = ("cd-0", "cd-r", "0c")
@@ -156,6 +156,31 @@ class DelayedExchange:
             self.wait(b)
             b["up"] = b["down"] = None
 
+    def state_dict(self) -> dict:
+        """Everything the schedule carries between epochs, after draining the requests in
+        flight: their receive buffers hold what the next visit of each bin folds in, so a
+        restored exchange proceeds exactly as the uninterrupted one would have."""
+        for b in self.bins:
+            self.wait(b)
+        return {"width": self.partials.shape[1], "partials": self.partials.clone(),
+                "complement": self.complement.clone(),
+                "arrived": [{key: b[f"{key}_recv"].clone() if b[key] is not None else None
+                             for key in ("up", "down")} for b in self.bins]}
+
+    def load_state_dict(self, state: dict) -> None:
+        shapes = [(self.partials, state["partials"]), (self.complement, state["complement"])]
+        if len(state["arrived"]) != self.delay or any(a.shape != b.shape for a, b in shapes):
+            raise DistGNNError("the checkpoint's cd-r exchange state does not fit this "
+                               "partition and delay")
+        self.partials.copy_(state["partials"])
+        self.complement.copy_(state["complement"])
+        for b, arrived in zip(self.bins, state["arrived"]):
+            for key in ("up", "down"):
+                b[key] = None
+                if arrived[key] is not None:
+                    b[f"{key}_recv"].copy_(arrived[key])
+                    b[key] = Done()
+
 
 def _keep(grad: torch.Tensor) -> None:
     """No gradient exchange (see ``DRPA(backward=False)``)."""
@@ -262,3 +287,14 @@ class DRPA:
         """Complete the cd-r requests still in flight."""
         for d in self.delayed.values():
             d.finish()
+
+    def state_dict(self) -> dict:
+        """The cd-r state of every (layer, pass), keyed ``"layer/direction"`` (cd-0: none)."""
+        return {f"{layer}/{direction}": d.state_dict()
+                for (layer, direction), d in self.delayed.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, value in state.items():
+            layer, direction = key.split("/")
+            like = torch.empty(0, value["width"], dtype=value["partials"].dtype)
+            self._delayed(int(layer), direction, like).load_state_dict(value)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
+import signal
 import sys
 import time
 from typing import Callable
@@ -28,10 +28,15 @@ import torch
 import torch.nn.functional as F
 
 from .aggregate import Neighbourhood, PhaseTimer, get_backend
-from .comm import Communicator, SelfCommunicator, all_or_none
+from . import checkpoint
+from .comm import Communicator, RankFailed, SelfCommunicator, all_or_none
+from .comm.watchdog import DEFAULT_TIMEOUT_S, Watchdog
 from .errors import DistGNNError
 from .graph import NodeDataset
 from .models import GNN
+from .signals import StopRequests
+
+NAN_POLICIES = ("stop", "skip")
 
 
 @dataclasses.dataclass
@@ -54,8 +59,12 @@ class TrainConfig:
     backend: str = "numba"
     threads: int | None = None
     metrics_out: str | None = None
-    checkpoint: str | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 10
+    keep: int = 2
     resume: str | None = None
+    nan_policy: str = "stop"
+    comm_timeout: float = DEFAULT_TIMEOUT_S
     progress: bool = True
     algo: str = "cd-0"
     delay: int | None = None
@@ -64,6 +73,10 @@ class TrainConfig:
     verify: bool = True
     backward_exchange: bool = True
     precompute_first: bool = False
+
+    def __post_init__(self):
+        if self.resume and not self.checkpoint_dir:  # a resumed run goes on checkpointing
+            self.checkpoint_dir = self.resume
 
 
 @dataclasses.dataclass
@@ -79,7 +92,8 @@ class Shard:
 
     ``x`` ``[n, F]`` float32, ``y`` ``[n]`` int64, ``masks`` bool ``[n]`` per split name
     (under MPI true at root clones only, so each vertex counts once), ``nbr`` the
-    neighbourhood the layers aggregate over (with the split-vertex exchange under MPI).
+    neighbourhood the layers aggregate over (with the split-vertex exchange under MPI),
+    ``origin`` what the data is (a checkpoint of other data is refused).
     """
 
     name: str
@@ -88,6 +102,7 @@ class Shard:
     masks: dict[str, torch.Tensor]
     nbr: Neighbourhood
     num_classes: int
+    origin: str
 
     @property
     def num_features(self) -> int:
@@ -129,7 +144,9 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer) -> Sha
                                                 for name in ("train", "val", "test")},
                                cfg.feature_norm)
     nbr = Neighbourhood(data.graph, get_backend(cfg.backend), timer=timer)
-    return Shard(data.name, x, y, masks, nbr, data.num_classes)
+    origin = (f"dataset {data.name}: {data.num_nodes} nodes, {data.graph.num_edges} edges, "
+              f"{data.num_features} features, {data.num_classes} classes")
+    return Shard(data.name, x, y, masks, nbr, data.num_classes, origin)
 
 
 def build_model(cfg: TrainConfig, in_channels: int, num_classes: int) -> GNN:
@@ -158,17 +175,21 @@ def phase_seconds(timer: PhaseTimer) -> dict[str, float]:
 class ReplicaSync:
     """Keeps the model replicas of all ranks identical.
 
-    One flat float32 buffer holds every gradient plus the loss, so a step costs a single
-    allreduce; the same buffer carries the initial weights from rank 0.
+    One flat float32 buffer holds every gradient, the loss and one non-finite flag per
+    rank, so a step costs a single allreduce; the same buffer carries the initial weights
+    from rank 0.
     """
 
     def __init__(self, model: torch.nn.Module, comm: Communicator):
         params = [p for p in model.parameters() if p.requires_grad]
         self.comm = comm
-        self.flat = torch.zeros(sum(p.numel() for p in params) + 1)
+        self.size = sum(p.numel() for p in params)
+        self.flat = torch.zeros(self.size + 1 + comm.size)
         # each parameter's flat slice of the buffer
-        self.slots = list(zip(params, torch.split(self.flat[:-1],
+        self.slots = list(zip(params, torch.split(self.flat[:self.size],
                                                   [p.numel() for p in params])))
+        self.flags = self.flat[self.size + 1:]
+        self.nonfinite_ranks: list[int] = []
 
     @torch.no_grad()
     def broadcast_parameters(self) -> None:
@@ -179,21 +200,24 @@ class ReplicaSync:
             p.view(-1).copy_(slot)
 
     def allreduce_gradients(self, loss: torch.Tensor) -> float:
-        """Sum gradients and losses over ranks; returns the global loss."""
-        if self.comm.size == 1:
-            return loss.item()
+        """Sum gradients and losses over ranks; returns the global loss and sets
+        ``nonfinite_ranks`` to the ranks whose loss or gradients were not all finite."""
         for p, slot in self.slots:
             if p.grad is None:
                 slot.zero_()
             else:
                 slot.copy_(p.grad.view(-1))
-        self.flat[-1] = loss.detach()
-        self.comm.allreduce(self.flat)
-        for p, slot in self.slots:
-            if p.grad is None:
-                p.grad = torch.empty_like(p)
-            p.grad.view(-1).copy_(slot)
-        return float(self.flat[-1])
+        self.flat[self.size] = loss.detach()
+        self.flags.zero_()
+        self.flags[self.comm.rank] = float(not torch.isfinite(self.flat[:self.size + 1]).all())
+        if self.comm.size > 1:
+            self.comm.allreduce(self.flat)
+            for p, slot in self.slots:
+                if p.grad is None:
+                    p.grad = torch.empty_like(p)
+                p.grad.view(-1).copy_(slot)
+        self.nonfinite_ranks = self.flags.nonzero().flatten().tolist()
+        return float(self.flat[self.size])
 
 
 def rank_statistics(comm: Communicator, values: dict[str, float]) -> tuple[dict, dict]:
@@ -229,33 +253,6 @@ def evaluate(model: GNN, shard: Shard, comm: Communicator) -> dict:
     return out
 
 
-def save_checkpoint(path: str, model, optimizer, epoch: int, history: list, best: dict) -> None:
-    """Model + optimizer + progress as tensors and plain values, written atomically."""
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-             "epoch": epoch, "history": history, "best": {k: v for k, v in best.items()
-                                                          if k != "state"}}
-    tmp = f"{path}.tmp-{os.getpid()}"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path: str, model, optimizer) -> tuple[int, list, dict]:
-    """Restore ``model`` and ``optimizer``; returns ``(next_epoch, history, best)``."""
-    try:
-        state = torch.load(path, weights_only=True)
-    except FileNotFoundError:
-        raise DistGNNError(f"{path}: no such checkpoint file") from None
-    except Exception as e:  # torch raises several types for truncated or foreign files
-        raise DistGNNError(f"{path}: not a readable distgnn checkpoint ({e})") from None
-    try:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-    except (KeyError, RuntimeError, ValueError) as e:
-        first = str(e).strip().splitlines()[0]
-        raise DistGNNError(f"{path}: checkpoint does not match this model ({first})") from None
-    return state["epoch"] + 1, state["history"], state["best"]
-
-
 def better(record: dict, best: dict) -> bool:
     if record.get("val_acc") is None:
         return False
@@ -271,11 +268,40 @@ def train(data: NodeDataset, cfg: TrainConfig, log: Callable[[str], None] = prin
     return fit(dataset_shard(data, cfg, timer), cfg, SelfCommunicator(), timer, log)
 
 
+class NonFiniteLoss(RankFailed):
+    """The loss or a gradient was NaN or infinite (every rank raises it together)."""
+
+    unanimous = True
+
+
+class Stopped(RankFailed):
+    """A stop signal ended the run after the epoch in progress (raised on every rank)."""
+
+    unanimous = True
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_status = 128 + signum
+
+
+def fingerprint(cfg: TrainConfig, model: GNN, shard: Shard, comm: Communicator) -> dict:
+    """What a checkpoint must share with the run that resumes it."""
+    exchange = shard.nbr.exchange
+    return {"ranks": comm.size, "data": shard.origin,
+            "parameters": {k: list(v.shape) for k, v in model.state_dict().items()},
+            "exchange": "none" if exchange is None else
+                        exchange.algo + (f" delay {exchange.delay}" if exchange.algo == "cd-r"
+                                         else "")}
+
+
 def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
-        log: Callable[[str], None] = print) -> TrainResult:
+        log: Callable[[str], None] = print, watchdog: Watchdog | None = None) -> TrainResult:
     """Train ``cfg.model`` on ``shard``, one replica per rank of ``comm``.
 
     Returns the per-epoch history and the best evaluation (the same on every rank).
+    Checkpoints go to ``cfg.checkpoint_dir`` every ``cfg.checkpoint_every`` epochs, at the
+    end, on a stop signal (then :class:`Stopped` is raised) and before a non-finite step
+    stops the run (:class:`NonFiniteLoss`).  ``watchdog`` is armed after the first epoch.
     Collective: every rank of ``comm`` must call it with the same ``cfg``.
     """
     lead = comm.rank == 0
@@ -284,18 +310,42 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
     def prepare():
         if cfg.epochs < 1 or cfg.eval_every < 1:
             raise DistGNNError("--epochs and --eval-every must be >= 1")
+        if cfg.checkpoint_every < 0 or cfg.keep < 1:
+            raise DistGNNError("--checkpoint-every must be >= 0 and --keep >= 1")
+        if cfg.nan_policy not in NAN_POLICIES:
+            raise DistGNNError(f"unknown --nan-policy {cfg.nan_policy!r}; choose from "
+                               f"{', '.join(NAN_POLICIES)}")
         torch.manual_seed(cfg.seed)
         model = build_model(cfg, shard.num_features, shard.num_classes)
-        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr,
-                                     weight_decay=cfg.weight_decay)
-        resumed = load_checkpoint(cfg.resume, model, optimizer) if cfg.resume else (0, [], {})
-        metrics = (open(cfg.metrics_out, "a" if cfg.resume else "w")
-                   if cfg.metrics_out and lead else None)
-        return model, optimizer, resumed, metrics
+        return model, torch.optim.Adam(model.parameters(), lr=cfg.lr,
+                                       weight_decay=cfg.weight_decay)
 
-    model, optimizer, (start, history, best), metrics = all_or_none(comm, prepare)
+    model, optimizer = all_or_none(comm, prepare)
     sync = ReplicaSync(model, comm)
     sync.broadcast_parameters()
+    stamp = fingerprint(cfg, model, shard, comm)
+    start, history, best, since_best = 0, [], {}, 0
+    if cfg.resume:
+        start, shared, local = checkpoint.resume(cfg.resume, comm, stamp, log)
+        history, best, since_best = all_or_none(comm, lambda: restore(
+            f"{cfg.resume}/{checkpoint.checkpoint_name(start)}", shared, local, model,
+            optimizer, exchange))
+        if lead:
+            log(f"resumed from {cfg.resume} after epoch {start}")
+    last_saved = start if cfg.resume else None
+
+    def save(done: int) -> str:
+        nonlocal last_saved
+        path = checkpoint.save(
+            cfg.checkpoint_dir, done, comm, stamp,
+            {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "history": history, "best": best, "since_best": since_best},
+            {"rng": checkpoint.rng_state(),
+             "exchange": exchange.state_dict() if exchange is not None else {}}, cfg.keep)
+        last_saved = done
+        return str(path)
+
+    metrics = all_or_none(comm, lambda: open_metrics(cfg.metrics_out, history) if lead else None)
     x, y, train_mask = shard.x, shard.y, shard.masks["train"]
     counts = torch.tensor([float(train_mask.sum())], dtype=torch.float64)
     comm.allreduce(counts)
@@ -303,51 +353,81 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
     if num_train == 0:
         raise DistGNNError(f"{shard.name}: no training vertices (train mask is empty)")
     bar = progress_bar(cfg, start) if lead else None
-    since_best = 0
     try:
-        for epoch in range(start, cfg.epochs):
-            timer.reset()
-            sent = exchange.total_bytes_sent if exchange is not None else 0
-            t0 = time.perf_counter()
-            model.train()
-            with timer("forward"):
-                logits = model(shard.nbr, x, step=epoch)
-            with timer("backward"):
-                loss = F.cross_entropy(logits[train_mask], y[train_mask],
-                                       reduction="sum") / num_train
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-            with timer("allreduce"):
-                loss_value = sync.allreduce_gradients(loss)
-            with timer("optimizer"):
-                optimizer.step()
-            local = {"epoch_s": time.perf_counter() - t0, **phase_seconds(timer),
-                     "bytes_sent": (exchange.total_bytes_sent - sent
-                                    if exchange is not None else 0)}
-            high, mean = rank_statistics(comm, local)
-            record = {"epoch": epoch, "loss": loss_value, "train_acc": None, "val_acc": None,
-                      "test_acc": None, "epoch_s": high["epoch_s"],
-                      "phases": {k: high[k] for k in PHASES},
-                      "phases_mean": {k: mean[k] for k in PHASES},
-                      "bytes_sent_max": int(high["bytes_sent"]),
-                      "bytes_sent_mean": mean["bytes_sent"]}
-            if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
-                record.update(evaluate(model, shard, comm))
-                if better(record, best):
-                    best, since_best = dict(record, state=copy.deepcopy(model.state_dict())), 0
+        with StopRequests() as stop:
+            for epoch in range(start, cfg.epochs):
+                timer.reset()
+                sent = exchange.total_bytes_sent if exchange is not None else 0
+                t0 = time.perf_counter()
+                model.train()
+                with timer("forward"):
+                    logits = model(shard.nbr, x, step=epoch)
+                with timer("backward"):
+                    loss = F.cross_entropy(logits[train_mask], y[train_mask],
+                                           reduction="sum") / num_train
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                with timer("allreduce"):
+                    loss_value = sync.allreduce_gradients(loss)
+                bad = sync.nonfinite_ranks
+                if bad and cfg.nan_policy == "stop":
+                    where = (f"non-finite loss or gradients in epoch {epoch + 1} on rank "
+                             + ", ".join(map(str, bad)))
+                    if cfg.checkpoint_dir:  # the weights before this step: the last good state
+                        path = (save(epoch) if last_saved != epoch else
+                                f"{cfg.checkpoint_dir}/{checkpoint.checkpoint_name(epoch)}")
+                        where += f"; the state after epoch {epoch} is in {path}"
+                    raise NonFiniteLoss(where + " (--nan-policy skip skips such steps)")
+                if bad:
+                    if lead:
+                        log(f"warning: epoch {epoch + 1}: non-finite loss or gradients on rank "
+                            f"{', '.join(map(str, bad))}; step skipped")
                 else:
-                    since_best += 1
-            history.append(record)
-            if metrics:
-                metrics.write(json.dumps(record) + "\n")
-                metrics.flush()
-            if lead:
-                report_progress(bar, log, record, cfg.epochs)
-            if cfg.patience and since_best >= cfg.patience:
+                    with timer("optimizer"):
+                        optimizer.step()
+                local = {"epoch_s": time.perf_counter() - t0, **phase_seconds(timer),
+                         "bytes_sent": (exchange.total_bytes_sent - sent
+                                        if exchange is not None else 0),
+                         "stop": float(stop.received or 0)}
+                high, mean = rank_statistics(comm, local)
+                record = {"epoch": epoch, "loss": loss_value, "train_acc": None,
+                          "val_acc": None, "test_acc": None, "epoch_s": high["epoch_s"],
+                          "phases": {k: high[k] for k in PHASES},
+                          "phases_mean": {k: mean[k] for k in PHASES},
+                          "bytes_sent_max": int(high["bytes_sent"]),
+                          "bytes_sent_mean": mean["bytes_sent"]}
+                if bad:
+                    record["skipped_step"] = True
+                if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
+                    record.update(evaluate(model, shard, comm))
+                    if better(record, best):
+                        best = dict(record, state=copy.deepcopy(model.state_dict()))
+                        since_best = 0
+                    else:
+                        since_best += 1
+                history.append(record)
+                if metrics:
+                    metrics.write(json.dumps(record) + "\n")
+                    metrics.flush()
                 if lead:
-                    log(f"early stop at epoch {epoch}: no validation improvement in "
-                        f"{cfg.patience} evaluations")
-                break
+                    report_progress(bar, log, record, cfg.epochs)
+                if watchdog is not None:
+                    watchdog.arm()
+                done, signum = epoch + 1, int(high["stop"])
+                early = bool(cfg.patience and since_best >= cfg.patience)
+                if cfg.checkpoint_dir and (signum or early or done == cfg.epochs or (
+                        cfg.checkpoint_every and done % cfg.checkpoint_every == 0)):
+                    path = save(done)
+                if signum:
+                    then = (f"checkpoint {path}; continue with --resume {cfg.checkpoint_dir}"
+                            if cfg.checkpoint_dir else "no --checkpoint-dir, nothing saved")
+                    raise Stopped(f"{signal.Signals(signum).name} received: stopped after "
+                                  f"epoch {done}; {then}", signum)
+                if early:
+                    if lead:
+                        log(f"early stop at epoch {epoch}: no validation improvement in "
+                            f"{cfg.patience} evaluations")
+                    break
     finally:
         if exchange is not None:
             exchange.finish()
@@ -355,9 +435,35 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
             metrics.close()
         if bar is not None:
             bar.close()
-    if cfg.checkpoint and lead:
-        save_checkpoint(cfg.checkpoint, model, optimizer, history[-1]["epoch"], history, best)
     return TrainResult(history, best, model)
+
+
+def restore(path: str, shared: dict, local: dict, model: GNN, optimizer, exchange
+            ) -> tuple[list, dict, int]:
+    """Load a checkpoint's state into this rank; returns ``(history, best, since_best)``."""
+    try:
+        model.load_state_dict(shared["model"])
+        optimizer.load_state_dict(shared["optimizer"])
+        checkpoint.set_rng_state(local["rng"])
+        if exchange is not None:
+            exchange.load_state_dict(local["exchange"])
+        return shared["history"], shared["best"], shared["since_best"]
+    except (KeyError, RuntimeError, ValueError, TypeError, DistGNNError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise checkpoint.CheckpointError(f"{path}: checkpoint does not fit this run ({first})"
+                                         ) from None
+
+
+def open_metrics(path: str | None, history: list[dict]):
+    """The metrics file, rewritten with the epochs a resumed run already has (so that it
+    never holds epochs the run went on to repeat after a crash)."""
+    if path is None:
+        return None
+    f = open(path, "w")
+    for record in history:
+        f.write(json.dumps(record) + "\n")
+    f.flush()
+    return f
 
 
 def progress_bar(cfg: TrainConfig, start: int):

@@ -87,7 +87,12 @@ class SelfCommunicator:
 
 
 class RankFailed(DistGNNError):
-    """A step failed on some rank; every rank of the job raises this together."""
+    """A step failed on some rank; every rank of the job raises this together.
+
+    ``unanimous``: every rank has the same message (so one rank reporting it is enough).
+    """
+
+    unanimous = False
 
 
 def all_or_none(comm: Communicator, step: Callable[[], T]) -> T:
