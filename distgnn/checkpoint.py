@@ -233,21 +233,29 @@ def read_manifest(path: Path) -> dict:
     return manifest
 
 
-def _describe(fingerprint: dict, key: str) -> str:
-    value = fingerprint.get(key)
-    if key == "parameters" and isinstance(value, dict):
-        return ", ".join(f"{k} {tuple(v)}" for k, v in value.items())
-    return str(value)
+def _parameter_difference(theirs: dict, ours: dict) -> str:
+    """The first parameter whose shape differs (or that only one side has)."""
+    for name in sorted(set(theirs) | set(ours)):
+        a, b = theirs.get(name), ours.get(name)
+        if a != b:
+            show = lambda s: "absent" if s is None else str(tuple(s))  # noqa: E731
+            return f"parameter {name}: {show(a)} there, {show(b)} here"
+    return "same parameters"
 
 
 def check_fingerprint(path: Path, theirs: dict, ours: dict) -> None:
     """Refuse a checkpoint written by a run this one cannot continue."""
     what = {"ranks": "rank count", "data": "data (graph or partitioning)",
-            "parameters": "model parameters", "exchange": "split-vertex exchange"}
+            "parameters": "model shape", "exchange": "split-vertex exchange"}
     for key, label in what.items():
-        if theirs.get(key) != ours.get(key):
-            raise CheckpointError(f"{path}: the checkpoint's {label} differs from this run's: "
-                                  f"{_describe(theirs, key)} there, {_describe(ours, key)} here")
+        a, b = theirs.get(key), ours.get(key)
+        if a == b:
+            continue
+        if key == "parameters" and isinstance(a, dict) and isinstance(b, dict):
+            detail = _parameter_difference(a, b)
+        else:
+            detail = f"{a} there, {b} here"
+        raise CheckpointError(f"{path}: written for another {label} than this run's ({detail})")
 
 
 def _load_file(path: Path) -> dict:
@@ -255,6 +263,8 @@ def _load_file(path: Path) -> dict:
         return torch.load(path, weights_only=True)
     except Exception as e:  # torch raises several types for truncated or foreign files
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if "Weights only load failed" in first:
+            first = "it holds objects other than tensors and plain values; nothing was run"
         raise CheckpointError(f"{path}: not a readable distgnn checkpoint file ({first})"
                               ) from None
 

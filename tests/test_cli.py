@@ -54,8 +54,8 @@ def test_bad_flag_value():
 
 
 def test_missing_checkpoint(tmp_path):
-    assert_one_line_error(cli("distgnn-train", "--epochs", 1, "--resume", tmp_path / "x.pt"),
-                          "x.pt")
+    assert_one_line_error(cli("distgnn-train", "--epochs", 1, "--resume", tmp_path / "x"),
+                          "no checkpoint to resume from")
 
 
 def test_launch_without_ranks():
@@ -78,5 +78,6 @@ def test_help_explains_every_flag():
     out = cli("distgnn-train", "--help").stdout
     for flag in ("--dataset", "--model", "--aggregator", "--layers", "--hidden", "--dropout",
                  "--lr", "--weight-decay", "--epochs", "--seed", "--eval-every",
-                 "--metrics-out", "--checkpoint", "--threads", "--backend", "--patience"):
+                 "--metrics-out", "--checkpoint-dir", "--checkpoint-every", "--keep",
+                 "--resume", "--nan-policy", "--comm-timeout", "--threads", "--backend", "--patience"):
         assert flag in out

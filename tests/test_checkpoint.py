@@ -1,0 +1,203 @@
+"""Checkpoints of single-socket runs: exact resume, refusals, retention, disk failures, stop
+signals and the non-finite guard.  (Multi-rank drills are in test_reliability.py.)"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from distgnn import checkpoint
+from distgnn.checkpoint import checkpoint_name, checkpoints
+from distgnn.datasets import load
+from distgnn.errors import DistGNNError
+from distgnn.train import NonFiniteLoss, TrainConfig, train
+
+BIN = Path(sys.executable).parent
+
+
+def run(data, **kw):
+    return train(data, TrainConfig(progress=False, threads=1, **kw), log=lambda s: None)
+
+
+@pytest.fixture(scope="module")
+def cora():
+    return load("cora")
+
+
+def losses(result):
+    return [r["loss"] for r in result.history]
+
+
+def names(directory):
+    return [p.name for p in checkpoints(directory)]
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_resume_continues_exactly(cora, tmp_path, model):
+    whole = run(cora, model=model, epochs=12, seed=1)
+    ckpt = str(tmp_path / "ck")
+    run(cora, model=model, epochs=7, seed=1, checkpoint_dir=ckpt, checkpoint_every=5)
+    assert names(ckpt) == ["epoch-000007", "epoch-000005"]
+    resumed = run(cora, model=model, epochs=12, seed=1, resume=ckpt)
+    assert losses(resumed) == losses(whole)
+    for (name, p), q in zip(resumed.model.state_dict().items(), whole.model.state_dict().values()):
+        assert torch.equal(p, q), name
+    assert resumed.best["epoch"] == whole.best["epoch"]
+    assert names(ckpt) == ["epoch-000012", "epoch-000010"]  # --resume goes on writing there
+
+
+def test_keep_retains_the_newest(cora, tmp_path):
+    run(cora, epochs=9, checkpoint_dir=str(tmp_path), checkpoint_every=2, keep=3)
+    assert names(tmp_path) == ["epoch-000009", "epoch-000008", "epoch-000006"]
+    assert not list(tmp_path.glob(".partial-*"))
+
+
+def test_manifest_lists_every_file_with_its_digest(cora, tmp_path):
+    run(cora, epochs=2, checkpoint_dir=str(tmp_path))
+    manifest = checkpoint.read_manifest(tmp_path / checkpoint_name(2))
+    assert set(manifest["files"]) == {"state.pt", "rank-00000.pt"}
+    assert manifest["epoch"] == 2 and manifest["ranks"] == 1
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"hidden": 8}, r"model shape than this run.s \(parameter convs.0.bias: \(16,\) there, \(8,\) here\)"),
+    ({"layers": 3}, r"parameter convs.1.bias: \(7,\) there, \(16,\) here"),
+    ({"model": "sage"}, "parameter"),
+])
+def test_checkpoint_of_another_model_is_refused(cora, tmp_path, change, fragment):
+    run(cora, epochs=1, checkpoint_dir=str(tmp_path))
+    with pytest.raises(DistGNNError, match=fragment):
+        run(cora, epochs=2, resume=str(tmp_path), **change)
+
+
+def test_checkpoint_of_other_data_is_refused(cora, tmp_path):
+    run(cora, epochs=1, checkpoint_dir=str(tmp_path))
+    with pytest.raises(DistGNNError, match="another data"):
+        run(load("sbm:nodes=300"), epochs=2, resume=str(tmp_path))
+
+
+def test_corrupted_newest_falls_back_to_the_previous(cora, tmp_path):
+    whole = run(cora, epochs=6, seed=2)
+    run(cora, epochs=4, seed=2, checkpoint_dir=str(tmp_path), checkpoint_every=2)
+    state = tmp_path / checkpoint_name(4) / "state.pt"
+    state.write_bytes(state.read_bytes()[:100])  # truncated
+    logged = []
+    resumed = train(cora, TrainConfig(progress=False, threads=1, epochs=6, seed=2,
+                                      resume=str(tmp_path)), log=logged.append)
+    assert any("skipping" in line and "state.pt" in line for line in logged)
+    assert losses(resumed) == losses(whole)
+
+
+def test_no_intact_checkpoint_is_an_error(cora, tmp_path):
+    run(cora, epochs=2, checkpoint_dir=str(tmp_path))
+    (tmp_path / checkpoint_name(2) / "rank-00000.pt").write_bytes(b"garbage")
+    with pytest.raises(DistGNNError, match="none of its 1 checkpoints"):
+        run(cora, epochs=3, resume=str(tmp_path))
+
+
+def test_a_pickle_in_place_of_a_checkpoint_file_is_never_executed(cora, tmp_path):
+    """A checkpoint file replaced by a pickle that would run code: refused, not run."""
+    run(cora, epochs=1, checkpoint_dir=str(tmp_path))
+    marker = tmp_path / "executed"
+    target = tmp_path / checkpoint_name(1) / "state.pt"
+    torch.save({"x": Exploit(str(marker))}, target)
+    manifest_path = tmp_path / checkpoint_name(1) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())  # a forger can fix the digests too
+    import hashlib
+    data = target.read_bytes()
+    manifest["files"]["state.pt"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(DistGNNError, match="objects other than tensors"):
+        run(cora, epochs=2, resume=str(tmp_path))
+    assert not marker.exists()
+
+
+class Exploit:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.path),))
+
+
+def test_too_little_free_space_is_refused_before_writing(cora, tmp_path, monkeypatch):
+    run(cora, epochs=2, checkpoint_dir=str(tmp_path), checkpoint_every=1, keep=5)
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    usage = checkpoint.shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(checkpoint.shutil, "disk_usage",
+                        lambda path: usage._replace(free=4096))
+    with pytest.raises(DistGNNError, match="filesystem has 0.0 MiB free"):
+        run(cora, epochs=4, resume=str(tmp_path), checkpoint_every=1, keep=5)
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before
+
+
+def test_disk_full_mid_write_leaves_previous_checkpoints_intact(cora, tmp_path):
+    """A real write failure: the resumed run may write files of at most the size of the
+    previous state.pt, which grows with the metrics history (EFBIG, as a full disk gives
+    ENOSPC)."""
+    ckpt = tmp_path / "ck"
+    run(cora, epochs=2, checkpoint_dir=str(ckpt))
+    limit = (ckpt / checkpoint_name(2) / "state.pt").stat().st_size + 64
+    code = ("import resource, signal, sys; from distgnn.cli import train_main; "
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); "
+            "sys.exit(train_main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", code, "--epochs", "8", "--threads", "1",
+                           "--no-progress", "--resume", str(ckpt), "--checkpoint-every", "2"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "writing the checkpoint failed" in proc.stderr.strip().splitlines()[-1]
+    assert names(ckpt) == ["epoch-000002"]
+    assert not list(ckpt.glob(".partial-*"))
+    checkpoint.read_manifest(ckpt / checkpoint_name(2))  # still verifies
+    assert len(run(cora, epochs=3, resume=str(ckpt)).history) == 3
+
+
+def test_non_finite_loss_stops_naming_epoch_and_rank(cora, tmp_path):
+    # lr 1e30 overflows the weights after the first step: epoch 2's loss is not finite
+    with pytest.raises(NonFiniteLoss, match="epoch 2 on rank 0") as e:
+        run(cora, epochs=5, lr=1e30, checkpoint_dir=str(tmp_path))
+    assert e.value.exit_status == 2
+    assert names(tmp_path) == ["epoch-000001"]  # the last good state
+    saved = torch.load(tmp_path / checkpoint_name(1) / "state.pt", weights_only=True)
+    assert all(torch.isfinite(v).all() for v in saved["model"].values())
+
+
+def test_nan_policy_skip_skips_the_step(cora):
+    result = run(cora, epochs=4, lr=1e30, nan_policy="skip")
+    assert [r.get("skipped_step", False) for r in result.history] == [False, True, True, True]
+
+
+def test_sigterm_checkpoints_then_exits_and_resume_matches(cora, tmp_path):
+    """A real SIGTERM (what SLURM sends at the time limit) mid-run."""
+    ckpt = tmp_path / "ck"
+    flags = ["--dataset", "sbm:nodes=5000", "--epochs", "400", "--threads", "1", "--no-progress",
+             "--checkpoint-dir", str(ckpt), "--checkpoint-every", "1000", "--seed", "3"]
+    proc = subprocess.Popen([str(BIN / "distgnn-train"), *flags, "--metrics-out",
+                             str(tmp_path / "m.jsonl")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = tmp_path / "m.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 5):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "SIGTERM received: stopped after epoch" in err
+    stopped = int(checkpoints(ckpt)[0].name.split("-")[1])
+    assert 5 <= stopped < 400
+    resumed = subprocess.run([str(BIN / "distgnn-train"), *flags, "--resume", str(ckpt),
+                              "--epochs", str(stopped + 5)], capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    whole = run(load("sbm:nodes=5000"), epochs=stopped + 5, seed=3)
+    state = torch.load(checkpoints(ckpt)[0] / "state.pt", weights_only=True)
+    assert [r["loss"] for r in state["history"]] == losses(whole)
+    assert os.path.exists(checkpoints(ckpt)[0] / "manifest.json")
