@@ -11,7 +11,7 @@ from pathlib import Path
 
 from distgnn.cli import OneLineParser, fail, run_guarded
 
-from .mpirun import IMPLEMENTATIONS, plan, run
+from .mpirun import DEFAULT_STOP_GRACE_S, IMPLEMENTATIONS, plan, run
 from .slurm import sbatch_script
 
 PROG = "distgnn-launch"
@@ -33,7 +33,13 @@ def parser() -> argparse.ArgumentParser:
                    help="MPI flavour of the launcher: auto asks mpirun --version; mpich "
                         "also covers Intel MPI and other Hydra launchers")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="stop the job and its ranks after this long (None: no limit)")
+                   help="stop the job and its ranks after this long (None: no limit); "
+                        "like SIGTERM to distgnn-launch, this first asks distgnn-train to "
+                        "checkpoint and exit (see --stop-grace)")
+    p.add_argument("--stop-grace", type=float, default=DEFAULT_STOP_GRACE_S, metavar="SECONDS",
+                   help="on --timeout or SIGTERM: how long the ranks get, after SIGUSR1 "
+                        "(forwarded by mpirun), to finish the epoch, write a checkpoint and "
+                        "exit before they are killed (0: kill at once)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true",
                       help="print the mpirun command line instead of running it")
@@ -45,6 +51,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--partition", help="partition (queue) to submit to (None: the cluster's default)")
     g.add_argument("--account", help="account to charge the core hours to")
     g.add_argument("--job-name", default="distgnn", help="job name shown by squeue")
+    g.add_argument("--stop-before", type=int, default=120, metavar="SECONDS",
+                   help="SLURM sends SIGTERM to the ranks this long before --time runs out, "
+                        "so distgnn-train can checkpoint and exit (0: only at the limit)")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="the program every rank runs, after --")
     return p
@@ -59,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     def write_slurm():
         script = sbatch_script(args.ranks, command, args.threads_per_rank, nodes=args.nodes,
                                time=args.time, partition=args.partition,
-                               job_name=args.job_name, account=args.account)
+                               job_name=args.job_name, account=args.account,
+                               stop_before=args.stop_before)
         out = Path(args.slurm)
         # Written next to FILE, then renamed: a failed write never leaves half a script.
         tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
@@ -74,6 +84,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             print(job.shell())
             return 0
-        return run(job, timeout=args.timeout)
+        return run(job, timeout=args.timeout, stop_grace=args.stop_grace)
 
     return run_guarded(PROG, write_slurm if args.slurm else launch)

@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +30,11 @@ IMPLEMENTATIONS = ("openmpi", "mpich")
 RANK_ENV = ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS")
 # Open MPI refuses to start as root unless both are set, and containers often run as root.
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+# Time the ranks get after the stop request (SIGUSR1) to finish the epoch, checkpoint and
+# exit, before they are terminated.
+DEFAULT_STOP_GRACE_S = 60.0
 # Time mpirun gets after SIGTERM to take its ranks down before it is killed outright.
-STOP_GRACE_S = 10
+KILL_GRACE_S = 10
 
 
 class LaunchError(DistGNNError):
@@ -159,31 +163,59 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
     return LaunchPlan(argv + command, env)
 
 
-def run(plan: LaunchPlan, timeout: float | None = None) -> int:
+class _Terminated(Exception):
+    pass
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated()
+
+
+def run(plan: LaunchPlan, timeout: float | None = None,
+        stop_grace: float = DEFAULT_STOP_GRACE_S) -> int:
     """Run ``plan`` and return its exit status (128 + N for a launcher killed by signal N).
 
-    The launcher gets a session of its own so that a timeout (or Ctrl-C here) can stop its
-    whole process group: SIGTERM first, on which mpirun takes its ranks down (they sit in
-    process groups of their own, out of reach of a signal to mpirun's group), then SIGKILL.
+    A timeout, or SIGTERM to this process (what SLURM sends at the time limit), stops the
+    job in steps: SIGUSR1 to mpirun, which forwards it to every rank (``distgnn-train``
+    then finishes its epoch, writes a checkpoint and exits; Open MPI would answer a
+    SIGTERM by killing the ranks at once); after ``stop_grace`` seconds SIGTERM to the
+    launcher's whole session, which mpirun answers by taking its ranks down; SIGKILL last.
     """
     if timeout is not None and timeout <= 0:
         raise LaunchError(f"timeout must be > 0 seconds, got {timeout:g}")
+    if stop_grace < 0:
+        raise LaunchError(f"stop grace must be >= 0 seconds, got {stop_grace:g}")
     proc = subprocess.Popen(plan.argv, env={**os.environ, **plan.env}, start_new_session=True)
+    handler = None
+    if threading.current_thread() is threading.main_thread():
+        handler = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         status = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        _stop(proc, stop_grace)
         raise LaunchError(f"{plan.argv[0]} did not finish within {timeout:g} s; "
                           "stopped it and its ranks") from None
+    except _Terminated:
+        status = _stop(proc, stop_grace)
     finally:
-        if proc.poll() is None:
-            _stop(proc)
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+        if proc.poll() is None:  # Ctrl-C or another exception on the way out
+            _stop(proc, 0)
     return status if status >= 0 else 128 - status
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen, grace: float) -> int:
+    """Stop the job (see :func:`run`); returns the launcher's exit status."""
+    if grace > 0:
+        proc.send_signal(signal.SIGUSR1)
+        try:
+            return proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
     os.killpg(proc.pid, signal.SIGTERM)
     try:
-        proc.wait(timeout=STOP_GRACE_S)
+        return proc.wait(timeout=KILL_GRACE_S)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        return proc.wait()

@@ -9,17 +9,23 @@ from .mpirun import RANK_ENV, LaunchError, rank_command
 def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
                   nodes: int | None = None, time: str = "01:00:00",
                   partition: str | None = None, job_name: str = "distgnn",
-                  account: str | None = None) -> str:
+                  account: str | None = None, stop_before: int = 120) -> str:
     """A bash script for ``sbatch`` that runs ``command`` on ``ranks`` tasks.
 
     ``--cpus-per-task`` reserves T cores per rank and ``srun --cpu-bind=cores`` pins each
-    rank to its own, for the reasons given in :mod:`launch.mpirun`.
+    rank to its own, for the reasons given in :mod:`launch.mpirun`.  ``--signal`` has
+    SLURM send SIGTERM to every rank ``stop_before`` seconds before the time limit, so
+    that ``distgnn-train`` finishes its epoch and writes a checkpoint in time (at the
+    limit itself only SLURM's KillWait, often 30 s, is left before SIGKILL).
     """
+    if stop_before < 0:
+        raise LaunchError(f"stop_before must be >= 0 seconds, got {stop_before}")
     command = rank_command(ranks, command, threads_per_rank)
     if nodes is not None and nodes < 1:
         raise LaunchError(f"nodes must be >= 1, got {nodes}")
     options = {"job-name": job_name, "ntasks": ranks, "cpus-per-task": threads_per_rank,
-               "nodes": nodes, "time": time, "partition": partition, "account": account}
+               "nodes": nodes, "time": time, "partition": partition, "account": account,
+               "signal": f"TERM@{stop_before}" if stop_before else None}
     lines = ["#!/bin/bash"]
     for key, value in options.items():
         if value is None:

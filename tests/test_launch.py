@@ -146,6 +146,7 @@ def test_sbatch_script():
     for line in ("#SBATCH --ntasks=8", "#SBATCH --cpus-per-task=4", "#SBATCH --nodes=2",
                  "#SBATCH --time=00:30:00", "#SBATCH --partition=cpu",
                  "#SBATCH --account=proj", "#SBATCH --job-name=gcn",
+                 "#SBATCH --signal=TERM@120",
                  "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK",
                  "export NUMBA_NUM_THREADS=$SLURM_CPUS_PER_TASK"):
         assert line in lines
@@ -161,6 +162,7 @@ def test_sbatch_script():
     (dict(nodes=0), "nodes must be >= 1"),
     (dict(job_name="two words"), "--job-name"),
     (dict(partition="cpu\nrm -rf /"), "--partition"),
+    (dict(stop_before=-1), "stop_before must be >= 0"),
 ])
 def test_sbatch_script_rejects_bad_input(kw, message):
     with pytest.raises(LaunchError, match=message):
