@@ -86,25 +86,27 @@ def run_to_end(ranks: int, flags: list[str], marker: str, timeout: float = 600):
 
 
 def interrupt(ranks: int, flags: list[str], checkpoint_dir: Path, after: int, sig: int,
-              timeout: float = 600) -> dict:
-    """Start the job, send ``sig`` to rank 1 once checkpoint ``after`` exists; returns the
-    job's exit status, stderr and seconds from the signal to the exit of the whole job."""
+              targets: tuple[int, ...] = (1,), timeout: float = 600) -> dict:
+    """Start the job, send ``sig`` to ranks ``targets`` once checkpoint ``after`` exists;
+    returns the job's exit status, stderr and seconds from the signal to the job's exit."""
     from distgnn.checkpoint import checkpoint_name
 
     marker = f"{os.getpid()}-{time.monotonic_ns()}"
     proc = start_job(ranks, flags, marker)
     ready = checkpoint_dir / checkpoint_name(after) / "manifest.json"
     wait_for(ready.exists, proc, timeout, f"checkpoint {ready.parent.name}")
-    pid = rank_pid(marker, 1)
-    if pid is None:
-        raise RuntimeError("rank 1 not found in /proc")
+    pids = [rank_pid(marker, rank) for rank in targets]
+    if None in pids:
+        raise RuntimeError(f"ranks {targets} not all found in /proc")
     sent = time.monotonic()
-    os.kill(pid, sig)
+    for pid in pids:
+        os.kill(pid, sig)
     try:
         _, err = proc.communicate(timeout=timeout)
     finally:
         if sig == signal.SIGSTOP:
-            _kill_quietly(pid)
+            for pid in pids:
+                _kill_quietly(pid)
     return {"status": proc.returncode, "stderr": err, "exit_s": time.monotonic() - sent}
 
 

@@ -1,0 +1,115 @@
+"""Failure drills on real mpirun jobs with real signals: kill a rank and resume (the result
+equals the uninterrupted run), a hung rank ends the job through the --comm-timeout
+watchdog, SIGTERM to the ranks or to distgnn-launch checkpoints and exits, and a
+non-finite loss stops every rank with one message.  The drills are those of
+``distgnn-bench resume`` (:mod:`distgnn.bench.resume`)."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import launch
+from distgnn.bench.resume import interrupt, kill_and_resume, run_to_end
+from distgnn.checkpoint import checkpoints
+from distgnn.datasets import load
+from partition.format import write_dataset
+from partition.vertex_cut import vertex_cut
+
+BIN = Path(sys.executable).parent
+EPOCHS = 100
+
+
+@pytest.fixture(scope="module")
+def cora_parts(tmp_path_factory):
+    """Libra partitions of Cora into 2 and 4 parts."""
+    root = tmp_path_factory.mktemp("cora")
+    data = load("cora")
+    out = {}
+    for P in (2, 4):
+        out[P] = root / f"p{P}"
+        write_dataset(out[P], data, vertex_cut(data.graph, P, "libra", seed=0),
+                      {"method": "libra", "seed": 0})
+    return out
+
+
+def flags(*extra):
+    return ["--epochs", str(EPOCHS), "--eval-every", "5", "--checkpoint-every", "10",
+            "--seed", "4", *extra]
+
+
+def newest_epoch(directory):
+    return int(checkpoints(directory)[0].name.split("-")[1])
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("algo", [["--algo", "cd-0"], ["--algo", "cd-r", "--delay", "5"]],
+                         ids=["cd-0", "cd-5"])
+def test_killed_rank_then_resume_equals_uninterrupted(cora_parts, tmp_path, ranks, algo):
+    row = kill_and_resume(cora_parts[ranks], ranks, flags(*algo), tmp_path, after=20)
+    assert row["killed_status"] != 0
+    assert row["death_to_exit_s"] < 30
+    assert 20 <= row["resumed_from"] < EPOCHS
+    assert row["epochs"] == EPOCHS
+    assert row["loss_max_rel_diff"] <= 1e-6, row
+    assert row["weights_max_abs_diff"] <= 1e-6, row
+
+
+def test_hung_rank_ends_the_job_through_the_watchdog(cora_parts, tmp_path):
+    hung = interrupt(2, ["--partitions", str(cora_parts[2]), *flags("--comm-timeout", "4",
+                                                                    "--checkpoint-dir",
+                                                                    str(tmp_path))],
+                     tmp_path, 10, signal.SIGSTOP)
+    assert hung["status"] == 3, hung["stderr"]
+    assert "rank 0: allreduce waited more than 4 s" in hung["stderr"] or \
+        "rank 0: wait on ialltoallv waited more than 4 s" in hung["stderr"] or \
+        "rank 0: alltoallv waited more than 4 s" in hung["stderr"], hung["stderr"]
+    assert 4 <= hung["exit_s"] < 30
+
+
+def test_sigterm_to_every_rank_checkpoints_then_exits(cora_parts, tmp_path):
+    """What SLURM does at the time limit: SIGTERM to every task."""
+    ck = tmp_path / "ck"
+    job = ["--partitions", str(cora_parts[2]), *flags("--checkpoint-dir", str(ck))]
+    stopped = interrupt(2, job, ck, 10, signal.SIGTERM, targets=(0, 1))
+    assert stopped["status"] == 128 + signal.SIGTERM, stopped["stderr"]
+    message = [line for line in stopped["stderr"].splitlines() if "SIGTERM received" in line]
+    assert len(message) == 1 and "rank 0" in message[0]  # one line for the whole job
+    at = newest_epoch(ck)
+    assert f"stopped after epoch {at}" in message[0]
+    assert 10 <= at < EPOCHS
+    run_to_end(2, [*job, "--resume", str(ck)], "resumed")
+    assert newest_epoch(ck) == EPOCHS
+
+
+def test_sigterm_to_the_launcher_checkpoints_through_sigusr1(cora_parts, tmp_path):
+    ck = tmp_path / "ck"
+    proc = subprocess.Popen([str(BIN / "distgnn-launch"), "-n", "2", "--",
+                             str(BIN / "distgnn-train"), "--partitions", str(cora_parts[2]),
+                             "--no-progress", *flags("--checkpoint-dir", str(ck))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (ck / "epoch-000010" / "manifest.json").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGUSR1, err
+    assert "SIGUSR1 received: stopped after epoch" in err
+    assert 10 <= newest_epoch(ck) < EPOCHS
+
+
+def test_non_finite_loss_stops_every_rank_with_one_message(cora_parts, tmp_path):
+    job = launch.plan(2, [str(BIN / "distgnn-train"), "--partitions", str(cora_parts[2]),
+                          "--epochs", "5", "--lr", "1e30", "--no-progress",
+                          "--checkpoint-dir", str(tmp_path)], threads_per_rank=1)
+    proc = subprocess.run(job.argv, env={**os.environ, **job.env}, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, proc.stderr
+    assert "non-finite loss or gradients in epoch 2 on rank 0, 1" in errors[0]
+    assert newest_epoch(tmp_path) == 1
