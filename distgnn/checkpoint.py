@@ -36,6 +36,7 @@ import torch
 
 from .comm import Communicator, all_or_none
 from .errors import DistGNNError
+from .storage import free_space_problem, fsync_dir
 
 FORMAT = "distgnn-checkpoint"
 VERSION = 1
@@ -91,14 +92,6 @@ def _write_file(path: Path, data: bytes) -> None:
         raise
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _gather_digests(comm: Communicator, data: bytes) -> list[tuple[int, str]]:
     """``(bytes, sha256)`` of every rank's file, in rank order (a sum-allreduce as gather)."""
     table = torch.zeros(comm.size, 33, dtype=torch.int64)
@@ -125,11 +118,10 @@ def save(directory: str | Path, epoch: int, comm: Communicator, fingerprint: dic
     comm.allreduce(need)
 
     def prepare():
-        free = shutil.disk_usage(_existing_ancestor(directory)).free
-        if free < need.item() + SPACE_MARGIN:
-            raise CheckpointError(f"{directory}: a checkpoint needs {_mib(need.item())} but the "
-                                  f"filesystem has {_mib(free)} free; the previous checkpoints "
-                                  "are untouched")
+        problem = free_space_problem(directory, need.item() + SPACE_MARGIN)
+        if problem:
+            raise CheckpointError(f"{directory}: a checkpoint {problem}; the previous "
+                                  "checkpoints are untouched")
         if lead:
             directory.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(partial, ignore_errors=True)  # left by a job killed mid-write
@@ -155,11 +147,11 @@ def save(directory: str | Path, epoch: int, comm: Communicator, fingerprint: dic
                     "fingerprint": fingerprint, "files": files}
         try:
             _write_file(partial / "manifest.json", json.dumps(manifest, indent=1).encode())
-            _fsync_dir(partial)
+            fsync_dir(partial)
             if final.exists():  # the same epoch written by an earlier attempt
                 shutil.rmtree(final)
             os.replace(partial, final)
-            _fsync_dir(directory)
+            fsync_dir(directory)
         except OSError as e:
             raise CheckpointError(f"{final}: publishing the checkpoint failed "
                                   f"({e.strerror or e}); the previous checkpoints are "
@@ -177,18 +169,6 @@ def save(directory: str | Path, epoch: int, comm: Communicator, fingerprint: dic
             shutil.rmtree(partial, ignore_errors=True)
         raise
     return final
-
-
-def _existing_ancestor(path: Path) -> Path:
-    """``path`` or its nearest existing parent (where its files will take space)."""
-    path = path.absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def _mib(n: float) -> str:
-    return f"{n / 2**20:.1f} MiB"
 
 
 def checkpoints(directory: str | Path) -> list[Path]:

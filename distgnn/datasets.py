@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import math
 import os
 import zipfile
 import zlib
@@ -33,13 +34,21 @@ from typing import Iterator
 
 import numpy as np
 
-from .graph import CSRGraph, GraphError, NodeDataset
+from .graph import CSRGraph, GraphError, NodeDataset, require_memory
 
 _NPZ_KEYS = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
 _MASKS = ("train", "val", "test")
 _SPLIT_FRACTIONS = (0.6, 0.2)  # train, val; the rest is test
 _CHUNK = 1 << 22  # edges drawn per step in the generators: bounds their temporaries
 _MAX_NODES = 1 << 31  # generators key an edge as dst * N + src in one int64
+# What a file loader allocates per vertex (indptr, degree counts, labels as float and int,
+# masks, default feature), checked against free memory before a declared count is trusted.
+_BYTES_PER_NODE = 64
+# What a generator holds per drawn edge at its peak (endpoints, relabelled copies, the
+# symmetric int64 keys and their sort).
+_GENERATOR_BYTES_PER_EDGE = 80
+# Errors of reading a file that is missing, a directory, unreadable, a damaged gzip stream.
+_READ_ERRORS = (OSError, EOFError, zlib.error)
 
 
 # ---- entry point ------------------------------------------------------------------------------
@@ -58,6 +67,8 @@ def load(spec: str | Path, *, features: str | Path | None = None,
         return _generate(text)
     with _locate(text) as path:
         kind = "ogb" if path.is_dir() else "npz" if path.suffix == ".npz" else "edges"
+        if kind != "ogb":
+            _required(path)  # a FIFO or a device would block or never end
         _check_options(kind, text, split, features, labels)
         if kind == "ogb":
             ds = load_ogb(path)
@@ -108,17 +119,69 @@ def load_npz(path: str | Path, split: int = 0) -> NodeDataset:
     path = Path(path)
     if not zipfile.is_zipfile(path):
         raise GraphError("not an .npz (zip) archive", path)
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {key: archive[key] for key in archive.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-        raise GraphError(f"unreadable .npz archive: {_one_line(e)}", path) from None
+    arrays = _read_npz(path)
     missing = [k for k in _NPZ_KEYS if k not in arrays]
     if missing:
         raise GraphError(f"missing key(s) {', '.join(missing)}", path)
     masks = _select_split(arrays, split, path)
     graph = CSRGraph(arrays["indptr"], arrays["indices"], source=path)
     return NodeDataset(graph, arrays["x"], arrays["y"], *masks, name=path.stem)
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """Every ``NAME.npy`` member of the archive ``path``, by ``NAME``.
+
+    All headers are read first, so a member holding Python objects is refused before any
+    unpickling and the members' total size is checked against free memory before any is
+    allocated.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [name for name in archive.namelist() if name.endswith(".npy")]
+            nbytes = 0
+            for name in names:
+                with archive.open(name) as f:
+                    nbytes += _npy_nbytes(f, path, name)
+            require_memory(nbytes, path)
+            arrays = {}
+            for name in names:
+                with archive.open(name) as f:
+                    arrays[name[:-4]] = np.lib.format.read_array(f, allow_pickle=False)
+            return arrays
+    except GraphError:
+        raise
+    # RuntimeError: an encrypted member; NotImplementedError: an unknown compression method
+    except (*_READ_ERRORS, ValueError, zipfile.BadZipFile, RuntimeError,
+            NotImplementedError) as e:
+        raise GraphError(f"unreadable .npz archive: {_one_line(e)}", path) from None
+
+
+def _npy_nbytes(f, path: Path, member: str | None = None) -> int:
+    """Bytes of the array whose ``.npy`` header starts ``f``, read from ``path`` (its
+    archive member ``member``); refuses object dtypes and negative dimensions."""
+    where = f"member {member}: " if member else ""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+    elif version == (2, 0):
+        shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+    else:
+        raise GraphError(f"{where}.npy format version {version[0]}.{version[1]} is not "
+                         "supported", path)
+    if dtype.hasobject:
+        raise GraphError(f"{where}holds Python objects (dtype {dtype}); refused because "
+                         "loading it would unpickle them (allow_pickle=False)", path)
+    if any(d < 0 for d in shape):
+        raise GraphError(f"{where}negative dimension in shape {shape}", path)
+    return math.prod(shape) * dtype.itemsize
+
+
+def _read_npy(path: Path) -> np.ndarray:
+    """The array of the ``.npy`` file ``path``, header checked first (see :func:`_npy_nbytes`)."""
+    with open(path, "rb") as f:
+        require_memory(_npy_nbytes(f, path), path)
+        f.seek(0)
+        return np.lib.format.read_array(f, allow_pickle=False)
 
 
 def _select_split(arrays: dict, split: int, path: Path) -> tuple[np.ndarray, ...]:
@@ -152,10 +215,14 @@ def load_ogb(root: str | Path) -> NodeDataset:
     """
     root = Path(root)
     raw = root / "raw"
-    feat_file, count_file = raw / "node-feat.csv.gz", raw / "num-node-list.csv.gz"
-    x = _read_array(feat_file, np.float32, 2) if feat_file.is_file() else None
-    if count_file.is_file():
-        num_nodes = int(_read_array(count_file, np.int64, 1).sum())
+    feat_file = _optional(raw / "node-feat.csv.gz")
+    count_file = _optional(raw / "num-node-list.csv.gz")
+    x = _read_array(feat_file, np.float32, 2) if feat_file else None
+    if count_file:
+        counts = _read_array(count_file, np.int64, 1)
+        if np.any(counts < 0):
+            raise GraphError("negative node count", count_file)
+        num_nodes = sum(counts.tolist())  # Python ints: an int64 sum could wrap around
         if x is not None and len(x) != num_nodes:
             raise GraphError(f"{len(x)} feature rows but {count_file.name} says {num_nodes} "
                              "nodes", feat_file)
@@ -163,6 +230,7 @@ def load_ogb(root: str | Path) -> NodeDataset:
         num_nodes = len(x)
     else:
         raise GraphError("needs raw/node-feat.csv.gz or raw/num-node-list.csv.gz", root)
+    require_memory(_BYTES_PER_NODE * num_nodes, count_file or feat_file)
     if x is None:
         x = np.ones((num_nodes, 1), np.float32)
     src, dst, weight = read_edge_list(_required(raw / "edge.csv.gz"))
@@ -172,8 +240,11 @@ def load_ogb(root: str | Path) -> NodeDataset:
     y = _read_array(label_file, np.float64, 1)
     _check_length(y, num_nodes, label_file)
     labelled = ~np.isnan(y)
-    if np.any((y[labelled] < 0) | (y[labelled] != np.round(y[labelled]))):
-        raise GraphError("labels must be non-negative integers or nan", label_file)
+    # below 2**53 every integer is exact in float64 and the cast to int64 cannot overflow
+    known = y[labelled]
+    if np.any((known < 0) | (known >= 2.0**53) | (known != np.round(known))):
+        raise GraphError("labels must be non-negative integers or nan (integers below "
+                         "2**53)", label_file)
     y = np.where(labelled, y, 0).astype(np.int64)
 
     splits = sorted(p for p in (root / "split").glob("*") if p.is_dir())
@@ -218,6 +289,7 @@ def load_edge_list(path: str | Path, features: str | Path | None = None,
         num_nodes = len(y)
     else:
         num_nodes = int(max(src.max(), dst.max())) + 1 if len(src) else 0
+    require_memory(_BYTES_PER_NODE * num_nodes, path)
     if y is not None:
         _check_length(y, num_nodes, labels)
     graph = CSRGraph.from_edges(src, dst, num_nodes, weight, source=path)
@@ -240,6 +312,11 @@ def read_edge_list(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray
     file is re-scanned line by line, to report the first bad line number.
     """
     path = Path(path)
+    with _reading(path):
+        return _parse_edge_list(path)
+
+
+def _parse_edge_list(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     first = _first_data_line(path)
     if first is None:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), None
@@ -319,23 +396,34 @@ def _open_binary(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """Turn an error of reading ``path`` (see ``_READ_ERRORS``) into a GraphError naming it."""
+    try:
+        yield
+    except _READ_ERRORS as e:
+        raise GraphError(f"cannot read: {_one_line(e)}", path) from None
+
+
 # ---- small file helpers ------------------------------------------------------------------------
 def _read_array(path: Path, dtype: type, ndim: int) -> np.ndarray:
     """``dtype`` array with ``ndim`` dims from ``.npy`` (no pickle) or delimited text (.gz ok)."""
+    _optional(path)  # a directory, FIFO or device is refused before it is read
     try:
-        if path.suffix == ".npy":
-            array = np.load(path, allow_pickle=False)
-        else:
-            first = _first_data_line(path)
-            array = np.loadtxt(path, dtype=dtype, delimiter=first and first[2], comments="#",
-                               ndmin=ndim, encoding="utf-8")
+        with _reading(path):
+            if path.suffix == ".npy":
+                array = _read_npy(path)
+            elif (first := _first_data_line(path)) is None:  # nothing but comments
+                array = np.zeros((0,) * ndim, dtype)
+            else:
+                array = np.loadtxt(path, dtype=dtype, delimiter=first[2], comments="#",
+                                   ndmin=ndim, encoding="utf-8")
     except GraphError:
         raise
-    except (OSError, ValueError) as e:
+    except ValueError as e:
         raise GraphError(f"cannot read: {_one_line(e)}", path) from None
-    if not isinstance(array, np.ndarray):
-        raise GraphError("not a .npy array file", path)
-    if not np.can_cast(array.dtype, dtype, "same_kind"):
+    # same_kind casts bool to int; a bool file where numbers are expected is a wrong file
+    if array.dtype == np.bool_ or not np.can_cast(array.dtype, dtype, "same_kind"):
         raise GraphError(f"has dtype {array.dtype}, expected {np.dtype(dtype).name}", path)
     array = array.astype(dtype, copy=False)
     if array.ndim != ndim:
@@ -344,8 +432,17 @@ def _read_array(path: Path, dtype: type, ndim: int) -> np.ndarray:
 
 
 def _required(path: Path) -> Path:
-    if not path.is_file():
+    if not path.exists():
         raise GraphError("missing file", path)
+    return _optional(path)
+
+
+def _optional(path: Path) -> Path | None:
+    """``path`` if it is a file, None if it does not exist; anything else is an error."""
+    if not path.exists():
+        return None
+    if not path.is_file():
+        raise GraphError("not a regular file", path)
     return path
 
 
@@ -355,6 +452,8 @@ def _check_length(labels: np.ndarray, num_nodes: int, path) -> None:
 
 
 def _one_line(error: Exception) -> str:
+    if isinstance(error, OSError) and error.strerror:  # without the file name said already
+        return error.strerror
     lines = str(error).strip().splitlines()
     return lines[0] if lines else type(error).__name__
 
@@ -406,10 +505,14 @@ def rmat(scale: int, edge_factor: int = 16, num_features: int = 128, num_classes
     Features are float32 standard normal ``[N, num_features]``, labels uniform in
     ``0..num_classes-1`` (no signal: this is a benchmark graph), split seeded 60/20/20.
     """
+    _check_rmat(scale, edge_factor, a, b, c)
     _check_sizes(num_features=num_features, num_classes=num_classes, source="rmat")
+    _require(seed >= 0, "seed must be >= 0", "rmat")
+    n = 1 << scale
+    require_memory(_GENERATOR_BYTES_PER_EDGE * (edge_factor << scale)
+                   + n * (4 * num_features + _BYTES_PER_NODE), "rmat")
     rng = np.random.default_rng(seed)
     name = f"rmat-s{scale}-ef{edge_factor}"
-    n = 1 << scale
     graph = _undirected_graph(*rmat_edges(scale, edge_factor, a, b, c, seed=rng), n, name)
     x = rng.standard_normal((n, num_features), dtype=np.float32)
     y = rng.integers(0, num_classes, n)
@@ -437,12 +540,17 @@ def sbm(num_nodes: int, num_blocks: int = 8, avg_degree: float = 20, p_in: float
                  source=source)
     _require(num_nodes <= _MAX_NODES, f"num_nodes must be at most {_MAX_NODES}", source)
     _require(num_features >= num_blocks, "num_features must be >= num_blocks", source)
-    _require(avg_degree > 0, "avg_degree must be positive", source)
+    _require(0 < avg_degree < math.inf, "avg_degree must be positive and finite", source)
     _require(0 <= p_in <= 1, "p_in must lie in [0, 1]", source)
     _require(degree_exponent > 1, "degree_exponent must be > 1", source)
     _require(noise >= 0, "noise must be >= 0", source)
-    rng = np.random.default_rng(seed)
+    _require(seed >= 0, "seed must be >= 0", source)
     n = num_nodes
+    drawn = n * avg_degree / 2  # a float, so that a huge avg_degree cannot overflow an int
+    require_memory(_GENERATOR_BYTES_PER_EDGE * drawn
+                   + n * (4 * num_features + _BYTES_PER_NODE) + 16 * num_blocks, source)
+    num_edges = int(drawn)
+    rng = np.random.default_rng(seed)
     block = rng.integers(0, num_blocks, n)
     theta = (1.0 - rng.random(n)) ** (-1.0 / (degree_exponent - 1.0))
     # Lay nodes out block by block so that "by theta within a block" is an inverse-CDF draw
@@ -451,7 +559,6 @@ def sbm(num_nodes: int, num_blocks: int = 8, avg_degree: float = 20, p_in: float
     cdf = np.concatenate([[0.0], np.cumsum(theta[order])])
     first = np.searchsorted(block[order], np.arange(num_blocks))
     last = np.searchsorted(block[order], np.arange(num_blocks), side="right")
-    num_edges = int(n * avg_degree / 2)
     src = np.empty(num_edges, np.int64)
     dst = np.empty(num_edges, np.int64)
     for start in range(0, num_edges, _CHUNK):
@@ -463,7 +570,8 @@ def sbm(num_nodes: int, num_blocks: int = 8, avg_degree: float = 20, p_in: float
         src[start:start + k], dst[start:start + k] = order[s], order[d]
     name = f"sbm-n{n}-b{num_blocks}"
     graph = _undirected_graph(src, dst, n, name)
-    x = noise * rng.standard_normal((n, num_features), dtype=np.float32)
+    with np.errstate(over="ignore"):  # noise too large for float32: inf, which is refused
+        x = noise * rng.standard_normal((n, num_features), dtype=np.float32)
     x[np.arange(n), block] += 1.0
     return NodeDataset(graph, x, block, *_random_split(n, rng), num_classes=num_blocks,
                        name=name)
@@ -534,5 +642,6 @@ def _generate(spec: str) -> NodeDataset:
             kwargs[keyword] = kind_of(value)
         except ValueError:
             wanted = "an integer" if kind_of is int else "a number"
-            raise GraphError(f"key {key!r} needs {wanted}, got {value!r}", spec) from None
+            shown = value if len(value) <= 40 else value[:40] + "..."
+            raise GraphError(f"key {key!r} needs {wanted}, got {shown!r}", spec) from None
     return function(**kwargs)

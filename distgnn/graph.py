@@ -8,6 +8,9 @@ id fits (half the bytes a memory-bound SpMM has to stream), else int64.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,8 @@ import scipy.sparse as sp
 from .errors import DistGNNError
 
 INT32_MAX = np.iinfo(np.int32).max
+# Edges are keyed as ``dst * N + src`` in one int64; beyond this N the keys overflow.
+MAX_KEYED_NODES = math.isqrt(np.iinfo(np.int64).max)
 
 
 class GraphError(DistGNNError, ValueError):
@@ -26,6 +31,46 @@ class GraphError(DistGNNError, ValueError):
         self.problem = problem
         self.source = None if source is None else str(source)
         super().__init__(problem if source is None else f"{source}: {problem}")
+
+
+def format_bytes(nbytes: float) -> str:
+    """``nbytes`` in GiB, MiB or KiB with one decimal, e.g. ``"7450.6 GiB"``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes / 1024:.1f} KiB"
+
+
+def require_memory(nbytes: float, source: str | Path | None = None) -> None:
+    """Raise :class:`GraphError` before allocating ``nbytes`` that cannot fit in memory.
+
+    Loaders and generators call this with the size a file or spec *declares*, before they
+    allocate it, so that a corrupt or hostile size ends in one line instead of a
+    MemoryError, an out-of-memory kill or hours of swapping.  Available memory is
+    ``MemAvailable`` of ``/proc/meminfo`` (what can be allocated without swapping), or the
+    free pages where that file does not exist.  Requests under 64 MiB pass unchecked: the
+    builders run often, and reading ``/proc/meminfo`` costs about 50 us.
+    """
+    if nbytes < 1 << 26:
+        return
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        available = int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    if nbytes > available:
+        raise GraphError(f"needs {format_bytes(nbytes)}, this machine has "
+                         f"{format_bytes(available)} available", source)
+
+
+def check_count(value, name: str, source: str | Path | None = None) -> int:
+    """``value`` as a Python int, refused unless it is a non-negative integer (not a bool)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise GraphError(f"{name} must be an integer, got {value!r}", source)
+    if value < 0:
+        raise GraphError(f"{name} must be >= 0, got {value}", source)
+    return int(value)
 
 
 def index_dtype(num_nodes: int) -> type:
@@ -38,14 +83,21 @@ def csr_rows(indptr: np.ndarray, dtype=np.int64) -> np.ndarray:
     return np.repeat(np.arange(len(indptr) - 1, dtype=dtype), np.diff(indptr))
 
 
-def _edge_sort_keys(dst: np.ndarray, src: np.ndarray, num_nodes: int) -> np.ndarray:
+def _edge_sort_keys(dst: np.ndarray, src: np.ndarray, num_nodes: int,
+                    source: str | Path | None = None) -> np.ndarray:
     """int64 keys ``dst * N + src``: sorting them sorts edges by row, then column."""
+    if num_nodes > MAX_KEYED_NODES:
+        raise GraphError(f"{num_nodes} vertices: more than the {MAX_KEYED_NODES} whose edge "
+                         "keys fit in int64", source)
     return dst.astype(np.int64) * np.int64(max(num_nodes, 1)) + src.astype(np.int64)
 
 
 def _check_edge_arrays(src, dst, num_nodes: int | None, source
                        ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Validate endpoint arrays; returns them as arrays and ``N`` (default: max id + 1)."""
+    """Validate endpoint arrays; returns them as arrays and ``N`` (default: max id + 1).
+
+    Also checks that the ``O(N + E)`` arrays the builders allocate fit in memory.
+    """
     src, dst = np.asarray(src), np.asarray(dst)
     for name, a in (("src", src), ("dst", dst)):
         if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
@@ -60,9 +112,11 @@ def _check_edge_arrays(src, dst, num_nodes: int | None, source
         if lo < 0:
             raise GraphError(f"negative vertex id {lo}", source)
         hi = max(int(src.max()), int(dst.max()))
-    n = hi + 1 if num_nodes is None else int(num_nodes)
+    n = hi + 1 if num_nodes is None else check_count(num_nodes, "num_nodes", source)
     if hi >= n:
         raise GraphError(f"vertex id {hi} out of range for {n} vertices", source)
+    # indptr and degree counts per vertex; keys, order and sort temporaries per edge
+    require_memory(16 * (n + 1) + 32 * len(src), source)
     return src, dst, n
 
 
@@ -95,7 +149,7 @@ class CSRGraph:
         indices = self._as_int_array(indices, "indices")
         if indptr.ndim != 1 or len(indptr) < 1:
             raise GraphError("indptr must be a 1-D array of length N + 1", source)
-        n = len(indptr) - 1 if num_nodes is None else int(num_nodes)
+        n = len(indptr) - 1 if num_nodes is None else check_count(num_nodes, "num_nodes", source)
         if n != len(indptr) - 1:
             raise GraphError(f"indptr has length {len(indptr)} but num_nodes is {n}", source)
         if indices.ndim != 1:
@@ -105,7 +159,8 @@ class CSRGraph:
         if indptr[-1] != len(indices):
             raise GraphError(f"indptr[-1] = {indptr[-1]} but there are {len(indices)} indices",
                              source)
-        if n and np.any(np.diff(indptr) < 0):
+        # not np.diff: on unsigned indptr a decrease wraps around to a large step
+        if n and np.any(indptr[1:] < indptr[:-1]):
             raise GraphError("indptr is not monotone (non-decreasing)", source)
         if len(indices):
             lo, hi = int(indices.min()), int(indices.max())
@@ -125,7 +180,8 @@ class CSRGraph:
                     edge_weight.dtype, np.integer):
                 raise GraphError(f"edge_weight has dtype {edge_weight.dtype}, expected a "
                                  "number type", source)
-            edge_weight = edge_weight.astype(np.float32, copy=False)
+            with np.errstate(over="ignore"):  # too large for float32: inf, refused below
+                edge_weight = edge_weight.astype(np.float32, copy=False)
             if not np.all(np.isfinite(edge_weight)):
                 raise GraphError("edge_weight contains NaN or inf", source)
         self.edge_weight = edge_weight
@@ -158,9 +214,13 @@ class CSRGraph:
 
         Stored values become edge weights unless they are all 1.
         """
+        if not sp.issparse(matrix):
+            raise GraphError(f"expected a scipy sparse matrix, got {type(matrix).__name__}",
+                             source)
+        if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+            raise GraphError(f"adjacency must be square, got shape {matrix.shape}", source)
+        require_memory(8 * (matrix.shape[0] + 1) + 16 * matrix.nnz, source)  # as CSR
         m = sp.csr_matrix(matrix)
-        if m.shape[0] != m.shape[1]:
-            raise GraphError(f"adjacency must be square, got shape {m.shape}", source)
         m.sort_indices()
         weight = None if np.all(m.data == 1) else m.data
         return cls(m.indptr.astype(np.int64), m.indices, m.shape[0], weight, source)
@@ -196,7 +256,7 @@ class CSRGraph:
         if np.all(step >= 0):
             return bool(np.any(step == 0))
         src, dst = self.edges()
-        keys = np.sort(_edge_sort_keys(dst, src, self.num_nodes))
+        keys = np.sort(_edge_sort_keys(dst, src, self.num_nodes, self.source))
         return bool(np.any(keys[1:] == keys[:-1]))
 
     def to_scipy(self) -> sp.csr_matrix:
@@ -239,7 +299,7 @@ class CSRGraph:
         Columns come out sorted within each row.
         """
         src, dst = self.edges()
-        keys = _edge_sort_keys(dst, src, self.num_nodes)
+        keys = _edge_sort_keys(dst, src, self.num_nodes, self.source)
         if self.edge_weight is None:
             keys.sort()
             return self._from_sorted_keys(keys[_first_of_runs(keys)], self.num_nodes,
@@ -263,8 +323,8 @@ class CSRGraph:
         an order of magnitude slower on tens of millions of keys.
         """
         src, dst, num_nodes = _check_edge_arrays(src, dst, num_nodes, source)
-        keys = np.concatenate([_edge_sort_keys(dst, src, num_nodes),
-                               _edge_sort_keys(src, dst, num_nodes)])
+        keys = np.concatenate([_edge_sort_keys(dst, src, num_nodes, source),
+                               _edge_sort_keys(src, dst, num_nodes, source)])
         keys.sort()
         return cls._from_sorted_keys(keys[_first_of_runs(keys)], num_nodes, None, source)
 
@@ -278,8 +338,8 @@ class CSRGraph:
 
     def is_symmetric(self) -> bool:
         src, dst = self.edges()
-        fwd = np.sort(_edge_sort_keys(dst, src, self.num_nodes))
-        rev = np.sort(_edge_sort_keys(src, dst, self.num_nodes))
+        fwd = np.sort(_edge_sort_keys(dst, src, self.num_nodes, self.source))
+        rev = np.sort(_edge_sort_keys(src, dst, self.num_nodes, self.source))
         return bool(np.array_equal(fwd, rev))
 
     def __repr__(self) -> str:
@@ -320,8 +380,13 @@ class NodeDataset:
         if x.shape[0] != n:
             raise GraphError(f"features have {x.shape[0]} rows but the graph has {n} vertices",
                              source)
-        x = x.astype(np.float32, copy=False)
-        if not np.all(np.isfinite(x)):
+        with np.errstate(over="ignore"):  # too large for float32: inf, refused below
+            x = x.astype(np.float32, copy=False)
+        # a float64 sum of float32 values cannot overflow: it is finite iff every value is,
+        # and it needs no [N, F] temporary (inf - inf is nan: no warning wanted)
+        with np.errstate(invalid="ignore"):
+            finite = np.isfinite(np.sum(x, dtype=np.float64))
+        if not finite:
             bad = int(np.argwhere(~np.isfinite(x))[0, 0])
             raise GraphError(f"features contain NaN or inf (first at vertex {bad})", source)
         y = np.asarray(self.y)
@@ -331,7 +396,8 @@ class NodeDataset:
             raise GraphError(f"labels have shape {y.shape} but the graph has {n} vertices",
                              source)
         y = y.astype(np.int64, copy=False)
-        c = int(self.num_classes) if self.num_classes else (int(y.max()) + 1 if n else 0)
+        c = check_count(self.num_classes, "num_classes", source)
+        c = c or (int(y.max()) + 1 if n else 0)
         if n and (y.min() < 0 or y.max() >= c):
             raise GraphError(f"labels must lie in 0..{c - 1}, found {int(y.min())}..{int(y.max())}",
                              source)

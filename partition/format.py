@@ -2,9 +2,10 @@
 
 A partition directory holds ``meta.json`` and one ``part-NNNNN/`` per partition, each a set
 of ``.npy`` files (never pickled; loaded memory-mapped).  ``docs/partition-format.md``
-documents every field.  Writing goes into a temporary sibling directory that is renamed
-into place only when every file and ``meta.json`` (with a SHA-256 per file) are on disk,
-so an interrupted run never leaves a directory that loads.
+documents every field.  Writing checks the free space first, then goes into a temporary
+sibling directory that is renamed into place only when every file and ``meta.json`` (with a
+SHA-256 per file) are on disk, so an interrupted run or a full disk never leaves a directory
+that loads, and a directory being replaced stays until its replacement is complete.
 """
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ from typing import Iterable
 import numpy as np
 
 from distgnn.errors import DistGNNError
-from distgnn.graph import CSRGraph
+from distgnn.graph import CSRGraph, require_memory
+from distgnn.storage import free_space_problem
 
 from .layout import Layout, partition_arrays
-from .stats import counts_from_layout, summarize
+from .stats import PartCounts, counts_from_layout, summarize
 
 FORMAT_VERSION = 1
 FORMAT_NAME = "distgnn-partitions"
@@ -32,6 +34,15 @@ PART_FILES = ("global_ids", "indptr", "indices", "x", "y", "train_mask", "val_ma
               "test_mask", "in_degree", "root_rank", "root_local", "leaf_ptr",
               "leaf_root_local", "leaf_remote_local")
 OPTIONAL_FILES = ("edge_weight",)
+# dtypes a reader accepts for each file (docs/partition-format.md)
+DTYPES = {name: (np.dtype(np.int64),) for name in PART_FILES}
+DTYPES.update(indices=(np.dtype(np.int32), np.dtype(np.int64)), x=(np.dtype(np.float32),),
+              root_rank=(np.dtype(np.int32),), edge_weight=(np.dtype(np.float32),),
+              **{f"{m}_mask": (np.dtype(np.bool_),) for m in ("train", "val", "test")})
+MASKS = ("train_mask", "val_mask", "test_mask")
+# Bytes a file costs beyond its array: the .npy header, rounding up to a filesystem block,
+# its entry in meta.json.
+FILE_OVERHEAD = 128 + 4096 + 160
 
 
 class PartitionFormatError(DistGNNError):
@@ -48,43 +59,102 @@ def sha256(path: Path) -> str:
 
 
 def write_partitions(out: str | Path, parts: Iterable[tuple[int, dict[str, np.ndarray]]],
-                     meta: dict, force: bool = False, progress=None) -> Path:
+                     meta: dict, force: bool = False, progress=None,
+                     expected_bytes: int = 0) -> Path:
     """Write ``parts`` (``(p, arrays)`` pairs) and ``meta`` as a partition directory ``out``.
 
-    Refuses an existing ``out`` unless ``force``; on any failure the target is untouched
-    and the temporary directory removed.  ``progress`` is called once per partition.
+    Refuses an existing ``out`` unless ``force``, and a write of ``expected_bytes`` (see
+    :func:`partition_bytes`) that the filesystem has no room for, before creating anything.
+    On any failure (a full disk included) the target is untouched and the temporary
+    directory removed; an ``OSError`` becomes a one-line :class:`PartitionFormatError`.
+    ``progress`` is called once per partition.
     """
     out = Path(out)
     if out.exists() and not force:
         raise PartitionFormatError(f"{out} exists; pass --force to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    _check_free_space(out, expected_bytes)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as e:
+        raise PartitionFormatError(f"{out}: cannot create a temporary directory beside it: "
+                                   f"{e.strerror or e}") from None
+    step = "writing the partitions"
     try:
         files = {}
         for p, arrays in parts:
             (tmp / part_dir(p)).mkdir()
             for name, array in arrays.items():
                 rel = f"{part_dir(p)}/{name}.npy"
-                np.save(tmp / rel, np.ascontiguousarray(array), allow_pickle=False)
+                step = f"writing {rel}"
+                with open(tmp / rel, "wb") as f:
+                    np.save(f, np.ascontiguousarray(array), allow_pickle=False)
+                    _flush(f)
                 files[rel] = {"bytes": (tmp / rel).stat().st_size, "sha256": sha256(tmp / rel)}
             if progress:
                 progress(1)
         meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **meta, "files": files}
-        with open(tmp / "meta.json", "w") as f:
-            json.dump(meta, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(out)
+        step = "writing meta.json"
+        with open(tmp / "meta.json", "wb") as f:
+            f.write(json.dumps(meta, indent=1).encode())
+            _flush(f)
+        step = "renaming it into place"
+        _move_into_place(tmp, out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise PartitionFormatError(f"{out}: {step} failed: {e.strerror or e}; nothing was "
+                                   "changed") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def _flush(f) -> None:
+    """Push the binary file ``f`` to the disk now and check that all of it got there, so
+    that a full disk fails the write here, before the rename that would replace a previous
+    directory.  (``np.save`` writes through C stdio and does not report a short write.)"""
+    expected = f.tell()
+    f.flush()
+    os.fsync(f.fileno())
+    written = os.fstat(f.fileno()).st_size
+    if written != expected:
+        raise OSError(f"only {written} of {expected} bytes reached the disk (disk full, or "
+                      "over a file size limit)")
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    """Rename the complete ``tmp`` to ``out``; a previous ``out`` is removed only after."""
+    if not out.exists():
+        tmp.rename(out)
+        return
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    out.rename(old)
+    try:
+        tmp.rename(out)
+    except BaseException:
+        old.rename(out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _check_free_space(out: Path, nbytes: int) -> None:
+    """Refuse a write of ``nbytes`` to ``out`` that its filesystem has no room for."""
+    problem = free_space_problem(out.parent, nbytes)
+    if problem:
+        raise PartitionFormatError(f"{out}: {problem}")
+
+
+def partition_bytes(counts: list[PartCounts], num_features: int, feature_bytes: int = 4,
+                   weighted: bool = False) -> int:
+    """Bytes :func:`write_dataset` writes for partitions of sizes ``counts``."""
+    P = len(counts)
+    # per vertex: global_ids, indptr, y, in_degree, root_local (8 each), root_rank (4),
+    # three masks (1 each), features
+    per_vertex = 5 * 8 + 4 + 3 + num_features * feature_bytes
+    total = sum(c.vertices * per_vertex + 8 + c.edges * (c.index_bytes + 4 * weighted)
+                + 8 * (P + 1) + 16 * c.leaf_entries for c in counts)
+    return total + P * (len(PART_FILES) + weighted) * FILE_OVERHEAD
 
 
 def write_dataset(out: str | Path, data, layout: Layout, settings: dict, force: bool = False,
@@ -96,8 +166,8 @@ def write_dataset(out: str | Path, data, layout: Layout, settings: dict, force: 
     """
     graph = data.graph
     clones = layout.clones()
-    stats = summarize(counts_from_layout(layout), graph.num_nodes,
-                      int(np.count_nonzero(clones > 1)))
+    counts = counts_from_layout(layout)
+    stats = summarize(counts, graph.num_nodes, int(np.count_nonzero(clones > 1)))
     meta = {"dataset": data.name, **settings, "num_parts": layout.num_parts,
             "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
             "num_features": data.num_features, "num_classes": data.num_classes,
@@ -106,31 +176,71 @@ def write_dataset(out: str | Path, data, layout: Layout, settings: dict, force: 
             **{k: stats[k] for k in ("replication_factor", "split_fraction", "edge_balance",
                                      "root_balance")},
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    size = partition_bytes(counts, data.num_features, data.x.dtype.itemsize,
+                           graph.edge_weight is not None)
     write_partitions(out, partition_arrays(layout, graph.indptr, graph.indices, data), meta,
-                     force, progress)
+                     force, progress, size)
     return meta
 
 
 def read_meta(directory: str | Path) -> dict:
-    """``meta.json`` of a partition directory, checked for format name and version."""
+    """``meta.json`` of a partition directory, checked for format name and version, field
+    types, and a file list naming every array of every partition (and nothing else)."""
     path = Path(directory) / "meta.json"
+    if path.exists() and not path.is_file():  # a FIFO would block the open
+        raise PartitionFormatError(f"{path}: not a regular file")
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             meta = json.load(f)
     except FileNotFoundError:
         raise PartitionFormatError(f"{directory} is not a partition directory "
                                    "(no meta.json)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise PartitionFormatError(f"{path}: unreadable: {e}") from None
+    # ValueError: not JSON, not UTF-8, an integer of too many digits; RecursionError: nesting
+    except (OSError, ValueError, RecursionError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+        raise PartitionFormatError(f"{path}: unreadable: {reason}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise PartitionFormatError(f"{path}: not a {FORMAT_NAME} meta.json")
     if meta.get("format_version") != FORMAT_VERSION:
-        raise PartitionFormatError(f"{path}: format version {meta.get('format_version')}, "
+        raise PartitionFormatError(f"{path}: format version {meta.get('format_version')!r}, "
                                    f"this distgnn reads version {FORMAT_VERSION}")
     for key in ("num_parts", "num_nodes", "num_edges", "files"):
         if key not in meta:
             raise PartitionFormatError(f"{path}: missing field {key!r}")
+    for key, low in (("num_parts", 1), ("num_nodes", 0), ("num_edges", 0),
+                     ("num_features", 0), ("num_classes", 0)):
+        value = meta.get(key, low)
+        if type(value) is not int or value < low:  # not isinstance: True is an int too
+            raise PartitionFormatError(f"{path}: {key} must be an integer >= {low}, "
+                                       f"got {value!r}")
+    if not isinstance(meta.get("multigraph", False), bool):
+        raise PartitionFormatError(f"{path}: multigraph must be true or false")
+    _check_file_list(meta["files"], meta["num_parts"], path)
     return meta
+
+
+def _check_file_list(files, num_parts: int, path: Path) -> None:
+    """``files`` must map every ``part-NNNNN/NAME.npy`` of ``num_parts`` partitions (and
+    only those: no other path is ever opened) to its ``bytes`` and ``sha256``."""
+    if not isinstance(files, dict):
+        raise PartitionFormatError(f"{path}: files must be an object")
+    if len(files) < num_parts * len(PART_FILES):
+        raise PartitionFormatError(f"{path}: lists {len(files)} files, fewer than the "
+                                   f"{num_parts * len(PART_FILES)} of {num_parts} partitions")
+    names = {f"{name}.npy" for name in PART_FILES + OPTIONAL_FILES}
+    for rel, info in files.items():
+        folder, _, name = rel.partition("/")
+        number = folder.removeprefix("part-")
+        if not (name in names and number.isascii() and number.isdigit() and len(number) < 20
+                and part_dir(int(number)) == folder and int(number) < num_parts):
+            raise PartitionFormatError(f"{path}: lists {rel!r}, not a file of this format")
+        if not (isinstance(info, dict) and type(info.get("bytes")) is int
+                and isinstance(info.get("sha256"), str)):
+            raise PartitionFormatError(f"{path}: the entry of {rel} needs bytes and sha256")
+    for p in range(num_parts):
+        for name in PART_FILES:
+            if f"{part_dir(p)}/{name}.npy" not in files:
+                raise PartitionFormatError(f"{path}: does not list {part_dir(p)}/{name}.npy")
 
 
 @dataclasses.dataclass
@@ -166,37 +276,96 @@ class Partition:
 
 
 def _load_array(path: Path, mmap: bool) -> np.ndarray:
+    """The array of ``path``, memory-mapped or (``mmap=False``) read into memory.
+
+    Mapping first checks the header's shape against the file's length without allocating
+    anything; a copy is then made only if it fits in memory.
+    """
+    if path.exists() and not path.is_file():  # a FIFO would block the open
+        raise PartitionFormatError(f"{path}: not a regular file")
     try:
-        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        # numpy refuses a header whose shape overflows as "too big"; its warning is noise
+        with np.errstate(over="ignore"):
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
     except FileNotFoundError:
         raise PartitionFormatError(f"{path}: missing") from None
     except (OSError, ValueError, EOFError) as e:
-        raise PartitionFormatError(f"{path}: unreadable: {e}") from None
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+        raise PartitionFormatError(f"{path}: unreadable: {reason}") from None
+    if not isinstance(array, np.ndarray):  # a zip archive: np.load returns an NpzFile
+        array.close()
+        raise PartitionFormatError(f"{path}: not a .npy array file")
+    if mmap:
+        return array
+    require_memory(array.nbytes, path)
+    return np.array(array)
+
+
+def _check_arrays(arrays: dict[str, np.ndarray], base: Path, meta: dict) -> None:
+    """What one partition's arrays must satisfy before anything indexes with them: dtypes,
+    shapes, ids and table entries in range, finite features, labels in range, disjoint
+    masks.  (Whether the partitions agree with each other is :func:`verify`'s job.)"""
+    def refuse(name: str, problem: str):
+        raise PartitionFormatError(f"{base / name}.npy: {problem}")
+
+    for name, array in arrays.items():
+        if array.dtype not in DTYPES[name]:
+            refuse(name, f"dtype {array.dtype}, expected {' or '.join(map(str, DTYPES[name]))}")
+    for name in ("global_ids", "y", "in_degree", "root_rank", "root_local", "leaf_ptr",
+                 "leaf_root_local", "leaf_remote_local") + MASKS:
+        if arrays[name].ndim != 1:
+            refuse(name, f"shape {arrays[name].shape}, expected 1-D")
+    P, n = meta["num_parts"], len(arrays["global_ids"])
+    lengths = {"leaf_ptr": P + 1, "leaf_remote_local": len(arrays["leaf_root_local"]),
+               **{name: n for name in ("y", "in_degree", "root_rank", "root_local") + MASKS}}
+    for name, length in lengths.items():
+        if len(arrays[name]) != length:
+            refuse(name, f"length {len(arrays[name])}, expected {length}")
+    x = arrays["x"]
+    if x.ndim != 2 or len(x) != n or x.shape[1] != meta.get("num_features", x.shape[1]):
+        refuse("x", f"shape {x.shape}, expected ({n}, {meta.get('num_features', 'F')})")
+    # exclusive upper bounds of everything used as an index (None: checked by verify)
+    bounds = {"global_ids": meta["num_nodes"], "root_rank": P, "root_local": None,
+              "in_degree": None, "leaf_root_local": n, "leaf_remote_local": None,
+              "y": meta.get("num_classes")}
+    for name, bound in bounds.items():
+        a = arrays[name]
+        if len(a) and a.min() < 0:
+            refuse(name, f"negative value {a.min()}")
+        if len(a) and bound is not None and a.max() >= bound:
+            refuse(name, f"value {a.max()} out of range 0..{bound - 1}")
+    ids, ptr = arrays["global_ids"], arrays["leaf_ptr"]
+    if np.any(ids[1:] <= ids[:-1]):
+        refuse("global_ids", "not increasing")
+    if ptr[0] != 0 or np.any(ptr[1:] < ptr[:-1]) or ptr[-1] != len(arrays["leaf_root_local"]):
+        refuse("leaf_ptr", f"not an offset table from 0 to {len(arrays['leaf_root_local'])}")
+    # a float64 sum of float32 values cannot overflow: it is finite iff every value is
+    # (inf - inf is nan: no warning wanted)
+    with np.errstate(invalid="ignore"):
+        if not np.isfinite(np.sum(x, dtype=np.float64)):
+            refuse("x", "features contain NaN or inf")
+    for i, a in enumerate(MASKS):
+        for b in MASKS[i + 1:]:
+            if np.any(arrays[a] & arrays[b]):
+                raise PartitionFormatError(f"{base}: {a} and {b} overlap")
 
 
 def load(directory: str | Path, rank: int, mmap: bool = True) -> Partition:
-    """Partition ``rank`` of ``directory`` (format and shapes checked; checksums are
-    :func:`verify`'s job, because hashing every file on every start would cost minutes)."""
+    """Partition ``rank`` of ``directory`` (format, dtypes, shapes, finite features, labels
+    and masks checked; checksums and consistency across partitions are :func:`verify`'s
+    job, because hashing every file on every start would cost minutes)."""
     directory = Path(directory)
     meta = read_meta(directory)
     if not 0 <= rank < meta["num_parts"]:
         raise PartitionFormatError(f"{directory}: rank {rank} out of range for "
                                    f"{meta['num_parts']} partitions")
     base = directory / part_dir(rank)
-    arrays = {name: _load_array(base / f"{name}.npy", mmap) for name in PART_FILES}
-    weight_path = base / "edge_weight.npy"
-    weight = _load_array(weight_path, mmap) if weight_path.exists() else None
+    names = [name for name in PART_FILES + OPTIONAL_FILES
+             if f"{part_dir(rank)}/{name}.npy" in meta["files"]]
+    arrays = {name: _load_array(base / f"{name}.npy", mmap) for name in names}
+    _check_arrays(arrays, base, meta)
+    weight = arrays.pop("edge_weight", None)
     n = len(arrays["global_ids"])
-    for name in ("y", "train_mask", "val_mask", "test_mask", "in_degree", "root_rank",
-                 "root_local"):
-        if arrays[name].shape != (n,):
-            raise PartitionFormatError(f"{base / name}.npy: shape {arrays[name].shape}, "
-                                       f"expected ({n},)")
-    if arrays["x"].ndim != 2 or len(arrays["x"]) != n:
-        raise PartitionFormatError(f"{base}/x.npy: shape {arrays['x'].shape}, expected ({n}, F)")
-    if arrays["leaf_ptr"].shape != (meta["num_parts"] + 1,):
-        raise PartitionFormatError(f"{base}/leaf_ptr.npy: shape {arrays['leaf_ptr'].shape}, "
-                                   f"expected ({meta['num_parts'] + 1},)")
     graph = CSRGraph(arrays.pop("indptr"), arrays.pop("indices"), n, weight, source=base)
     return Partition(rank=rank, num_parts=meta["num_parts"], graph=graph, meta=meta, **arrays)
 
@@ -210,13 +379,16 @@ def check_files(directory: str | Path, meta: dict, rank: int | None = None) -> l
         if not rel.startswith(prefix):
             continue
         path = directory / rel
-        if not path.exists():
-            problems.append(f"{path}: missing")
-        elif path.stat().st_size != info["bytes"]:
-            problems.append(f"{path}: {path.stat().st_size} bytes, meta.json says "
-                            f"{info['bytes']} (truncated or replaced)")
-        elif sha256(path) != info["sha256"]:
-            problems.append(f"{path}: checksum mismatch (file corrupted)")
+        try:
+            if not path.exists():
+                problems.append(f"{path}: missing")
+            elif path.stat().st_size != info["bytes"]:
+                problems.append(f"{path}: {path.stat().st_size} bytes, meta.json says "
+                                f"{info['bytes']} (truncated or replaced)")
+            elif sha256(path) != info["sha256"]:
+                problems.append(f"{path}: checksum mismatch (file corrupted)")
+        except OSError as e:
+            problems.append(f"{path}: unreadable: {e.strerror or e}")
     return problems
 
 
@@ -224,11 +396,14 @@ def verify(directory: str | Path, edges: tuple[np.ndarray, np.ndarray] | None = 
            ) -> list[str]:
     """Every problem found in ``directory`` (empty list: valid).
 
-    Checks format and version, each file's size and SHA-256, then consistency: every edge
-    in exactly one partition (for a ``multigraph``, whose input repeats edges, only the
-    total count and, with ``edges``, the multiset), every vertex in at least one with exactly one root, root
-    pointers that point at the right vertex, and split tables that mirror each other.
-    ``edges`` (global ``(src, dst)``) also checks the union against the input graph.
+    Checks format and version, each file's size and SHA-256, each partition as
+    :func:`load` does, then consistency: every edge in exactly one partition (for a
+    ``multigraph``, whose input repeats edges, only the total count and, with ``edges``, the
+    multiset), every vertex in at least one with exactly one root, masks set at roots only,
+    global in-degrees that the stored edges give, root pointers that point at the right
+    vertex, leaves whose features and labels are their root's, and split tables that
+    mirror each other.  ``edges`` (global ``(src, dst)``) also checks the union against the
+    input graph.  Problems of consistency are prefixed with ``directory``.
     """
     directory = Path(directory)
     meta = read_meta(directory)
@@ -239,24 +414,33 @@ def verify(directory: str | Path, edges: tuple[np.ndarray, np.ndarray] | None = 
         parts = [load(directory, p, mmap=True) for p in range(meta["num_parts"])]
     except DistGNNError as e:
         return [str(e)]
-    return _consistency(parts, meta, edges)
+    return [f"{directory}: {problem}" for problem in _consistency(parts, meta, edges)]
 
 
 def _consistency(parts: list[Partition], meta: dict, edges) -> list[str]:
-    n, P = meta["num_nodes"], meta["num_parts"]
+    n = meta["num_nodes"]
     problems = []
+    clones = sum(part.num_nodes for part in parts)
+    if n > clones:  # before allocating [n] arrays for a count that may be a lie
+        return [f"meta.json says {n} vertices but the partitions hold {clones} clones, so "
+                "some vertices are in no partition"]
     keys, roots, seen = [], np.zeros(n, np.int64), np.zeros(n, np.int64)
-    for part in parts:
+    in_degree = np.zeros(n, np.int64)
+    for part in parts:  # load() checked that global ids increase within 0..n-1
         ids = np.asarray(part.global_ids)
-        if len(ids) and (ids.min() < 0 or ids.max() >= n or np.any(np.diff(ids) <= 0)):
-            problems.append(f"partition {part.rank}: global ids not increasing in 0..{n - 1}")
-            continue
         seen[ids] += 1
-        roots[ids[np.asarray(part.root_rank) == part.rank]] += 1
+        is_root = np.asarray(part.root_rank) == part.rank
+        roots[ids[is_root]] += 1
+        for name in MASKS:
+            if np.any(np.asarray(getattr(part, name))[~is_root]):
+                problems.append(f"partition {part.rank}: {name} is set at a leaf clone")
         src, dst = part.graph.edges()
+        in_degree += np.bincount(ids[dst], minlength=n)
         keys.append(ids[dst] * n + ids[src])
-    if problems:
-        return problems
+    for part in parts:
+        if not np.array_equal(part.in_degree, in_degree[part.global_ids]):
+            problems.append(f"partition {part.rank}: in_degree differs from the in-degrees "
+                            "of the edges the partitions hold")
     if np.any(seen == 0):
         problems.append(f"{np.count_nonzero(seen == 0)} vertices are in no partition")
     if np.any(roots != 1):
@@ -272,21 +456,20 @@ def _consistency(parts: list[Partition], meta: dict, edges) -> list[str]:
         expected = np.sort(np.asarray(edges[1], np.int64) * n + np.asarray(edges[0]))
         if not np.array_equal(expected, all_keys):
             problems.append("the union of the partitions differs from the input edge set")
-    problems += _check_split_tables(parts, P)
+    problems += _check_split_tables(parts)
     return problems
 
 
-def _check_split_tables(parts: list[Partition], P: int) -> list[str]:
+def _check_split_tables(parts: list[Partition]) -> list[str]:
     problems = []
     for q in parts:
         ids, root_rank = np.asarray(q.global_ids), np.asarray(q.root_rank)
-        root_local = np.asarray(q.root_local)
-        if np.any((root_rank < 0) | (root_rank >= P)):
-            problems.append(f"partition {q.rank}: root_rank out of range")
-            continue
+        root_local = np.asarray(q.root_local)  # load() checked root_rank's range
         here = root_rank == q.rank
         if np.any(root_local[here] != np.flatnonzero(here)):
             problems.append(f"partition {q.rank}: a root does not point at itself")
+        if q.leaf_ptr[q.rank] != q.leaf_ptr[q.rank + 1]:
+            problems.append(f"partition {q.rank}: leaf tables list entries for itself")
         for p in parts:
             if p.rank == q.rank:
                 continue
@@ -298,9 +481,13 @@ def _check_split_tables(parts: list[Partition], P: int) -> list[str]:
                     and np.array_equal(table_root, root_local[leaves])):
                 problems.append(f"split tables of partitions {p.rank} and {q.rank} disagree")
                 continue
-            p_ids = np.asarray(p.global_ids)
-            if len(leaves) and (root_local[leaves].max() >= len(p_ids) or not np.array_equal(
-                    p_ids[root_local[leaves]], ids[leaves])):
+            p_ids, at = np.asarray(p.global_ids), root_local[leaves]
+            if len(leaves) and (at.max() >= len(p_ids)
+                                or not np.array_equal(p_ids[at], ids[leaves])):
                 problems.append(f"partition {q.rank}: leaves point at the wrong vertex on "
                                 f"partition {p.rank}")
+            elif not (np.array_equal(np.asarray(q.x)[leaves], np.asarray(p.x)[at])
+                      and np.array_equal(np.asarray(q.y)[leaves], np.asarray(p.y)[at])):
+                problems.append(f"partition {q.rank}: features or labels of leaves differ "
+                                f"from their roots' on partition {p.rank}")
     return problems

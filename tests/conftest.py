@@ -1,7 +1,9 @@
-"""Shared fixtures: a seeded random-graph builder with the awkward cases kernels get wrong."""
+"""Shared fixtures: a seeded random-graph builder with the awkward cases kernels get wrong;
+the options and end-of-session table of the hostile-input fuzz suite."""
 import numpy as np
 import pytest
 
+import fuzz_report
 from distgnn.graph import CSRGraph
 
 
@@ -32,3 +34,34 @@ def build_random_graph(seed=0, n=40, e=160, weighted=False, hub_degree=0, isolat
 def random_graph():
     """The builder :func:`build_random_graph` (fixtures cannot take arguments)."""
     return build_random_graph
+
+
+# ---- the hostile-input fuzz suite (tests/test_fuzz.py) ----------------------------------------
+FUZZ_EXAMPLES = 1000  # per fuzz test: tests/test_fuzz.py in about a minute on 2 cores
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("fuzz", "hostile-input fuzz suite (tests/test_fuzz.py)")
+    group.addoption("--fuzz-examples", type=int, default=FUZZ_EXAMPLES, metavar="N",
+                    help=f"hostile cases per fuzz test (default {FUZZ_EXAMPLES}, bounded for "
+                         "CI; e.g. 5000 for a long run)")
+    group.addoption("--fuzz-seed", type=int, metavar="S",
+                    help="draw cases from seed S (default: the same derandomized cases "
+                         "every run)")
+    group.addoption("--fuzz-report", metavar="FILE",
+                    help="write the cases tried and their outcomes per loader as JSON")
+
+
+def pytest_configure(config):
+    fuzz_report.configure(config.getoption("fuzz_examples"), config.getoption("fuzz_seed"))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not fuzz_report.COUNTS:
+        return
+    terminalreporter.section("hostile inputs per loader")
+    for line in fuzz_report.table():
+        terminalreporter.write_line(line)
+    if config.getoption("fuzz_report"):
+        fuzz_report.write_json(config.getoption("fuzz_report"))
+        terminalreporter.write_line(f"written to {config.getoption('fuzz_report')}")

@@ -2,6 +2,7 @@
 signals and the non-finite guard.  (Multi-rank drills are in test_reliability.py.)"""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -128,10 +129,10 @@ class Exploit:
 def test_too_little_free_space_is_refused_before_writing(cora, tmp_path, monkeypatch):
     run(cora, epochs=2, checkpoint_dir=str(tmp_path), checkpoint_every=1, keep=5)
     before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
-    usage = checkpoint.shutil.disk_usage(tmp_path)
-    monkeypatch.setattr(checkpoint.shutil, "disk_usage",
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage",
                         lambda path: usage._replace(free=4096))
-    with pytest.raises(DistGNNError, match="filesystem has 0.0 MiB free"):
+    with pytest.raises(DistGNNError, match="filesystem has only 4.0 KiB free"):
         run(cora, epochs=4, resume=str(tmp_path), checkpoint_every=1, keep=5)
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before
 

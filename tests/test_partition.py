@@ -962,3 +962,78 @@ def test_cli_inspect_and_verify_of_missing_directory(tmp_path, capsys):
     for cmd in ("inspect", "verify"):
         rc = run_cli([cmd, tmp_path / "none"])
         assert_one_line_error(rc, capsys.readouterr().err, "none")
+
+
+# ---- 12. disk space and full disks --------------------------------------------------------------
+def files_of(d):
+    return {str(f.relative_to(d)): f.read_bytes() for f in d.rglob("*") if f.is_file()}
+
+
+def test_write_estimate_covers_what_is_written(small_ds, tmp_path):
+    layout = write_dir(small_ds, tmp_path / "parts", 3)
+    written = sum(len(data) for data in files_of(tmp_path / "parts").values())
+    estimate = partition.format.partition_bytes(counts_from_layout(layout),
+                                                small_ds.num_features)
+    assert written <= estimate <= written + 3 * len(PART_FILES) * partition.format.FILE_OVERHEAD
+
+
+def test_write_refuses_a_filesystem_without_room(good_dir, small_ds, tmp_path, monkeypatch,
+                                                 capsys):
+    import types
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: types.SimpleNamespace(
+        total=1 << 40, used=(1 << 40) - 4096, free=4096))
+    out = tmp_path / "new" / "parts"
+    with pytest.raises(PartitionFormatError) as info:
+        write_dir(small_ds, out, 2)
+    message = str(info.value)
+    assert message.startswith(f"{out}: needs ") and "only 4.0 KiB free" in message
+    assert "\n" not in message
+    assert list(tmp_path.iterdir()) == []  # not even the parent directory
+    rc = run_cli([SMALL_RMAT, "--parts", 2, "--out", out, "--no-progress"])
+    assert_one_line_error(rc, capsys.readouterr().err, str(out), "free")
+    assert list(tmp_path.iterdir()) == []
+    old = tmp_path / "old"  # with --force, the directory being replaced stays as it was
+    shutil.copytree(good_dir, old)
+    before = files_of(old)
+    rc = run_cli([SMALL_RMAT, "--parts", 2, "--out", old, "--no-progress", "--force"])
+    assert_one_line_error(rc, capsys.readouterr().err, str(old), "free")
+    assert files_of(old) == before and [f.name for f in tmp_path.iterdir()] == ["old"]
+
+
+def test_full_disk_mid_write_keeps_the_previous_directory(good_dir, tmp_path):
+    """A real failed write: the child process may write no file over 2 KiB (RLIMIT_FSIZE,
+    with SIGXFSZ ignored, so that the write fails with EFBIG as on a full disk), which a
+    partition's indices.npy exceeds after smaller files were written."""
+    import subprocess
+    import sys
+    import textwrap
+    out = tmp_path / "parts"
+    shutil.copytree(good_dir, out)
+    before = files_of(out)
+    argv = [SMALL_RMAT, "--parts", "2", "--out", str(out), "--force", "--no-progress"]
+    script = textwrap.dedent(f"""
+        import resource, signal, sys
+        import partition.format
+        from partition.cli import main
+
+        write = partition.format.write_partitions
+
+        def limited(*args, **kwargs):  # loading and partitioning may write caches
+            resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            return write(*args, **kwargs)
+
+        partition.format.write_partitions = limited
+        sys.exit(main({argv!r}))
+    """)
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           timeout=300)
+    assert child.returncode == 2, child.stderr
+    lines = child.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in child.stderr, child.stderr
+    assert lines[0].startswith(f"distgnn-partition: error: {out}: writing part-00000/"
+                               "indices.npy failed: only 2048 of ")
+    assert lines[0].endswith("; nothing was changed")
+    assert files_of(out) == before
+    assert partition.verify(out) == []
+    assert [f.name for f in tmp_path.iterdir()] == ["parts"]  # no temporary directory left
