@@ -30,6 +30,24 @@ def build_random_graph(seed=0, n=40, e=160, weighted=False, hub_degree=0, isolat
     return CSRGraph.from_edges(src, dst, n, weight), src, dst, weight
 
 
+def train_quietly(data, log=lambda s: None, **config):
+    """Single-socket training of ``data`` on one thread, without progress output."""
+    from distgnn.train import TrainConfig, train
+
+    return train(data, TrainConfig(progress=False, threads=1, **config), log=log)
+
+
+def losses(result):
+    return [r["loss"] for r in result.history]
+
+
+@pytest.fixture(scope="session")
+def cora():
+    from distgnn.datasets import load
+
+    return load("cora")
+
+
 @pytest.fixture
 def random_graph():
     """The builder :func:`build_random_graph` (fixtures cannot take arguments)."""

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import losses
+from conftest import train_quietly as run
 
 from distgnn import checkpoint
 from distgnn.checkpoint import checkpoint_name, checkpoints
@@ -19,19 +21,6 @@ from distgnn.errors import DistGNNError
 from distgnn.train import NonFiniteLoss, TrainConfig, train
 
 BIN = Path(sys.executable).parent
-
-
-def run(data, **kw):
-    return train(data, TrainConfig(progress=False, threads=1, **kw), log=lambda s: None)
-
-
-@pytest.fixture(scope="module")
-def cora():
-    return load("cora")
-
-
-def losses(result):
-    return [r["loss"] for r in result.history]
 
 
 def names(directory):

@@ -4,27 +4,11 @@ import json
 
 import numpy as np
 import pytest
+from conftest import losses
+from conftest import train_quietly as run
 
-from distgnn.datasets import load
 from distgnn.errors import DistGNNError
-from distgnn.train import PHASES, TrainConfig, normalize_features, train
-
-
-def quiet(**kw) -> TrainConfig:
-    return TrainConfig(progress=False, threads=1, **kw)
-
-
-def run(data, **kw):
-    return train(data, quiet(**kw), log=lambda s: None)
-
-
-@pytest.fixture(scope="module")
-def cora():
-    return load("cora")
-
-
-def losses(result):
-    return [r["loss"] for r in result.history]
+from distgnn.train import PHASES, normalize_features
 
 
 def test_same_seed_same_loss_curve_and_different_seed_differs(cora):
