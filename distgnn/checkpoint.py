@@ -240,7 +240,7 @@ def check_fingerprint(path: Path, theirs: dict, ours: dict) -> None:
 
 def _load_file(path: Path) -> dict:
     try:
-        return torch.load(path, weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several types for truncated or foreign files
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if "Weights only load failed" in first:

@@ -38,12 +38,11 @@ def run_guarded(prog: str, command) -> int:
 
 
 def train_parser() -> argparse.ArgumentParser:
-    from .aggregate import BACKENDS
     from .comm import COMMUNICATORS
-    from .comm.torch_dist import BACKENDS as TORCH_BACKENDS
     from .distributed import DEFAULT_DELAY
     from .drpa import ALGORITHMS
     from .models import SAGE_AGGREGATORS
+    from .placement import BACKEND_CHOICES, DEVICES
     from .train import NAN_POLICIES, TrainConfig
 
     d = TrainConfig()
@@ -107,19 +106,26 @@ def train_parser() -> argparse.ArgumentParser:
                    help=f"r of cd-r: epochs a partial aggregate travels each way "
                         f"(default {DEFAULT_DELAY} with cd-r)")
     g.add_argument("--comm", choices=COMMUNICATORS, default=d.comm,
-                   help="communicator: mpi (mpi4py on numpy buffers) or torch "
-                        "(torch.distributed)")
-    g.add_argument("--comm-backend", choices=TORCH_BACKENDS, default=d.comm_backend,
-                   help="torch.distributed backend with --comm torch; auto: nccl with "
-                        "CUDA, else gloo; ccl needs oneccl_bindings_for_pytorch")
+                   help="communicator: mpi (mpi4py on host buffers; GPU tensors are staged "
+                        "through pinned memory), gloo, nccl (every rank on a GPU) or ccl "
+                        "(needs oneccl_bindings_for_pytorch) over torch.distributed; auto: "
+                        "nccl when every rank is on a GPU, else mpi")
     g.add_argument("--no-backward-exchange", dest="backward_exchange", action="store_false",
                    default=argparse.SUPPRESS,
                    help="do not exchange split-vertex gradients in the backward pass: "
                         "reproduces DGL's inexact cd-0, for comparison only")
     g = p.add_argument_group("execution and output")
-    g.add_argument("--backend", choices=BACKENDS, default=d.backend,
-                   help="aggregation kernels: numba (cache-blocked CPU kernels) or torch "
-                        "(torch.sparse reference)")
+    g.add_argument("--backend", choices=BACKEND_CHOICES, default=d.backend,
+                   help="aggregation kernels: numba (cache-blocked CPU kernels), torch "
+                        "(torch.sparse, any device) or auto (torch on a GPU, else numba)")
+    g.add_argument("--device", choices=DEVICES, default=d.device,
+                   help="where each rank computes: cpu, cuda (the local rank's GPU) or auto "
+                        "(cuda when the rank sees a GPU)")
+    g.add_argument("--rank-devices", metavar="R:DEV,...",
+                   help="per-rank --device for the ranks named, e.g. 0:cpu,1:cuda (a job "
+                        "may mix CPU and GPU ranks)")
+    g.add_argument("--rank-backends", metavar="R:BACKEND,...",
+                   help="per-rank --backend for the ranks named, e.g. 1:torch,3:torch")
     g.add_argument("--threads", type=int, default=d.threads,
                    help="torch and Numba threads (None: the libraries' own defaults on one "
                         "socket; under MPI, this node's cores divided by its ranks)")
@@ -181,29 +187,39 @@ def train_main(argv: list[str] | None = None) -> int:
 
 def train_partitions(directory: str, cfg) -> int:
     """One rank of ``mpirun -np P distgnn-train --partitions DIR``."""
+    import torch
+
     from .aggregate import PhaseTimer
-    from .comm import get_communicator
+    from .comm import all_or_none, get_communicator
+    from .comm.mpi import MPICommunicator
     from .comm.watchdog import Watchdog
     from .distributed import partition_shard, run_rank, threads_per_rank
+    from .placement import placement
     from .train import configure_threads, fit
 
-    comm = get_communicator(cfg.comm, cfg.comm_backend)
+    world = MPICommunicator()  # the job itself: agreement on set-up errors, and abort
 
     def main():
-        configure_threads(cfg.threads or threads_per_rank(comm))
+        configure_threads(cfg.threads or threads_per_rank(world))
+        device, backend = all_or_none(world, lambda: placement(
+            world.rank, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends))
+        comm = all_or_none(world, lambda: get_communicator(cfg.comm, device))
         timer = PhaseTimer()
         watchdog = Watchdog(comm, cfg.comm_timeout, "distgnn-train")
-        shard = partition_shard(directory, cfg, watchdog, timer)
+        shard = partition_shard(directory, cfg, watchdog, timer, device, backend)
+        places = torch.tensor([float(device.type == "cuda"), float(backend == "torch")])
+        world.allreduce(places)
         if comm.rank == 0:
             delay = f" (delay {shard.nbr.exchange.delay})" if cfg.algo == "cd-r" else ""
-            print(f"{directory}: {comm.size} ranks, {cfg.algo}{delay}, {comm.name} "
-                  "communicator", flush=True)
+            print(f"{directory}: {comm.size} ranks ({int(places[0])} on GPUs, "
+                  f"{int(places[1])} with the torch backend), {cfg.algo}{delay}, "
+                  f"{comm.name} communicator", flush=True)
         result = fit(shard, cfg, watchdog, timer, watchdog=watchdog)
         if comm.rank == 0:
             report(result)
         return 0
 
-    return run_rank("distgnn-train", comm, main)
+    return run_rank("distgnn-train", world, main)
 
 
 def report(result) -> None:
@@ -284,8 +300,8 @@ def bench_parser() -> argparse.ArgumentParser:
                        description="Latency and bandwidth of alltoallv (one block per peer, "
                                    "as DRPA sends) and allreduce (as the gradient sum) for "
                                    "each communicator; run it under distgnn-launch -n P.")
-    s.add_argument("--comms", default=",".join(COMMUNICATORS), type=lambda t: t.split(","),
-                   help="comma-separated communicators")
+    s.add_argument("--comms", default="mpi,gloo", type=lambda t: t.split(","),
+                   help=f"comma-separated communicators ({', '.join(COMMUNICATORS[1:])})")
     s.add_argument("--min-bytes", type=int, default=1024, help="smallest message per peer")
     s.add_argument("--max-bytes", type=int, default=16 << 20,
                    help="largest message per peer (sizes grow by 4x)")

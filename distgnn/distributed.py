@@ -17,6 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
+import torch
 from partition.format import PartitionFormatError, check_files, load, read_meta
 
 from .aggregate import Neighbourhood, PhaseTimer, get_backend
@@ -51,8 +52,9 @@ def threads_per_rank(comm: Communicator) -> int:
 
 
 def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
-                    timer: PhaseTimer) -> Shard:
-    """Rank ``comm.rank``'s partition of ``directory`` as a shard (collective)."""
+                    timer: PhaseTimer, device: torch.device, backend: str) -> Shard:
+    """Rank ``comm.rank``'s partition of ``directory`` as a shard on ``device``, aggregated
+    by ``backend`` (collective)."""
     directory = Path(directory)
 
     def load_local():
@@ -74,16 +76,17 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
         part = load(directory, comm.rank)
         x, y, masks = node_tensors(part.x, part.y, {"train": part.train_mask,
                                                     "val": part.val_mask,
-                                                    "test": part.test_mask}, cfg.feature_norm)
+                                                    "test": part.test_mask}, cfg.feature_norm,
+                                  device)
         return part, delay, x, y, masks, SplitIndex.from_partition(part)
 
     part, delay, x, y, masks, index = all_or_none(comm, load_local)
     all_or_none(comm, lambda: index.check(comm))
     exchange = (None if cfg.algo == "0c"
                 else DRPA(index, comm, cfg.algo, delay, timer, cfg.backward_exchange))
-    nbr = Neighbourhood(part.graph, get_backend(cfg.backend),
+    nbr = Neighbourhood(part.graph, get_backend(backend),
                         in_degree=None if exchange is None else part.in_degree, timer=timer,
-                        global_ids=part.global_ids, exchange=exchange)
+                        device=device, global_ids=part.global_ids, exchange=exchange)
     name = f"{part.meta.get('dataset', directory.name)} partition {comm.rank}/{comm.size}"
     files = hashlib.sha256(json.dumps(part.meta["files"], sort_keys=True).encode()).hexdigest()
     origin = (f"{comm.size} partitions of {part.meta.get('dataset', '?')} "

@@ -61,23 +61,57 @@ def apply_dropout_mask(x: np.ndarray, global_ids: np.ndarray, p: float, key: int
     return out
 
 
+def _as_int64(value: int) -> int:
+    """The int64 with the bits of the uint64 ``value`` (torch has no uint64 arithmetic)."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _shift_right(z: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 bit patterns (``>>`` on int64 is arithmetic)."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def _splitmix64_torch(x: torch.Tensor) -> torch.Tensor:
+    """:func:`_splitmix64` on int64 tensors holding uint64 bit patterns (products wrap)."""
+    z = x + _as_int64(int(_GAMMA))
+    z = (z ^ _shift_right(z, 30)) * _as_int64(int(_MIX1))
+    z = (z ^ _shift_right(z, 27)) * _as_int64(int(_MIX2))
+    return z ^ _shift_right(z, 31)
+
+
+def dropout_mask_torch(global_ids: torch.Tensor, width: int, p: float, key: int,
+                       dtype: torch.dtype) -> torch.Tensor:
+    """The mask of the module docstring as a ``[len(global_ids), width]`` tensor on the
+    device of ``global_ids`` (int64): the same bits as the Numba kernel, for GPU ranks."""
+    c = (global_ids.unsqueeze(1) * width
+         + torch.arange(width, device=global_ids.device, dtype=torch.int64))
+    keep = _shift_right(_splitmix64_torch(c + _as_int64(key)), 40) >= int(p * (1 << 24))
+    return keep.to(dtype) * (1.0 / (1.0 - p))
+
+
+def _masked(x: torch.Tensor, global_ids: np.ndarray, p: float, key: int) -> torch.Tensor:
+    if x.device.type == "cpu":
+        return torch.from_numpy(apply_dropout_mask(x.detach().contiguous().numpy(),
+                                                   global_ids, p, key))
+    ids = torch.from_numpy(np.asarray(global_ids, dtype=np.int64)).to(x.device)
+    return x * dropout_mask_torch(ids, x.shape[1], p, key, x.dtype)
+
+
 class VertexDropout(torch.autograd.Function):
     """Forward and backward both multiply by the same mask, recomputed from the key."""
 
     @staticmethod
     def forward(ctx, h, global_ids, p, key):
         ctx.args = (global_ids, p, key)
-        return torch.from_numpy(apply_dropout_mask(h.detach().contiguous().numpy(),
-                                                   global_ids, p, key))
+        return _masked(h, global_ids, p, key)
 
     @staticmethod
     def backward(ctx, grad):
-        return (torch.from_numpy(apply_dropout_mask(grad.contiguous().numpy(), *ctx.args)),
-                None, None, None)
+        return _masked(grad, *ctx.args), None, None, None
 
 
 def vertex_dropout(h: torch.Tensor, global_ids: np.ndarray, p: float, key: int) -> torch.Tensor:
-    """Dropout of ``h`` ``[N, d]`` (CPU) with the mask of the module docstring."""
+    """Dropout of ``h`` ``[N, d]`` (on any device) with the mask of the module docstring."""
     if p == 0.0:
         return h
     return VertexDropout.apply(h, global_ids, p, key)

@@ -293,8 +293,8 @@ class DRPA:
         return {f"{layer}/{direction}": d.state_dict()
                 for (layer, direction), d in self.delayed.items()}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, device: torch.device | str = "cpu") -> None:
         for key, value in state.items():
             layer, direction = key.split("/")
-            like = torch.empty(0, value["width"], dtype=value["partials"].dtype)
+            like = torch.empty(0, value["width"], dtype=value["partials"].dtype, device=device)
             self._delayed(int(layer), direction, like).load_state_dict(value)

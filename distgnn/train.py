@@ -34,6 +34,7 @@ from .comm.watchdog import DEFAULT_TIMEOUT_S, Watchdog
 from .errors import DistGNNError
 from .graph import NodeDataset
 from .models import GNN
+from .placement import placement
 from .signals import StopRequests
 
 NAN_POLICIES = ("stop", "skip")
@@ -56,7 +57,10 @@ class TrainConfig:
     eval_every: int = 1
     patience: int = 0
     feature_norm: str = "row"
-    backend: str = "numba"
+    backend: str = "auto"
+    device: str = "auto"
+    rank_devices: str | None = None
+    rank_backends: str | None = None
     threads: int | None = None
     metrics_out: str | None = None
     checkpoint_dir: str | None = None
@@ -68,8 +72,7 @@ class TrainConfig:
     progress: bool = True
     algo: str = "cd-0"
     delay: int | None = None
-    comm: str = "mpi"
-    comm_backend: str = "auto"
+    comm: str = "auto"
     verify: bool = True
     backward_exchange: bool = True
     precompute_first: bool = False
@@ -131,19 +134,23 @@ def normalize_features(x: np.ndarray, how: str) -> np.ndarray:
     return x / np.where(norm == 0, 1, norm).astype(np.float32)
 
 
-def node_tensors(x: np.ndarray, y: np.ndarray, masks: dict[str, np.ndarray], how: str):
-    """Torch tensors of normalised features, labels and masks (copies: inputs may be mmaps)."""
-    return (torch.from_numpy(np.array(normalize_features(np.asarray(x), how), np.float32)),
-            torch.from_numpy(np.array(y, np.int64)),
-            {name: torch.from_numpy(np.array(m, bool)) for name, m in masks.items()})
+def node_tensors(x: np.ndarray, y: np.ndarray, masks: dict[str, np.ndarray], how: str,
+                 device: torch.device | str = "cpu"):
+    """Torch tensors of normalised features, labels and masks on ``device`` (copies: the
+    inputs may be read-only memory maps)."""
+    return (torch.from_numpy(np.array(normalize_features(np.asarray(x), how), np.float32)
+                             ).to(device),
+            torch.from_numpy(np.array(y, np.int64)).to(device),
+            {name: torch.from_numpy(np.array(m, bool)).to(device) for name, m in masks.items()})
 
 
 def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer) -> Shard:
-    """The whole graph of ``data`` as the single rank's shard."""
+    """The whole graph of ``data`` as the single rank's shard, on its device."""
+    device, backend = placement(0, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends)
     x, y, masks = node_tensors(data.x, data.y, {name: getattr(data, f"{name}_mask")
                                                 for name in ("train", "val", "test")},
-                               cfg.feature_norm)
-    nbr = Neighbourhood(data.graph, get_backend(cfg.backend), timer=timer)
+                               cfg.feature_norm, device)
+    nbr = Neighbourhood(data.graph, get_backend(backend), timer=timer, device=device)
     origin = (f"dataset {data.name}: {data.num_nodes} nodes, {data.graph.num_edges} edges, "
               f"{data.num_features} features, {data.num_classes} classes")
     return Shard(data.name, x, y, masks, nbr, data.num_classes, origin)
@@ -184,7 +191,9 @@ class ReplicaSync:
         params = [p for p in model.parameters() if p.requires_grad]
         self.comm = comm
         self.size = sum(p.numel() for p in params)
-        self.flat = torch.zeros(self.size + 1 + comm.size)
+        # where the transport wants it; with one rank, beside the gradients (no transfers)
+        device = comm.device if comm.size > 1 else params[0].device
+        self.flat = torch.zeros(self.size + 1 + comm.size, device=device)
         # each parameter's flat slice of the buffer
         self.slots = list(zip(params, torch.split(self.flat[:self.size],
                                                   [p.numel() for p in params])))
@@ -316,7 +325,7 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
             raise DistGNNError(f"unknown --nan-policy {cfg.nan_policy!r}; choose from "
                                f"{', '.join(NAN_POLICIES)}")
         torch.manual_seed(cfg.seed)
-        model = build_model(cfg, shard.num_features, shard.num_classes)
+        model = build_model(cfg, shard.num_features, shard.num_classes).to(shard.x.device)
         return model, torch.optim.Adam(model.parameters(), lr=cfg.lr,
                                        weight_decay=cfg.weight_decay)
 
@@ -438,6 +447,10 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
     return TrainResult(history, best, model)
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
 def restore(path: str, shared: dict, local: dict, model: GNN, optimizer, exchange
             ) -> tuple[list, dict, int]:
     """Load a checkpoint's state into this rank; returns ``(history, best, since_best)``."""
@@ -446,7 +459,7 @@ def restore(path: str, shared: dict, local: dict, model: GNN, optimizer, exchang
         optimizer.load_state_dict(shared["optimizer"])
         checkpoint.set_rng_state(local["rng"])
         if exchange is not None:
-            exchange.load_state_dict(local["exchange"])
+            exchange.load_state_dict(local["exchange"], model_device(model))
         return shared["history"], shared["best"], shared["since_best"]
     except (KeyError, RuntimeError, ValueError, TypeError, DistGNNError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from distgnn.cli import OneLineParser, fail, run_guarded
 
-from .mpirun import DEFAULT_STOP_GRACE_S, IMPLEMENTATIONS, plan, run
+from .mpirun import DEFAULT_STOP_GRACE_S, IMPLEMENTATIONS, LaunchError, count_gpus, plan, run
 from .slurm import sbatch_script
 
 PROG = "distgnn-launch"
@@ -32,6 +32,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mpi", choices=("auto", *IMPLEMENTATIONS), default="auto",
                    help="MPI flavour of the launcher: auto asks mpirun --version; mpich "
                         "also covers Intel MPI and other Hydra launchers")
+    p.add_argument("--gpus-per-node", default="auto", metavar="G",
+                   help="GPUs of each node; with G > 0 each rank sees only the GPU of its "
+                        "local rank (CUDA_VISIBLE_DEVICES), so distgnn-train's --device auto "
+                        "puts it there; auto: count them with nvidia-smi here")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="stop the job and its ranks after this long (None: no limit); "
                         "like SIGTERM to distgnn-launch, this first asks distgnn-train to "
@@ -79,8 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     def launch():
+        if args.gpus_per_node != "auto" and not args.gpus_per_node.isdigit():
+            raise LaunchError(f"--gpus-per-node must be a count or auto, got "
+                              f"{args.gpus_per_node!r}")
+        gpus = count_gpus() if args.gpus_per_node == "auto" else int(args.gpus_per_node)
         job = plan(args.ranks, command, args.threads_per_rank, hostfile=args.hostfile,
-                   implementation=None if args.mpi == "auto" else args.mpi)
+                   implementation=None if args.mpi == "auto" else args.mpi,
+                   gpus_per_node=gpus)
         if args.dry_run:
             print(job.shell())
             return 0

@@ -105,13 +105,29 @@ def rank_command(ranks: int, command: list[str], threads_per_rank: int) -> list[
     return command
 
 
+def count_gpus() -> int:
+    """NVIDIA GPUs of this node (``nvidia-smi -L``; 0 without the driver's tool)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.splitlines())
+
+
 def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
          hostfile: str | None = None, implementation: str | None = None,
-         mpirun: str | None = None, cores: int | None = None) -> LaunchPlan:
+         mpirun: str | None = None, cores: int | None = None,
+         gpus_per_node: int = 0) -> LaunchPlan:
     """The launch of ``command`` on ``ranks`` ranks of ``threads_per_rank`` threads each.
 
     Parameters
     ----------
+    gpus_per_node
+        With ``G > 0``, each rank's command runs under :mod:`launch.gpu_bind`, which gives
+        local rank ``i`` GPU ``i mod G`` alone in ``CUDA_VISIBLE_DEVICES``.
     implementation
         ``"openmpi"`` or ``"mpich"``; ``None`` asks the launcher (``--version``).
     mpirun
@@ -121,6 +137,10 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
         nodes' cores are not known here.
     """
     command = rank_command(ranks, command, threads_per_rank)
+    if gpus_per_node < 0:
+        raise LaunchError(f"GPUs per node must be >= 0, got {gpus_per_node}")
+    if gpus_per_node:
+        command = [sys.executable, "-m", "launch.gpu_bind", str(gpus_per_node), *command]
     if hostfile is not None and not Path(hostfile).is_file():
         raise LaunchError(f"hostfile {hostfile} does not exist")
     if implementation is None:

@@ -6,6 +6,7 @@ needs) and run with a timeout, so a hang fails the test instead of blocking the 
 Jobs cost seconds of start-up each, so the module builds its partition directories once
 and runs each job once (the ``*_job`` fixtures memoise them); several tests read one job.
 """
+import importlib.util
 import json
 import math
 import os
@@ -83,17 +84,17 @@ def random_parts(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exchange_job(random_parts):
-    """``exchange_job(P, comm, dtype, backend="auto", delays=())``: per-rank outputs of
+    """``exchange_job(P, comm, dtype, delays=())``: per-rank outputs of
     ``tests/mpi/drpa_ranks.py`` on the P-partition directory (each job runs once)."""
     cache = {}
 
-    def get(P, comm, dtype, backend="auto", delays=()):
-        key = (P, comm, dtype, backend, delays)
+    def get(P, comm, dtype, delays=()):
+        key = (P, comm, dtype, delays)
         if key not in cache:
-            out = random_parts["root"] / "-".join(map(str, ("out", *key[:4], *delays)))
+            out = random_parts["root"] / "-".join(map(str, ("out", *key[:3], *delays)))
             out.mkdir()
             command = [sys.executable, RANK_SCRIPTS / "drpa_ranks.py", random_parts["dirs"][P],
-                       out, "--comm", comm, "--comm-backend", backend, "--dtype", dtype,
+                       out, "--comm", comm, "--dtype", dtype,
                        "--ref", random_parts["root"] / "ref.npz"]
             if delays:
                 command += ["--delays", ",".join(map(str, delays)), "--epochs", str(EPOCHS),
@@ -113,9 +114,9 @@ def cora():
 
 @pytest.fixture(scope="module")
 def cora_dirs(tmp_path_factory, cora):
-    """Libra partitions of cora into 1, 2 and 3 parts."""
+    """Libra partitions of cora into 1, 2, 3 and 4 parts."""
     root = tmp_path_factory.mktemp("cora")
-    return {P: write_parts(cora, root / f"p{P}", P) for P in (1, 2, 3)}
+    return {P: write_parts(cora, root / f"p{P}", P) for P in (1, 2, 3, 4)}
 
 
 def read_metrics(path):
@@ -192,7 +193,7 @@ def check_exchange(random_parts, outs, dtype):
 
 
 @pytest.mark.parametrize("P, comm, dtype", [(2, "mpi", "float64"), (3, "mpi", "float64"),
-                                            (4, "mpi", "float32"), (2, "torch", "float32")])
+                                            (4, "mpi", "float32"), (2, "gloo", "float32")])
 def test_cd0_exchange_matches_the_whole_graph(random_parts, exchange_job, P, comm, dtype):
     """cd-0 forward gives every clone the whole-graph aggregate ``A X``, and its backward
     makes the clone gradients sum to ``A^T G``; without the exchange both checks fail."""
@@ -203,7 +204,7 @@ def test_cd0_exchange_matches_the_whole_graph(random_parts, exchange_job, P, com
 def test_cd0_exchange_over_ccl(random_parts, exchange_job):
     """The same exchange check over torch.distributed's oneCCL backend (needs the bindings)."""
     pytest.importorskip("oneccl_bindings_for_pytorch")
-    check_exchange(random_parts, exchange_job(2, "torch", "float32", backend="ccl"), "float32")
+    check_exchange(random_parts, exchange_job(2, "ccl", "float32"), "float32")
 
 
 # ---- 2. the cd-r bin schedule -------------------------------------------------------------------
@@ -340,6 +341,37 @@ def test_0c_and_cdr_train_and_send_less_than_cd0(train_job, algo, flags):
 # ---- 4. failures end the job with a clear error, never a hang ------------------------------------
 def assert_quick(seconds):
     assert seconds < TIMEOUT / 2, f"took {seconds:.0f} s: a rank waited for a failed peer"
+
+
+def test_mixed_backends_and_gloo_follow_the_all_numba_loss_curve(cora_dirs, tmp_path):
+    """4 ranks, cd-0, dropout 0.5, 50 epochs: ranks {numba, torch, numba, torch}, and the
+    gloo communicator, give the all-numba MPI loss curve (<= 1e-4 relative)."""
+    curves, stdout = {}, {}
+    for name, flags in [("numba", ["--backend", "numba"]),
+                        ("mixed", ["--backend", "numba", "--rank-backends", "1:torch,3:torch"]),
+                        ("gloo", ["--backend", "numba", "--comm", "gloo"])]:
+        metrics = tmp_path / f"{name}.jsonl"
+        proc, _ = mpirun(4, [TRAIN, "--partitions", cora_dirs[4], *flags, "--epochs", "50",
+                             "--threads", "1", "--no-progress", "--metrics-out", metrics])
+        assert proc.returncode == 0, proc.stderr
+        curves[name] = np.array([r["loss"] for r in read_metrics(metrics)])
+        stdout[name] = proc.stdout
+    assert "4 ranks (0 on GPUs, 2 with the torch backend), cd-0, mpi" in stdout["mixed"]
+    assert "4 ranks (0 on GPUs, 0 with the torch backend), cd-0, gloo" in stdout["gloo"]
+    assert len(curves["numba"]) == 50
+    for name in ("mixed", "gloo"):
+        diff = np.max(np.abs(curves[name] - curves["numba"]) / curves["numba"])
+        assert diff <= 1e-4, f"{name}: max relative loss difference {diff:.3g}"
+
+
+def test_ccl_without_its_bindings_says_what_to_install(cora_dirs):
+    if importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None:
+        pytest.skip("oneCCL bindings installed: the message is not shown")
+    proc, _ = mpirun(2, [TRAIN, "--partitions", cora_dirs[2], "--comm", "ccl", "--epochs", "1"])
+    assert proc.returncode == 2
+    assert "the ccl communicator needs Intel's oneCCL bindings for PyTorch " \
+           "(oneccl_bindings_for_pytorch, not on PyPI" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_mismatched_rank_count_is_a_clean_error(cora_dirs):

@@ -66,3 +66,15 @@ def test_p_zero_returns_the_input_unchanged():
     assert vertex_dropout(h, np.arange(20), 0.0, KEY) is h
     x = h.detach().numpy()
     np.testing.assert_array_equal(apply_dropout_mask(x, np.arange(20), 0.0, KEY), x)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_torch_mask_has_the_numba_kernel_bits(p):
+    """GPU ranks draw the mask with torch ops; on the CPU they must give the same bits."""
+    from distgnn.dropout import dropout_mask_torch
+
+    ids = np.array([0, 1, 5, 17, 123_456_789, 2**40 + 3, 2**62], np.int64)
+    for key in (KEY, dropout_key(seed=2**40, step=10**6, layer=0), 2**64 - 1):
+        expected = apply_dropout_mask(np.ones((len(ids), 37), np.float32), ids, p, key)
+        got = dropout_mask_torch(torch.from_numpy(ids), 37, p, key, torch.float32)
+        np.testing.assert_array_equal(got.numpy(), expected)

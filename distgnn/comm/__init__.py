@@ -17,7 +17,7 @@ import torch
 
 from ..errors import DistGNNError
 
-COMMUNICATORS = ("mpi", "torch")
+COMMUNICATORS = ("auto", "mpi", "gloo", "nccl", "ccl")
 T = TypeVar("T")
 
 
@@ -28,11 +28,16 @@ class Handle(Protocol):
 
 
 class Communicator(Protocol):
-    """What DRPA and the trainer need from a transport (see the module docstring)."""
+    """What DRPA and the trainer need from a transport (see the module docstring).
+
+    ``device`` is where the transport's buffers live (``cpu`` for MPI and gloo, the
+    rank's GPU for nccl); :class:`~distgnn.comm.staging.Staged` copies other tensors.
+    """
 
     name: str
     rank: int
     size: int
+    device: torch.device
 
     def alltoallv(self, send: torch.Tensor, send_counts: Sequence[int], recv: torch.Tensor,
                   recv_counts: Sequence[int]) -> None: ...
@@ -62,6 +67,7 @@ class SelfCommunicator:
     name = "self"
     rank = 0
     size = 1
+    device = torch.device("cpu")
 
     def alltoallv(self, send, send_counts, recv, recv_counts):
         if list(send_counts) != list(recv_counts):
@@ -116,14 +122,28 @@ def all_or_none(comm: Communicator, step: Callable[[], T]) -> T:
     return result
 
 
-def get_communicator(name: str, backend: str = "auto") -> Communicator:
-    """The communicator ``name`` (``mpi`` or ``torch``; ``backend`` picks torch's transport)."""
+def get_communicator(name: str, device: torch.device | str = "cpu") -> Communicator:
+    """The communicator ``name`` for a rank computing on ``device``, behind
+    :class:`~distgnn.comm.staging.Staged` (so tensors on another device are copied).
+
+    ``mpi``: mpi4py on host buffers; ``gloo``, ``nccl``, ``ccl``: torch.distributed with that
+    backend; ``auto``: nccl when every rank of the job computes on a GPU, else mpi.
+    """
+    from .staging import Staged
+
+    device = torch.device(device)
+    if name not in COMMUNICATORS:
+        raise DistGNNError(f"unknown communicator {name!r}; choose from "
+                           f"{', '.join(COMMUNICATORS)}")
+    if name == "auto":
+        from .mpi import _mpi
+
+        everywhere_gpu = _mpi().COMM_WORLD.allreduce(int(device.type == "cuda"), op=_mpi().MIN)
+        name = "nccl" if everywhere_gpu else "mpi"
     if name == "mpi":
         from .mpi import MPICommunicator
 
-        return MPICommunicator()
-    if name == "torch":
-        from .torch_dist import TorchCommunicator
+        return Staged(MPICommunicator())
+    from .torch_dist import TorchCommunicator
 
-        return TorchCommunicator(backend)
-    raise DistGNNError(f"unknown communicator {name!r}; choose from {', '.join(COMMUNICATORS)}")
+    return Staged(TorchCommunicator(name, device))

@@ -32,6 +32,7 @@ class MPICommunicator:
     """Collectives of ``MPI.COMM_WORLD`` (or ``comm``) on CPU tensors."""
 
     name = "mpi"
+    device = torch.device("cpu")
 
     def __init__(self, comm=None):
         self.MPI = _mpi()
@@ -42,8 +43,8 @@ class MPICommunicator:
 
     def _spec(self, tensor: torch.Tensor, counts):
         if tensor.device.type != "cpu":
-            raise DistGNNError("the mpi communicator works on CPU tensors; use --comm torch "
-                               "for device tensors")
+            raise DistGNNError("the mpi communicator works on CPU tensors (get_communicator "
+                               "stages device tensors through host memory)")
         array = tensor.detach().numpy()
         row = int(np.prod(array.shape[1:], dtype=np.int64))
         counts = np.asarray(counts, dtype=np.int64) * row

@@ -15,7 +15,10 @@ import torch.distributed as dist
 
 from ..errors import DistGNNError
 
-BACKENDS = ("auto", "gloo", "nccl", "ccl")
+BACKENDS = ("gloo", "nccl", "ccl")
+CCL_MISSING = ("the ccl communicator needs Intel's oneCCL bindings for PyTorch "
+               "(oneccl_bindings_for_pytorch, not on PyPI: install the oneccl_bind_pt wheel "
+               "matching this torch from Intel's package index)")
 
 
 def ccl_available() -> bool:
@@ -46,26 +49,30 @@ class _Work:
 class TorchCommunicator:
     """Collectives of the default torch.distributed process group.
 
-    ``backend``: ``gloo`` (CPU), ``nccl`` (CUDA tensors), ``ccl`` (needs
-    ``oneccl_bindings_for_pytorch``), or ``auto``: nccl when CUDA is available, else gloo.
+    ``backend``: ``gloo`` (CPU tensors), ``nccl`` (tensors on ``device``, a GPU), ``ccl``
+    (CPU tensors; needs ``oneccl_bindings_for_pytorch``).
     """
 
-    def __init__(self, backend: str = "auto"):
+    def __init__(self, backend: str = "gloo", device: torch.device | str = "cpu"):
         if backend not in BACKENDS:
             raise DistGNNError(f"unknown torch.distributed backend {backend!r}; choose from "
                                f"{', '.join(BACKENDS)}")
-        if backend == "auto":
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        device = torch.device(device)
+        if backend == "nccl" and device.type != "cuda":
+            raise DistGNNError("the nccl communicator needs every rank on a GPU "
+                               f"(--device cuda); this rank computes on {device}")
         if backend == "ccl":
             if not ccl_available():
-                raise DistGNNError("backend ccl needs oneccl_bindings_for_pytorch, which is "
-                                   "not installed")
+                raise DistGNNError(CCL_MISSING)
             importlib.import_module("oneccl_bindings_for_pytorch")  # registers "ccl"
+        if backend == "nccl":
+            torch.cuda.set_device(device)
         if not dist.is_initialized():
             _rendezvous(backend)
             # gloo's threads can abort the interpreter at exit unless the group is torn down
             atexit.register(dist.destroy_process_group)
-        self.name = f"torch-{backend}"
+        self.name = backend
+        self.device = device if backend == "nccl" else torch.device("cpu")
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
         self._ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,

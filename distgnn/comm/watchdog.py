@@ -45,7 +45,7 @@ class Watchdog:
         if timeout is not None and timeout < 0:
             raise DistGNNError(f"--comm-timeout must be >= 0 seconds, got {timeout:g}")
         self.comm, self.timeout, self.prog = comm, timeout or None, prog
-        self.name, self.rank, self.size = comm.name, comm.rank, comm.size
+        self.name, self.rank, self.size, self.device = comm.name, comm.rank, comm.size, comm.device
         self.armed = False
         self._lock = threading.Condition()
         self._waiting: tuple[str, float] | None = None  # (operation, deadline)

@@ -1,6 +1,6 @@
 """One rank of the DRPA checks in ``tests/test_distributed.py`` (run under mpirun).
 
-    drpa_ranks.py DIR OUT [--comm mpi|torch] [--comm-backend B] [--ref REF.npz]
+    drpa_ranks.py DIR OUT [--comm mpi|gloo|ccl] [--ref REF.npz]
                   [--dtype float64|float32] [--delays 2,3] [--epochs 10] [--width 3]
 
 Rank ``p`` loads partition ``p`` of ``DIR`` and writes ``OUT/rank-p.npz``:
@@ -90,7 +90,6 @@ def main(argv):
     ap.add_argument("directory")
     ap.add_argument("out")
     ap.add_argument("--comm", default="mpi")
-    ap.add_argument("--comm-backend", default="auto")
     ap.add_argument("--ref")
     ap.add_argument("--dtype", default="float64", choices=("float64", "float32"))
     ap.add_argument("--delays", type=lambda t: [int(r) for r in t.split(",")], default=[])
@@ -98,7 +97,7 @@ def main(argv):
     ap.add_argument("--width", type=int, default=3)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    comm = get_communicator(args.comm, args.comm_backend)
+    comm = get_communicator(args.comm)
     part = load(args.directory, comm.rank)
     index = SplitIndex.from_partition(part)
     index.check(comm)

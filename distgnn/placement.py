@@ -1,0 +1,75 @@
+"""Where each rank computes: its device and its aggregation backend.
+
+One ``mpirun`` line serves a job whose ranks differ: ``--device`` and ``--backend`` give
+every rank's choice, ``--rank-devices 0:cpu,1:cuda`` and ``--rank-backends 1:torch``
+override them for the ranks named.  ``auto`` picks, per rank: the GPU when the rank sees
+one (the local rank's share of the visible GPUs), else the CPU; the torch backend on a
+GPU, the Numba kernels on a CPU.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .errors import DistGNNError
+
+DEVICES = ("auto", "cpu", "cuda")
+BACKEND_CHOICES = ("auto", "numba", "torch")
+# the node-local rank, as each launcher names it
+LOCAL_RANK_VARIABLES = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+
+
+def parse_per_rank(spec: str | None, flag: str, choices: tuple[str, ...]) -> dict[int, str]:
+    """``"0:cpu,1:cuda"`` as ``{0: "cpu", 1: "cuda"}`` (each value one of ``choices``)."""
+    if not spec:
+        return {}
+    out = {}
+    for item in spec.split(","):
+        rank, sep, value = item.strip().partition(":")
+        if not sep or not rank.strip().isdigit() or value.strip() not in choices:
+            raise DistGNNError(f"{flag}: {item.strip()!r} is not RANK:VALUE with VALUE one "
+                               f"of {', '.join(choices)} (e.g. 0:{choices[1]},1:{choices[-1]})")
+        if int(rank) in out:
+            raise DistGNNError(f"{flag}: rank {int(rank)} is given twice")
+        out[int(rank)] = value.strip()
+    return out
+
+
+def local_rank() -> int:
+    return next((int(os.environ[v]) for v in LOCAL_RANK_VARIABLES if v in os.environ), 0)
+
+
+def rank_device(choice: str, rank: int) -> torch.device:
+    """The device of ``choice`` (``auto``, ``cpu``, ``cuda``) for this rank."""
+    if choice not in DEVICES:
+        raise DistGNNError(f"unknown device {choice!r}; choose from {', '.join(DEVICES)}")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if choice == "cuda" and gpus == 0:
+        raise DistGNNError(f"rank {rank} is to compute on cuda but sees no GPU "
+                           "(no CUDA build of torch, no driver, or CUDA_VISIBLE_DEVICES empty)")
+    if choice == "cpu" or gpus == 0:
+        return torch.device("cpu")
+    return torch.device("cuda", local_rank() % gpus)
+
+
+def rank_backend(choice: str, device: torch.device, rank: int) -> str:
+    """The aggregation backend of ``choice`` (``auto``, ``numba``, ``torch``) on ``device``."""
+    if choice not in BACKEND_CHOICES:
+        raise DistGNNError(f"unknown backend {choice!r}; choose from "
+                           f"{', '.join(BACKEND_CHOICES)}")
+    if choice == "auto":
+        return "numba" if device.type == "cpu" else "torch"
+    if choice == "numba" and device.type != "cpu":
+        raise DistGNNError(f"rank {rank}: the numba backend runs on CPUs, not {device}; use "
+                           "--backend torch (or auto) on GPU ranks")
+    return choice
+
+
+def placement(rank: int, device: str, backend: str, rank_devices: str | None = None,
+              rank_backends: str | None = None) -> tuple[torch.device, str]:
+    """``(device, backend name)`` of ``rank`` under the flags of ``distgnn-train``."""
+    d = rank_device(parse_per_rank(rank_devices, "--rank-devices", DEVICES).get(rank, device),
+                    rank)
+    b = parse_per_rank(rank_backends, "--rank-backends", BACKEND_CHOICES).get(rank, backend)
+    return d, rank_backend(b, d, rank)
