@@ -2,6 +2,7 @@
 
     distgnn-partition DATASET --parts P --out DIR [--method libra|random|dbh] [--seed S]
                       [--order given|random] [--roots random|balanced] [--force]
+                      [--weights W0,W1,...]
     distgnn-partition inspect DIR [--width D] [--hidden H] [--layers L] [--json FILE]
     distgnn-partition verify DIR [--dataset SPEC]
 """
@@ -18,8 +19,9 @@ from tqdm import tqdm
 from distgnn.cli import OneLineParser, run_guarded
 from distgnn.datasets import load as load_dataset
 
-from .assign import METHODS, ORDERS
-from .format import FORMAT_VERSION, load, read_meta, verify, write_dataset
+from .assign import METHODS, ORDERS, check_weights, requested_shares
+from .format import (FORMAT_VERSION, PartitionFormatError, load, read_meta, verify,
+                     write_dataset)
 from .layout import ROOTS
 from .stats import PartCounts, counts_from_layout, format_summary, summarize
 from .vertex_cut import PartitionError, vertex_cut
@@ -35,6 +37,15 @@ def _stat_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=int, default=2,
                         help="model layers for the predicted memory per rank (default 2)")
     parser.add_argument("--json", metavar="FILE", help="also write the statistics as JSON")
+
+
+def weight_list(text: str) -> list[float]:
+    """``--weights 1,1,2,4`` -> ``[1.0, 1.0, 2.0, 4.0]`` (count and sign are checked later)."""
+    try:
+        return [float(w) for w in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of "
+                                         "numbers") from None
 
 
 def partition_parser() -> argparse.ArgumentParser:
@@ -55,6 +66,13 @@ def partition_parser() -> argparse.ArgumentParser:
                    help="Libra stream order: a seeded permutation (random, default) or as "
                         "stored, row by row (given: about twice as fast, but can leave "
                         "partitions unbalanced or empty when P is large)")
+    p.add_argument("--weights", type=weight_list, metavar="W0,W1,...",
+                   help="relative capacity of each rank, one positive number per partition: "
+                        "partition p is asked for the share W_p / sum(W) of the edges, e.g. "
+                        "1,1,2,4 gives the last rank half the edges and the first two an "
+                        "eighth each (for ranks of unequal speed, such as a GPU rank). "
+                        "Libra balances edges / weight; random and dbh hash into buckets of "
+                        "those sizes. Default: equal")
     p.add_argument("--roots", choices=ROOTS, default="balanced",
                    help="root clone of each split vertex: balanced across partitions "
                         "(default) or uniformly random")
@@ -104,6 +122,8 @@ def _emit(stats: dict, args) -> None:
 def partition_main(args) -> int:
     if args.parts < 1:  # before a load that can take minutes; vertex_cut checks P > E
         raise PartitionError(f"--parts must be at least 1, got {args.parts}")
+    weights = None if args.weights is None else check_weights(args.weights, args.parts)
+    shares = None if weights is None else requested_shares(weights)
     started = time.perf_counter()
     data = load_dataset(args.dataset, features=args.features, labels=args.labels,
                         split=args.split, symmetrize=args.symmetrize)
@@ -113,14 +133,17 @@ def partition_main(args) -> int:
     with tqdm(total=graph.num_edges, unit="edge", unit_scale=True, disable=not show,
               desc=f"{args.method} P={args.parts}", file=sys.stderr) as bar:
         layout = vertex_cut(graph, args.parts, args.method, args.seed, args.order, args.roots,
-                            args.keep_pairs, progress=bar.update)
+                            args.keep_pairs, progress=bar.update, weights=weights)
     assigned = time.perf_counter()
     counts = counts_from_layout(layout)
     stats = summarize(counts, graph.num_nodes, int(np.count_nonzero(layout.clones() > 1)),
                       width=args.width, num_features=data.num_features,
-                      num_classes=data.num_classes, hidden=args.hidden, layers=args.layers)
+                      num_classes=data.num_classes, hidden=args.hidden, layers=args.layers,
+                      shares=shares)
     settings = {"method": args.method, "seed": args.seed, "order": args.order,
                 "roots": args.roots}
+    if weights is not None:
+        settings.update(weights=weights.tolist(), requested_shares=shares.tolist())
     with tqdm(total=args.parts, unit="part", disable=not show, desc="writing",
               file=sys.stderr) as bar:
         write_dataset(args.out, data, layout, settings, args.force, progress=bar.update)
@@ -131,8 +154,21 @@ def partition_main(args) -> int:
     return 0
 
 
+def meta_weights(meta: dict, directory) -> np.ndarray | None:
+    """The checked ``weights`` of a weighted cut's meta.json, None if unweighted."""
+    if meta.get("weights") is None:
+        return None
+    try:
+        return check_weights(meta["weights"], meta["num_parts"])
+    except PartitionError as e:
+        raise PartitionFormatError(f"{directory}/meta.json: {str(e).lstrip('-')}") from None
+
+
 def inspect_main(args) -> int:
     meta = read_meta(args.directory)
+    weights = meta_weights(meta, args.directory)
+    # recomputed as at partitioning time, so both print bit-identical statistics
+    shares = None if weights is None else requested_shares(weights)
     counts = []
     for rank in range(meta["num_parts"]):
         part = load(args.directory, rank)
@@ -143,9 +179,12 @@ def inspect_main(args) -> int:
     stats = summarize(counts, meta["num_nodes"], meta.get("split_vertices", 0),
                       width=args.width, num_features=meta.get("num_features", 0),
                       num_classes=meta.get("num_classes", 0), hidden=args.hidden,
-                      layers=args.layers)
+                      layers=args.layers, shares=shares)
     print(f"{args.directory}: {meta.get('method')} partitions of {meta.get('dataset')} "
           f"(seed {meta.get('seed')}, format version {meta['format_version']})")
+    if shares is not None:
+        print("  weights " + ",".join(f"{w:g}" for w in weights) + ": requested "
+              "edge shares " + " ".join(f"{100 * s:.2f} %" for s in shares))
     _emit(stats, args)
     return 0
 

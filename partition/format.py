@@ -161,13 +161,16 @@ def write_dataset(out: str | Path, data, layout: Layout, settings: dict, force: 
                   progress=None) -> dict:
     """Write the partitions of ``data`` (a NodeDataset) under ``layout`` to ``out``.
 
-    ``settings`` (method, seed, order, roots) go into ``meta.json`` beside the sizes and
-    the headline statistics; returns the meta written (without the file list).
+    ``settings`` (method, seed, order, roots; weights and requested_shares for a weighted
+    cut, which make the edge balance relative to capacity) go into ``meta.json`` beside
+    the sizes and the headline statistics; returns the meta written (without the file
+    list).
     """
     graph = data.graph
     clones = layout.clones()
     counts = counts_from_layout(layout)
-    stats = summarize(counts, graph.num_nodes, int(np.count_nonzero(clones > 1)))
+    stats = summarize(counts, graph.num_nodes, int(np.count_nonzero(clones > 1)),
+                      shares=settings.get("requested_shares"))
     meta = {"dataset": data.name, **settings, "num_parts": layout.num_parts,
             "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
             "num_features": data.num_features, "num_classes": data.num_classes,

@@ -4,29 +4,32 @@
 """
 from __future__ import annotations
 
-from distgnn.errors import DistGNNError
 from distgnn.graph import CSRGraph
 
-from .assign import assign_edges
+from .assign import PartitionError, assign_edges, check_weights
 from .layout import Layout, build_layout
 
-
-class PartitionError(DistGNNError, ValueError):
-    """Arguments that no partitioning can satisfy (P < 1, more parts than edges, ...)."""
+__all__ = ["PartitionError", "vertex_cut"]
 
 
 def vertex_cut(graph: CSRGraph, num_parts: int, method: str = "libra", seed: int = 0,
                order: str = "random", roots: str = "balanced", keep_pairs: bool | None = None,
-               progress=None) -> Layout:
-    """Vertex-cut of ``graph`` into ``num_parts`` (see :mod:`partition.assign`)."""
+               progress=None, weights=None) -> Layout:
+    """Vertex-cut of ``graph`` into ``num_parts`` (see :mod:`partition.assign`).
+
+    ``weights``: relative capacity of each partition (default equal), see
+    :func:`~partition.assign.assign_edges`.
+    """
     if num_parts < 1:
         raise PartitionError(f"--parts must be at least 1, got {num_parts}")
     if num_parts > max(graph.num_edges, 1):
         raise PartitionError(f"--parts {num_parts} is larger than the number of edges "
                              f"({graph.num_edges}): some partitions would be empty")
+    if weights is not None:
+        weights = check_weights(weights, num_parts)
     try:
         part = assign_edges(graph.indptr, graph.indices, num_parts, method, seed, order,
-                            keep_pairs, progress)
+                            keep_pairs, progress, weights)
         return build_layout(graph.indptr, graph.indices, part, num_parts, roots, seed)
     except ValueError as e:
         raise PartitionError(str(e)) from None
