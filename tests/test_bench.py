@@ -175,7 +175,7 @@ def test_bench_comm_under_mpirun(tmp_path):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     assert result["ranks"] == 2
-    assert [r["communicator"] for r in result["results"]] == ["mpi", "torch-gloo"]
+    assert [r["communicator"] for r in result["results"]] == ["mpi", "gloo"]
     for r in result["results"]:
         assert [s["bytes"] for s in r["sizes"]] == [1024, 4096, 16384]
         assert all(s["alltoallv_s"] > 0 and s["allreduce_s"] > 0 for s in r["sizes"])
