@@ -70,7 +70,7 @@ def test_launch_help_explains_every_flag():
     out = cli("distgnn-launch", "--help").stdout
     for flag in ("--ranks", "--threads-per-rank", "--hostfile", "--mpi", "--dry-run",
                  "--slurm", "--nodes", "--time", "--partition", "--account", "--job-name",
-                 "--timeout", "--stop-grace", "--stop-before"):
+                 "--timeout", "--stop-grace", "--stop-before", "--gpus-per-node"):
         assert flag in out
 
 
@@ -79,5 +79,6 @@ def test_help_explains_every_flag():
     for flag in ("--dataset", "--model", "--aggregator", "--layers", "--hidden", "--dropout",
                  "--lr", "--weight-decay", "--epochs", "--seed", "--eval-every",
                  "--metrics-out", "--checkpoint-dir", "--checkpoint-every", "--keep",
-                 "--resume", "--nan-policy", "--comm-timeout", "--threads", "--backend", "--patience"):
+                 "--resume", "--nan-policy", "--comm-timeout", "--threads", "--device",
+                 "--rank-devices", "--rank-backends", "--comm", "--backend", "--patience"):
         assert flag in out
