@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from .comm import Communicator, all_or_none
-from .errors import DistGNNError
+from .errors import DistGNNError, one_line
 from .storage import free_space_problem, fsync_dir
 
 FORMAT = "distgnn-checkpoint"
@@ -242,7 +242,7 @@ def _load_file(path: Path) -> dict:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several types for truncated or foreign files
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = one_line(e)
         if "Weights only load failed" in first:
             first = "it holds objects other than tensors and plain values; nothing was run"
         raise CheckpointError(f"{path}: not a readable distgnn checkpoint file ({first})"

@@ -34,6 +34,7 @@ from typing import Iterator
 
 import numpy as np
 
+from .errors import one_line
 from .graph import CSRGraph, GraphError, NodeDataset, require_memory
 
 _NPZ_KEYS = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
@@ -153,7 +154,7 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
     # RuntimeError: an encrypted member; NotImplementedError: an unknown compression method
     except (*_READ_ERRORS, ValueError, zipfile.BadZipFile, RuntimeError,
             NotImplementedError) as e:
-        raise GraphError(f"unreadable .npz archive: {_one_line(e)}", path) from None
+        raise GraphError(f"unreadable .npz archive: {one_line(e)}", path) from None
 
 
 def _npy_nbytes(f, path: Path, member: str | None = None) -> int:
@@ -329,7 +330,7 @@ def _parse_edge_list(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | N
         table = np.loadtxt(path, dtype=columns, delimiter=delimiter, comments="#", ndmin=1,
                            encoding="utf-8")
     except ValueError as e:  # includes UnicodeDecodeError
-        raise _edge_list_error(path, delimiter, len(fields), _one_line(e)) from None
+        raise _edge_list_error(path, delimiter, len(fields), one_line(e)) from None
     src, dst = table["src"], table["dst"]
     if len(src) and min(src.min(), dst.min()) < 0:
         raise _edge_list_error(path, delimiter, len(fields), "negative vertex id")
@@ -402,7 +403,7 @@ def _reading(path: Path) -> Iterator[None]:
     try:
         yield
     except _READ_ERRORS as e:
-        raise GraphError(f"cannot read: {_one_line(e)}", path) from None
+        raise GraphError(f"cannot read: {one_line(e)}", path) from None
 
 
 # ---- small file helpers ------------------------------------------------------------------------
@@ -421,7 +422,7 @@ def _read_array(path: Path, dtype: type, ndim: int) -> np.ndarray:
     except GraphError:
         raise
     except ValueError as e:
-        raise GraphError(f"cannot read: {_one_line(e)}", path) from None
+        raise GraphError(f"cannot read: {one_line(e)}", path) from None
     # same_kind casts bool to int; a bool file where numbers are expected is a wrong file
     if array.dtype == np.bool_ or not np.can_cast(array.dtype, dtype, "same_kind"):
         raise GraphError(f"has dtype {array.dtype}, expected {np.dtype(dtype).name}", path)
@@ -449,13 +450,6 @@ def _optional(path: Path) -> Path | None:
 def _check_length(labels: np.ndarray, num_nodes: int, path) -> None:
     if len(labels) != num_nodes:
         raise GraphError(f"{len(labels)} labels for {num_nodes} nodes", path)
-
-
-def _one_line(error: Exception) -> str:
-    if isinstance(error, OSError) and error.strerror:  # without the file name said already
-        return error.strerror
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
 
 
 def _random_split(num_nodes: int, rng: np.random.Generator,

@@ -31,7 +31,7 @@ from .aggregate import Neighbourhood, PhaseTimer, get_backend
 from . import checkpoint
 from .comm import Communicator, RankFailed, SelfCommunicator, all_or_none
 from .comm.watchdog import DEFAULT_TIMEOUT_S, Watchdog
-from .errors import DistGNNError
+from .errors import DistGNNError, one_line
 from .graph import NodeDataset
 from .models import GNN
 from .placement import placement
@@ -338,7 +338,7 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
         start, shared, local = checkpoint.resume(cfg.resume, comm, stamp, log)
         history, best, since_best = all_or_none(comm, lambda: restore(
             f"{cfg.resume}/{checkpoint.checkpoint_name(start)}", shared, local, model,
-            optimizer, exchange))
+            optimizer, exchange, shard.x.device))
         if lead:
             log(f"resumed from {cfg.resume} after epoch {start}")
     last_saved = start if cfg.resume else None
@@ -447,24 +447,20 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
     return TrainResult(history, best, model)
 
 
-def model_device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
-def restore(path: str, shared: dict, local: dict, model: GNN, optimizer, exchange
-            ) -> tuple[list, dict, int]:
-    """Load a checkpoint's state into this rank; returns ``(history, best, since_best)``."""
+def restore(path: str, shared: dict, local: dict, model: GNN, optimizer, exchange,
+            device: torch.device) -> tuple[list, dict, int]:
+    """Load a checkpoint's state into this rank (computing on ``device``); returns
+    ``(history, best, since_best)``."""
     try:
         model.load_state_dict(shared["model"])
         optimizer.load_state_dict(shared["optimizer"])
         checkpoint.set_rng_state(local["rng"])
         if exchange is not None:
-            exchange.load_state_dict(local["exchange"], model_device(model))
+            exchange.load_state_dict(local["exchange"], device)
         return shared["history"], shared["best"], shared["since_best"]
     except (KeyError, RuntimeError, ValueError, TypeError, DistGNNError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise checkpoint.CheckpointError(f"{path}: checkpoint does not fit this run ({first})"
-                                         ) from None
+        raise checkpoint.CheckpointError(f"{path}: checkpoint does not fit this run "
+                                         f"({one_line(e)})") from None
 
 
 def open_metrics(path: str | None, history: list[dict]):
