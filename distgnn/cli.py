@@ -265,6 +265,9 @@ def bench_parser() -> argparse.ArgumentParser:
     s.add_argument("--sweep", action="store_true",
                    help="also time every hub-block size against the autotuned one")
     s.add_argument("--no-scipy", action="store_true", help="skip the scipy column")
+    s.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu: the Numba kernels vs torch.sparse and scipy; cuda: the torch "
+                        "backend on the GPU vs PyTorch Geometric's message passing and spmm")
     output_arguments(s, "spmm.png")
     from .bench.epoch import IMPLS as EPOCH_IMPLS
     from .bench.epoch import MODELS as EPOCH_MODELS
@@ -292,6 +295,9 @@ def bench_parser() -> argparse.ArgumentParser:
     s.add_argument("--rounds", type=int, default=2,
                    help="interleaved rounds: each runs every implementation once")
     s.add_argument("--threads", type=int, default=os.cpu_count(), help="threads of every side")
+    s.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the torch and pyg implementations compute (numba always runs "
+                        "on the CPU cores); cuda adds each one's peak GPU memory")
     output_arguments(s, "epoch.png")
     from .comm import COMMUNICATORS
 

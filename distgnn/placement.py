@@ -66,6 +66,20 @@ def rank_backend(choice: str, device: torch.device, rank: int) -> str:
     return choice
 
 
+def gpu_identity(device: torch.device) -> str | None:
+    """The physical GPU behind ``device`` (its UUID), or ``None`` for a CPU rank."""
+    if device.type != "cuda":
+        return None
+    return str(torch.cuda.get_device_properties(device).uuid)
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait for the work queued on ``device`` (a GPU runs asynchronously; a clock read
+    after this counts all of it).  A no-op on the CPU."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def placement(rank: int, device: str, backend: str, rank_devices: str | None = None,
               rank_backends: str | None = None) -> tuple[torch.device, str]:
     """``(device, backend name)`` of ``rank`` under the flags of ``distgnn-train``."""

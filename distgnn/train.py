@@ -34,7 +34,7 @@ from .comm.watchdog import DEFAULT_TIMEOUT_S, Watchdog
 from .errors import DistGNNError, one_line
 from .graph import NodeDataset
 from .models import GNN
-from .placement import placement
+from .placement import placement, synchronize
 from .signals import StopRequests
 
 NAN_POLICIES = ("stop", "skip")
@@ -394,6 +394,7 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                 else:
                     with timer("optimizer"):
                         optimizer.step()
+                synchronize(x.device)
                 local = {"epoch_s": time.perf_counter() - t0, **phase_seconds(timer),
                          "bytes_sent": (exchange.total_bytes_sent - sent
                                         if exchange is not None else 0),

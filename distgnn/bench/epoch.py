@@ -3,14 +3,18 @@
 For each dataset and model (GraphSAGE-gcn, GCN) at the same sizes and thread count:
 
 1. **Same model check.**  From the same initial weights with dropout 0, this project
-   (numba backend) and PyG train ``CHECK_EPOCHS`` epochs; their losses must agree to
-   ``CHECK_RTOL`` relative, else the timing compares different things and is flagged.
+   (numba backend) and PyG (on ``--device``) train ``CHECK_EPOCHS`` epochs; their losses
+   must agree to ``CHECK_RTOL`` relative, else the timing compares different things and
+   is flagged.
 2. **Timing.**  Each implementation (``numba``, ``torch``: this project's trainer with
    either backend; ``pyg``) trains in a worker process of its own, so that its peak
    resident memory is its own; ``--rounds`` rounds run the workers in turn (interleaved),
    each a warm-up epoch and then ``--epochs`` timed epochs of forward, backward and
    optimizer step.  Reported: median and range of the epoch time, speed-up against PyG,
-   peak resident set.
+   peak resident set.  With ``--device cuda`` the ``torch`` and ``pyg`` workers compute on
+   the GPU (``numba`` stays on the CPU cores, as the CPU peer), epochs are timed up to a
+   device synchronisation, and their peak GPU memory (``torch.cuda.max_memory_allocated``)
+   is reported too.
 
 Workers are ``python -m distgnn.bench.epoch JSON`` with the dataset in a temporary ``.npz``.
 """
@@ -31,6 +35,7 @@ import torch.nn.functional as F
 from ..aggregate import BACKENDS
 from ..datasets import load
 from ..graph import NodeDataset
+from ..placement import synchronize
 from . import pyg
 from .machine import machine_info
 from .output import finish
@@ -46,12 +51,18 @@ def save_npz(data: NodeDataset, path: Path) -> None:
              train_mask=data.train_mask, val_mask=data.val_mask, test_mask=data.test_mask)
 
 
+def impl_device(impl: str, device: str) -> str:
+    """Where ``impl`` computes when the benchmark runs on ``device`` (numba: always the CPU)."""
+    return "cpu" if impl == "numba" else device
+
+
 def _config(job: dict, dropout: float, epochs: int):
     from ..train import TrainConfig
 
     return TrainConfig(model=job["model"], hidden=job["hidden"], layers=job["layers"],
                        dropout=dropout, epochs=epochs, eval_every=epochs, seed=job["seed"],
                        backend=job["impl"] if job["impl"] in BACKENDS else "numba",
+                       device=impl_device(job["impl"], job["device"]),
                        threads=job["threads"], progress=False)
 
 
@@ -68,15 +79,18 @@ def train_pyg(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tupl
     from ..train import build_model, configure_threads, normalize_features
 
     cfg = _config(job, dropout, epochs)
+    device = torch.device(job["device"])
     configure_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     ours = build_model(cfg, data.num_features, data.num_classes)
     dims = [data.num_features] + [cfg.hidden] * (cfg.layers - 1) + [data.num_classes]
     net = pyg.PyGNet(cfg.model, dims, dropout)
     pyg.copy_weights(ours, net)
-    x = torch.from_numpy(normalize_features(data.x, cfg.feature_norm))
-    y, train_mask = torch.from_numpy(data.y), torch.from_numpy(data.train_mask)
-    adj_t = pyg.adjacency(data.graph, cfg.model)
+    net.to(device)
+    x = torch.from_numpy(normalize_features(data.x, cfg.feature_norm)).to(device)
+    y = torch.from_numpy(data.y).to(device)
+    train_mask = torch.from_numpy(data.train_mask).to(device)
+    adj_t = pyg.adjacency(data.graph, cfg.model, device)
     optimizer = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     losses, times = [], []
     for _ in range(epochs):
@@ -87,6 +101,7 @@ def train_pyg(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tupl
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        synchronize(device)
         times.append(time.perf_counter() - start)
         losses.append(loss.item())
     return losses, times
@@ -102,7 +117,10 @@ def worker(job: dict) -> dict:
     rss_loaded = memory_mib("VmRSS")
     trainer = train_pyg if job["impl"] == "pyg" else train_ours
     _, times = trainer(data, job, job["dropout"], job["epochs"] + 1)
-    return {"times": times[1:], "rss_loaded_mib": rss_loaded, "peak_rss_mib": memory_mib("VmHWM")}
+    out = {"times": times[1:], "rss_loaded_mib": rss_loaded, "peak_rss_mib": memory_mib("VmHWM")}
+    if impl_device(job["impl"], job["device"]) == "cuda":
+        out["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    return out
 
 
 def memory_mib(field: str) -> float:
@@ -125,9 +143,11 @@ def run_worker(job: dict) -> dict:
 
 def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
     job = {"npz": str(npz), "model": model, "hidden": args.hidden, "layers": args.layers,
-           "threads": args.threads, "seed": 0, "epochs": args.epochs, "dropout": args.dropout}
+           "threads": args.threads, "seed": 0, "epochs": args.epochs, "dropout": args.dropout,
+           "device": args.device}
     row = {"dataset": name, "model": model, "hidden": args.hidden, "layers": args.layers,
-           "threads": args.threads, "epochs": args.epochs, "rounds": args.rounds}
+           "threads": args.threads, "epochs": args.epochs, "rounds": args.rounds,
+           "device": args.device}
     if "pyg" in impls:
         check = run_worker(dict(job, impl="check"))
         diff = max(abs(a - b) / abs(b) for a, b in zip(check["ours"], check["pyg"]))
@@ -143,11 +163,14 @@ def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
     row["impls"] = {}
     for impl, results in runs.items():
         times = [t for r in results for t in r["times"]]
-        row["impls"][impl] = {"epoch_s_median": statistics.median(times),
+        row["impls"][impl] = {"device": impl_device(impl, args.device),
+                              "epoch_s_median": statistics.median(times),
                               "epoch_s_min": min(times), "epoch_s_max": max(times),
                               "times": times,
                               "peak_rss_mib": max(r["peak_rss_mib"] for r in results),
                               "rss_loaded_mib": max(r["rss_loaded_mib"] for r in results)}
+        if "peak_gpu_mib" in results[0]:
+            row["impls"][impl]["peak_gpu_mib"] = max(r["peak_gpu_mib"] for r in results)
     if "pyg" in impls:
         ref = row["impls"]["pyg"]["epoch_s_median"]
         for impl, r in row["impls"].items():
@@ -156,13 +179,14 @@ def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
 
 
 def format_row(row: dict) -> str:
-    lines = [f"  {'impl':>6} {'epoch s (median)':>17} {'range':>17} {'vs PyG':>7} "
-             f"{'peak RSS MiB':>13}"]
+    lines = [f"  {'impl':>6} {'device':>6} {'epoch s (median)':>17} {'range':>17} "
+             f"{'vs PyG':>7} {'peak RSS MiB':>13} {'peak GPU MiB':>13}"]
     for impl, r in row["impls"].items():
         speed = f"{r['speedup_vs_pyg']:.2f}x" if "speedup_vs_pyg" in r else "-"
-        lines.append(f"  {impl:>6} {r['epoch_s_median']:>17.3f} "
+        gpu = f"{r['peak_gpu_mib']:,.0f}" if "peak_gpu_mib" in r else "-"
+        lines.append(f"  {impl:>6} {r['device']:>6} {r['epoch_s_median']:>17.3f} "
                      f"{r['epoch_s_min']:>8.3f}-{r['epoch_s_max']:<8.3f} {speed:>7} "
-                     f"{r['peak_rss_mib']:>13,.0f}")
+                     f"{r['peak_rss_mib']:>13,.0f} {gpu:>13}")
     return "\n".join(lines)
 
 

@@ -51,8 +51,8 @@ class PyGNet(nn.Module):
         return x
 
 
-def adjacency(graph: CSRGraph, model: str) -> torch.Tensor:
-    """``adj_t`` as PyG's layers want it: ``A`` for GCN, ``A + I`` for SAGE-gcn."""
+def adjacency(graph: CSRGraph, model: str, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``adj_t`` on ``device`` as PyG's layers want it: ``A`` for GCN, ``A + I`` for SAGE-gcn."""
     indptr, indices = graph.indptr, graph.indices.astype(np.int64)
     if model == "sage":  # one more entry per row, the vertex itself (kept beside a stored loop)
         n = graph.num_nodes
@@ -60,8 +60,8 @@ def adjacency(graph: CSRGraph, model: str) -> torch.Tensor:
         cols = np.concatenate([indices, np.arange(n)])
         indices = cols[np.lexsort((cols, rows))]
         indptr = indptr + np.arange(n + 1)
-    return csr_tensor(indptr, indices, torch.ones(len(indices)), graph.num_nodes, "cpu",
-                       torch.int64)
+    return csr_tensor(indptr, indices, torch.ones(len(indices), device=device),
+                      graph.num_nodes, device, torch.int64)
 
 
 def copy_weights(ours: GNN, theirs: PyGNet) -> None:

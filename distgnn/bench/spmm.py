@@ -7,6 +7,13 @@ thread).  Effective bandwidth counts the bytes that must move with no reuse: the
 one gathered ``d``-float row per edge and the written output, divided by the time, and is
 compared with the STREAM triad measured in the same run.  ``--sweep`` adds every hub-block
 size tried against the autotuned one.
+
+``--device cuda`` compares, on the GPU, this project's torch backend (``torch.sparse`` CSR
+forward and transpose) with PyTorch Geometric's two routes to the same sum: message
+passing over ``edge_index`` (gather ``x[src]``, scatter-add into ``dst``; its backward is
+the same with the roles swapped), and ``torch_geometric.utils.spmm`` on a CSR ``adj_t``.
+Results are checked against each other before timing; bandwidth is compared with a
+device-to-device copy measured in the same run.
 """
 from __future__ import annotations
 
@@ -25,6 +32,7 @@ from ..datasets import load
 from ..kernels import plan_spmm, spmm
 from ..kernels.spmm import as_aligned, empty_aligned
 from ..kernels.autotune import autotune_plan, time_plan
+from ..placement import synchronize
 from .machine import machine_info
 from .output import finish
 
@@ -134,12 +142,71 @@ def sweep_hub_blocks(graph, x, out, chosen: int, width: int, reps: int) -> dict:
     return result
 
 
-def print_row(row: dict, first: bool) -> None:
-    cols = [("width", "d"), ("hub_block", "hub B"), ("numba_fwd", "numba fwd s"),
-            ("torch_fwd", "torch fwd s"), ("scipy_fwd", "scipy fwd s"),
-            ("speedup_fwd", "fwd x"), ("numba_bwd", "numba bwd s"),
-            ("torch_bwd", "torch bwd s"), ("speedup_bwd", "bwd x"),
-            ("eff_gb_s_fwd", "eff GB/s"), ("eff_over_triad", "/triad")]
+def device_copy_gb_s(device: torch.device, num_floats: int = 1 << 28) -> float:
+    """Bytes read plus written per second by a device-to-device copy (best of 5)."""
+    a = torch.empty(num_floats, device=device)
+    b = torch.empty_like(a)
+    times = median_times({"copy": lambda: (b.copy_(a), synchronize(device))}, 5)
+    return 2 * a.numel() * 4 / times["copy"] / 1e9
+
+
+def run_device(args) -> dict:
+    """The torch backend against PyG's aggregations on ``args.device`` (see the docstring)."""
+    from torch_geometric.utils import scatter
+    from torch_geometric.utils import spmm as pyg_spmm
+
+    device = torch.device(args.device)
+    data = load(args.dataset)
+    graph = data.graph
+    ours = TorchSparseBackend()
+    t = ours.tensors(graph, device)
+    src, dst, n = t["src"], t["dst"], graph.num_nodes
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    info = {"device": name, "copy_gb_s": round(device_copy_gb_s(device), 1),
+            "versions": {"torch": torch.__version__}}
+    print(f"{data.name}: {n:,} vertices, {graph.num_edges:,} edges on {name}; "
+          f"device copy {info['copy_gb_s']} GB/s", flush=True)
+    rows = []
+    for width in args.widths:
+        x = torch.randn(n, width, device=device)
+        runs = {"ours_fwd": lambda: ours.spmm(graph, x, "sum")[0],
+                "pyg_mp_fwd": lambda: scatter(x[src], dst, 0, n, "sum"),
+                "pyg_spmm_fwd": lambda: pyg_spmm(t["A"], x, "sum"),
+                "ours_bwd": lambda: ours.spmm_backward(graph, x, "sum", None),
+                "pyg_mp_bwd": lambda: scatter(x[dst], src, 0, n, "sum")}
+        ref = runs["pyg_mp_fwd"]()
+        err = max(float((runs[k]().double() - ref.double()).norm() / ref.double().norm())
+                  for k in ("ours_fwd", "pyg_spmm_fwd"))
+        err_bwd = float((runs["ours_bwd"]().double() - runs["pyg_mp_bwd"]().double()).norm()
+                        / runs["pyg_mp_bwd"]().double().norm())
+        med = median_times({k: (lambda f=f: (f(), synchronize(device))) for k, f in runs.items()},
+                           args.reps)
+        row = {"width": width, **med, "rel_err_fwd": err, "rel_err_bwd": err_bwd,
+               "ours_vs_pyg_mp_fwd": round(med["pyg_mp_fwd"] / med["ours_fwd"], 2),
+               "ours_vs_pyg_mp_bwd": round(med["pyg_mp_bwd"] / med["ours_bwd"], 2),
+               "ours_vs_pyg_spmm_fwd": round(med["pyg_spmm_fwd"] / med["ours_fwd"], 2),
+               "eff_gb_s_fwd": round(effective_gb_s(graph, width, med["ours_fwd"]), 1)}
+        row["eff_over_copy"] = round(row["eff_gb_s_fwd"] / info["copy_gb_s"], 2)
+        rows.append(row)
+        print_row(row, width == args.widths[0], DEVICE_COLUMNS)
+    return {"benchmark": "spmm-device", "dataset": data.name, "num_nodes": n,
+            "num_edges": graph.num_edges, "machine": info, "results": rows}
+
+
+CPU_COLUMNS = [("width", "d"), ("hub_block", "hub B"), ("numba_fwd", "numba fwd s"),
+               ("torch_fwd", "torch fwd s"), ("scipy_fwd", "scipy fwd s"),
+               ("speedup_fwd", "fwd x"), ("numba_bwd", "numba bwd s"),
+               ("torch_bwd", "torch bwd s"), ("speedup_bwd", "bwd x"),
+               ("eff_gb_s_fwd", "eff GB/s"), ("eff_over_triad", "/triad")]
+DEVICE_COLUMNS = [("width", "d"), ("ours_fwd", "ours fwd s"), ("pyg_mp_fwd", "PyG mp fwd"),
+                  ("pyg_spmm_fwd", "PyG spmm"), ("ours_vs_pyg_mp_fwd", "vs mp x"),
+                  ("ours_vs_pyg_spmm_fwd", "vs spmm x"), ("ours_bwd", "ours bwd s"),
+                  ("pyg_mp_bwd", "PyG mp bwd"), ("ours_vs_pyg_mp_bwd", "bwd x"),
+                  ("eff_gb_s_fwd", "eff GB/s"), ("eff_over_copy", "/copy"),
+                  ("rel_err_fwd", "rel err")]
+
+
+def print_row(row: dict, first: bool, cols=CPU_COLUMNS) -> None:
     if first:
         print("  ".join(f"{title:>11}" for _, title in cols))
     cells = (f"{row[key]:.4g}" if isinstance(row.get(key), float) else str(row.get(key, "-"))
@@ -148,5 +215,5 @@ def print_row(row: dict, first: bool) -> None:
 
 
 def main(args) -> int:
-    finish(run(args), args)
+    finish(run(args) if args.device == "cpu" else run_device(args), args)
     return 0

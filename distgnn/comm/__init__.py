@@ -16,6 +16,7 @@ from typing import Callable, Protocol, Sequence, TypeVar
 import torch
 
 from ..errors import DistGNNError
+from ..placement import gpu_identity
 
 COMMUNICATORS = ("auto", "mpi", "gloo", "nccl", "ccl")
 T = TypeVar("T")
@@ -127,7 +128,8 @@ def get_communicator(name: str, device: torch.device | str = "cpu") -> Communica
     :class:`~distgnn.comm.staging.Staged` (so tensors on another device are copied).
 
     ``mpi``: mpi4py on host buffers; ``gloo``, ``nccl``, ``ccl``: torch.distributed with that
-    backend; ``auto``: nccl when every rank of the job computes on a GPU, else mpi.
+    backend; ``auto``: nccl when every rank of the job computes on a GPU of its own, else
+    mpi (nccl refuses two ranks on one GPU).
     """
     from .staging import Staged
 
@@ -138,8 +140,8 @@ def get_communicator(name: str, device: torch.device | str = "cpu") -> Communica
     if name == "auto":
         from .mpi import _mpi
 
-        everywhere_gpu = _mpi().COMM_WORLD.allreduce(int(device.type == "cuda"), op=_mpi().MIN)
-        name = "nccl" if everywhere_gpu else "mpi"
+        gpus = _mpi().COMM_WORLD.allgather(gpu_identity(device))
+        name = "nccl" if None not in gpus and len(set(gpus)) == len(gpus) else "mpi"
     if name == "mpi":
         from .mpi import MPICommunicator
 

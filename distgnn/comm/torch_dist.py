@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import DistGNNError
+from ..placement import gpu_identity
 
 BACKENDS = ("gloo", "nccl", "ccl")
 CCL_MISSING = ("the ccl communicator needs Intel's oneCCL bindings for PyTorch "
@@ -36,6 +37,20 @@ def _rendezvous(backend: str) -> None:
             address = f"tcp://{socket.gethostname()}:{s.getsockname()[1]}"
     address = comm.bcast(address, root=0)
     dist.init_process_group(backend, init_method=address, rank=comm.rank, world_size=comm.size)
+
+
+def _one_gpu_per_rank(device: torch.device) -> None:
+    """Refuse a job in which two ranks would drive one GPU through nccl (which it rejects
+    with an internal error at the first collective)."""
+    from mpi4py import MPI
+
+    gpus = MPI.COMM_WORLD.allgather(gpu_identity(device))
+    shared = [r for r, g in enumerate(gpus) if gpus.count(g) > 1]
+    if shared:
+        raise DistGNNError(f"the nccl communicator needs a GPU of its own for every rank, "
+                           f"but ranks {', '.join(map(str, shared))} share one; use --comm mpi "
+                           "or gloo (GPU tensors are staged through host memory), or give "
+                           "each rank its own GPU (distgnn-launch --gpus-per-node)")
 
 
 class _Work:
@@ -66,6 +81,7 @@ class TorchCommunicator:
                 raise DistGNNError(CCL_MISSING)
             importlib.import_module("oneccl_bindings_for_pytorch")  # registers "ccl"
         if backend == "nccl":
+            _one_gpu_per_rank(device)
             torch.cuda.set_device(device)
         if not dist.is_initialized():
             _rendezvous(backend)
