@@ -83,7 +83,9 @@ def synchronize(device: torch.device | str) -> None:
 def placement(rank: int, device: str, backend: str, rank_devices: str | None = None,
               rank_backends: str | None = None) -> tuple[torch.device, str]:
     """``(device, backend name)`` of ``rank`` under the flags of ``distgnn-train``."""
-    d = rank_device(parse_per_rank(rank_devices, "--rank-devices", DEVICES).get(rank, device),
-                    rank)
+    d = parse_per_rank(rank_devices, "--rank-devices", DEVICES).get(rank, device)
     b = parse_per_rank(rank_backends, "--rank-backends", BACKEND_CHOICES).get(rank, backend)
+    if d == "auto" and b == "numba":  # the Numba kernels run on CPUs: auto means the CPU
+        d = "cpu"
+    d = rank_device(d, rank)
     return d, rank_backend(b, d, rank)

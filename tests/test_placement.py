@@ -36,6 +36,9 @@ def test_auto_placement_and_per_rank_overrides():
         (torch.device("cpu"), "torch")
     assert placement(2, "cpu", "numba", rank_backends="1:torch,3:torch") == \
         (torch.device("cpu"), "numba")
+    # the Numba kernels run on CPUs: an automatic device follows them there, GPU or not
+    assert placement(0, "auto", "numba") == (torch.device("cpu"), "numba")
+    assert placement(3, "auto", "auto", rank_backends="3:numba") == (torch.device("cpu"), "numba")
 
 
 def test_numba_on_a_gpu_is_refused():
