@@ -71,43 +71,69 @@ def _shift_right(z: torch.Tensor, bits: int) -> torch.Tensor:
     return (z >> bits) & ((1 << (64 - bits)) - 1)
 
 
-def _splitmix64_torch(x: torch.Tensor) -> torch.Tensor:
-    """:func:`_splitmix64` on int64 tensors holding uint64 bit patterns (products wrap)."""
-    z = x + _as_int64(int(_GAMMA))
-    z = (z ^ _shift_right(z, 30)) * _as_int64(int(_MIX1))
-    z = (z ^ _shift_right(z, 27)) * _as_int64(int(_MIX2))
-    return z ^ _shift_right(z, 31)
+def _splitmix64_torch_(z: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
+    """:func:`_splitmix64` in place on int64 tensors holding uint64 bit patterns (products
+    wrap); ``tmp`` is scratch of the same shape."""
+    z.add_(_as_int64(int(_GAMMA)))
+    for bits, mix in ((30, _MIX1), (27, _MIX2), (31, None)):
+        torch.bitwise_right_shift(z, bits, out=tmp)
+        z.bitwise_xor_(tmp.bitwise_and_((1 << (64 - bits)) - 1))  # a logical shift
+        if mix is not None:
+            z.mul_(_as_int64(int(mix)))
+    return z
+
+
+# rows per block of the torch mask: bounds its int64 scratch to 2 x 32 MiB
+_MASK_BLOCK_ELEMENTS = 1 << 22
+
+
+def dropout_keep_torch(global_ids: torch.Tensor, width: int, p: float, key: int
+                       ) -> torch.Tensor:
+    """bool ``[len(global_ids), width]`` on the device of ``global_ids`` (int64): which
+    elements the mask of the module docstring keeps, the same bits as the Numba kernel (for
+    GPU ranks).  Computed in row blocks, in place, so its scratch stays small."""
+    n, device = len(global_ids), global_ids.device
+    keep = torch.empty(n, width, dtype=torch.bool, device=device)
+    cols = torch.arange(width, device=device, dtype=torch.int64) + _as_int64(key)
+    rows = max(1, _MASK_BLOCK_ELEMENTS // max(width, 1))
+    for start in range(0, n, rows):
+        ids = global_ids[start:start + rows]
+        z = torch.add(ids.unsqueeze(1) * width, cols)
+        _splitmix64_torch_(z, torch.empty_like(z))
+        torch.ge(_shift_right(z, 40), int(p * (1 << 24)), out=keep[start:start + rows])
+    return keep
 
 
 def dropout_mask_torch(global_ids: torch.Tensor, width: int, p: float, key: int,
                        dtype: torch.dtype) -> torch.Tensor:
-    """The mask of the module docstring as a ``[len(global_ids), width]`` tensor on the
-    device of ``global_ids`` (int64): the same bits as the Numba kernel, for GPU ranks."""
-    c = (global_ids.unsqueeze(1) * width
-         + torch.arange(width, device=global_ids.device, dtype=torch.int64))
-    keep = _shift_right(_splitmix64_torch(c + _as_int64(key)), 40) >= int(p * (1 << 24))
-    return keep.to(dtype) * (1.0 / (1.0 - p))
-
-
-def _masked(x: torch.Tensor, global_ids: np.ndarray, p: float, key: int) -> torch.Tensor:
-    if x.device.type == "cpu":
-        return torch.from_numpy(apply_dropout_mask(x.detach().contiguous().numpy(),
-                                                   global_ids, p, key))
-    ids = torch.from_numpy(np.asarray(global_ids, dtype=np.int64)).to(x.device)
-    return x * dropout_mask_torch(ids, x.shape[1], p, key, x.dtype)
+    """The mask of the module docstring as ``[len(global_ids), width]`` values ``0`` or
+    ``1/(1-p)`` of ``dtype`` (see :func:`dropout_keep_torch`)."""
+    return dropout_keep_torch(global_ids, width, p, key).to(dtype) * (1.0 / (1.0 - p))
 
 
 class VertexDropout(torch.autograd.Function):
-    """Forward and backward both multiply by the same mask, recomputed from the key."""
+    """Forward and backward both multiply by the same mask: recomputed from the key on the
+    CPU (the Numba kernel is cheaper than storing it), kept as a bool tensor on a GPU."""
 
     @staticmethod
     def forward(ctx, h, global_ids, p, key):
-        ctx.args = (global_ids, p, key)
-        return _masked(h, global_ids, p, key)
+        ctx.scale = 1.0 / (1.0 - p)
+        if h.device.type == "cpu":
+            ctx.args = (global_ids, p, key)
+            return torch.from_numpy(apply_dropout_mask(h.detach().contiguous().numpy(),
+                                                       global_ids, p, key))
+        ids = torch.from_numpy(np.asarray(global_ids, dtype=np.int64)).to(h.device)
+        keep = dropout_keep_torch(ids, h.shape[1], p, key)
+        ctx.save_for_backward(keep)
+        return h * keep * ctx.scale
 
     @staticmethod
     def backward(ctx, grad):
-        return _masked(grad, *ctx.args), None, None, None
+        if grad.device.type == "cpu":
+            return (torch.from_numpy(apply_dropout_mask(grad.contiguous().numpy(), *ctx.args)),
+                    None, None, None)
+        (keep,) = ctx.saved_tensors
+        return grad * keep * ctx.scale, None, None, None
 
 
 def vertex_dropout(h: torch.Tensor, global_ids: np.ndarray, p: float, key: int) -> torch.Tensor:
