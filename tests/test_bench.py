@@ -33,6 +33,23 @@ def test_bench_spmm_writes_json(tmp_path):
     assert (tmp_path / "spmm.png").read_bytes().startswith(b"\x89PNG")
 
 
+def test_bench_spmm_device_mode_agrees_with_pyg(capsys):
+    """The --device mode's comparison, run on the CPU (the code is device-agnostic): the
+    torch backend and PyG's two routes compute the same sums, forward and backward."""
+    import argparse
+
+    from distgnn.bench.spmm import run_device
+
+    pytest.importorskip("torch_geometric")
+    result = run_device(argparse.Namespace(device="cpu", widths=[4, 16], reps=1,
+                                           dataset="rmat:scale=9,edge_factor=4,features=1"))
+    assert [r["width"] for r in result["results"]] == [4, 16]
+    for r in result["results"]:
+        assert r["rel_err_fwd"] < 1e-5 and r["rel_err_bwd"] < 1e-5
+        assert r["ours_fwd"] > 0 and r["pyg_mp_bwd"] > 0 and r["eff_over_copy"] > 0
+    assert "PyG mp fwd" in capsys.readouterr().out
+
+
 def test_bench_partition_writes_json_and_chart(tmp_path, capsys):
     from distgnn.cli import bench_main
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import launch
 from conftest import build_random_graph
@@ -313,7 +314,9 @@ def test_cd0_training_follows_the_single_socket_loss_curve(train_job, single_soc
     accuracy to within one vertex."""
     proc, metrics = train_job(P, "cd-0")
     assert [r["epoch"] for r in metrics] == list(range(30))
-    assert f"{P} ranks (0 on GPUs, 0 with the torch backend), cd-0, mpi" in proc.stdout
+    on_gpus = P if torch.cuda.is_available() else 0  # --device auto: every rank sees the GPU
+    assert f"{P} ranks ({on_gpus} on GPUs, {on_gpus} with the torch backend), cd-0, mpi" \
+        in proc.stdout
     diff = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(metrics, single_socket))
     assert diff <= 1e-4, f"max relative loss difference {diff:.3g}"
     assert metrics[-1]["loss"] < metrics[0]["loss"]
