@@ -36,17 +36,23 @@ import torch
 
 from .comm import Communicator, all_or_none
 from .errors import DistGNNError, one_line
-from .storage import free_space_problem, fsync_dir
+from .storage import file_head, free_space_problem, fsync_dir, write_atomic
 
 FORMAT = "distgnn-checkpoint"
-VERSION = 1
+VERSION = 2  # 2: the fingerprint holds the options and the content of the data
 NAME = re.compile(r"^epoch-(\d{6,})$")
 # Slack over the serialised sizes: the manifest, directory entries, filesystem blocks.
 SPACE_MARGIN = 1 << 20
+MAX_EPOCH = 10**9  # epochs of a checkpoint name: six digits or more, never absurd
+MAX_MANIFEST_BYTES = 1 << 26
 
 
 class CheckpointError(DistGNNError):
     """A checkpoint that cannot be written, found, read or used for this run."""
+
+
+class CheckpointMismatch(CheckpointError):
+    """An intact checkpoint written by a run that this one cannot continue."""
 
 
 def rank_file(rank: int) -> str:
@@ -76,20 +82,6 @@ def _serialise(payload: dict) -> bytes:
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     return buffer.getvalue()
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    """``data`` to ``path`` via a temporary name, on disk (fsync) before the rename."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _gather_digests(comm: Communicator, data: bytes) -> list[tuple[int, str]]:
@@ -124,14 +116,18 @@ def save(directory: str | Path, epoch: int, comm: Communicator, fingerprint: dic
                                   "checkpoints are untouched")
         if lead:
             directory.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(partial, ignore_errors=True)  # left by a job killed mid-write
+            for stale in directory.glob(".partial-epoch-*"):  # left by a job killed mid-write
+                shutil.rmtree(stale, ignore_errors=True)
+            if final.exists() and not is_checkpoint(final):
+                raise CheckpointError(f"{final} exists and is not a checkpoint written by "
+                                      "distgnn-train; refusing to replace it")
             partial.mkdir()
 
     def write_files():
         try:
-            _write_file(partial / rank_file(comm.rank), local_bytes)
+            write_atomic(partial / rank_file(comm.rank), local_bytes)
             if lead:
-                _write_file(partial / "state.pt", shared_bytes)
+                write_atomic(partial / "state.pt", shared_bytes)
         except OSError as e:
             raise CheckpointError(f"{partial}: writing the checkpoint failed ({e.strerror or e}); "
                                   "the previous checkpoints are untouched") from None
@@ -146,7 +142,7 @@ def save(directory: str | Path, epoch: int, comm: Communicator, fingerprint: dic
         manifest = {"format": FORMAT, "version": VERSION, "epoch": epoch, "ranks": comm.size,
                     "fingerprint": fingerprint, "files": files}
         try:
-            _write_file(partial / "manifest.json", json.dumps(manifest, indent=1).encode())
+            write_atomic(partial / "manifest.json", json.dumps(manifest, indent=1).encode())
             fsync_dir(partial)
             if final.exists():  # the same epoch written by an earlier attempt
                 shutil.rmtree(final)
@@ -156,7 +152,7 @@ def save(directory: str | Path, epoch: int, comm: Communicator, fingerprint: dic
             raise CheckpointError(f"{final}: publishing the checkpoint failed "
                                   f"({e.strerror or e}); the previous checkpoints are "
                                   "untouched") from None
-        for old in checkpoints(directory)[keep:]:
+        for old in [p for p in checkpoints(directory) if is_checkpoint(p)][keep:]:
             shutil.rmtree(old, ignore_errors=True)
 
     try:
@@ -181,36 +177,93 @@ def checkpoints(directory: str | Path) -> list[Path]:
     return [p for _, p in sorted(found, reverse=True)]
 
 
-def read_manifest(path: Path) -> dict:
-    """The manifest of checkpoint ``path``, checked for form and for every file's size and
-    SHA-256 (raises :class:`CheckpointError` naming the first problem)."""
+def is_checkpoint(path: Path) -> bool:
+    """Whether ``path`` holds a ``manifest.json`` of this format (any version): a checkpoint
+    this tool wrote, which pruning and re-writing may remove."""
     try:
-        manifest = json.loads((path / "manifest.json").read_bytes())
+        manifest = json.loads(file_head(path / "manifest.json", 1 << 20))
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == FORMAT
+
+
+def _manifest_problem(manifest, path: Path) -> str | None:
+    """Why ``manifest`` (parsed JSON) is not a manifest of this format for ``path``."""
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        return "not a distgnn checkpoint manifest"
+    if manifest.get("version") != VERSION:
+        return (f"checkpoint format version {manifest.get('version')!r}; this distgnn reads "
+                f"version {VERSION}")
+    epoch, ranks, files = manifest.get("epoch"), manifest.get("ranks"), manifest.get("files")
+    if type(epoch) is not int or not 0 <= epoch <= MAX_EPOCH:
+        return f"epoch must be an integer from 0 to {MAX_EPOCH}, got {epoch!r}"
+    if path.name != checkpoint_name(epoch):
+        return f"epoch {epoch} does not match the directory name {path.name}"
+    if type(ranks) is not int or ranks < 1:
+        return f"ranks must be an integer >= 1, got {ranks!r}"
+    if not isinstance(manifest.get("fingerprint"), dict):
+        return "fingerprint must be an object"
+    expected = {"state.pt", *(rank_file(r) for r in range(min(ranks, 1 << 20)))}
+    if not isinstance(files, dict) or set(files) != expected:
+        return f"files must list state.pt and rank-00000.pt .. {rank_file(ranks - 1)}"
+    for name, entry in files.items():
+        if not (isinstance(entry, dict) and type(entry.get("bytes")) is int
+                and isinstance(entry.get("sha256"), str)):
+            return f"the entry of {name} needs bytes and sha256"
+    return None
+
+
+def read_manifest(path: Path) -> dict:
+    """The manifest of checkpoint ``path``, checked as strictly as a partition's meta.json
+    (format, version, an epoch that is a small integer and matches the directory name,
+    ranks, the exact file list) and for every file's size and SHA-256 (raises
+    :class:`CheckpointError` naming the first problem)."""
+    try:
+        manifest = json.loads(file_head(path / "manifest.json", MAX_MANIFEST_BYTES))
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no manifest.json (not a complete checkpoint)") from None
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path}/manifest.json: unreadable ({e})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{path}/manifest.json: not a distgnn checkpoint manifest")
-    if manifest.get("version") != VERSION:
-        raise CheckpointError(f"{path}: checkpoint format version {manifest.get('version')!r}; "
-                              f"this distgnn reads version {VERSION}")
-    files = manifest.get("files")
-    if not isinstance(files, dict) or not isinstance(manifest.get("epoch"), int):
-        raise CheckpointError(f"{path}/manifest.json: missing 'files' or 'epoch'")
-    for name, entry in files.items():
+    except (OSError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"{path}/manifest.json: unreadable ({one_line(e)})") from None
+    problem = _manifest_problem(manifest, path)
+    if problem:
+        raise CheckpointError(f"{path}/manifest.json: {problem}")
+    for name, entry in manifest["files"].items():
         f = path / name
-        if Path(name).name != name:
-            raise CheckpointError(f"{path}/manifest.json: bad file name {name!r}")
         try:
-            data = f.read_bytes()
+            size = f.stat().st_size
+            if size != entry["bytes"] or not f.is_file():
+                raise CheckpointError(f"{f}: {size} bytes, the manifest says {entry['bytes']} "
+                                      "(corrupted or truncated)")
+            with open(f, "rb") as handle:
+                digest = hashlib.file_digest(handle, "sha256").hexdigest()
         except OSError as e:
             raise CheckpointError(f"{f}: unreadable ({e.strerror or e})") from None
-        if len(data) != entry.get("bytes") or hashlib.sha256(data).hexdigest() != entry.get(
-                "sha256"):
-            raise CheckpointError(f"{f}: size or SHA-256 differs from the manifest "
-                                  "(corrupted or truncated)")
+        if digest != entry["sha256"]:
+            raise CheckpointError(f"{f}: SHA-256 differs from the manifest (corrupted)")
     return manifest
+
+
+# what every epoch record of a checkpoint's history holds (what reports and resumes read)
+RECORD_KEYS = ("epoch", "loss", "epoch_s", "phases", "bytes_sent_max", "train_acc", "val_acc",
+               "test_acc")
+
+
+def state_problem(state, epoch: int) -> str | None:
+    """Why ``state`` (a loaded state.pt) cannot continue a run after ``epoch`` epochs."""
+    if not isinstance(state, dict) or not {"model", "optimizer", "history", "best",
+                                           "since_best"} <= state.keys():
+        return "state.pt lacks model, optimizer, history, best or since_best"
+    history = state["history"]
+    if not isinstance(history, list) or len(history) != epoch:
+        return f"history must hold {epoch} epoch records"
+    for i, record in enumerate(history):
+        if not isinstance(record, dict) or not set(RECORD_KEYS) <= record.keys():
+            return f"history record {i} lacks one of {', '.join(RECORD_KEYS)}"
+        if record["epoch"] != i:
+            return f"history record {i} is for epoch {record['epoch']!r}"
+    if not isinstance(state["best"], dict) or type(state["since_best"]) is not int:
+        return "best must be a record and since_best an integer"
+    return None
 
 
 def _parameter_difference(theirs: dict, ours: dict) -> str:
@@ -224,18 +277,26 @@ def _parameter_difference(theirs: dict, ours: dict) -> str:
 
 
 def check_fingerprint(path: Path, theirs: dict, ours: dict) -> None:
-    """Refuse a checkpoint written by a run this one cannot continue."""
-    what = {"ranks": "rank count", "data": "data (graph or partitioning)",
-            "parameters": "model shape", "exchange": "split-vertex exchange"}
-    for key, label in what.items():
-        a, b = theirs.get(key), ours.get(key)
-        if a == b:
-            continue
-        if key == "parameters" and isinstance(a, dict) and isinstance(b, dict):
-            detail = _parameter_difference(a, b)
-        else:
-            detail = f"{a} there, {b} here"
-        raise CheckpointError(f"{path}: written for another {label} than this run's ({detail})")
+    """Refuse a checkpoint written by a run this one cannot continue, naming the first
+    difference: rank count, exchange, an option (by its flag), data, parameter shapes."""
+    def refuse(label: str, detail: str):
+        raise CheckpointMismatch(f"{path}: written for another {label} than this run's ({detail})")
+
+    for key, label in (("ranks", "rank count"), ("exchange", "split-vertex exchange")):
+        if theirs.get(key) != ours.get(key):
+            refuse(label, f"{theirs.get(key)} there, {ours.get(key)} here")
+    options = theirs.get("options")
+    options = options if isinstance(options, dict) else {}
+    for flag, value in ours.get("options", {}).items():
+        if options.get(flag, "absent") != value:
+            refuse(flag, f"{options.get(flag, 'absent')} there, {value} here")
+    if theirs.get("data") != ours.get("data"):
+        refuse("data (graph, features, labels or split)",
+               f"{theirs.get('data')} there, {ours.get('data')} here")
+    a, b = theirs.get("parameters"), ours.get("parameters")
+    if a != b:
+        refuse("model shape", _parameter_difference(a, b) if isinstance(a, dict) else
+               f"{a} there")
 
 
 def _load_file(path: Path) -> dict:
@@ -258,6 +319,7 @@ def resume(directory: str | Path, comm: Communicator, fingerprint: dict,
     """
     directory = Path(directory)
     chosen = torch.zeros(1, dtype=torch.int64)
+    picked = {}
 
     def pick():
         if comm.rank != 0:
@@ -267,21 +329,30 @@ def resume(directory: str | Path, comm: Communicator, fingerprint: dict,
             raise CheckpointError(f"{directory}: no checkpoint to resume from "
                                   "(expected epoch-NNNNNN directories written by "
                                   "--checkpoint-dir)")
+        reasons = []
         for path in found:
             try:
                 manifest = read_manifest(path)
+                check_fingerprint(path, manifest["fingerprint"], fingerprint)
+                state = _load_file(path / "state.pt")
+                problem = state_problem(state, manifest["epoch"])
+                if problem:
+                    raise CheckpointError(f"{path}/state.pt: {problem}")
+            except CheckpointMismatch:  # another run's: never fall back past it
+                raise
             except CheckpointError as e:
                 log(f"warning: skipping {e}")
+                reasons.append(str(e))
                 continue
-            check_fingerprint(path, manifest.get("fingerprint", {}), fingerprint)
-            chosen[0] = manifest["epoch"]
+            chosen[0], picked["state"] = manifest["epoch"], state
             return
         raise CheckpointError(f"{directory}: none of its {len(found)} checkpoints is complete "
-                              "and intact")
+                              f"and intact (newest: {reasons[0]})")
 
     all_or_none(comm, pick)
     comm.broadcast(chosen, root=0)
     path = directory / checkpoint_name(int(chosen[0]))
-    shared, local = all_or_none(comm, lambda: (_load_file(path / "state.pt"),
+    shared, local = all_or_none(comm, lambda: (picked.get("state") or
+                                               _load_file(path / "state.pt"),
                                                _load_file(path / rank_file(comm.rank))))
     return int(chosen[0]), shared, local

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
+import signal
 import statistics
 import sys
 
@@ -26,8 +28,25 @@ def fail(prog: str, message: str) -> int:
     return 2
 
 
+def interruptible(prog: str):
+    """Decorate a command-line entry point so that Ctrl-C anywhere in it (parsing, imports,
+    loading) ends with one line and status 130 instead of a traceback."""
+    def wrap(main):
+        @functools.wraps(main)
+        def entry(argv: list[str] | None = None) -> int:
+            try:
+                return main(argv)
+            except KeyboardInterrupt:
+                print(f"{prog}: interrupted (Ctrl-C); nothing more was written",
+                      file=sys.stderr)
+                return 128 + signal.SIGINT
+        return entry
+    return wrap
+
+
 def run_guarded(prog: str, command) -> int:
-    """``command()``'s exit status, or 2 with one line on stderr for a user error."""
+    """``command()``'s exit status, or one line on stderr and a non-zero status: 2 (or the
+    error's own) for a user error."""
     try:
         return command()
     except DistGNNError as e:
@@ -39,11 +58,10 @@ def run_guarded(prog: str, command) -> int:
 
 def train_parser() -> argparse.ArgumentParser:
     from .comm import COMMUNICATORS
-    from .distributed import DEFAULT_DELAY
     from .drpa import ALGORITHMS
     from .models import SAGE_AGGREGATORS
     from .placement import BACKEND_CHOICES, DEVICES
-    from .train import NAN_POLICIES, TrainConfig
+    from .train import DEFAULT_DELAY, NAN_POLICIES, TrainConfig
 
     d = TrainConfig()
     p = OneLineParser(
@@ -159,22 +177,29 @@ def train_parser() -> argparse.ArgumentParser:
     return p
 
 
+@interruptible("distgnn-train")
 def train_main(argv: list[str] | None = None) -> int:
     args = train_parser().parse_args(argv)
     from .datasets import load
     from .train import TrainConfig, train
 
-    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
-                         if hasattr(args, f.name)}, progress=not args.no_progress,
-                      verify=not args.no_verify)
-    if args.partitions:
-        if args.dataset:
-            return fail("distgnn-train", "give --dataset or --partitions, not both")
-        return run_guarded("distgnn-train", lambda: train_partitions(args.partitions, cfg))
+    if args.partitions and args.dataset:
+        return fail("distgnn-train", "give --dataset or --partitions, not both")
+
+    def config():
+        return TrainConfig(**{f.name: getattr(args, f.name)
+                              for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)},
+                           progress=not args.no_progress, verify=not args.no_verify)
+
+    if args.partitions:  # every rank checks the flags; rank 0 reports once
+        return run_guarded("distgnn-train", lambda: train_partitions(args.partitions, config))
+    cfg = run_guarded("distgnn-train", config)
+    if isinstance(cfg, int):
+        return cfg
     args.dataset = args.dataset or "cora"
 
     def run():
-        data = load(args.dataset, features=args.features, labels=args.labels, split=args.split)
+        data = load(args.dataset, features=args.features, labels=args.labels, split=cfg.split)
         print(data.summary(), flush=True)
         return train(data, cfg)
 
@@ -185,8 +210,9 @@ def train_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def train_partitions(directory: str, cfg) -> int:
-    """One rank of ``mpirun -np P distgnn-train --partitions DIR``."""
+def train_partitions(directory: str, config) -> int:
+    """One rank of ``mpirun -np P distgnn-train --partitions DIR`` (``config()`` makes the
+    run's TrainConfig, checked on every rank)."""
     import torch
 
     from .aggregate import PhaseTimer
@@ -200,6 +226,7 @@ def train_partitions(directory: str, cfg) -> int:
     world = MPICommunicator()  # the job itself: agreement on set-up errors, and abort
 
     def main():
+        cfg = all_or_none(world, config)
         configure_threads(cfg.threads or threads_per_rank(world))
         device, backend = all_or_none(world, lambda: placement(
             world.rank, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends))
@@ -397,9 +424,11 @@ def bench_parser() -> argparse.ArgumentParser:
     return p
 
 
+@interruptible("distgnn-bench")
 def bench_main(argv: list[str] | None = None) -> int:
     args = bench_parser().parse_args(argv)
     from .bench import comm, epoch, partition, predict, report, resume, spmm
+    from .bench.output import check_outputs
 
     if args.command == "epoch":
         args.dataset = args.dataset or ["rmat:scale=18,edge_factor=16,features=128"]
@@ -416,4 +445,9 @@ def bench_main(argv: list[str] | None = None) -> int:
     command = {"spmm": spmm.main, "partition": partition.main, "epoch": epoch.main,
                "comm": comm.main, "predict": predict.main, "report": report.main,
                "resume": resume.main}[args.command]
-    return run_guarded("distgnn-bench", lambda: command(args))
+
+    def run():
+        check_outputs(args)  # before the work, not after it
+        return command(args)
+
+    return run_guarded("distgnn-bench", run)

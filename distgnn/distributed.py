@@ -22,26 +22,10 @@ from partition.format import PartitionFormatError, check_files, load, read_meta
 
 from .aggregate import Neighbourhood, PhaseTimer, get_backend
 from .comm import Communicator, RankFailed, all_or_none
-from .drpa import ALGORITHMS, DRPA, SplitIndex
+from .drpa import DRPA, SplitIndex
+from . import memory
 from .errors import DistGNNError
 from .train import Shard, TrainConfig, node_tensors
-
-DEFAULT_DELAY = 5
-
-
-def resolve_delay(algo: str, delay: int | None) -> int:
-    """``r`` of cd-r (``DEFAULT_DELAY`` when not given); other algorithms take none."""
-    if algo not in ALGORITHMS:
-        raise DistGNNError(f"unknown --algo {algo!r}; choose from {', '.join(ALGORITHMS)}")
-    if algo != "cd-r":
-        if delay:
-            raise DistGNNError(f"--delay applies to cd-r only, not {algo}")
-        return 0
-    delay = DEFAULT_DELAY if delay is None else delay
-    if delay < 1:
-        raise DistGNNError(f"cd-r needs --delay >= 1, got {delay}")
-    return delay
-
 
 def threads_per_rank(comm: Communicator) -> int:
     """Cores of this node divided among the ranks on it (so ranks never share cores)."""
@@ -58,7 +42,7 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
     directory = Path(directory)
 
     def load_local():
-        delay = resolve_delay(cfg.algo, cfg.delay)
+        delay = cfg.delay_epochs
         if cfg.algo != "0c" and cfg.model == "sage" and cfg.aggregator == "max":
             raise DistGNNError("the max aggregator has no exact split-vertex exchange; "
                                "use --algo 0c or another aggregator")
@@ -74,6 +58,8 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                 raise PartitionFormatError(f"{problems[0]} (`distgnn-partition verify "
                                            f"{directory}` lists every problem)")
         part = load(directory, comm.rank)
+        memory.require(cfg, part.num_nodes, part.graph.num_edges, part.x.shape[1],
+                       int(meta["num_classes"]), device, f"{directory} partition {comm.rank}")
         x, y, masks = node_tensors(part.x, part.y, {"train": part.train_mask,
                                                     "val": part.val_mask,
                                                     "test": part.test_mask}, cfg.feature_norm,
@@ -81,7 +67,7 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
         return part, delay, x, y, masks, SplitIndex.from_partition(part)
 
     part, delay, x, y, masks, index = all_or_none(comm, load_local)
-    all_or_none(comm, lambda: index.check(comm))
+    index.check(comm, part)
     exchange = (None if cfg.algo == "0c"
                 else DRPA(index, comm, cfg.algo, delay, timer, cfg.backward_exchange))
     nbr = Neighbourhood(part.graph, get_backend(backend),
@@ -104,8 +90,9 @@ def run_rank(prog: str, comm: Communicator, main: Callable[[], int]) -> int:
     try:
         return main()
     except RankFailed as e:
-        if comm.rank == 0 or not e.unanimous:
-            print(f"{prog}: error: rank {comm.rank}: {e}", file=sys.stderr, flush=True)
+        if comm.rank == 0:
+            for line in str(e).splitlines():  # one line per distinct error
+                print(f"{prog}: error: {line}", file=sys.stderr, flush=True)
         return e.exit_status
     except BaseException as e:  # noqa: B036 -- KeyboardInterrupt must also release the peers
         if isinstance(e, (DistGNNError, OSError)):

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from .aggregate import PhaseTimer
-from .comm import Communicator, Done
+from .comm import Communicator, Done, all_or_none
 from .errors import DistGNNError
 
 ALGORITHMS = ("cd-0", "cd-r", "0c")
@@ -71,19 +71,64 @@ class SplitIndex:
                    torch.from_numpy(root_ids.copy()), np.diff(part.leaf_ptr).tolist(),
                    ids[leaves], ids[root_ids])
 
-    def check(self, comm: Communicator) -> None:
-        """Ask each peer how many leaves it sends here; raise if it disagrees with our table."""
+    def check(self, comm: Communicator, part) -> None:
+        """Check, with the peers, that the split tables of partition ``part`` (this rank's)
+        describe the same vertices as theirs, before any exchange relies on them
+        (collective; raises :class:`~distgnn.comm.RankFailed` on every rank).
+
+        1. Each peer sends as many leaf partials as this rank's table expects (else an
+           exchange would overrun its buffers).
+        2. Each leaf sends its root its global id, global in-degree and local in-degree:
+           the root checks that the entry is that vertex (so every cd-r bin matches too),
+           that both store the same global in-degree, and that the local in-degrees of all
+           clones add up to it; a vertex without clones must hold all its in-edges.
+        """
         sent = torch.tensor(self.leaf_counts, dtype=torch.int64).unsqueeze(1)
         told = torch.empty_like(sent)
         ones = [1] * comm.size
+
+        def counts_agree():
+            told_counts = told.squeeze(1).tolist()
+            bad = [q for q in range(comm.size) if told_counts[q] != self.root_counts[q]]
+            if bad:
+                q = bad[0]
+                raise DistGNNError(f"rank {q} sends {told_counts[q]} split-vertex partials but "
+                                   f"this partition expects {self.root_counts[q]} (partitions "
+                                   "from different runs?)")
+
         comm.alltoallv(sent, ones, told, ones)
-        told = told.squeeze(1).tolist()
-        bad = [q for q in range(comm.size) if told[q] != self.root_counts[q]]
-        if bad:
-            q = bad[0]
-            raise DistGNNError(f"rank {comm.rank}: rank {q} sends {told[q]} split-vertex "
-                               f"partials but this partition expects {self.root_counts[q]} "
-                               "(partitions from different runs?)")
+        all_or_none(comm, counts_agree)
+        in_degree = np.asarray(part.in_degree, dtype=np.int64)
+        local_degree = np.diff(np.asarray(part.graph.indptr)).astype(np.int64)
+        leaves = self.leaf_ids.numpy()
+        up = torch.from_numpy(np.stack([self.leaf_global, in_degree[leaves],
+                                        local_degree[leaves]], axis=1))
+        got = torch.empty(len(self.root_ids), 3, dtype=torch.int64)
+        comm.alltoallv(up, self.leaf_counts, got, self.root_counts)
+
+        def tables_agree():
+            g = got.numpy()
+            roots = self.root_ids.numpy()
+            wrong = np.flatnonzero(g[:, 0] != self.root_global)
+            if len(wrong):
+                raise DistGNNError(f"split-vertex table entry {wrong[0]} is vertex "
+                                   f"{self.root_global[wrong[0]]} here but {g[wrong[0], 0]} on "
+                                   "its leaf's rank (partitions from different runs?)")
+            wrong = np.flatnonzero(g[:, 1] != in_degree[roots])
+            if len(wrong):
+                v = self.root_global[wrong[0]]
+                raise DistGNNError(f"vertex {v} has global in-degree {in_degree[roots[wrong[0]]]}"
+                                   f" here but {g[wrong[0], 1]} on a leaf's rank")
+            total = local_degree.copy()
+            np.add.at(total, roots, g[:, 2])
+            is_root = np.asarray(part.root_rank) == part.rank
+            wrong = np.flatnonzero(is_root & (total != in_degree))
+            if len(wrong):
+                v = int(np.asarray(part.global_ids)[wrong[0]])
+                raise DistGNNError(f"vertex {v}: its clones hold {total[wrong[0]]} in-edges but "
+                                   f"in_degree says {in_degree[wrong[0]]}")
+
+        all_or_none(comm, tables_agree)
 
 
 def _select(mask: np.ndarray, counts: list[int]) -> tuple[torch.Tensor, list[int]]:

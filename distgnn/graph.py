@@ -35,6 +35,8 @@ class GraphError(DistGNNError, ValueError):
 
 def format_bytes(nbytes: float) -> str:
     """``nbytes`` in GiB, MiB or KiB with one decimal, e.g. ``"7450.6 GiB"``."""
+    if nbytes >= 1 << 60:  # int arithmetic: an absurd declared size must not overflow a float
+        return f"{nbytes >> 60:,} EiB" if nbytes < 1 << 80 else "over a million EiB"
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20)):
         if nbytes >= scale:
             return f"{nbytes / scale:.1f} {unit}"

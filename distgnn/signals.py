@@ -1,29 +1,67 @@
-"""Stop requests by signal: finish the epoch, write a checkpoint, exit.
+"""Stop requests: finish the epoch, write a checkpoint, exit.
 
 SLURM sends SIGTERM to every task when a job reaches its time limit (``sbatch
 --signal=TERM@S`` moves that S seconds earlier); Open MPI's ``mpirun`` forwards SIGUSR1
 and SIGUSR2 to its ranks but answers SIGTERM by killing them, so ``distgnn-launch`` turns
 a SIGTERM it receives into SIGUSR1 for the ranks.  A handler can only note the request:
 the ranks agree on it at the end of the epoch (any rank's request stops all of them), when
-the state is consistent enough to checkpoint.
+the state is consistent enough to checkpoint.  Ctrl-C (SIGINT) is a stop request too; a
+second Ctrl-C stops at once, without a checkpoint.
+
+One request needs no signal: the launcher going away.  pip's Open MPI ``mpirun`` is a
+wrapper that starts ``prterun``, which starts the ranks; a SIGTERM to that wrapper ends it
+alone, and the job would run on with nobody waiting for it.  Under MPI each rank therefore
+also watches its launcher (its parent's parent, as seen at the start): once that process
+is gone, the rank asks to stop as for SIGHUP.
 """
 from __future__ import annotations
 
+import os
 import signal
 import threading
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent process id of ``pid`` (``None`` when it is gone or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class StopRequests:
-    """Context manager that records the stop signals received while it is active."""
+    """Context manager that records the stop requests received while it is active.
 
-    def __init__(self):
+    ``watch_launcher``: also request a stop (as SIGHUP) once the process that launched this
+    one's parent is gone (see the module docstring).
+    """
+
+    def __init__(self, watch_launcher: bool = False):
         self.received: int | None = None
         self._previous: dict = {}
+        self._launcher = None
+        if watch_launcher:
+            parent = os.getppid()
+            launcher = parent_of(parent)
+            if launcher not in (None, 0, 1):  # not already an orphan or a daemon's child
+                self._launcher = (parent, launcher)
 
     def _note(self, signum, frame) -> None:
+        if signum == signal.SIGINT and self.received == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now, without a checkpoint
         self.received = signum
+
+    def request(self) -> int:
+        """The signal number of the stop requested so far (0: none)."""
+        if not self.received and self._launcher is not None:
+            parent, launcher = self._launcher
+            if parent_of(parent) != launcher:
+                self.received = signal.SIGHUP
+        return int(self.received or 0)
 
     def __enter__(self) -> "StopRequests":
         if threading.current_thread() is threading.main_thread():  # Python's rule for handlers

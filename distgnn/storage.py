@@ -1,11 +1,38 @@
-"""What every writer of durable state (partitions, checkpoints) checks and calls."""
+"""Writing what a user keeps, without ever losing what was there: the one home of every
+durable writer (partitions, checkpoints, metrics, JSON results, charts, reports, scripts).
+
+The rules, in the order a writer applies them:
+
+1. **Check outputs before the work** (:func:`check_output_file`, :func:`check_output_dir`):
+   a path that is a directory where a file is wanted (or the reverse), or whose directory
+   is missing or not writable, is refused with one line at start-up, not after the work.
+2. **Replace only what this tool wrote** (:func:`check_replaceable`): an existing target is
+   replaced only when its owner recognises it as its own output (a partition directory with
+   its ``meta.json``, a checkpoint with its manifest, a JSON result, a chart carrying the
+   project's PNG tag, ...); anything else is refused with one line saying why.
+3. **Write beside, then rename** (:func:`write_atomic`, :class:`AtomicStream`): data goes
+   to ``.NAME.tmp-PID`` in the target's directory, is fsync'ed and renamed over ``NAME``
+   (then the directory is fsync'ed), so a reader sees the old file or the new one, never a
+   half-written one.  The temporary file takes the user's umask.
+4. **Leave nothing behind** (:func:`remove_leftovers`): the hidden ``.NAME.tmp-PID...`` and
+   ``.NAME.old-PID`` entries of a writer that was killed are removed by the next writer of
+   ``NAME`` once their process is gone.
+"""
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 from pathlib import Path
+from typing import Callable
 
+from .errors import DistGNNError
 from .graph import format_bytes
+
+
+class OutputError(DistGNNError):
+    """An output path that cannot be written, or an existing file that must not be replaced."""
 
 
 def free_space_problem(target: str | Path, nbytes: float) -> str | None:
@@ -28,3 +55,196 @@ def fsync_dir(path: str | Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def user_mode(directory: bool) -> int:
+    """The permission bits a new file (``0o666``) or directory (``0o777``) gets under the
+    process's umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return (0o777 if directory else 0o666) & ~mask
+
+
+# ---- 1. outputs checked at start-up ------------------------------------------------------------
+def _nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_output_file(path: str | Path, flag: str) -> Path:
+    """``path`` as a file this run can create or replace, else :class:`OutputError` naming
+    ``flag``: not a directory, in an existing, writable directory."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"{flag} {path}: is a directory; give a file name")
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        raise OutputError(f"{flag} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{flag} {path}: directory {parent} is not writable")
+    if path.exists() and not path.is_file():
+        raise OutputError(f"{flag} {path}: not a regular file")
+    return path
+
+
+def check_output_dir(path: str | Path, flag: str) -> Path:
+    """``path`` as a directory this run can create or write into, else
+    :class:`OutputError` naming ``flag``."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{flag} {path}: exists and is not a directory")
+    base = _nearest_existing(path)
+    if not base.is_dir():
+        raise OutputError(f"{flag} {path}: {base} is not a directory")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise OutputError(f"{flag} {path}: {base} is not writable")
+    return path
+
+
+# ---- 2. replace only our own -------------------------------------------------------------------
+def check_replaceable(path: str | Path, recognise: Callable[[Path], bool], what: str) -> None:
+    """Refuse to replace an existing ``path`` unless ``recognise(path)`` says it is ``what``
+    (an output of this tool).  Nothing is read beyond what ``recognise`` reads."""
+    path = Path(path)
+    if not (path.exists() or path.is_symlink()):
+        return
+    try:
+        ours = not path.is_symlink() and recognise(path)
+    except (OSError, ValueError):
+        ours = False
+    if not ours:
+        raise OutputError(f"{path} exists and is not {what}; refusing to replace it (move it "
+                          "away or choose another path)")
+
+
+def file_head(path: Path, nbytes: int = 4096) -> bytes:
+    """The first ``nbytes`` of the regular file ``path`` (``b""`` for anything else)."""
+    if not path.is_file():
+        return b""
+    with open(path, "rb") as f:
+        return f.read(nbytes)
+
+
+# ---- 3. write beside, then rename --------------------------------------------------------------
+def temp_path(target: Path, kind: str = "tmp") -> Path:
+    """``.NAME.KIND-PID`` beside ``target``: hidden, and owned by this process."""
+    return target.parent / f".{target.name}.{kind}-{os.getpid()}"
+
+
+def _commit(tmp: Path, target: Path) -> None:
+    os.replace(tmp, target)
+    fsync_dir(target.absolute().parent)
+
+
+def write_atomic(path: str | Path, data: bytes | str) -> Path:
+    """Write ``data`` to ``path`` durably and atomically (see the module docstring)."""
+    path = Path(path)
+    remove_leftovers(path)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        _commit(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+class AtomicStream:
+    """A text file written line by line (a metrics file) that replaces ``path`` only on
+    :meth:`commit`; until then it is ``.NAME.tmp-PID`` beside it, flushed after every
+    :meth:`write` (so it can be followed), and :meth:`discard` removes it."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        remove_leftovers(self.path)
+        self.tmp = temp_path(self.path)
+        self.file = open(self.tmp, "w", encoding="utf-8")
+
+    def write(self, text: str) -> None:
+        self.file.write(text)
+        self.file.flush()
+
+    def commit(self) -> None:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        _commit(self.tmp, self.path)
+
+    def discard(self) -> None:
+        self.file.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+# ---- 4. no leftovers ---------------------------------------------------------------------------
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_leftovers(target: str | Path) -> list[Path]:
+    """Remove ``.NAME.tmp-PID...`` and ``.NAME.old-PID`` beside ``target`` whose process is
+    gone (a writer killed mid-write); returns what was removed."""
+    target = Path(target)
+    directory = target.absolute().parent
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.(tmp|old)-(\d+)(-.*)?$")
+    removed = []
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.match(entry.name)
+        if not m or pid_alive(int(m.group(2))):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
+
+
+# ---- JSON results of the tools ---------------------------------------------------------------
+# what a JSON written by this project carries, so that a later run may replace it
+WRITTEN_BY = "written_by"
+
+
+def is_result_json(path: Path) -> bool:
+    """A JSON object written by this project's tools (or by earlier versions of them, which
+    carried no mark: a benchmark result, or partition statistics)."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(data, dict):
+        return False
+    return (str(data.get(WRITTEN_BY, "")).startswith("distgnn")
+            or {"benchmark", "machine"} <= data.keys()
+            or {"replication_factor", "edge_balance"} <= data.keys())
+
+
+def check_json_output(path: str | None, flag: str = "--json") -> None:
+    """At start-up: ``path`` can be written and, if it exists, is a result of ours."""
+    if path:
+        check_replaceable(check_output_file(path, flag), is_result_json,
+                          "a JSON result written by distgnn")
+
+
+def write_json(path: str, result: dict, writer: str) -> None:
+    """``result`` as JSON at ``path``, marked as written by ``writer``."""
+    check_json_output(path)
+    write_atomic(path, json.dumps({WRITTEN_BY: writer, **result}, indent=1))

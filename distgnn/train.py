@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
+import math
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -28,16 +31,28 @@ import torch
 import torch.nn.functional as F
 
 from .aggregate import Neighbourhood, PhaseTimer, get_backend
-from . import checkpoint
-from .comm import Communicator, RankFailed, SelfCommunicator, all_or_none
+from . import checkpoint, memory
+from .comm import COMMUNICATORS, Communicator, RankFailed, SelfCommunicator, all_or_none
 from .comm.watchdog import DEFAULT_TIMEOUT_S, Watchdog
+from .drpa import ALGORITHMS
 from .errors import DistGNNError, one_line
 from .graph import NodeDataset
-from .models import GNN
-from .placement import placement, synchronize
+from .models import GNN, SAGE_AGGREGATORS
+from .placement import BACKEND_CHOICES, DEVICES, parse_per_rank, placement, synchronize
 from .signals import StopRequests
+from .storage import (AtomicStream, check_output_dir, check_output_file, check_replaceable,
+                      file_head)
 
 NAN_POLICIES = ("stop", "skip")
+MODELS = ("gcn", "sage")
+FEATURE_NORMS = ("row", "none")
+DEFAULT_DELAY = 5
+# More threads than this is a typo, not a machine: torch would try to start them all.
+MAX_THREADS = 4096
+# The deepest published GNNs have about a thousand layers (RevGNN); more is a typo.
+MAX_LAYERS = 10_000
+# cd-r keeps buffers per bin: a delay beyond the epochs of any run is a typo.
+MAX_DELAY = 100_000
 
 
 @dataclasses.dataclass
@@ -76,10 +91,66 @@ class TrainConfig:
     verify: bool = True
     backward_exchange: bool = True
     precompute_first: bool = False
+    split: int = 0
 
     def __post_init__(self):
         if self.resume and not self.checkpoint_dir:  # a resumed run goes on checkpointing
             self.checkpoint_dir = self.resume
+        self.validate()
+
+    def validate(self) -> None:
+        """Refuse, with one line naming the flag, any value that cannot make a run: every
+        size, rate and choice, and every output path (checked now, not after the work)."""
+        def need(ok, flag: str, what: str, value) -> None:
+            if not ok:
+                raise DistGNNError(f"--{flag} must be {what}, got {value!r}")
+
+        def integer(value) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        for flag, low, high in (("layers", 1, MAX_LAYERS), ("hidden", 1, None),
+                                ("epochs", 1, None), ("eval-every", 1, None), ("patience", 0, None),
+                                ("checkpoint-every", 0, None), ("keep", 1, None),
+                                ("seed", 0, 2**63 - 1), ("split", 0, None)):
+            value = getattr(self, flag.replace("-", "_"))
+            need(integer(value) and value >= low and (high is None or value <= high), flag,
+                 f"an integer >= {low}" + (f" and <= {high}" if high else ""), value)
+        if self.threads is not None:
+            need(integer(self.threads) and 1 <= self.threads <= MAX_THREADS, "threads",
+                 f"an integer from 1 to {MAX_THREADS}", self.threads)
+        need(math.isfinite(self.lr) and self.lr >= 0, "lr", "a finite number >= 0", self.lr)
+        need(math.isfinite(self.weight_decay) and self.weight_decay >= 0, "weight-decay",
+             "a finite number >= 0", self.weight_decay)
+        need(0 <= self.dropout < 1, "dropout", "in [0, 1)", self.dropout)
+        need(math.isfinite(self.comm_timeout) and self.comm_timeout >= 0, "comm-timeout",
+             "a finite number of seconds >= 0", self.comm_timeout)
+        for flag, choices in (("model", MODELS), ("aggregator", SAGE_AGGREGATORS),
+                              ("feature-norm", FEATURE_NORMS), ("nan-policy", NAN_POLICIES),
+                              ("backend", BACKEND_CHOICES), ("device", DEVICES),
+                              ("algo", ALGORITHMS), ("comm", COMMUNICATORS)):
+            value = getattr(self, flag.replace("-", "_"))
+            need(value in choices, flag, "one of " + ", ".join(choices), value)
+        if self.algo == "cd-r":
+            need(self.delay is None or (integer(self.delay) and 1 <= self.delay <= MAX_DELAY),
+                 "delay", f"an integer from 1 to {MAX_DELAY} with cd-r", self.delay)
+        elif self.delay:
+            raise DistGNNError(f"--delay applies to cd-r only, not {self.algo}")
+        parse_per_rank(self.rank_devices, "--rank-devices", DEVICES)
+        parse_per_rank(self.rank_backends, "--rank-backends", BACKEND_CHOICES)
+        if self.metrics_out:
+            check_replaceable(check_output_file(self.metrics_out, "--metrics-out"),
+                              is_metrics_file, "a metrics file written by distgnn-train")
+        if self.checkpoint_dir:
+            check_output_dir(self.checkpoint_dir, "--checkpoint-dir")
+        if self.resume and not Path(self.resume).is_dir():
+            raise DistGNNError(f"--resume {self.resume}: not a directory of checkpoints")
+
+    @property
+    def delay_epochs(self) -> int:
+        """``r`` of cd-r (``DEFAULT_DELAY`` when not given); 0 for the other exchanges."""
+        if self.algo != "cd-r":
+            return 0
+        return DEFAULT_DELAY if self.delay is None else self.delay
 
 
 @dataclasses.dataclass
@@ -116,43 +187,74 @@ def configure_threads(threads: int | None) -> None:
     """Pin torch's and Numba's thread pools to ``threads`` (``None``: leave the defaults)."""
     if threads is None:
         return
-    if threads < 1:
-        raise DistGNNError(f"--threads must be >= 1, got {threads}")
     torch.set_num_threads(threads)
     import numba  # deferred: importing numba costs start-up time that torch-only runs skip
 
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
 
 
+# rows normalised per block: bounds the float64 temporaries to 2 x 64 MiB
+_NORM_BLOCK_ELEMENTS = 1 << 23
+
+
 def normalize_features(x: np.ndarray, how: str) -> np.ndarray:
-    """``row``: divide each row by its L1 norm (Kipf & Welling's preprocessing); ``none``."""
+    """``row``: divide each row by its L1 norm (Kipf & Welling's preprocessing); ``none``.
+
+    float32 ``[N, F]`` in and out.  The norms and quotients are computed in float64 (in row
+    blocks): a float32 sum of large finite values would overflow to inf and zero the row.
+    """
     if how == "none":
         return x
-    if how != "row":
-        raise DistGNNError(f"unknown feature normalisation {how!r} (choose row or none)")
-    norm = np.abs(x).sum(axis=1, keepdims=True)
-    return x / np.where(norm == 0, 1, norm).astype(np.float32)
+    out = np.empty(x.shape, np.float32)
+    rows = max(1, _NORM_BLOCK_ELEMENTS // max(x.shape[1], 1))
+    for start in range(0, len(x), rows):
+        block = np.asarray(x[start:start + rows], dtype=np.float64)
+        norm = np.abs(block).sum(axis=1, keepdims=True)
+        np.divide(block, np.where(norm == 0, 1.0, norm), out=block)
+        out[start:start + rows] = block
+    return out
 
 
 def node_tensors(x: np.ndarray, y: np.ndarray, masks: dict[str, np.ndarray], how: str,
                  device: torch.device | str = "cpu"):
     """Torch tensors of normalised features, labels and masks on ``device`` (copies: the
     inputs may be read-only memory maps)."""
-    return (torch.from_numpy(np.array(normalize_features(np.asarray(x), how), np.float32)
-                             ).to(device),
+    x = np.asarray(x)
+    normalised = normalize_features(x, how)
+    return (torch.from_numpy(np.array(normalised, np.float32, copy=normalised is x)).to(device),
             torch.from_numpy(np.array(y, np.int64)).to(device),
             {name: torch.from_numpy(np.array(m, bool)).to(device) for name, m in masks.items()})
+
+
+def content_digest(arrays) -> str:
+    """SHA-256 over the bytes of ``arrays`` (numpy arrays or CPU tensors; ``None`` skipped),
+    each prefixed by its dtype and shape: the identity of the data a run trains on."""
+    h = hashlib.sha256()
+    for a in arrays:
+        if a is None:
+            continue
+        a = np.ascontiguousarray(a.numpy() if isinstance(a, torch.Tensor) else a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(memoryview(a).cast("B"))
+    return h.hexdigest()
 
 
 def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer) -> Shard:
     """The whole graph of ``data`` as the single rank's shard, on its device."""
     device, backend = placement(0, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends)
-    x, y, masks = node_tensors(data.x, data.y, {name: getattr(data, f"{name}_mask")
-                                                for name in ("train", "val", "test")},
-                               cfg.feature_norm, device)
-    nbr = Neighbourhood(data.graph, get_backend(backend), timer=timer, device=device)
+    memory.require(cfg, data.num_nodes, data.graph.num_edges, data.num_features,
+                   data.num_classes, device, data.name)
+    masks = {name: getattr(data, f"{name}_mask") for name in ("train", "val", "test")}
+    x, y, masks = node_tensors(data.x, data.y, masks, cfg.feature_norm)
     origin = (f"dataset {data.name}: {data.num_nodes} nodes, {data.graph.num_edges} edges, "
               f"{data.num_features} features, {data.num_classes} classes")
+    if cfg.checkpoint_dir or cfg.resume:  # what was trained on, as trained on (once)
+        g = data.graph
+        origin += ", content sha256 " + content_digest(
+            [g.indptr, g.indices, g.edge_weight, x, y, *masks.values()])[:16]
+    nbr = Neighbourhood(data.graph, get_backend(backend), timer=timer, device=device)
+    x, y = x.to(device), y.to(device)
+    masks = {name: m.to(device) for name, m in masks.items()}
     return Shard(data.name, x, y, masks, nbr, data.num_classes, origin)
 
 
@@ -280,27 +382,33 @@ def train(data: NodeDataset, cfg: TrainConfig, log: Callable[[str], None] = prin
 class NonFiniteLoss(RankFailed):
     """The loss or a gradient was NaN or infinite (every rank raises it together)."""
 
-    unanimous = True
-
 
 class Stopped(RankFailed):
     """A stop signal ended the run after the epoch in progress (raised on every rank)."""
-
-    unanimous = True
 
     def __init__(self, message: str, signum: int):
         super().__init__(message)
         self.exit_status = 128 + signum
 
 
+# the flags that change what a run computes: a checkpoint continues only a run with the same
+FINGERPRINT_OPTIONS = ("model", "aggregator", "layers", "hidden", "dropout", "residual", "lr",
+                       "weight_decay", "seed", "feature_norm", "split", "precompute_first",
+                       "backward_exchange")
+
+
 def fingerprint(cfg: TrainConfig, model: GNN, shard: Shard, comm: Communicator) -> dict:
-    """What a checkpoint must share with the run that resumes it."""
+    """What a checkpoint must share with the run that resumes it: rank count, exchange,
+    every option of ``FINGERPRINT_OPTIONS``, the data (its content) and the parameters."""
     exchange = shard.nbr.exchange
-    return {"ranks": comm.size, "data": shard.origin,
-            "parameters": {k: list(v.shape) for k, v in model.state_dict().items()},
+    return {"ranks": comm.size,
             "exchange": "none" if exchange is None else
                         exchange.algo + (f" delay {exchange.delay}" if exchange.algo == "cd-r"
-                                         else "")}
+                                         else ""),
+            "options": {"--" + k.replace("_", "-"): getattr(cfg, k)
+                        for k in FINGERPRINT_OPTIONS},
+            "data": shard.origin,
+            "parameters": {k: list(v.shape) for k, v in model.state_dict().items()}}
 
 
 def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
@@ -317,13 +425,6 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
     exchange = shard.nbr.exchange
 
     def prepare():
-        if cfg.epochs < 1 or cfg.eval_every < 1:
-            raise DistGNNError("--epochs and --eval-every must be >= 1")
-        if cfg.checkpoint_every < 0 or cfg.keep < 1:
-            raise DistGNNError("--checkpoint-every must be >= 0 and --keep >= 1")
-        if cfg.nan_policy not in NAN_POLICIES:
-            raise DistGNNError(f"unknown --nan-policy {cfg.nan_policy!r}; choose from "
-                               f"{', '.join(NAN_POLICIES)}")
         torch.manual_seed(cfg.seed)
         model = build_model(cfg, shard.num_features, shard.num_classes).to(shard.x.device)
         return model, torch.optim.Adam(model.parameters(), lr=cfg.lr,
@@ -354,16 +455,18 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
         last_saved = done
         return str(path)
 
-    metrics = all_or_none(comm, lambda: open_metrics(cfg.metrics_out, history) if lead else None)
     x, y, train_mask = shard.x, shard.y, shard.masks["train"]
     counts = torch.tensor([float(train_mask.sum())], dtype=torch.float64)
     comm.allreduce(counts)
     num_train = float(counts[0])
     if num_train == 0:
         raise DistGNNError(f"{shard.name}: no training vertices (train mask is empty)")
+    # opened only now that the run starts; it replaces the file only when the run ends
+    metrics = all_or_none(comm, lambda: open_metrics(cfg.metrics_out, history) if lead else None)
     bar = progress_bar(cfg, start) if lead else None
+    ended = False  # the run ended in order (all epochs, early stop, stop signal, NaN stop)
     try:
-        with StopRequests() as stop:
+        with StopRequests(watch_launcher=comm.size > 1) as stop:
             for epoch in range(start, cfg.epochs):
                 timer.reset()
                 sent = exchange.total_bytes_sent if exchange is not None else 0
@@ -398,7 +501,7 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                 local = {"epoch_s": time.perf_counter() - t0, **phase_seconds(timer),
                          "bytes_sent": (exchange.total_bytes_sent - sent
                                         if exchange is not None else 0),
-                         "stop": float(stop.received or 0)}
+                         "stop": float(stop.request())}
                 high, mean = rank_statistics(comm, local)
                 record = {"epoch": epoch, "loss": loss_value, "train_acc": None,
                           "val_acc": None, "test_acc": None, "epoch_s": high["epoch_s"],
@@ -418,7 +521,6 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                 history.append(record)
                 if metrics:
                     metrics.write(json.dumps(record) + "\n")
-                    metrics.flush()
                 if lead:
                     report_progress(bar, log, record, cfg.epochs)
                 if watchdog is not None:
@@ -431,18 +533,23 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                 if signum:
                     then = (f"checkpoint {path}; continue with --resume {cfg.checkpoint_dir}"
                             if cfg.checkpoint_dir else "no --checkpoint-dir, nothing saved")
-                    raise Stopped(f"{signal.Signals(signum).name} received: stopped after "
-                                  f"epoch {done}; {then}", signum)
+                    why = ("the launcher (mpirun) is gone" if signum == signal.SIGHUP
+                           else f"{signal.Signals(signum).name} received")
+                    raise Stopped(f"{why}: stopped after epoch {done}; {then}", signum)
                 if early:
                     if lead:
                         log(f"early stop at epoch {epoch}: no validation improvement in "
                             f"{cfg.patience} evaluations")
                     break
+        ended = True
+    except (Stopped, NonFiniteLoss):
+        ended = True
+        raise
     finally:
         if exchange is not None:
             exchange.finish()
         if metrics:
-            metrics.close()
+            metrics.commit() if ended else metrics.discard()
         if bar is not None:
             bar.close()
     return TrainResult(history, best, model)
@@ -464,15 +571,28 @@ def restore(path: str, shared: dict, local: dict, model: GNN, optimizer, exchang
                                          f"({one_line(e)})") from None
 
 
-def open_metrics(path: str | None, history: list[dict]):
-    """The metrics file, rewritten with the epochs a resumed run already has (so that it
-    never holds epochs the run went on to repeat after a crash)."""
+def is_metrics_file(path: Path) -> bool:
+    """An empty file, or JSON lines whose first record has an ``epoch`` and a ``loss``
+    (what :func:`open_metrics` writes)."""
+    first = file_head(path, 1 << 16).split(b"\n", 1)[0].strip()
+    if not first:
+        return path.stat().st_size == 0
+    try:
+        record = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and {"epoch", "loss"} <= record.keys()
+
+
+def open_metrics(path: str | None, history: list[dict]) -> AtomicStream | None:
+    """The metrics file as a stream beside ``path`` that replaces it when the run ends
+    (:class:`~distgnn.storage.AtomicStream`), holding first the epochs a resumed run
+    already has (so that it never holds epochs the run went on to repeat after a crash)."""
     if path is None:
         return None
-    f = open(path, "w")
+    f = AtomicStream(path)
     for record in history:
         f.write(json.dumps(record) + "\n")
-    f.flush()
     return f
 
 

@@ -6,13 +6,13 @@
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
-from distgnn.cli import OneLineParser, fail, run_guarded
+from distgnn.cli import OneLineParser, fail, interruptible, run_guarded
+from distgnn.storage import check_output_file, check_replaceable, write_atomic
 
-from .mpirun import DEFAULT_STOP_GRACE_S, IMPLEMENTATIONS, LaunchError, count_gpus, plan, run
-from .slurm import sbatch_script
+from .mpirun import (DEFAULT_STOP_GRACE_S, IMPLEMENTATIONS, LaunchError, check_times, count_gpus,
+                     plan, run)
+from .slurm import is_sbatch_script, sbatch_script
 
 PROG = "distgnn-launch"
 
@@ -63,6 +63,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@interruptible("distgnn-launch")
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -70,19 +71,18 @@ def main(argv: list[str] | None = None) -> int:
         return fail(PROG, "--hostfile does not apply to --slurm (SLURM chooses the nodes)")
 
     def write_slurm():
+        out = check_output_file(args.slurm, "--slurm")
+        check_replaceable(out, is_sbatch_script, "an sbatch script written by distgnn-launch")
         script = sbatch_script(args.ranks, command, args.threads_per_rank, nodes=args.nodes,
                                time=args.time, partition=args.partition,
                                job_name=args.job_name, account=args.account,
                                stop_before=args.stop_before)
-        out = Path(args.slurm)
-        # Written next to FILE, then renamed: a failed write never leaves half a script.
-        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        tmp.write_text(script)
-        os.replace(tmp, out)
+        write_atomic(out, script)
         print(f"wrote {out}; submit it with: sbatch {out}")
         return 0
 
     def launch():
+        check_times(args.timeout, args.stop_grace)
         if args.gpus_per_node != "auto" and not args.gpus_per_node.isdigit():
             raise LaunchError(f"--gpus-per-node must be a count or auto, got "
                               f"{args.gpus_per_node!r}")

@@ -14,6 +14,7 @@ these differently; :func:`plan` writes either.
 """
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import shutil
@@ -96,7 +97,7 @@ def rank_command(ranks: int, command: list[str], threads_per_rank: int) -> list[
         raise LaunchError(f"ranks must be >= 1, got {ranks}")
     if threads_per_rank < 1:
         raise LaunchError(f"threads per rank must be >= 1, got {threads_per_rank}")
-    if not command:
+    if not command or not command[0]:
         raise LaunchError("no command to run; give it after --, e.g. -- distgnn-train")
     command = list(command)
     if (os.path.basename(command[0]) == "distgnn-train"
@@ -191,6 +192,15 @@ def _raise_terminated(signum, frame):
     raise _Terminated()
 
 
+def check_times(timeout: float | None, stop_grace: float) -> None:
+    """A ``timeout`` (None: none) must be finite and > 0, a ``stop_grace`` finite and >= 0."""
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise LaunchError(f"timeout must be a finite number of seconds > 0, got {timeout:g}")
+    if not (math.isfinite(stop_grace) and stop_grace >= 0):
+        raise LaunchError(f"stop grace must be a finite number of seconds >= 0, got "
+                          f"{stop_grace:g}")
+
+
 def run(plan: LaunchPlan, timeout: float | None = None,
         stop_grace: float = DEFAULT_STOP_GRACE_S) -> int:
     """Run ``plan`` and return its exit status (128 + N for a launcher killed by signal N).
@@ -201,10 +211,7 @@ def run(plan: LaunchPlan, timeout: float | None = None,
     SIGTERM by killing the ranks at once); after ``stop_grace`` seconds SIGTERM to the
     launcher's whole session, which mpirun answers by taking its ranks down; SIGKILL last.
     """
-    if timeout is not None and timeout <= 0:
-        raise LaunchError(f"timeout must be > 0 seconds, got {timeout:g}")
-    if stop_grace < 0:
-        raise LaunchError(f"stop grace must be >= 0 seconds, got {stop_grace:g}")
+    check_times(timeout, stop_grace)
     proc = subprocess.Popen(plan.argv, env={**os.environ, **plan.env}, start_new_session=True)
     handler = None
     if threading.current_thread() is threading.main_thread():

@@ -2,8 +2,19 @@
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
+
+from distgnn.storage import file_head
 
 from .mpirun import RANK_ENV, LaunchError, rank_command
+
+
+MARK = "# written by distgnn-launch --slurm"
+
+
+def is_sbatch_script(path: Path) -> bool:
+    """A script :func:`sbatch_script` wrote (its second line is ``MARK``)."""
+    return file_head(path, 256).decode(errors="replace").split("\n")[1:2] == [MARK]
 
 
 def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
@@ -26,7 +37,7 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
     options = {"job-name": job_name, "ntasks": ranks, "cpus-per-task": threads_per_rank,
                "nodes": nodes, "time": time, "partition": partition, "account": account,
                "signal": f"TERM@{stop_before}" if stop_before else None}
-    lines = ["#!/bin/bash"]
+    lines = ["#!/bin/bash", MARK]
     for key, value in options.items():
         if value is None:
             continue

@@ -9,19 +9,20 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
 import numpy as np
 from tqdm import tqdm
 
-from distgnn.cli import OneLineParser, run_guarded
+from distgnn.cli import OneLineParser, interruptible, run_guarded
+from distgnn.errors import DistGNNError
+from distgnn.storage import check_json_output, write_json
 from distgnn.datasets import load as load_dataset
 
 from .assign import METHODS, ORDERS, check_weights, requested_shares
-from .format import (FORMAT_VERSION, PartitionFormatError, load, read_meta, verify,
-                     write_dataset)
+from .format import (FORMAT_VERSION, PartitionFormatError, check_target, load, read_meta,
+                     verify, write_dataset)
 from .layout import ROOTS
 from .stats import PartCounts, counts_from_layout, format_summary, summarize
 from .vertex_cut import PartitionError, vertex_cut
@@ -115,13 +116,14 @@ def verify_parser() -> argparse.ArgumentParser:
 def _emit(stats: dict, args) -> None:
     print(format_summary(stats))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(stats, f, indent=1)
+        write_json(args.json, stats, "distgnn-partition")
 
 
 def partition_main(args) -> int:
     if args.parts < 1:  # before a load that can take minutes; vertex_cut checks P > E
         raise PartitionError(f"--parts must be at least 1, got {args.parts}")
+    check_target(args.out, args.force)
+    check_json_output(args.json)
     weights = None if args.weights is None else check_weights(args.weights, args.parts)
     shares = None if weights is None else requested_shares(weights)
     started = time.perf_counter()
@@ -165,6 +167,7 @@ def meta_weights(meta: dict, directory) -> np.ndarray | None:
 
 
 def inspect_main(args) -> int:
+    check_json_output(args.json)
     meta = read_meta(args.directory)
     weights = meta_weights(meta, args.directory)
     # recomputed as at partitioning time, so both print bit-identical statistics
@@ -190,11 +193,15 @@ def inspect_main(args) -> int:
 
 
 def verify_main(args) -> int:
+    """Exit 1 on any problem of the directory (0: valid; 2: a bad --dataset)."""
     edges = None
     if args.dataset:
         src, dst = load_dataset(args.dataset).graph.edges()
         edges = (src, dst)
-    problems = verify(args.directory, edges)
+    try:
+        problems = verify(args.directory, edges)
+    except DistGNNError as e:  # unreadable before any check could list it
+        problems = [str(e)]
     for problem in problems:
         print(f"distgnn-partition verify: {problem}", file=sys.stderr)
     if problems:
@@ -208,6 +215,7 @@ def verify_main(args) -> int:
 COMMANDS = {"inspect": (inspect_parser, inspect_main), "verify": (verify_parser, verify_main)}
 
 
+@interruptible("distgnn-partition")
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     make_parser, command = COMMANDS.get(argv[0] if argv else "", (partition_parser,

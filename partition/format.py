@@ -14,6 +14,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -23,7 +24,8 @@ import numpy as np
 
 from distgnn.errors import DistGNNError
 from distgnn.graph import CSRGraph, require_memory
-from distgnn.storage import free_space_problem
+from distgnn.storage import (check_output_dir, check_replaceable, file_head, free_space_problem,
+                             remove_leftovers, user_mode)
 
 from .layout import Layout, partition_arrays
 from .stats import PartCounts, counts_from_layout, summarize
@@ -69,13 +71,13 @@ def write_partitions(out: str | Path, parts: Iterable[tuple[int, dict[str, np.nd
     directory removed; an ``OSError`` becomes a one-line :class:`PartitionFormatError`.
     ``progress`` is called once per partition.
     """
-    out = Path(out)
-    if out.exists() and not force:
-        raise PartitionFormatError(f"{out} exists; pass --force to replace it")
+    out = check_target(out, force)
     _check_free_space(out, expected_bytes)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        remove_leftovers(out)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
+        tmp.chmod(user_mode(directory=True))  # mkdtemp makes it 0700
     except OSError as e:
         raise PartitionFormatError(f"{out}: cannot create a temporary directory beside it: "
                                    f"{e.strerror or e}") from None
@@ -108,6 +110,35 @@ def write_partitions(out: str | Path, parts: Iterable[tuple[int, dict[str, np.nd
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def check_target(out: str | Path, force: bool) -> Path:
+    """``out`` as the target of a partition write: new, or (with ``force``) a partition
+    directory this tool wrote; anything else is refused before any work is done."""
+    out = Path(out)
+    if (out.exists() or out.is_symlink()) and not force:
+        raise PartitionFormatError(f"{out} exists; pass --force to replace it")
+    check_replaceable(out, is_partition_directory, "a partition directory written by "
+                      "distgnn-partition (a distgnn meta.json and part-NNNNN folders only)")
+    check_output_dir(out.absolute().parent, "--out")
+    return out
+
+
+def is_partition_directory(path: Path) -> bool:
+    """Whether ``path`` is a directory this tool wrote: a ``meta.json`` of this format (any
+    version) beside ``part-NNNNN`` folders and nothing else, so that ``--force`` never
+    removes a file of the user's."""
+    if not path.is_dir() or path.is_symlink():
+        return False
+    try:
+        meta = json.loads(file_head(path / "meta.json", 1 << 26))
+    except ValueError:
+        return False
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        return False
+    return all(e.name == "meta.json" or (re.fullmatch(r"part-\d{5,}", e.name) and e.is_dir()
+                                          and not e.is_symlink())
+               for e in path.iterdir())
 
 
 def _flush(f) -> None:

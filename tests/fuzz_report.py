@@ -49,13 +49,13 @@ def rows() -> list[dict]:
 
 def table() -> list[str]:
     """The counts as aligned text lines, a total last."""
-    lines = [f"{'loader':<16} {'tried':>7} {'clean':>7} {'accepted':>9} {'failures':>9}"]
+    lines = [f"{'loader':<20} {'tried':>7} {'clean':>7} {'accepted':>9} {'failures':>9}"]
     total = collections.Counter()
     for row in rows():
         total.update({k: row[k] for k in ("tried",) + OUTCOMES})
-        lines.append(f"{row['loader']:<16} {row['tried']:>7} {row['clean']:>7} "
+        lines.append(f"{row['loader']:<20} {row['tried']:>7} {row['clean']:>7} "
                      f"{row['accepted']:>9} {row['failures']:>9}")
-    lines.append(f"{'total':<16} {total['tried']:>7} {total['clean']:>7} "
+    lines.append(f"{'total':<20} {total['tried']:>7} {total['clean']:>7} "
                  f"{total['accepted']:>9} {total['failures']:>9}")
     return lines
 

@@ -7,7 +7,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -60,9 +59,9 @@ def test_manifest_lists_every_file_with_its_digest(cora, tmp_path):
 
 
 @pytest.mark.parametrize("change, fragment", [
-    ({"hidden": 8}, r"model shape than this run.s \(parameter convs.0.bias: \(16,\) there, \(8,\) here\)"),
-    ({"layers": 3}, r"parameter convs.1.bias: \(7,\) there, \(16,\) here"),
-    ({"model": "sage"}, "parameter"),
+    ({"hidden": 8}, r"another --hidden than this run.s \(16 there, 8 here\)"),
+    ({"layers": 3}, r"another --layers than this run.s \(2 there, 3 here\)"),
+    ({"model": "sage"}, "another --model"),
 ])
 def test_checkpoint_of_another_model_is_refused(cora, tmp_path, change, fragment):
     run(cora, epochs=1, checkpoint_dir=str(tmp_path))
@@ -178,11 +177,11 @@ def test_sigterm_checkpoints_then_exits_and_resume_matches(cora, tmp_path):
     proc = subprocess.Popen([str(BIN / "distgnn-train"), *flags, "--metrics-out",
                              str(tmp_path / "m.jsonl")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    metrics = tmp_path / "m.jsonl"
-    deadline = time.monotonic() + 120
-    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 5):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
-        time.sleep(0.01)
+    epochs_logged = 0
+    while epochs_logged < 5:  # one line per epoch on stdout
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        epochs_logged += line.startswith("epoch ")
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err

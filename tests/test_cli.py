@@ -55,6 +55,8 @@ def test_bad_flag_value():
 
 def test_missing_checkpoint(tmp_path):
     assert_one_line_error(cli("distgnn-train", "--epochs", 1, "--resume", tmp_path / "x"),
+                          "--resume", "not a directory of checkpoints")
+    assert_one_line_error(cli("distgnn-train", "--epochs", 1, "--resume", tmp_path),
                           "no checkpoint to resume from")
 
 

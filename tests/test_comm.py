@@ -2,8 +2,10 @@
 import pytest
 import torch
 
-from distgnn.comm import RankFailed, SelfCommunicator, all_or_none, get_communicator
-from distgnn.distributed import DEFAULT_DELAY, resolve_delay, threads_per_rank
+from distgnn.comm import (RankFailed, SelfCommunicator, all_or_none, get_communicator,
+                          rank_ranges)
+from distgnn.distributed import threads_per_rank
+from distgnn.train import DEFAULT_DELAY, TrainConfig
 from distgnn.drpa import DRPA
 from distgnn.errors import DistGNNError
 
@@ -30,25 +32,36 @@ def test_all_or_none_passes_results_and_turns_user_errors_into_rank_failures():
         all_or_none(comm, lambda: 1 / 0)
 
 
-def test_all_or_none_names_the_failed_rank_on_the_others():
-    class TwoRanks(SelfCommunicator):
-        size = 2
+def test_all_or_none_names_each_distinct_error_once_with_its_ranks():
+    class FourRanks(SelfCommunicator):
+        """Rank 0 of four; ranks 1-3 fail, 1 and 3 with the same message."""
+        size = 4
 
         def allreduce(self, tensor, op="sum"):
-            tensor[1] = 1  # rank 1 reports a failure
+            if tensor.dim() == 1:
+                tensor[1:] = 1
+                return
+            for rank, text in ((1, "x.npy: missing"), (2, "y.npy: missing"),
+                               (3, "x.npy: missing")):
+                tensor[rank, 0] = 1
+                tensor[rank, 1:1 + len(text)] = torch.tensor(list(text.encode()))
 
-    with pytest.raises(RankFailed, match="stopping because rank 1 failed"):
-        all_or_none(TwoRanks(), lambda: 0)
+    with pytest.raises(RankFailed) as failure:
+        all_or_none(FourRanks(), lambda: 0)
+    assert str(failure.value).splitlines() == ["ranks 1, 3: x.npy: missing",
+                                               "rank 2: y.npy: missing"]
+    assert rank_ranges([0, 1, 2, 5, 7, 8]) == "ranks 0-2, 5, 7-8"
 
 
 def test_delay_defaults_and_checks():
-    assert resolve_delay("cd-r", None) == DEFAULT_DELAY
-    assert resolve_delay("cd-r", 2) == 2
-    assert resolve_delay("cd-0", None) == resolve_delay("0c", 0) == 0
-    for algo, delay, message in [("cd-r", 0, ">= 1"), ("cd-0", 3, "cd-r only"),
-                                 ("cd-7", None, "unknown --algo")]:
+    assert TrainConfig(algo="cd-r").delay_epochs == DEFAULT_DELAY
+    assert TrainConfig(algo="cd-r", delay=2).delay_epochs == 2
+    assert TrainConfig(algo="cd-0").delay_epochs == 0
+    assert TrainConfig(algo="0c", delay=0).delay_epochs == 0
+    for algo, delay, message in [("cd-r", 0, "from 1 to"), ("cd-0", 3, "cd-r only"),
+                                 ("cd-7", None, "--algo must be one of")]:
         with pytest.raises(DistGNNError, match=message):
-            resolve_delay(algo, delay)
+            TrainConfig(algo=algo, delay=delay)
 
 
 def test_threads_per_rank_divides_the_node(monkeypatch):

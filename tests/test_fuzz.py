@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import given, seed
+from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
 import fuzz_report
@@ -130,10 +130,12 @@ def run_case(loader: str, case: str, call, check=None, names=(), marker: Path | 
     assert problem is None, f"{loader}: {case}: {problem}"
 
 
-def fuzz(strategy):
-    """``@given(strategy)`` under the session's settings (``--fuzz-examples``, ``--fuzz-seed``)."""
+def fuzz(strategy, share: float = 1.0):
+    """``@given(strategy)`` under the session's settings (``--fuzz-examples``, ``--fuzz-seed``),
+    with ``share`` of the examples for a test whose cases are expensive."""
     def wrap(test):
-        test = fuzz_report.SETTINGS(given(strategy)(test))
+        examples = max(1, round(fuzz_report.SETTINGS.max_examples * share))
+        test = settings(fuzz_report.SETTINGS, max_examples=examples)(given(strategy)(test))
         return test if fuzz_report.SEED is None else seed(fuzz_report.SEED)(test)
     return wrap
 

@@ -180,7 +180,7 @@ def test_cli_dry_run_prints_the_plan(capsys):
 
 def test_cli_slurm_writes_the_script_atomically(tmp_path, capsys):
     out = tmp_path / "job.sbatch"
-    out.write_text("old")
+    out.write_text(sbatch_script(2, ["distgnn-train"]))  # an earlier script of ours: replaced
     assert main(["-n", "4", "--threads-per-rank", "2", "--slurm", str(out), "--partition",
                  "cpu", "--", "distgnn-train"]) == 0
     assert out.read_text() == sbatch_script(4, ["distgnn-train"], 2, partition="cpu")
@@ -194,7 +194,7 @@ def test_cli_slurm_writes_the_script_atomically(tmp_path, capsys):
     (["-n", "2", "--dry-run", "--hostfile", "/no/such/hosts", "--", "prog"],
      "hostfile /no/such/hosts does not exist"),
     (["-n", "2", "--slurm", "x", "--hostfile", "h", "--", "prog"], "--hostfile"),
-    (["-n", "2", "--timeout", "0", "--", "prog"], "timeout must be > 0"),
+    (["-n", "2", "--timeout", "0", "--", "prog"], "timeout must be a finite number of seconds > 0"),
     (["--dry-run", "--", "prog"], "--ranks"),
 ])
 def test_cli_errors_are_one_line(capsys, args, message):

@@ -919,11 +919,17 @@ def test_cli_existing_out_needs_force(tmp_path, capsys):
     rc = run_cli([SMALL_RMAT, "--parts", 2, "--out", out, "--no-progress"])
     assert_one_line_error(rc, capsys.readouterr().err, str(out), "--force")
     assert (out / "keep.txt").read_text() == "mine"
+    # --force replaces only partitions this tool wrote: the user's folder is kept
     rc = run_cli([SMALL_RMAT, "--parts", 2, "--out", out, "--no-progress", "--force"])
-    _, err = capsys.readouterr()
-    assert rc == 0, err
-    assert not (out / "keep.txt").exists()
-    assert partition.verify(out) == []
+    assert_one_line_error(rc, capsys.readouterr().err, str(out), "not a partition directory")
+    assert (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()
+    out.rmdir()
+    for parts in (2, 3):  # a first write, then one replacing it
+        rc = run_cli([SMALL_RMAT, "--parts", parts, "--out", out, "--no-progress", "--force"])
+        _, err = capsys.readouterr()
+        assert rc == 0, err
+    assert partition.verify(out) == [] and partition.read_meta(out)["num_parts"] == 3
     assert [f.name for f in tmp_path.iterdir()] == ["parts"]
 
 
@@ -959,9 +965,11 @@ def test_cli_partitions_a_directed_edge_list(tmp_path, capsys):
 
 
 def test_cli_inspect_and_verify_of_missing_directory(tmp_path, capsys):
-    for cmd in ("inspect", "verify"):
-        rc = run_cli([cmd, tmp_path / "none"])
-        assert_one_line_error(rc, capsys.readouterr().err, "none")
+    rc = run_cli(["inspect", tmp_path / "none"])
+    assert_one_line_error(rc, capsys.readouterr().err, "none")
+    rc = run_cli(["verify", tmp_path / "none"])  # verify: 1 for every problem it finds
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and "none" in err[0], err
 
 
 # ---- 12. weighted shares (--weights: unequal capacities) -----------------------------------------

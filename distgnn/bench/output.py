@@ -1,20 +1,20 @@
-"""Writing benchmark results: JSON files replaced atomically (never half-written)."""
+"""Writing benchmark results: JSON files and charts, checked at start-up, replaced only when
+they are results of this tool, written atomically (:mod:`distgnn.storage`)."""
 from __future__ import annotations
 
-import json
-import os
+from ..storage import check_json_output, check_output_dir, write_json
 
-
-def write_json(path: str, result: dict) -> None:
-    with open(path + ".tmp", "w") as f:
-        json.dump(result, f, indent=1)
-    os.replace(path + ".tmp", path)
+def check_outputs(args) -> None:
+    """What every subcommand checks before its work: ``--json`` and ``--plot``."""
+    check_json_output(getattr(args, "json", None))
+    if getattr(args, "plot", None):
+        check_output_dir(args.plot, "--plot")
 
 
 def finish(result: dict, args) -> None:
     """What every subcommand does with its result: ``--json FILE`` and ``--plot DIR``."""
     if getattr(args, "json", None):
-        write_json(args.json, result)
+        write_json(args.json, result, "distgnn-bench")
     if getattr(args, "plot", None):
         from .plots import charts
 

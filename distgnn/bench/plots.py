@@ -8,6 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import DistGNNError
+from ..storage import check_replaceable, file_head, temp_path, write_atomic
+
+PNG_TAG = b"distgnn-bench"  # in each chart's Software text chunk
+
+
+def is_chart(path: Path) -> bool:
+    """A PNG that :mod:`distgnn.bench.plots` drew (it carries ``PNG_TAG`` in a text chunk)."""
+    head = file_head(path, 8192)
+    return head.startswith(b"\x89PNG") and PNG_TAG in head
 
 
 def _pyplot():
@@ -49,13 +58,21 @@ def epoch_chart(result: dict, directory: str | Path) -> Path:
 
 
 def _save(fig, directory: str | Path, name: str) -> Path:
+    """``fig`` as ``directory/name``, tagged as ours; an existing PNG is replaced only when
+    it carries the tag (a chart of an earlier run)."""
     plt = _pyplot()
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     path = path / name
+    check_replaceable(path, is_chart, "a chart drawn by distgnn-bench")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    tmp = temp_path(path)
+    try:
+        fig.savefig(tmp, dpi=120, format="png", metadata={"Software": PNG_TAG.decode()})
+        write_atomic(path, tmp.read_bytes())
+    finally:
+        tmp.unlink(missing_ok=True)
+        plt.close(fig)
     return path
 
 

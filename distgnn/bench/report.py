@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from ..errors import DistGNNError
+from ..storage import check_output_file, check_replaceable, file_head, write_atomic
 
 
 def _cell(value) -> str:
@@ -90,10 +91,19 @@ def section(path: Path, result: dict, chart_dir: Path, link_base: Path) -> list[
     return lines + [""]
 
 
+TITLE = "# distgnn benchmark report"
+
+
+def is_report(path: Path) -> bool:
+    """A report this subcommand wrote (it opens with ``TITLE``)."""
+    return file_head(path, len(TITLE)).decode(errors="replace") == TITLE
+
+
 def main(args) -> int:
-    out = Path(args.out)
+    out = check_output_file(args.out, "--out")
+    check_replaceable(out, is_report, "a report written by distgnn-bench report")
     charts = out.parent / (out.stem + "-charts")
-    lines = ["# distgnn benchmark report", ""]
+    lines = [TITLE, ""]
     for name in args.results:
         path = Path(name)
         try:
@@ -101,8 +111,6 @@ def main(args) -> int:
         except (OSError, json.JSONDecodeError) as e:
             raise DistGNNError(f"{path}: not a readable benchmark result ({e})") from None
         lines += section(path, result, charts, out.parent)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text("\n".join(lines))
-    os.replace(tmp, out)
+    write_atomic(out, "\n".join(lines))
     print(f"wrote {out} ({len(args.results)} results, charts in {charts})")
     return 0

@@ -94,19 +94,49 @@ class SelfCommunicator:
 
 
 class RankFailed(DistGNNError):
-    """A step failed on some rank; every rank of the job raises this together.
+    """A step failed on some rank; every rank of the job raises this together, with the same
+    message (so rank 0 alone reports it)."""
 
-    ``unanimous``: every rank has the same message (so one rank reporting it is enough).
-    """
 
-    unanimous = False
+# bytes of each rank's message that all_or_none gathers (a longer one is cut)
+MESSAGE_BYTES = 1024
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``"ranks 0-2, 5"`` (``"rank 3"`` for one)."""
+    spans, start = [], None
+    for i, r in enumerate(ranks):
+        if start is None:
+            start = r
+        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
+            spans.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(spans)
+
+
+def gather_messages(comm: Communicator, message: str | None) -> dict[str, list[int]]:
+    """Every rank's ``message`` (``None``: none), as ``{message: [ranks]}`` on every rank
+    (collective; a sum-allreduce of one row per rank serves as the gather)."""
+    table = torch.zeros(comm.size, MESSAGE_BYTES + 1, dtype=torch.int32)
+    if message is not None:
+        data = message.encode()[:MESSAGE_BYTES]
+        table[comm.rank, 0] = 1
+        table[comm.rank, 1:1 + len(data)] = torch.tensor(list(data), dtype=torch.int32)
+    comm.allreduce(table)
+    out: dict[str, list[int]] = {}
+    for r in range(comm.size):
+        if table[r, 0]:
+            text = bytes(table[r, 1:].tolist()).rstrip(b"\0").decode(errors="replace")
+            out.setdefault(text, []).append(r)
+    return out
 
 
 def all_or_none(comm: Communicator, step: Callable[[], T]) -> T:
     """Run the local ``step`` on every rank; if it raises a user error on any rank, raise
     :class:`RankFailed` on all of them (so no rank waits forever in a later collective).
 
-    The failing rank's exception carries its own message; the others name the failed ranks.
+    The error names every distinct message once, with the ranks that raised it (one line
+    each), and is the same on every rank (so rank 0 alone reports it).
     """
     try:
         result, error = step(), None
@@ -116,10 +146,9 @@ def all_or_none(comm: Communicator, step: Callable[[], T]) -> T:
     failed[comm.rank] = error is not None
     comm.allreduce(failed)
     if failed.any():
-        if error is not None:
-            raise RankFailed(str(error)) from error
-        ranks = ", ".join(str(r) for r in failed.nonzero().flatten().tolist())
-        raise RankFailed(f"stopping because rank {ranks} failed")
+        messages = gather_messages(comm, None if error is None else str(error))
+        raise RankFailed("\n".join(text if comm.size == 1 else f"{rank_ranges(ranks)}: {text}"
+                                    for text, ranks in messages.items())) from error
     return result
 
 

@@ -100,7 +100,7 @@ def main(argv):
     comm = get_communicator(args.comm)
     part = load(args.directory, comm.rank)
     index = SplitIndex.from_partition(part)
-    index.check(comm)
+    index.check(comm, part)
     out = {"global_ids": np.asarray(part.global_ids), "size": np.array(comm.size)}
     if args.ref:
         exchange_check(part, index, comm, args.ref, getattr(torch, args.dtype), out)

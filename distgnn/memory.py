@@ -1,0 +1,82 @@
+r"""What a training run needs in memory, estimated before anything is allocated.
+
+A run that cannot fit is refused with one line at start-up instead of being killed by the
+kernel minutes later.  For ``N`` vertices, ``E`` edges, layer widths
+``d_0 = F, d_1 .. d_{L-1} = H, d_L = C`` (``L`` layers), 4-byte floats:
+
+.. math::
+    \text{model} = 4 \cdot 5 \sum_{l=1}^{L} k\,(d_{l-1} + 1)\, d_l
+        \qquad\text{(weights, gradients, two Adam moments, best weights)}
+
+    \text{activations} = 4\,N \sum_{l=1}^{L} \big(2 d_{l-1} + 3 d_l\big) + 4 \cdot 3\,N C
+
+    \text{graph copies} = 24\,E + 16\,N \qquad \text{features} = 4\,N F
+
+with ``k = 2`` for GraphSAGE's mean/sum/max aggregators (a root and a neighbour weight),
+else 1.  Per layer autograd keeps about two input-wide tensors (the dropout output and the
+aggregated or projected input) and three output-wide ones (the projection, the sum, the
+activation); the logits, their softmax and their gradient add ``3 N C``.  The graph copies
+are the transpose the backward pass uses and the per-edge arrays of the kernels; the
+features are the normalised copy the model reads.  The features and the graph as loaded
+are already in memory when this is checked.  The estimate
+is meant to be within a factor of two of the peak: it catches a ``--hidden`` or
+``--layers`` that cannot fit, not a run at the edge.
+"""
+from __future__ import annotations
+
+import os
+
+from .errors import DistGNNError
+from .graph import format_bytes
+
+
+def widths(num_features: int, hidden: int, num_classes: int, layers: int) -> list[int]:
+    """``[d_0, ..., d_L]``."""
+    return [num_features] + [hidden] * (layers - 1) + [num_classes]
+
+
+def estimate(num_nodes: int, num_edges: int, num_features: int, num_classes: int,
+             hidden: int, layers: int, two_weights: bool = False) -> dict[str, int]:
+    """Bytes of ``model``, ``activations`` and ``graph`` copies (see the module docstring),
+    and their ``total``.  Python ints: no overflow for absurd sizes."""
+    d = widths(num_features, hidden, num_classes, layers)
+    k = 2 if two_weights else 1
+    model = 4 * 5 * sum(k * (a + 1) * b for a, b in zip(d[:-1], d[1:]))
+    activations = 4 * num_nodes * (sum(2 * a + 3 * b for a, b in zip(d[:-1], d[1:]))
+                                   + 3 * num_classes)
+    graph = 24 * num_edges + 16 * num_nodes
+    features = 4 * num_nodes * num_features
+    return {"model": model, "activations": activations, "graph copies": graph,
+            "features": features, "total": model + activations + graph + features}
+
+
+def available_bytes(device) -> int:
+    """Memory a new allocation can take on ``device``: ``MemAvailable`` of the host, or the
+    GPU's free memory."""
+    if getattr(device, "type", device) == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def require(cfg, num_nodes: int, num_edges: int, num_features: int, num_classes: int,
+            device, where: str) -> None:
+    """Refuse a run of ``cfg`` (a TrainConfig) on this data that cannot start (no features)
+    or whose estimated memory exceeds what ``device`` has available."""
+    if num_features < 1:
+        raise DistGNNError(f"{where}: the features have width 0; a model needs at least one "
+                           "input feature per vertex")
+    need = estimate(num_nodes, num_edges, num_features, num_classes, cfg.hidden, cfg.layers,
+                    cfg.model == "sage" and cfg.aggregator != "gcn")
+    have = available_bytes(device)
+    if need["total"] > have:
+        parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in need.items() if k != "total")
+        raise DistGNNError(f"{where}: the run needs about {format_bytes(need['total'])} "
+                           f"({parts}) but {device} has {format_bytes(have)} available; "
+                           "reduce --hidden or --layers, or partition the graph over more ranks")
