@@ -63,6 +63,11 @@ def checkpoint_name(epoch: int) -> str:
     return f"epoch-{epoch:06d}"
 
 
+def checkpoint_path(directory: str | Path, epoch: int) -> Path:
+    """Where the checkpoint after ``epoch`` epochs lives in ``directory``."""
+    return Path(directory) / checkpoint_name(epoch)
+
+
 def rng_state() -> dict:
     """The RNG states a rank's run may draw from: torch (CPU), numpy's global, Python's."""
     name, keys, pos, has_gauss, gauss = np.random.get_state()
@@ -101,7 +106,7 @@ def save(directory: str | Path, epoch: int, comm: Communicator, fingerprint: dic
     own.  Older checkpoints beyond the newest ``keep`` are removed afterwards.
     """
     directory = Path(directory)
-    final = directory / checkpoint_name(epoch)
+    final = checkpoint_path(directory, epoch)
     partial = directory / f".partial-{final.name}"
     lead = comm.rank == 0
     local_bytes = _serialise(local)

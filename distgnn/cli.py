@@ -7,53 +7,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import os
-import signal
 import statistics
-import sys
 
-from .errors import DistGNNError
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are a single line (argparse prints the whole usage first)."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def fail(prog: str, message: str) -> int:
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    return 2
-
-
-def interruptible(prog: str):
-    """Decorate a command-line entry point so that Ctrl-C anywhere in it (parsing, imports,
-    loading) ends with one line and status 130 instead of a traceback."""
-    def wrap(main):
-        @functools.wraps(main)
-        def entry(argv: list[str] | None = None) -> int:
-            try:
-                return main(argv)
-            except KeyboardInterrupt:
-                print(f"{prog}: interrupted (Ctrl-C); nothing more was written",
-                      file=sys.stderr)
-                return 128 + signal.SIGINT
-        return entry
-    return wrap
-
-
-def run_guarded(prog: str, command) -> int:
-    """``command()``'s exit status, or one line on stderr and a non-zero status: 2 (or the
-    error's own) for a user error."""
-    try:
-        return command()
-    except DistGNNError as e:
-        fail(prog, str(e))
-        return e.exit_status
-    except OSError as e:
-        return fail(prog, str(e))
+from .cli_common import OneLineParser, fail, interruptible, run_guarded
 
 
 def train_parser() -> argparse.ArgumentParser:
@@ -61,7 +18,7 @@ def train_parser() -> argparse.ArgumentParser:
     from .drpa import ALGORITHMS
     from .models import SAGE_AGGREGATORS
     from .placement import BACKEND_CHOICES, DEVICES
-    from .train import DEFAULT_DELAY, NAN_POLICIES, TrainConfig
+    from .config import DEFAULT_DELAY, NAN_POLICIES, TrainConfig
 
     d = TrainConfig()
     p = OneLineParser(
@@ -181,7 +138,9 @@ def train_parser() -> argparse.ArgumentParser:
 def train_main(argv: list[str] | None = None) -> int:
     args = train_parser().parse_args(argv)
     from .datasets import load
-    from .train import TrainConfig, train
+    from .config import TrainConfig
+    from .distributed import train_partitions
+    from .train import train
 
     if args.partitions and args.dataset:
         return fail("distgnn-train", "give --dataset or --partitions, not both")
@@ -192,7 +151,8 @@ def train_main(argv: list[str] | None = None) -> int:
                            progress=not args.no_progress, verify=not args.no_verify)
 
     if args.partitions:  # every rank checks the flags; rank 0 reports once
-        return run_guarded("distgnn-train", lambda: train_partitions(args.partitions, config))
+        return run_guarded("distgnn-train",
+                           lambda: train_partitions(args.partitions, config, report))
     cfg = run_guarded("distgnn-train", config)
     if isinstance(cfg, int):
         return cfg
@@ -208,45 +168,6 @@ def train_main(argv: list[str] | None = None) -> int:
         return result
     report(result)
     return 0
-
-
-def train_partitions(directory: str, config) -> int:
-    """One rank of ``mpirun -np P distgnn-train --partitions DIR`` (``config()`` makes the
-    run's TrainConfig, checked on every rank)."""
-    import torch
-
-    from .aggregate import PhaseTimer
-    from .comm import all_or_none, get_communicator
-    from .comm.mpi import MPICommunicator
-    from .comm.watchdog import Watchdog
-    from .distributed import partition_shard, run_rank, threads_per_rank
-    from .placement import placement
-    from .train import configure_threads, fit
-
-    world = MPICommunicator()  # the job itself: agreement on set-up errors, and abort
-
-    def main():
-        cfg = all_or_none(world, config)
-        configure_threads(cfg.threads or threads_per_rank(world))
-        device, backend = all_or_none(world, lambda: placement(
-            world.rank, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends))
-        comm = all_or_none(world, lambda: get_communicator(cfg.comm, device))
-        timer = PhaseTimer()
-        watchdog = Watchdog(comm, cfg.comm_timeout, "distgnn-train")
-        shard = partition_shard(directory, cfg, watchdog, timer, device, backend)
-        places = torch.tensor([float(device.type == "cuda"), float(backend == "torch")])
-        world.allreduce(places)
-        if comm.rank == 0:
-            delay = f" (delay {shard.nbr.exchange.delay})" if cfg.algo == "cd-r" else ""
-            print(f"{directory}: {comm.size} ranks ({int(places[0])} on GPUs, "
-                  f"{int(places[1])} with the torch backend), {cfg.algo}{delay}, "
-                  f"{comm.name} communicator", flush=True)
-        result = fit(shard, cfg, watchdog, timer, watchdog=watchdog)
-        if comm.rank == 0:
-            report(result)
-        return 0
-
-    return run_rank("distgnn-train", world, main)
 
 
 def report(result) -> None:

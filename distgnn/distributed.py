@@ -1,31 +1,32 @@
-"""One rank of a distributed run: its partition as a training shard, and the failure guard.
+"""A distributed run: one MPI rank per partition, and the guard that never leaves a rank
+waiting for a failed peer.
 
-Each rank loads only its own partition (no rank ever holds the whole graph), checks it,
-and wires the split-vertex exchange into its neighbourhood: cd-0 and cd-r normalise by
-the global in-degree stored at partition time, 0c by the local one.  Set-up failures are
-agreed on by all ranks (:func:`distgnn.comm.all_or_none`), so every rank ends with a
-clear error; a failure later in the run aborts the whole job instead of leaving the other
-ranks blocked in a collective.
+:func:`train_partitions` is what ``mpirun -np P distgnn-train --partitions DIR`` runs on each
+rank: agree on the configuration, place the rank (device, aggregation backend), open the
+communicator, load the rank's shard (:mod:`distgnn.shard`), and train (:func:`distgnn.train.fit`).
+Set-up failures are agreed on by all ranks (:func:`distgnn.comm.all_or_none`), so every rank
+ends with the same one-line error; a failure later in the run aborts the whole job instead
+of leaving the other ranks blocked in a collective.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import sys
 import traceback
-from pathlib import Path
 from typing import Callable
 
 import torch
-from partition.format import PartitionFormatError, check_files, load, read_meta
 
-from .aggregate import Neighbourhood, PhaseTimer, get_backend
-from .comm import Communicator, RankFailed, all_or_none
-from .drpa import DRPA, SplitIndex
-from . import memory
+from .comm import Communicator, RankFailed, all_or_none, get_communicator
+from .comm.mpi import MPICommunicator
+from .comm.watchdog import Watchdog
 from .errors import DistGNNError
-from .train import Shard, TrainConfig, node_tensors
+from .placement import placement
+from .shard import partition_shard
+from .timing import PhaseTimer
+from .config import TrainConfig
+from .train import TrainResult, configure_threads, fit
+
 
 def threads_per_rank(comm: Communicator) -> int:
     """Cores of this node divided among the ranks on it (so ranks never share cores)."""
@@ -35,49 +36,35 @@ def threads_per_rank(comm: Communicator) -> int:
     return max(1, (os.cpu_count() or 1) // max(local, 1))
 
 
-def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
-                    timer: PhaseTimer, device: torch.device, backend: str) -> Shard:
-    """Rank ``comm.rank``'s partition of ``directory`` as a shard on ``device``, aggregated
-    by ``backend`` (collective)."""
-    directory = Path(directory)
+def train_partitions(directory: str, config: Callable[[], TrainConfig],
+                     report: Callable[[TrainResult], None]) -> int:
+    """One rank of ``mpirun -np P distgnn-train --partitions DIR``: ``config()`` makes the
+    run's configuration (checked on every rank), rank 0 hands the result to ``report``.
+    Returns the rank's exit status."""
+    world = MPICommunicator()  # the job itself: agreement on set-up errors, and abort
 
-    def load_local():
-        delay = cfg.delay_epochs
-        if cfg.algo != "0c" and cfg.model == "sage" and cfg.aggregator == "max":
-            raise DistGNNError("the max aggregator has no exact split-vertex exchange; "
-                               "use --algo 0c or another aggregator")
-        meta = read_meta(directory)
-        if meta["num_parts"] != comm.size:
-            raise DistGNNError(f"{directory} holds {meta['num_parts']} partitions but the job "
-                               f"has {comm.size} ranks; start it with -np {meta['num_parts']}")
-        if "num_classes" not in meta:  # every rank must build the same output layer
-            raise PartitionFormatError(f"{directory}/meta.json: missing field 'num_classes'")
-        if cfg.verify:
-            problems = check_files(directory, meta, comm.rank)
-            if problems:
-                raise PartitionFormatError(f"{problems[0]} (`distgnn-partition verify "
-                                           f"{directory}` lists every problem)")
-        part = load(directory, comm.rank)
-        memory.require(cfg, part.num_nodes, part.graph.num_edges, part.x.shape[1],
-                       int(meta["num_classes"]), device, f"{directory} partition {comm.rank}")
-        x, y, masks = node_tensors(part.x, part.y, {"train": part.train_mask,
-                                                    "val": part.val_mask,
-                                                    "test": part.test_mask}, cfg.feature_norm,
-                                  device)
-        return part, delay, x, y, masks, SplitIndex.from_partition(part)
+    def main():
+        cfg = all_or_none(world, config)
+        configure_threads(cfg.threads or threads_per_rank(world))
+        device, backend = all_or_none(world, lambda: placement(
+            world.rank, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends))
+        comm = all_or_none(world, lambda: get_communicator(cfg.comm, device))
+        timer = PhaseTimer()
+        watchdog = Watchdog(comm, cfg.comm_timeout, "distgnn-train")
+        shard = partition_shard(directory, cfg, watchdog, timer, device, backend)
+        places = torch.tensor([float(device.type == "cuda"), float(backend == "torch")])
+        world.allreduce(places)
+        if comm.rank == 0:
+            delay = f" (delay {shard.nbr.exchange.delay})" if cfg.algo == "cd-r" else ""
+            print(f"{directory}: {comm.size} ranks ({int(places[0])} on GPUs, "
+                  f"{int(places[1])} with the torch backend), {cfg.algo}{delay}, "
+                  f"{comm.name} communicator", flush=True)
+        result = fit(shard, cfg, watchdog, timer, watchdog=watchdog)
+        if comm.rank == 0:
+            report(result)
+        return 0
 
-    part, delay, x, y, masks, index = all_or_none(comm, load_local)
-    index.check(comm, part)
-    exchange = (None if cfg.algo == "0c"
-                else DRPA(index, comm, cfg.algo, delay, timer, cfg.backward_exchange))
-    nbr = Neighbourhood(part.graph, get_backend(backend),
-                        in_degree=None if exchange is None else part.in_degree, timer=timer,
-                        device=device, global_ids=part.global_ids, exchange=exchange)
-    name = f"{part.meta.get('dataset', directory.name)} partition {comm.rank}/{comm.size}"
-    files = hashlib.sha256(json.dumps(part.meta["files"], sort_keys=True).encode()).hexdigest()
-    origin = (f"{comm.size} partitions of {part.meta.get('dataset', '?')} "
-              f"(files sha256 {files[:16]})")
-    return Shard(name, x, y, masks, nbr, int(part.meta["num_classes"]), origin)
+    return run_rank("distgnn-train", world, main)
 
 
 def run_rank(prog: str, comm: Communicator, main: Callable[[], int]) -> int:

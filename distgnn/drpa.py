@@ -31,9 +31,9 @@ import dataclasses
 import numpy as np
 import torch
 
-from .aggregate import PhaseTimer
 from .comm import Communicator, Done, all_or_none
 from .errors import DistGNNError
+from .timing import PhaseTimer
 
 ALGORITHMS = ("cd-0", "cd-r", "0c")
 

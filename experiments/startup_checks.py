@@ -17,7 +17,7 @@ import torch
 
 from distgnn.comm import get_communicator
 from distgnn.drpa import SplitIndex
-from distgnn.train import node_tensors
+from distgnn.shard import node_tensors
 from partition.format import load
 
 

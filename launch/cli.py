@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from distgnn.cli import OneLineParser, fail, interruptible, run_guarded
+from distgnn.cli_common import OneLineParser, fail, interruptible, run_guarded
 from distgnn.storage import check_output_file, check_replaceable, write_atomic
 
 from .mpirun import (DEFAULT_STOP_GRACE_S, IMPLEMENTATIONS, LaunchError, check_times, count_gpus,

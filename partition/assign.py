@@ -36,7 +36,7 @@ import numpy as np
 
 from distgnn.errors import DistGNNError
 from distgnn.graph import csr_rows
-from distgnn.kernels.spmm import _prefetch
+from distgnn.kernels import prefetch
 
 # a random stream order makes both bitset reads cache misses: hint them this far ahead
 PREFETCH_DISTANCE = 32
@@ -141,8 +141,8 @@ def _libra_stream(src, dst, paired, degree, member, load, key, scale, part, seed
     np.random.seed(seed)
     for k in range(len(src)):
         if k + PREFETCH_DISTANCE < len(src):
-            _prefetch(member, src[k + PREFETCH_DISTANCE], 0)
-            _prefetch(member, dst[k + PREFETCH_DISTANCE], 0)
+            prefetch(member, src[k + PREFETCH_DISTANCE], 0)
+            prefetch(member, dst[k + PREFETCH_DISTANCE], 0)
         u, v = src[k], dst[k]
         pu, pv = _placed(member, u), _placed(member, v)
         if not pu and not pv:

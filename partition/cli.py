@@ -15,7 +15,7 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from distgnn.cli import OneLineParser, interruptible, run_guarded
+from distgnn.cli_common import OneLineParser, interruptible, run_guarded
 from distgnn.errors import DistGNNError
 from distgnn.storage import check_json_output, write_json
 from distgnn.datasets import load as load_dataset

@@ -32,7 +32,8 @@ def build_random_graph(seed=0, n=40, e=160, weighted=False, hub_degree=0, isolat
 
 def train_quietly(data, log=lambda s: None, **config):
     """Single-socket training of ``data`` on one thread, without progress output."""
-    from distgnn.train import TrainConfig, train
+    from distgnn.config import TrainConfig
+    from distgnn.train import train
 
     return train(data, TrainConfig(progress=False, threads=1, **config), log=log)
 

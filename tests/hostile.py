@@ -65,7 +65,11 @@ class Runner:
 
     def command(self, tool: str, argv: list) -> list[str]:
         module, func = ENTRY[tool]
-        return [sys.executable, "-c", f"import sys; from {module} import {func}; "
+        # another tree: before this checkout's editable install, whose finder comes first
+        other = ("" if self.tree is None else
+                 f"sys.path.insert(0, {str(self.tree)!r}); sys.meta_path[:] = "
+                 "[f for f in sys.meta_path if 'editable' not in repr(f)]; ")
+        return [sys.executable, "-c", f"import sys; {other}from {module} import {func}; "
                 f"sys.exit({func}(sys.argv[1:]))", *map(str, argv)]
 
     def __call__(self, tool: str, argv: list, in_process: bool = True,
@@ -205,7 +209,7 @@ def forge_state(ck: Path, epoch: int, change: Callable[[dict], None]) -> None:
 
 
 def resumes_from(outcome: Outcome, epoch: int) -> bool:
-    return f"resumed from" in outcome.stdout + outcome.stderr and \
+    return "resumed from" in outcome.stdout + outcome.stderr and \
         f"after epoch {epoch}" in outcome.stdout + outcome.stderr
 
 
@@ -370,7 +374,7 @@ add(resume_case("another --seed", (), ("--seed", 9), "--seed"))
 
 # 4. no input transformation changes data silently
 def normalised_rows(tmp, outcome):
-    from distgnn.train import normalize_features
+    from distgnn.shard import normalize_features
 
     x = np.load(tmp / "d.npz")["x"]
     out = normalize_features(x, "row")

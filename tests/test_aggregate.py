@@ -6,8 +6,10 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from distgnn.aggregate import (BACKENDS, REDUCES, Neighbourhood, PhaseTimer, SpMM,
-                               TorchSparseBackend, get_backend)
+from distgnn.aggregate import Neighbourhood, SpMM
+from distgnn.backends import BACKENDS, TorchSparseBackend, get_backend
+from distgnn.kernels import REDUCES
+from distgnn.timing import PhaseTimer
 from distgnn.errors import DistGNNError
 from distgnn.graph import CSRGraph
 

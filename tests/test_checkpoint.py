@@ -22,7 +22,9 @@ from distgnn import checkpoint
 from distgnn.checkpoint import checkpoint_name, checkpoints
 from distgnn.datasets import load
 from distgnn.errors import DistGNNError
-from distgnn.train import NonFiniteLoss, TrainConfig, train
+from distgnn.checkpointer import NonFiniteLoss
+from distgnn.config import TrainConfig
+from distgnn.train import train
 
 BIN = Path(sys.executable).parent
 

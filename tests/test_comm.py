@@ -5,7 +5,7 @@ import torch
 from distgnn.comm import (RankFailed, SelfCommunicator, all_or_none, get_communicator,
                           rank_ranges)
 from distgnn.distributed import threads_per_rank
-from distgnn.train import DEFAULT_DELAY, TrainConfig
+from distgnn.config import DEFAULT_DELAY, TrainConfig
 from distgnn.drpa import DRPA
 from distgnn.errors import DistGNNError
 

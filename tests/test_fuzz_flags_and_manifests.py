@@ -3,7 +3,7 @@ of ``tests/test_fuzz.py``: each case is ``clean`` (one line naming the flag or t
 ``accepted`` (a result that satisfies the invariants below) or a failure.
 
 - **train flags**: every flag of ``distgnn-train`` that takes a value gets hostile values;
-  parsing and :class:`~distgnn.train.TrainConfig` either refuse with one line naming the
+  parsing and :class:`~distgnn.config.TrainConfig` either refuse with one line naming the
   flag or give a configuration whose every size, rate and choice is usable.
 - **launch flags**: ``distgnn-launch --dry-run`` with hostile counts, times and commands.
 - **checkpoint manifests**: one hostile change to a good checkpoint's ``manifest.json`` or
@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from distgnn import checkpoint
 from distgnn.cli import train_parser
 from distgnn.errors import DistGNNError
-from distgnn.train import MAX_LAYERS, MAX_THREADS, TrainConfig
+from distgnn.config import MAX_LAYERS, MAX_THREADS, TrainConfig
 from launch.cli import main as launch_main
 from test_fuzz import HOSTILE_JSON, fuzz, run_case
 

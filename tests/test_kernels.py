@@ -3,9 +3,8 @@ import numba
 import numpy as np
 import pytest
 import scipy.sparse as sp
-import torch
 
-from distgnn.kernels import edge_weight_grad, plan_spmm, spmm
+from distgnn.kernels import plan_spmm, spmm
 from distgnn.kernels.autotune import autotune_plan, cache_sizes, candidate_hub_blocks
 from distgnn.kernels.blocking import balanced_chunks
 
@@ -91,22 +90,6 @@ def test_one_and_two_threads_agree(graph, reduce):
         numba.set_num_threads(before)
     for a, b in zip(*(r if isinstance(r, tuple) else (r,) for r in (one, two))):
         np.testing.assert_array_equal(a, b)  # rows never split across threads
-
-
-@pytest.mark.parametrize("reduce", ["sum", "mean"])
-def test_edge_weight_gradient_matches_autograd(reduce):
-    indptr, indices, data, m = skewed_csr(n=3000, e=10_000, hub_degree=2500)
-    rng = np.random.default_rng(4)
-    x = rng.standard_normal((m.shape[1], 8))
-    grad_y = rng.standard_normal((m.shape[0], 8))
-    w = torch.tensor(data, dtype=torch.float64, requires_grad=True)
-    a = torch.sparse_coo_tensor(np.vstack(m.nonzero()), w, m.shape, check_invariants=True)
-    y = torch.sparse.mm(a, torch.from_numpy(x))
-    if reduce == "mean":
-        y = y / torch.from_numpy(np.maximum(np.diff(indptr), 1)[:, None])
-    (y * torch.from_numpy(grad_y)).sum().backward()
-    got = edge_weight_grad(indptr, indices, x, grad_y, reduce)
-    np.testing.assert_allclose(got, w.grad.numpy(), rtol=1e-8, atol=1e-8)
 
 
 def test_empty_and_single_vertex_graphs():

@@ -3,7 +3,8 @@ math (outputs and gradients), and the GNN stack's shape, dropout, residual and a
 import pytest
 import torch
 
-from distgnn.aggregate import Neighbourhood, TorchSparseBackend
+from distgnn.aggregate import Neighbourhood
+from distgnn.backends import TorchSparseBackend
 from distgnn.models import GNN, SAGE_AGGREGATORS, GCNConv, SAGEConv
 
 LAYERS = ["gcn_conv"] + [f"sage_{a}" for a in SAGE_AGGREGATORS]

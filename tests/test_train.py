@@ -8,7 +8,8 @@ from conftest import losses
 from conftest import train_quietly as run
 
 from distgnn.errors import DistGNNError
-from distgnn.train import PHASES, normalize_features
+from distgnn.epoch_log import PHASES
+from distgnn.shard import normalize_features
 
 
 def test_same_seed_same_loss_curve_and_different_seed_differs(cora):

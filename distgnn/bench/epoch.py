@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..aggregate import BACKENDS
+from ..backends import BACKENDS
 from ..datasets import load
 from ..graph import NodeDataset
 from ..placement import synchronize
@@ -57,7 +57,7 @@ def impl_device(impl: str, device: str) -> str:
 
 
 def _config(job: dict, dropout: float, epochs: int):
-    from ..train import TrainConfig
+    from ..config import TrainConfig
 
     return TrainConfig(model=job["model"], hidden=job["hidden"], layers=job["layers"],
                        dropout=dropout, epochs=epochs, eval_every=epochs, seed=job["seed"],
@@ -76,7 +76,8 @@ def train_ours(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tup
 
 def train_pyg(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tuple[list, list]:
     """Losses and epoch seconds of the same model in PyG, from the same initial weights."""
-    from ..train import build_model, configure_threads, normalize_features
+    from ..shard import normalize_features
+    from ..train import build_model, configure_threads
 
     cfg = _config(job, dropout, epochs)
     device = torch.device(job["device"])

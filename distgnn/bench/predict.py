@@ -168,7 +168,8 @@ def format_table(rows: list[dict], delay: int) -> str:
 
 def main(args) -> int:
     from ..datasets import load
-    from ..train import TrainConfig, build_model, configure_threads
+    from ..config import TrainConfig
+    from ..train import build_model, configure_threads
     from .machine import machine_info
 
     configure_threads(args.threads)

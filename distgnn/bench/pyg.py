@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..aggregate import csr_tensor
+from ..backends import csr_tensor
 from ..graph import CSRGraph, csr_rows
 from ..models import GNN
 

@@ -27,7 +27,7 @@ import time
 import numpy as np
 import torch
 
-from ..aggregate import TorchSparseBackend
+from ..backends import TorchSparseBackend
 from ..datasets import load
 from ..kernels import plan_spmm, spmm
 from ..kernels.spmm import as_aligned, empty_aligned

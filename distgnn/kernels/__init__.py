@@ -1,5 +1,6 @@
-"""Numba aggregation kernels: SpMM forward/backward, source blocking, block-size autotune."""
+"""Numba aggregation kernels on plain arrays: SpMM forward/backward, source blocking,
+block-size autotune, and the prefetch intrinsic they share with the partitioner."""
 from .blocking import SpMMPlan, plan_spmm
-from .spmm import edge_weight_grad, inverse_degree, spmm
+from .spmm import REDUCES, inverse_degree, prefetch, spmm
 
-__all__ = ["SpMMPlan", "plan_spmm", "spmm", "edge_weight_grad", "inverse_degree"]
+__all__ = ["REDUCES", "SpMMPlan", "inverse_degree", "plan_spmm", "prefetch", "spmm"]

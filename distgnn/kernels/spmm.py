@@ -63,12 +63,13 @@ def as_aligned(x: np.ndarray) -> np.ndarray:
     copy = empty_aligned(x.shape, x.dtype)
     copy[...] = x
     return copy
+REDUCES = ("sum", "mean", "max", "min")
 NO_WEIGHT = np.empty(0, np.float32)
 NO_SCALE = np.empty(0, np.float32)
 
 
 @intrinsic
-def _prefetch(typingctx, arr, row, col):
+def prefetch(typingctx, arr, row, col):
     """Hint the CPU to load ``arr[row, col]`` into cache (``llvm.prefetch``, read, keep)."""
     sig = types.void(arr, row, col)
 
@@ -109,7 +110,7 @@ def _sum_block(chunks, indptr, indices, weight, x, out, accumulate, row_scale, d
                 ahead = e + distance
                 if distance > 0 and ahead < nnz:
                     for f in range(0, d, 16):  # one hint per 64-byte line
-                        _prefetch(x, indices[ahead], f)
+                        prefetch(x, indices[ahead], f)
                 u = indices[e]
                 if weighted:
                     w = weight[e]
@@ -155,22 +156,6 @@ def _extreme(chunks, indptr, indices, weight, x, out, arg, is_max):
                         arg[v, f] = e
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True)
-def _edge_dot(chunks, indptr, indices, x, grad_y, row_scale, out):
-    """``out[e] = row_scale[v] * <grad_y[v], x[u_e]>``: the gradient of sum/mean w.r.t. ``w``."""
-    d = x.shape[1]
-    scaled = len(row_scale) > 0
-    for c in numba.prange(len(chunks) - 1):
-        for v in range(chunks[c], chunks[c + 1]):
-            s = row_scale[v] if scaled else np.float32(1.0)
-            for e in range(indptr[v], indptr[v + 1]):
-                u = indices[e]
-                acc = 0.0
-                for f in range(d):
-                    acc += grad_y[v, f] * x[u, f]
-                out[e] = acc * s
-
-
 def _weight_array(edge_weight) -> np.ndarray:
     return NO_WEIGHT if edge_weight is None else np.ascontiguousarray(edge_weight, np.float32)
 
@@ -209,8 +194,8 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
         _extreme(plan.chunks_full, indptr, indices, _weight_array(edge_weight), x, out, arg,
                  reduce == "max")
         return out, arg
-    if reduce not in ("sum", "mean"):
-        raise ValueError(f"reduce must be sum, mean, max or min, got {reduce!r}")
+    if reduce not in REDUCES:
+        raise ValueError(f"reduce must be one of {', '.join(REDUCES)}, got {reduce!r}")
     plan = plan or plan_spmm(indptr, indices, edge_weight, hub_block=0)
     scale = inverse_degree(indptr, x.dtype) if reduce == "mean" else NO_SCALE
     last = len(plan.blocks) - 1
@@ -219,16 +204,4 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
                    scale if i == last else NO_SCALE, prefetch_distance(x.shape[1]))
     if not plan.blocks:  # a graph without rows
         out[:] = 0
-    return out
-
-
-def edge_weight_grad(indptr, indices, x, grad_y, reduce: str = "sum", plan=None) -> np.ndarray:
-    """``[E]``: ``dL/dw_e`` for sum/mean given ``grad_y = dL/dy`` ``[N_dst, d]``."""
-    if reduce not in ("sum", "mean"):
-        raise ValueError("edge-weight gradients are implemented for sum and mean")
-    plan = plan or plan_spmm(indptr, indices, None, hub_block=0)
-    x, grad_y = as_aligned(x), as_aligned(np.asarray(grad_y, x.dtype))
-    out = np.empty(len(indices), x.dtype)
-    scale = inverse_degree(indptr, x.dtype) if reduce == "mean" else NO_SCALE
-    _edge_dot(plan.chunks_full, indptr, indices, x, grad_y, scale, out)
     return out

@@ -23,7 +23,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from distgnn.aggregate import Neighbourhood, PhaseTimer, get_backend
+from distgnn.aggregate import Neighbourhood
+from distgnn.backends import get_backend
+from distgnn.timing import PhaseTimer
 from distgnn.comm import get_communicator
 from distgnn.drpa import DRPA, DelayedExchange, SplitIndex
 from partition.format import load

@@ -1,0 +1,141 @@
+"""When a run checkpoints, resumes and stops: the policy over :mod:`distgnn.checkpoint`'s
+on-disk format.
+
+A :class:`Checkpointer` fingerprints the run (what a checkpoint must share with the run that
+resumes it), restores a resumed run's state, writes a checkpoint every
+``--checkpoint-every`` epochs, at the end, at an early stop and on a stop request, and
+decides what a non-finite step does: stop every rank (after checkpointing the last good
+state) or skip the step (``--nan-policy skip``).
+"""
+from __future__ import annotations
+
+import signal
+from typing import Callable
+
+import torch
+
+from . import checkpoint
+from .comm import Communicator, RankFailed, all_or_none
+from .config import TrainConfig
+from .errors import DistGNNError, one_line
+from .shard import Shard
+
+# the flags that change what a run computes: a checkpoint continues only a run with the same
+FINGERPRINT_OPTIONS = ("model", "aggregator", "layers", "hidden", "dropout", "residual", "lr",
+                       "weight_decay", "seed", "feature_norm", "split", "precompute_first",
+                       "backward_exchange")
+
+
+class NonFiniteLoss(RankFailed):
+    """The loss or a gradient was NaN or infinite (every rank raises it together)."""
+
+
+class Stopped(RankFailed):
+    """A stop request ended the run after the epoch in progress (raised on every rank)."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_status = 128 + signum
+
+
+def fingerprint(cfg: TrainConfig, model: torch.nn.Module, shard: Shard,
+                comm: Communicator) -> dict:
+    """What a checkpoint must share with the run that resumes it: rank count, exchange,
+    every option of ``FINGERPRINT_OPTIONS``, the data (its content) and the parameters."""
+    exchange = shard.nbr.exchange
+    return {"ranks": comm.size,
+            "exchange": "none" if exchange is None else
+                        exchange.algo + (f" delay {exchange.delay}" if exchange.algo == "cd-r"
+                                         else ""),
+            "options": {"--" + k.replace("_", "-"): getattr(cfg, k)
+                        for k in FINGERPRINT_OPTIONS},
+            "data": shard.origin,
+            "parameters": {k: list(v.shape) for k, v in model.state_dict().items()}}
+
+
+class Checkpointer:
+    """The checkpoints of one run of ``model`` and ``optimizer`` on ``shard`` (collective:
+    every rank makes one with the same ``cfg``)."""
+
+    def __init__(self, cfg: TrainConfig, comm: Communicator, model: torch.nn.Module,
+                 optimizer: torch.optim.Optimizer, shard: Shard,
+                 log: Callable[[str], None] = print):
+        self.cfg, self.comm, self.model, self.optimizer, self.log = cfg, comm, model, optimizer, log
+        self.exchange = shard.nbr.exchange
+        self.device = shard.x.device
+        self.stamp = fingerprint(cfg, model, shard, comm)
+        self.last_saved: int | None = None
+
+    def resume(self) -> tuple[int, list, dict, int]:
+        """``(start, history, best, since_best)``: zeros for a new run, else the newest
+        usable checkpoint's, with the model, optimizer, RNG and exchange state restored."""
+        if not self.cfg.resume:
+            return 0, [], {}, 0
+        start, shared, local = checkpoint.resume(self.cfg.resume, self.comm, self.stamp,
+                                                 self.log)
+        path = f"{self.cfg.resume}/{checkpoint.checkpoint_name(start)}"
+        history, best, since_best = all_or_none(self.comm,
+                                                lambda: self.restore(path, shared, local))
+        if self.comm.rank == 0:
+            self.log(f"resumed from {self.cfg.resume} after epoch {start}")
+        self.last_saved = start
+        return start, history, best, since_best
+
+    def restore(self, path: str, shared: dict, local: dict) -> tuple[list, dict, int]:
+        try:
+            self.model.load_state_dict(shared["model"])
+            self.optimizer.load_state_dict(shared["optimizer"])
+            checkpoint.set_rng_state(local["rng"])
+            if self.exchange is not None:
+                self.exchange.load_state_dict(local["exchange"], self.device)
+            return shared["history"], shared["best"], shared["since_best"]
+        except (KeyError, RuntimeError, ValueError, TypeError, DistGNNError) as e:
+            raise checkpoint.CheckpointError(f"{path}: checkpoint does not fit this run "
+                                             f"({one_line(e)})") from None
+
+    def save(self, done: int, history: list, best: dict, since_best: int) -> str:
+        """The checkpoint after ``done`` epochs (once per epoch); returns its path."""
+        path = checkpoint.checkpoint_path(self.cfg.checkpoint_dir, done)
+        if self.last_saved != done:
+            path = checkpoint.save(
+                self.cfg.checkpoint_dir, done, self.comm, self.stamp,
+                {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "history": history, "best": best, "since_best": since_best},
+                {"rng": checkpoint.rng_state(),
+                 "exchange": self.exchange.state_dict() if self.exchange is not None else {}},
+                self.cfg.keep)
+            self.last_saved = done
+        return str(path)
+
+    def step_allowed(self, bad_ranks: list[int], epoch: int, run) -> bool:
+        """Whether the optimizer may step after a step whose loss or gradients were not
+        finite on ``bad_ranks``: raise :class:`NonFiniteLoss` (after checkpointing the
+        weights before this step) under ``--nan-policy stop``, else warn and skip."""
+        if not bad_ranks:
+            return True
+        ranks = ", ".join(map(str, bad_ranks))
+        if self.cfg.nan_policy == "stop":
+            where = f"non-finite loss or gradients in epoch {epoch + 1} on rank {ranks}"
+            if self.cfg.checkpoint_dir:  # the weights before this step: the last good state
+                path = self.save(epoch, run.history, run.best, run.since_best)
+                where += f"; the state after epoch {epoch} is in {path}"
+            raise NonFiniteLoss(where + " (--nan-policy skip skips such steps)")
+        if self.comm.rank == 0:
+            self.log(f"warning: epoch {epoch + 1}: non-finite loss or gradients on rank "
+                     f"{ranks}; step skipped")
+        return False
+
+    def after_epoch(self, done: int, signum: int, run) -> None:
+        """Checkpoint when due (every ``--checkpoint-every``, the last epoch, an early stop,
+        a stop request); raise :class:`Stopped` on a stop request."""
+        cfg = self.cfg
+        path = None
+        if cfg.checkpoint_dir and (signum or run.stalled or done == cfg.epochs or (
+                cfg.checkpoint_every and done % cfg.checkpoint_every == 0)):
+            path = self.save(done, run.history, run.best, run.since_best)
+        if signum:
+            then = (f"checkpoint {path}; continue with --resume {cfg.checkpoint_dir}"
+                    if cfg.checkpoint_dir else "no --checkpoint-dir, nothing saved")
+            why = ("the launcher (mpirun) is gone" if signum == signal.SIGHUP
+                   else f"{signal.Signals(signum).name} received")
+            raise Stopped(f"{why}: stopped after epoch {done}; {then}", signum)

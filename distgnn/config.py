@@ -1,0 +1,129 @@
+"""The configuration of a training run and its one validation.
+
+:class:`TrainConfig` holds every flag of ``distgnn-train``; constructing one validates it
+(:meth:`TrainConfig.validate`): every size, rate, choice and output path, with one line
+naming the flag, before any data is read.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+from .comm import COMMUNICATORS
+from .comm.watchdog import DEFAULT_TIMEOUT_S
+from .drpa import ALGORITHMS
+from .epoch_log import is_metrics_file
+from .errors import DistGNNError
+from .models import SAGE_AGGREGATORS
+from .placement import BACKEND_CHOICES, DEVICES, parse_per_rank
+from .storage import check_output_dir, check_output_file, check_replaceable
+
+NAN_POLICIES = ("stop", "skip")
+MODELS = ("gcn", "sage")
+FEATURE_NORMS = ("row", "none")
+DEFAULT_DELAY = 5
+# More threads than this is a typo, not a machine: torch would try to start them all.
+MAX_THREADS = 4096
+# The deepest published GNNs have about a thousand layers (RevGNN); more is a typo.
+MAX_LAYERS = 10_000
+# cd-r keeps buffers per bin: a delay beyond the epochs of any run is a typo.
+MAX_DELAY = 100_000
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Everything that defines a training run (the CLI flags of ``distgnn-train``)."""
+
+    model: str = "gcn"
+    aggregator: str = "gcn"
+    layers: int = 2
+    hidden: int = 16
+    dropout: float = 0.5
+    residual: bool = False
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+    epochs: int = 200
+    seed: int = 0
+    eval_every: int = 1
+    patience: int = 0
+    feature_norm: str = "row"
+    backend: str = "auto"
+    device: str = "auto"
+    rank_devices: str | None = None
+    rank_backends: str | None = None
+    threads: int | None = None
+    metrics_out: str | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 10
+    keep: int = 2
+    resume: str | None = None
+    nan_policy: str = "stop"
+    comm_timeout: float = DEFAULT_TIMEOUT_S
+    progress: bool = True
+    algo: str = "cd-0"
+    delay: int | None = None
+    comm: str = "auto"
+    verify: bool = True
+    backward_exchange: bool = True
+    precompute_first: bool = False
+    split: int = 0
+
+    def __post_init__(self):
+        if self.resume and not self.checkpoint_dir:  # a resumed run goes on checkpointing
+            self.checkpoint_dir = self.resume
+        self.validate()
+
+    def validate(self) -> None:
+        """Refuse, with one line naming the flag, any value that cannot make a run: every
+        size, rate and choice, and every output path (checked now, not after the work)."""
+        def need(ok, flag: str, what: str, value) -> None:
+            if not ok:
+                raise DistGNNError(f"--{flag} must be {what}, got {value!r}")
+
+        def integer(value) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        for flag, low, high in (("layers", 1, MAX_LAYERS), ("hidden", 1, None),
+                                ("epochs", 1, None), ("eval-every", 1, None), ("patience", 0, None),
+                                ("checkpoint-every", 0, None), ("keep", 1, None),
+                                ("seed", 0, 2**63 - 1), ("split", 0, None)):
+            value = getattr(self, flag.replace("-", "_"))
+            need(integer(value) and value >= low and (high is None or value <= high), flag,
+                 f"an integer >= {low}" + (f" and <= {high}" if high else ""), value)
+        if self.threads is not None:
+            need(integer(self.threads) and 1 <= self.threads <= MAX_THREADS, "threads",
+                 f"an integer from 1 to {MAX_THREADS}", self.threads)
+        need(math.isfinite(self.lr) and self.lr >= 0, "lr", "a finite number >= 0", self.lr)
+        need(math.isfinite(self.weight_decay) and self.weight_decay >= 0, "weight-decay",
+             "a finite number >= 0", self.weight_decay)
+        need(0 <= self.dropout < 1, "dropout", "in [0, 1)", self.dropout)
+        need(math.isfinite(self.comm_timeout) and self.comm_timeout >= 0, "comm-timeout",
+             "a finite number of seconds >= 0", self.comm_timeout)
+        for flag, choices in (("model", MODELS), ("aggregator", SAGE_AGGREGATORS),
+                              ("feature-norm", FEATURE_NORMS), ("nan-policy", NAN_POLICIES),
+                              ("backend", BACKEND_CHOICES), ("device", DEVICES),
+                              ("algo", ALGORITHMS), ("comm", COMMUNICATORS)):
+            value = getattr(self, flag.replace("-", "_"))
+            need(value in choices, flag, "one of " + ", ".join(choices), value)
+        if self.algo == "cd-r":
+            need(self.delay is None or (integer(self.delay) and 1 <= self.delay <= MAX_DELAY),
+                 "delay", f"an integer from 1 to {MAX_DELAY} with cd-r", self.delay)
+        elif self.delay:
+            raise DistGNNError(f"--delay applies to cd-r only, not {self.algo}")
+        parse_per_rank(self.rank_devices, "--rank-devices", DEVICES)
+        parse_per_rank(self.rank_backends, "--rank-backends", BACKEND_CHOICES)
+        if self.metrics_out:
+            check_replaceable(check_output_file(self.metrics_out, "--metrics-out"),
+                              is_metrics_file, "a metrics file written by distgnn-train")
+        if self.checkpoint_dir:
+            check_output_dir(self.checkpoint_dir, "--checkpoint-dir")
+        if self.resume and not Path(self.resume).is_dir():
+            raise DistGNNError(f"--resume {self.resume}: not a directory of checkpoints")
+
+    @property
+    def delay_epochs(self) -> int:
+        """``r`` of cd-r (``DEFAULT_DELAY`` when not given); 0 for the other exchanges."""
+        if self.algo != "cd-r":
+            return 0
+        return DEFAULT_DELAY if self.delay is None else self.delay

@@ -1,0 +1,161 @@
+"""What one rank trains on: the whole graph in single-socket mode, else its partition.
+
+:func:`dataset_shard` and :func:`partition_shard` load the data, check that the run fits in
+memory (:mod:`distgnn.memory`), normalise the features and place the tensors on the rank's
+device, and wire the neighbourhood the layers aggregate over (with the split-vertex
+exchange of :mod:`distgnn.drpa` on a partition).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from partition.format import PartitionFormatError, check_files, load, read_meta
+
+from . import memory
+from .aggregate import Neighbourhood
+from .backends import get_backend
+from .comm import Communicator, all_or_none
+from .config import TrainConfig
+from .drpa import DRPA, SplitIndex
+from .errors import DistGNNError
+from .graph import NodeDataset
+from .placement import placement
+from .timing import PhaseTimer
+
+
+@dataclasses.dataclass
+class Shard:
+    """What one rank trains on: the whole graph in single-socket mode, else its partition.
+
+    ``x`` ``[n, F]`` float32, ``y`` ``[n]`` int64, ``masks`` bool ``[n]`` per split name
+    (under MPI true at root clones only, so each vertex counts once), ``nbr`` the
+    neighbourhood the layers aggregate over (with the split-vertex exchange under MPI),
+    ``origin`` what the data is (a checkpoint of other data is refused).
+    """
+
+    name: str
+    x: torch.Tensor
+    y: torch.Tensor
+    masks: dict[str, torch.Tensor]
+    nbr: Neighbourhood
+    num_classes: int
+    origin: str
+
+    @property
+    def num_features(self) -> int:
+        return self.x.shape[1]
+
+
+# rows normalised per block: bounds the float64 temporaries to 2 x 64 MiB
+_NORM_BLOCK_ELEMENTS = 1 << 23
+
+
+def normalize_features(x: np.ndarray, how: str) -> np.ndarray:
+    """``row``: divide each row by its L1 norm (Kipf & Welling's preprocessing); ``none``.
+
+    float32 ``[N, F]`` in and out.  The norms and quotients are computed in float64 (in row
+    blocks): a float32 sum of large finite values would overflow to inf and zero the row.
+    """
+    if how == "none":
+        return x
+    out = np.empty(x.shape, np.float32)
+    rows = max(1, _NORM_BLOCK_ELEMENTS // max(x.shape[1], 1))
+    for start in range(0, len(x), rows):
+        block = np.asarray(x[start:start + rows], dtype=np.float64)
+        norm = np.abs(block).sum(axis=1, keepdims=True)
+        np.divide(block, np.where(norm == 0, 1.0, norm), out=block)
+        out[start:start + rows] = block
+    return out
+
+
+def node_tensors(x: np.ndarray, y: np.ndarray, masks: dict[str, np.ndarray], how: str,
+                 device: torch.device | str = "cpu"):
+    """Torch tensors of normalised features, labels and masks on ``device`` (copies: the
+    inputs may be read-only memory maps)."""
+    x = np.asarray(x)
+    normalised = normalize_features(x, how)
+    return (torch.from_numpy(np.array(normalised, np.float32, copy=normalised is x)).to(device),
+            torch.from_numpy(np.array(y, np.int64)).to(device),
+            {name: torch.from_numpy(np.array(m, bool)).to(device) for name, m in masks.items()})
+
+
+def content_digest(arrays) -> str:
+    """SHA-256 over the bytes of ``arrays`` (numpy arrays or CPU tensors; ``None`` skipped),
+    each prefixed by its dtype and shape: the identity of the data a run trains on."""
+    h = hashlib.sha256()
+    for a in arrays:
+        if a is None:
+            continue
+        a = np.ascontiguousarray(a.numpy() if isinstance(a, torch.Tensor) else a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(memoryview(a).cast("B"))
+    return h.hexdigest()
+
+
+def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer) -> Shard:
+    """The whole graph of ``data`` as the single rank's shard, on its device."""
+    device, backend = placement(0, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends)
+    memory.require(cfg, data.num_nodes, data.graph.num_edges, data.num_features,
+                   data.num_classes, device, data.name)
+    masks = {name: getattr(data, f"{name}_mask") for name in ("train", "val", "test")}
+    x, y, masks = node_tensors(data.x, data.y, masks, cfg.feature_norm)
+    origin = (f"dataset {data.name}: {data.num_nodes} nodes, {data.graph.num_edges} edges, "
+              f"{data.num_features} features, {data.num_classes} classes")
+    if cfg.checkpoint_dir or cfg.resume:  # what was trained on, as trained on (once)
+        g = data.graph
+        origin += ", content sha256 " + content_digest(
+            [g.indptr, g.indices, g.edge_weight, x, y, *masks.values()])[:16]
+    nbr = Neighbourhood(data.graph, get_backend(backend), timer=timer, device=device)
+    x, y = x.to(device), y.to(device)
+    masks = {name: m.to(device) for name, m in masks.items()}
+    return Shard(data.name, x, y, masks, nbr, data.num_classes, origin)
+
+
+def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
+                    timer: PhaseTimer, device: torch.device, backend: str) -> Shard:
+    """Rank ``comm.rank``'s partition of ``directory`` as a shard on ``device``, aggregated
+    by ``backend`` (collective)."""
+    directory = Path(directory)
+
+    def load_local():
+        delay = cfg.delay_epochs
+        if cfg.algo != "0c" and cfg.model == "sage" and cfg.aggregator == "max":
+            raise DistGNNError("the max aggregator has no exact split-vertex exchange; "
+                               "use --algo 0c or another aggregator")
+        meta = read_meta(directory)
+        if meta["num_parts"] != comm.size:
+            raise DistGNNError(f"{directory} holds {meta['num_parts']} partitions but the job "
+                               f"has {comm.size} ranks; start it with -np {meta['num_parts']}")
+        if "num_classes" not in meta:  # every rank must build the same output layer
+            raise PartitionFormatError(f"{directory}/meta.json: missing field 'num_classes'")
+        if cfg.verify:
+            problems = check_files(directory, meta, comm.rank)
+            if problems:
+                raise PartitionFormatError(f"{problems[0]} (`distgnn-partition verify "
+                                           f"{directory}` lists every problem)")
+        part = load(directory, comm.rank)
+        memory.require(cfg, part.num_nodes, part.graph.num_edges, part.x.shape[1],
+                       int(meta["num_classes"]), device, f"{directory} partition {comm.rank}")
+        x, y, masks = node_tensors(part.x, part.y, {"train": part.train_mask,
+                                                    "val": part.val_mask,
+                                                    "test": part.test_mask}, cfg.feature_norm,
+                                  device)
+        return part, delay, x, y, masks, SplitIndex.from_partition(part)
+
+    part, delay, x, y, masks, index = all_or_none(comm, load_local)
+    index.check(comm, part)
+    exchange = (None if cfg.algo == "0c"
+                else DRPA(index, comm, cfg.algo, delay, timer, cfg.backward_exchange))
+    nbr = Neighbourhood(part.graph, get_backend(backend),
+                        in_degree=None if exchange is None else part.in_degree, timer=timer,
+                        device=device, global_ids=part.global_ids, exchange=exchange)
+    name = f"{part.meta.get('dataset', directory.name)} partition {comm.rank}/{comm.size}"
+    files = hashlib.sha256(json.dumps(part.meta["files"], sort_keys=True).encode()).hexdigest()
+    origin = (f"{comm.size} partitions of {part.meta.get('dataset', '?')} "
+              f"(files sha256 {files[:16]})")
+    return Shard(name, x, y, masks, nbr, int(part.meta["num_classes"]), origin)
