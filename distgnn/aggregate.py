@@ -8,6 +8,7 @@ partition and adds the split-vertex exchange (:mod:`distgnn.drpa`) to every sum.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import torch
@@ -39,6 +40,16 @@ class SpMM(torch.autograd.Function):
         return grad_x, None, None, None, None
 
 
+@dataclasses.dataclass(frozen=True)
+class LayerContext:
+    """Which aggregation an exchange serves: the model's ``layer``, the epoch (``step``),
+    and whether the model trains (cd-r keeps state per layer and runs only in training)."""
+
+    layer: int = 0
+    step: int = 0
+    training: bool = False
+
+
 class Neighbourhood:
     """The graph as a layer sees it: reductions over in-neighbours and in-degrees.
 
@@ -62,7 +73,7 @@ class Neighbourhood:
                  exchange=None):
         self.graph = graph
         self.exchange = exchange
-        self.context = (0, 0, False)
+        self.context = LayerContext()
         self.global_ids = (np.arange(graph.num_nodes, dtype=np.int64) if global_ids is None
                            else np.asarray(global_ids, dtype=np.int64))
         self.backend = backend
@@ -76,7 +87,7 @@ class Neighbourhood:
         if self.exchange is None:
             return self
         view = copy.copy(self)
-        view.context = (layer, step, training)
+        view.context = LayerContext(layer, step, training)
         return view
 
     def reduce(self, h: torch.Tensor, reduce: str) -> torch.Tensor:
@@ -89,4 +100,5 @@ class Neighbourhood:
         if reduce != "sum":
             raise DistGNNError(f"the split-vertex exchange adds partial aggregates; {reduce} "
                                "aggregation is only supported with --algo 0c")
-        return self.exchange(y, *self.context)
+        c = self.context
+        return self.exchange(y, c.layer, c.step, c.training)

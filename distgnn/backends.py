@@ -30,6 +30,7 @@ from .kernels import inverse_degree, spmm
 from .kernels.autotune import autotune_plan
 from .kernels.spmm import empty_aligned
 
+
 class KernelBackend(Protocol):
     """What an aggregation backend provides (CPU Numba kernels, torch.sparse on any device).
 

@@ -4,7 +4,7 @@
 
 1. a generator spec ``"rmat:scale=18,edge_factor=16,features=128,classes=16,seed=0"`` or
    ``"sbm:nodes=100000,blocks=8,avg_degree=20,p_in=0.8,features=64,noise=1.0,seed=0"``
-   (every key optional; see :data:`_GENERATORS` for keys and defaults);
+   (every key optional; see :data:`distgnn.generators.GENERATORS` for keys and defaults);
 2. a bundled name such as ``"cora"`` (``distgnn/data/NAME.npz``);
 3. a bare name ``NAME`` found as ``NAME.npz`` in a directory of the ``os.pathsep``-separated
    environment variable ``DISTGNN_DATA_PATH`` (first hit wins);
@@ -35,19 +35,11 @@ from typing import Iterator
 import numpy as np
 
 from .errors import one_line
-from .graph import CSRGraph, GraphError, NodeDataset, require_memory
+from .generators import GENERATORS, generate, random_split
+from .graph import NODE_BYTES, CSRGraph, GraphError, NodeDataset, require_memory
 
 _NPZ_KEYS = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
 _MASKS = ("train", "val", "test")
-_SPLIT_FRACTIONS = (0.6, 0.2)  # train, val; the rest is test
-_CHUNK = 1 << 22  # edges drawn per step in the generators: bounds their temporaries
-_MAX_NODES = 1 << 31  # generators key an edge as dst * N + src in one int64
-# What a file loader allocates per vertex (indptr, degree counts, labels as float and int,
-# masks, default feature), checked against free memory before a declared count is trusted.
-_BYTES_PER_NODE = 64
-# What a generator holds per drawn edge at its peak (endpoints, relabelled copies, the
-# symmetric int64 keys and their sort).
-_GENERATOR_BYTES_PER_EDGE = 80
 # Errors of reading a file that is missing, a directory, unreadable, a damaged gzip stream.
 _READ_ERRORS = (OSError, EOFError, zlib.error)
 
@@ -63,9 +55,9 @@ def load(spec: str | Path, *, features: str | Path | None = None,
     (generated graphs are symmetric already).
     """
     text = str(spec)
-    if text.partition(":")[0] in _GENERATORS:
+    if text.partition(":")[0] in GENERATORS:
         _check_options("generator", text, split, features, labels)
-        return _generate(text)
+        return generate(text)
     with _locate(text) as path:
         kind = "ogb" if path.is_dir() else "npz" if path.suffix == ".npz" else "edges"
         if kind != "ogb":
@@ -231,7 +223,7 @@ def load_ogb(root: str | Path) -> NodeDataset:
         num_nodes = len(x)
     else:
         raise GraphError("needs raw/node-feat.csv.gz or raw/num-node-list.csv.gz", root)
-    require_memory(_BYTES_PER_NODE * num_nodes, count_file or feat_file)
+    require_memory(NODE_BYTES * num_nodes, count_file or feat_file)
     if x is None:
         x = np.ones((num_nodes, 1), np.float32)
     src, dst, weight = read_edge_list(_required(raw / "edge.csv.gz"))
@@ -253,7 +245,7 @@ def load_ogb(root: str | Path) -> NodeDataset:
         masks = [_ogb_mask(splits[0] / f"{part}.csv.gz", labelled)
                  for part in ("train", "valid", "test")]
     else:
-        masks = _random_split(num_nodes, np.random.default_rng(0), eligible=labelled)
+        masks = random_split(num_nodes, np.random.default_rng(0), eligible=labelled)
     return NodeDataset(graph, x, y, *masks, name=root.name)
 
 
@@ -290,7 +282,7 @@ def load_edge_list(path: str | Path, features: str | Path | None = None,
         num_nodes = len(y)
     else:
         num_nodes = int(max(src.max(), dst.max())) + 1 if len(src) else 0
-    require_memory(_BYTES_PER_NODE * num_nodes, path)
+    require_memory(NODE_BYTES * num_nodes, path)
     if y is not None:
         _check_length(y, num_nodes, labels)
     graph = CSRGraph.from_edges(src, dst, num_nodes, weight, source=path)
@@ -300,7 +292,7 @@ def load_edge_list(path: str | Path, features: str | Path | None = None,
         empty = np.zeros(num_nodes, bool)
         return NodeDataset(graph, x, np.zeros(num_nodes, np.int64), empty, empty.copy(),
                            empty.copy(), num_classes=1, name=path.stem)
-    masks = _random_split(num_nodes, np.random.default_rng(0))
+    masks = random_split(num_nodes, np.random.default_rng(0))
     return NodeDataset(graph, x, y, *masks, name=path.stem)
 
 
@@ -450,192 +442,3 @@ def _optional(path: Path) -> Path | None:
 def _check_length(labels: np.ndarray, num_nodes: int, path) -> None:
     if len(labels) != num_nodes:
         raise GraphError(f"{len(labels)} labels for {num_nodes} nodes", path)
-
-
-def _random_split(num_nodes: int, rng: np.random.Generator,
-                  eligible: np.ndarray | None = None) -> list[np.ndarray]:
-    """Three disjoint bool ``[N]`` masks: a random 60/20/20 split of the eligible nodes."""
-    ids = np.arange(num_nodes) if eligible is None else np.flatnonzero(eligible)
-    ids = rng.permutation(ids)
-    cuts = (np.cumsum(_SPLIT_FRACTIONS) * len(ids)).astype(np.int64)
-    masks = [np.zeros(num_nodes, bool) for _ in _MASKS]
-    for mask, part in zip(masks, np.split(ids, cuts)):
-        mask[part] = True
-    return masks
-
-
-# ---- generators ---------------------------------------------------------------------------------
-def rmat_edges(scale: int, edge_factor: int, a: float = 0.57, b: float = 0.19, c: float = 0.19,
-               seed: int | np.random.Generator = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Graph500 R-MAT edges: int64 ``[edge_factor * 2**scale]`` src and dst in ``0..2**scale-1``.
-
-    Each of the ``scale`` bit levels picks a quadrant with probabilities a (0,0), b (0,1),
-    c (1,0), d = 1-a-b-c (1,1) for (src bit, dst bit).  Ids are then relabelled by a seeded
-    permutation so that the hubs are spread over the id range rather than sitting at 0.
-    Duplicates and self-loops are kept.
-    """
-    _check_rmat(scale, edge_factor, a, b, c)
-    rng = np.random.default_rng(seed)
-    num_edges = edge_factor << scale
-    src = np.zeros(num_edges, np.int64)
-    dst = np.zeros(num_edges, np.int64)
-    ab, abc = np.float32(a + b), np.float32(a + b + c)
-    for start in range(0, num_edges, _CHUNK):
-        s, d = src[start:start + _CHUNK], dst[start:start + _CHUNK]
-        for _ in range(scale):
-            r = rng.random(len(s), dtype=np.float32)
-            s <<= 1
-            s |= r >= ab
-            d <<= 1
-            d |= ((r >= np.float32(a)) & (r < ab)) | (r >= abc)
-    perm = rng.permutation(1 << scale)
-    return perm[src], perm[dst]
-
-
-def rmat(scale: int, edge_factor: int = 16, num_features: int = 128, num_classes: int = 16,
-         seed: int = 0, a: float = 0.57, b: float = 0.19, c: float = 0.19) -> NodeDataset:
-    """R-MAT graph on ``2**scale`` nodes, symmetrised, deduplicated, without self-loops.
-
-    Features are float32 standard normal ``[N, num_features]``, labels uniform in
-    ``0..num_classes-1`` (no signal: this is a benchmark graph), split seeded 60/20/20.
-    """
-    _check_rmat(scale, edge_factor, a, b, c)
-    _check_sizes(num_features=num_features, num_classes=num_classes, source="rmat")
-    _require(seed >= 0, "seed must be >= 0", "rmat")
-    n = 1 << scale
-    require_memory(_GENERATOR_BYTES_PER_EDGE * (edge_factor << scale)
-                   + n * (4 * num_features + _BYTES_PER_NODE), "rmat")
-    rng = np.random.default_rng(seed)
-    name = f"rmat-s{scale}-ef{edge_factor}"
-    graph = _undirected_graph(*rmat_edges(scale, edge_factor, a, b, c, seed=rng), n, name)
-    x = rng.standard_normal((n, num_features), dtype=np.float32)
-    y = rng.integers(0, num_classes, n)
-    return NodeDataset(graph, x, y, *_random_split(n, rng), num_classes=num_classes, name=name)
-
-
-def sbm(num_nodes: int, num_blocks: int = 8, avg_degree: float = 20, p_in: float = 0.8,
-        degree_exponent: float = 2.5, num_features: int = 64, noise: float = 1.0,
-        seed: int = 0) -> NodeDataset:
-    """Degree-corrected stochastic block model with the blocks as labels.
-
-    Each node gets a uniform block and a weight ``theta`` from a power law with exponent
-    ``degree_exponent`` (Pareto, minimum 1).  ``num_nodes * avg_degree / 2`` edges are drawn:
-    the source by theta, the destination by theta within the source's block with probability
-    ``p_in``, else among all nodes; so about ``p_in + (1 - p_in) / num_blocks`` of the edges
-    join one block (a little less on small graphs, where repeated hub pairs merge).  The
-    graph is then symmetrised, deduplicated and loop-free.
-
-    Features are float32 ``[N, num_features]``: the one-hot block in the first ``num_blocks``
-    columns plus N(0, noise**2) on every column, so features alone are an imperfect
-    predictor and aggregating neighbours helps.  Split seeded 60/20/20.
-    """
-    source = "sbm"
-    _check_sizes(num_nodes=num_nodes, num_blocks=num_blocks, num_features=num_features,
-                 source=source)
-    _require(num_nodes <= _MAX_NODES, f"num_nodes must be at most {_MAX_NODES}", source)
-    _require(num_features >= num_blocks, "num_features must be >= num_blocks", source)
-    _require(0 < avg_degree < math.inf, "avg_degree must be positive and finite", source)
-    _require(0 <= p_in <= 1, "p_in must lie in [0, 1]", source)
-    _require(degree_exponent > 1, "degree_exponent must be > 1", source)
-    _require(noise >= 0, "noise must be >= 0", source)
-    _require(seed >= 0, "seed must be >= 0", source)
-    n = num_nodes
-    drawn = n * avg_degree / 2  # a float, so that a huge avg_degree cannot overflow an int
-    require_memory(_GENERATOR_BYTES_PER_EDGE * drawn
-                   + n * (4 * num_features + _BYTES_PER_NODE) + 16 * num_blocks, source)
-    num_edges = int(drawn)
-    rng = np.random.default_rng(seed)
-    block = rng.integers(0, num_blocks, n)
-    theta = (1.0 - rng.random(n)) ** (-1.0 / (degree_exponent - 1.0))
-    # Lay nodes out block by block so that "by theta within a block" is an inverse-CDF draw
-    # over a contiguous slice of one cumulative sum.
-    order = np.argsort(block, kind="stable")
-    cdf = np.concatenate([[0.0], np.cumsum(theta[order])])
-    first = np.searchsorted(block[order], np.arange(num_blocks))
-    last = np.searchsorted(block[order], np.arange(num_blocks), side="right")
-    src = np.empty(num_edges, np.int64)
-    dst = np.empty(num_edges, np.int64)
-    for start in range(0, num_edges, _CHUNK):
-        k = min(_CHUNK, num_edges - start)
-        s = _draw_by_weight(cdf, np.zeros(k, np.int64), np.full(k, n), rng)
-        b = block[order[s]]
-        inside = rng.random(k) < p_in
-        d = _draw_by_weight(cdf, np.where(inside, first[b], 0), np.where(inside, last[b], n), rng)
-        src[start:start + k], dst[start:start + k] = order[s], order[d]
-    name = f"sbm-n{n}-b{num_blocks}"
-    graph = _undirected_graph(src, dst, n, name)
-    with np.errstate(over="ignore"):  # noise too large for float32: inf, which is refused
-        x = noise * rng.standard_normal((n, num_features), dtype=np.float32)
-    x[np.arange(n), block] += 1.0
-    return NodeDataset(graph, x, block, *_random_split(n, rng), num_classes=num_blocks,
-                       name=name)
-
-
-def _draw_by_weight(cdf: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                    rng: np.random.Generator) -> np.ndarray:
-    """int64 positions ``p`` in ``lo <= p < hi`` drawn with probability ``cdf[p+1] - cdf[p]``.
-
-    ``cdf`` is float64 ``[M + 1]`` starting at 0; ``lo``/``hi`` are int ``[k]`` with lo < hi.
-    """
-    u = cdf[lo] + rng.random(len(lo)) * (cdf[hi] - cdf[lo])
-    # Rounding can land u on a slice boundary; clip back inside the slice.
-    return np.clip(np.searchsorted(cdf, u, side="right") - 1, lo, hi - 1)
-
-
-def _undirected_graph(src: np.ndarray, dst: np.ndarray, num_nodes: int,
-                      source: str) -> CSRGraph:
-    """Symmetric, duplicate-free, loop-free CSRGraph from int64 ``[E]`` endpoint arrays."""
-    keep = src != dst
-    return CSRGraph.from_edges_symmetric(src[keep], dst[keep], num_nodes, source)
-
-
-def _check_rmat(scale: int, edge_factor: int, a: float, b: float, c: float) -> None:
-    _require(1 <= scale <= 31, "scale must lie in 1..31", "rmat")
-    _require(edge_factor >= 1, "edge_factor must be >= 1", "rmat")
-    _require(min(a, b, c) >= 0 and a + b + c <= 1,
-             "a, b, c must be >= 0 with a + b + c <= 1", "rmat")
-
-
-def _check_sizes(source: str, **sizes: int) -> None:
-    for key, value in sizes.items():
-        _require(value >= 1, f"{key} must be >= 1", source)
-
-
-def _require(ok: bool, problem: str, source: str) -> None:
-    if not ok:
-        raise GraphError(problem, source)
-
-
-# generator name -> (function, {spec key: (keyword, type, default)})
-_GENERATORS = {
-    "rmat": (rmat, {
-        "scale": ("scale", int, 14), "edge_factor": ("edge_factor", int, 16),
-        "features": ("num_features", int, 128), "classes": ("num_classes", int, 16),
-        "a": ("a", float, 0.57), "b": ("b", float, 0.19), "c": ("c", float, 0.19),
-        "seed": ("seed", int, 0)}),
-    "sbm": (sbm, {
-        "nodes": ("num_nodes", int, 10_000), "blocks": ("num_blocks", int, 8),
-        "avg_degree": ("avg_degree", float, 20.0), "p_in": ("p_in", float, 0.8),
-        "degree_exponent": ("degree_exponent", float, 2.5),
-        "features": ("num_features", int, 64), "noise": ("noise", float, 1.0),
-        "seed": ("seed", int, 0)}),
-}
-
-
-def _generate(spec: str) -> NodeDataset:
-    """Dataset from ``"kind:key=value,..."``; unknown keys and non-numbers are errors."""
-    kind, _, args = spec.partition(":")
-    function, keys = _GENERATORS[kind]
-    kwargs = {keyword: default for keyword, _, default in keys.values()}
-    for item in filter(None, (s.strip() for s in args.split(","))):
-        key, _, value = (s.strip() for s in item.partition("="))
-        if key not in keys:
-            raise GraphError(f"unknown key {key!r} for {kind} (known: {', '.join(keys)})", spec)
-        keyword, kind_of, _ = keys[key]
-        try:
-            kwargs[keyword] = kind_of(value)
-        except ValueError:
-            wanted = "an integer" if kind_of is int else "a number"
-            shown = value if len(value) <= 40 else value[:40] + "..."
-            raise GraphError(f"key {key!r} needs {wanted}, got {shown!r}", spec) from None
-    return function(**kwargs)

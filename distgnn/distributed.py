@@ -20,20 +20,17 @@ import torch
 from .comm import Communicator, RankFailed, all_or_none, get_communicator
 from .comm.mpi import MPICommunicator
 from .comm.watchdog import Watchdog
+from .config import TrainConfig
 from .errors import DistGNNError
-from .placement import placement
+from .placement import local_size, placement
 from .shard import partition_shard
 from .timing import PhaseTimer
-from .config import TrainConfig
 from .train import TrainResult, configure_threads, fit
 
 
 def threads_per_rank(comm: Communicator) -> int:
     """Cores of this node divided among the ranks on it (so ranks never share cores)."""
-    local = next((int(os.environ[k]) for k in ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-                                               "SLURM_NTASKS_PER_NODE") if k in os.environ),
-                 comm.size)
-    return max(1, (os.cpu_count() or 1) // max(local, 1))
+    return max(1, (os.cpu_count() or 1) // max(local_size(comm.size), 1))
 
 
 def train_partitions(directory: str, config: Callable[[], TrainConfig],

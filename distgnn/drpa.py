@@ -31,7 +31,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from .comm import Communicator, Done, all_or_none
+from .comm import Communicator, Done, Handle, all_or_none
 from .errors import DistGNNError
 from .timing import PhaseTimer
 
@@ -139,6 +139,33 @@ def _select(mask: np.ndarray, counts: list[int]) -> tuple[torch.Tensor, list[int
             np.diff(np.searchsorted(positions, bounds)).tolist())
 
 
+@dataclasses.dataclass
+class Bin:
+    """One cd-r bin of one aggregation: which split-vertex entries it holds, its message
+    buffers (allocated once) and its requests in flight.
+
+    ``leaf_*``: this rank's leaves in the bin (``sel``: positions in the split index,
+    ``ids``: local ids, ``counts``: per root rank); ``root_*``: the leaf entries of roots
+    here.  ``up`` carries leaf partials to the roots, ``down`` each root's reply (the sum
+    over the other clones) back; ``own`` holds each entry's kept partial, subtracted from
+    the reply to that leaf.
+    """
+
+    leaf_sel: torch.Tensor
+    leaf_ids: torch.Tensor
+    leaf_counts: list[int]
+    root_sel: torch.Tensor
+    root_ids: torch.Tensor
+    root_counts: list[int]
+    up_send: torch.Tensor
+    up_recv: torch.Tensor
+    down_send: torch.Tensor
+    down_recv: torch.Tensor
+    own: torch.Tensor
+    up: Handle | None = None
+    down: Handle | None = None
+
+
 class DelayedExchange:
     """cd-r state of one aggregation (one layer, one pass): bins, stale partials, requests."""
 
@@ -152,54 +179,52 @@ class DelayedExchange:
         for b in range(delay):
             leaf_sel, leaf_counts = _select(index.leaf_global % delay == b, index.leaf_counts)
             root_sel, root_counts = _select(index.root_global % delay == b, index.root_counts)
-            self.bins.append({
-                "leaf_sel": leaf_sel.to(device), "leaf_ids": index.leaf_ids[leaf_sel].to(device),
-                "leaf_counts": leaf_counts, "root_sel": root_sel.to(device),
-                "root_ids": index.root_ids[root_sel].to(device), "root_counts": root_counts,
-                "up_send": new(len(leaf_sel)), "up_recv": new(len(root_sel)),
-                "down_send": new(len(root_sel)), "down_recv": new(len(leaf_sel)),
-                "own": new(len(root_sel)),  # each entry's kept partial, subtracted in replies
-                "up": None, "down": None})
+            self.bins.append(Bin(
+                leaf_sel.to(device), index.leaf_ids[leaf_sel].to(device), leaf_counts,
+                root_sel.to(device), index.root_ids[root_sel].to(device), root_counts,
+                up_send=new(len(leaf_sel)), up_recv=new(len(root_sel)),
+                down_send=new(len(root_sel)), down_recv=new(len(leaf_sel)),
+                own=new(len(root_sel))))
         self.leaf_ids = index.leaf_ids.to(device)
         self.root_ids = index.root_ids.to(device)
         self.bytes_sent = 0
 
     def __call__(self, a: torch.Tensor, epoch: int) -> None:
-        """Add the stale remote complement to ``a`` ``[n, d]`` in place; refresh bin ``epoch mod r``."""
+        """Add the stale remote complement to ``a`` ``[n, d]`` in place; refresh bin
+        ``epoch mod r``."""
         b = self.bins[epoch % self.delay]
         self.wait(b)
         with self.timer("exchange_post"):
-            if b["up"] is not None:
-                self.partials.index_copy_(0, b["root_sel"], b["up_recv"])
-            if b["down"] is not None:
-                self.complement.index_copy_(0, b["leaf_sel"], b["down_recv"])
+            if b.up is not None:
+                self.partials.index_copy_(0, b.root_sel, b.up_recv)
+            if b.down is not None:
+                self.complement.index_copy_(0, b.leaf_sel, b.down_recv)
         with self.timer("exchange_pre"):
-            torch.index_select(a, 0, b["leaf_ids"], out=b["up_send"])
-            b["up"] = self.comm.ialltoallv(b["up_send"], b["leaf_counts"], b["up_recv"],
-                                           b["root_counts"])
+            torch.index_select(a, 0, b.leaf_ids, out=b.up_send)
+            b.up = self.comm.ialltoallv(b.up_send, b.leaf_counts, b.up_recv, b.root_counts)
         with self.timer("exchange_post"):
             a.index_add_(0, self.root_ids, self.partials)
         with self.timer("exchange_pre"):
-            torch.index_select(a, 0, b["root_ids"], out=b["down_send"])
-            torch.index_select(self.partials, 0, b["root_sel"], out=b["own"])
-            b["down_send"] -= b["own"]
-            b["down"] = self.comm.ialltoallv(b["down_send"], b["root_counts"], b["down_recv"],
-                                             b["leaf_counts"])
+            torch.index_select(a, 0, b.root_ids, out=b.down_send)
+            torch.index_select(self.partials, 0, b.root_sel, out=b.own)
+            b.down_send -= b.own
+            b.down = self.comm.ialltoallv(b.down_send, b.root_counts, b.down_recv,
+                                          b.leaf_counts)
         with self.timer("exchange_post"):
             a.index_add_(0, self.leaf_ids, self.complement)
-        self.bytes_sent += (b["up_send"].numel() + b["down_send"].numel()) * a.element_size()
+        self.bytes_sent += (b.up_send.numel() + b.down_send.numel()) * a.element_size()
 
-    def wait(self, b: dict) -> None:
+    def wait(self, b: Bin) -> None:
         with self.timer("exchange_wait"):
-            for key in ("up", "down"):
-                if b[key] is not None:
-                    b[key].wait()
+            for handle in (b.up, b.down):
+                if handle is not None:
+                    handle.wait()
 
     def finish(self) -> None:
         """Complete every request in flight (before the communicator goes away)."""
         for b in self.bins:
             self.wait(b)
-            b["up"] = b["down"] = None
+            b.up = b.down = None
 
     def state_dict(self) -> dict:
         """Everything the schedule carries between epochs, after draining the requests in
@@ -209,8 +234,9 @@ class DelayedExchange:
             self.wait(b)
         return {"width": self.partials.shape[1], "partials": self.partials.clone(),
                 "complement": self.complement.clone(),
-                "arrived": [{key: b[f"{key}_recv"].clone() if b[key] is not None else None
-                             for key in ("up", "down")} for b in self.bins]}
+                "arrived": [{"up": b.up_recv.clone() if b.up is not None else None,
+                             "down": b.down_recv.clone() if b.down is not None else None}
+                            for b in self.bins]}
 
     def load_state_dict(self, state: dict) -> None:
         shapes = [(self.partials, state["partials"]), (self.complement, state["complement"])]
@@ -220,11 +246,13 @@ class DelayedExchange:
         self.partials.copy_(state["partials"])
         self.complement.copy_(state["complement"])
         for b, arrived in zip(self.bins, state["arrived"]):
-            for key in ("up", "down"):
-                b[key] = None
-                if arrived[key] is not None:
-                    b[f"{key}_recv"].copy_(arrived[key])
-                    b[key] = Done()
+            b.up = b.down = None
+            if arrived["up"] is not None:
+                b.up_recv.copy_(arrived["up"])
+                b.up = Done()
+            if arrived["down"] is not None:
+                b.down_recv.copy_(arrived["down"])
+                b.down = Done()
 
 
 def _keep(grad: torch.Tensor) -> None:
@@ -254,7 +282,8 @@ class DRPA:
     Args:
         index (SplitIndex): this rank's split tables.
         comm (Communicator): the transport.
-        algo (str): ``"cd-0"`` or ``"cd-r"`` (0c has no exchange, hence no DRPA).
+        algo (str): ``"cd-0"`` or ``"cd-r"`` (0c has no exchange, hence no DRPA), as
+            :class:`~distgnn.config.TrainConfig` validated it.
         delay (int): ``r`` for cd-r (>= 1).
         timer (PhaseTimer): receives ``exchange_pre`` (gathers, sends started),
             ``exchange_wait`` (blocked in the transport) and ``exchange_post`` seconds.
@@ -268,10 +297,6 @@ class DRPA:
 
     def __init__(self, index: SplitIndex, comm: Communicator, algo: str = "cd-0",
                  delay: int = 0, timer: PhaseTimer | None = None, backward: bool = True):
-        if algo not in ("cd-0", "cd-r"):
-            raise DistGNNError(f"DRPA runs cd-0 or cd-r, not {algo!r} (0c needs no exchange)")
-        if algo == "cd-r" and delay < 1:
-            raise DistGNNError(f"cd-r needs --delay >= 1, got {delay}")
         self.index, self.comm, self.algo, self.delay = index, comm, algo, delay
         self.backward = backward
         self.timer = timer if timer is not None else PhaseTimer()

@@ -43,6 +43,11 @@ def format_bytes(nbytes: float) -> str:
     return f"{nbytes / 1024:.1f} KiB"
 
 
+# What building a dataset allocates per vertex (indptr, degree counts, labels as float and int,
+# masks, default feature), checked against free memory before a declared count is trusted.
+NODE_BYTES = 64
+
+
 def require_memory(nbytes: float, source: str | Path | None = None) -> None:
     """Raise :class:`GraphError` before allocating ``nbytes`` that cannot fit in memory.
 
@@ -236,10 +241,6 @@ class CSRGraph:
         """int64 ``[N]``: number of stored entries in each row."""
         return np.diff(self.indptr)
 
-    def out_degrees(self) -> np.ndarray:
-        """int64 ``[N]``: number of times each vertex appears as a source."""
-        return np.bincount(self.indices, minlength=self.num_nodes).astype(np.int64)
-
     def edges(self) -> tuple[np.ndarray, np.ndarray]:
         """``(src, dst)`` arrays in CSR order."""
         return self.indices, csr_rows(self.indptr, self.indices.dtype)
@@ -283,34 +284,6 @@ class CSRGraph:
         weight = None if self.edge_weight is None else self.edge_weight[keep]
         return CSRGraph.from_edges(src[keep], dst[keep], self.num_nodes, weight, self.source)
 
-    def add_self_loops(self, weight: float = 1.0) -> "CSRGraph":
-        """Add ``v -> v`` for every vertex that has none."""
-        src, dst = self.edges()
-        has_loop = np.zeros(self.num_nodes, bool)
-        has_loop[dst[src == dst]] = True
-        new = np.flatnonzero(~has_loop).astype(src.dtype)
-        w = None
-        if self.edge_weight is not None:
-            w = np.concatenate([self.edge_weight, np.full(len(new), weight, np.float32)])
-        return CSRGraph.from_edges(np.concatenate([src, new]), np.concatenate([dst, new]),
-                                   self.num_nodes, w, self.source)
-
-    def deduplicate(self) -> "CSRGraph":
-        """Keep one copy of each ``(src, dst)`` pair (the first; weights are not summed).
-
-        Columns come out sorted within each row.
-        """
-        src, dst = self.edges()
-        keys = _edge_sort_keys(dst, src, self.num_nodes, self.source)
-        if self.edge_weight is None:
-            keys.sort()
-            return self._from_sorted_keys(keys[_first_of_runs(keys)], self.num_nodes,
-                                          None, self.source)
-        order = np.argsort(keys, kind="stable")
-        first = order[_first_of_runs(keys[order])]
-        return self._from_sorted_keys(keys[first], self.num_nodes, self.edge_weight[first],
-                                      self.source)
-
     def symmetrize(self) -> "CSRGraph":
         """Union of the graph and its reverse, deduplicated (weights are dropped)."""
         src, dst = self.edges()
@@ -338,15 +311,31 @@ class CSRGraph:
         np.cumsum(np.bincount(rows, minlength=num_nodes), out=indptr[1:])
         return cls(indptr, cols.astype(index_dtype(num_nodes)), num_nodes, weight, source)
 
-    def is_symmetric(self) -> bool:
-        src, dst = self.edges()
-        fwd = np.sort(_edge_sort_keys(dst, src, self.num_nodes, self.source))
-        rev = np.sort(_edge_sort_keys(src, dst, self.num_nodes, self.source))
-        return bool(np.array_equal(fwd, rev))
-
     def __repr__(self) -> str:
         return (f"CSRGraph(num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
                 f"weighted={self.edge_weight is not None})")
+
+
+def nonfinite_problem(x: np.ndarray) -> str | None:
+    """Why features ``x`` ``[N, F]`` cannot be trained on (NaN or inf), or ``None``."""
+    # a float64 sum of float32 values cannot overflow: it is finite iff every value is, and
+    # it needs no [N, F] temporary (inf - inf is nan: no warning wanted)
+    with np.errstate(invalid="ignore"):
+        if np.isfinite(np.sum(x, dtype=np.float64)):
+            return None
+    bad = int(np.argwhere(~np.isfinite(np.asarray(x)))[0, 0])
+    return f"features contain NaN or inf (first at vertex {bad})"
+
+
+def overlap_problem(masks: dict[str, np.ndarray]) -> str | None:
+    """Why the train/val/test ``masks`` are not a split (two of them overlap), or ``None``."""
+    names = list(masks)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            both = int(np.count_nonzero(np.asarray(masks[a]) & np.asarray(masks[b])))
+            if both:
+                return f"{a} and {b} overlap in {both} vertices"
+    return None
 
 
 @dataclasses.dataclass
@@ -360,6 +349,8 @@ class NodeDataset:
         train_mask, val_mask, test_mask (np.ndarray): bool ``[N]``, pairwise disjoint.
         num_classes (int): ``C``; defaults to ``y.max() + 1``.
         name (str): a label for logs and metrics.
+        note (str): what a user should know of this data (a generator's random labels),
+            printed with its summary and after its results.
     """
 
     graph: CSRGraph
@@ -370,6 +361,7 @@ class NodeDataset:
     test_mask: np.ndarray
     num_classes: int = 0
     name: str = "graph"
+    note: str = ""
 
     def __post_init__(self):
         source = self.graph.source or self.name
@@ -384,13 +376,9 @@ class NodeDataset:
                              source)
         with np.errstate(over="ignore"):  # too large for float32: inf, refused below
             x = x.astype(np.float32, copy=False)
-        # a float64 sum of float32 values cannot overflow: it is finite iff every value is,
-        # and it needs no [N, F] temporary (inf - inf is nan: no warning wanted)
-        with np.errstate(invalid="ignore"):
-            finite = np.isfinite(np.sum(x, dtype=np.float64))
-        if not finite:
-            bad = int(np.argwhere(~np.isfinite(x))[0, 0])
-            raise GraphError(f"features contain NaN or inf (first at vertex {bad})", source)
+        problem = nonfinite_problem(x)
+        if problem:
+            raise GraphError(problem, source)
         y = np.asarray(self.y)
         if y.dtype == np.bool_ or not np.issubdtype(y.dtype, np.integer):
             raise GraphError(f"labels have dtype {y.dtype}, expected an integer type", source)
@@ -412,11 +400,9 @@ class NodeDataset:
                 raise GraphError(f"{name} has shape {m.shape} but the graph has {n} vertices",
                                  source)
             masks[name] = m
-        for a, b in (("train_mask", "val_mask"), ("train_mask", "test_mask"),
-                     ("val_mask", "test_mask")):
-            both = int(np.count_nonzero(masks[a] & masks[b]))
-            if both:
-                raise GraphError(f"{a} and {b} overlap in {both} vertices", source)
+        problem = overlap_problem(masks)
+        if problem:
+            raise GraphError(problem, source)
         self.x, self.y, self.num_classes = x, y, c
         self.train_mask, self.val_mask, self.test_mask = (
             masks["train_mask"], masks["val_mask"], masks["test_mask"])
@@ -433,4 +419,4 @@ class NodeDataset:
         return (f"{self.name}: {self.num_nodes:,} vertices, {self.graph.num_edges:,} edges, "
                 f"{self.num_features} features, {self.num_classes} classes, split "
                 f"{int(self.train_mask.sum())}/{int(self.val_mask.sum())}/"
-                f"{int(self.test_mask.sum())}")
+                f"{int(self.test_mask.sum())}" + (f"\nnote: {self.note}" if self.note else ""))

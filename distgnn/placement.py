@@ -16,8 +16,10 @@ from .errors import DistGNNError
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKEND_CHOICES = ("auto", "numba", "torch")
-# the node-local rank, as each launcher names it
+# the node-local rank and the ranks on this node, as each launcher names them (Open MPI,
+# MPICH/Hydra and Intel MPI, SLURM)
 LOCAL_RANK_VARIABLES = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+LOCAL_SIZE_VARIABLES = ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE")
 
 
 def parse_per_rank(spec: str | None, flag: str, choices: tuple[str, ...]) -> dict[int, str]:
@@ -37,7 +39,13 @@ def parse_per_rank(spec: str | None, flag: str, choices: tuple[str, ...]) -> dic
 
 
 def local_rank() -> int:
+    """This rank's index among the ranks of its node (0 outside a launcher)."""
     return next((int(os.environ[v]) for v in LOCAL_RANK_VARIABLES if v in os.environ), 0)
+
+
+def local_size(default: int) -> int:
+    """The number of ranks on this node, as the launcher says (``default`` without one)."""
+    return next((int(os.environ[v]) for v in LOCAL_SIZE_VARIABLES if v in os.environ), default)
 
 
 def rank_device(choice: str, rank: int) -> torch.device:

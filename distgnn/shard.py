@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from partition.format import PartitionFormatError, check_files, load, read_meta
 
 from . import memory

@@ -20,16 +20,23 @@ from pathlib import Path
 import numpy as np
 
 from distgnn.bench.validate import train_records
+from distgnn.storage import write_atomic
 from partition.format import load as load_partition
 from partition.format import read_meta
 
 BIN = Path(sys.executable).parent
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+# the team checkout beside this repository (README: set-up); --data names another folder
+DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+DATA = DEFAULT_DATA
 
 
 def dataset(name: str) -> str:
+    """The path of the shared dataset ``name``; a missing one ends the run with one line."""
     path = DATA / f"{name}.npz"
-    return str(path) if path.exists() else name
+    if not path.is_file():
+        sys.exit(f"drpa_figures: {path}: no such dataset; give the folder of the shared "
+                 "datasets with --data DIR")
+    return str(path)
 
 
 def partition(spec: str, parts: int, work: Path, tag: str) -> Path:
@@ -179,13 +186,17 @@ def main() -> None:
                    help="accuracy: the SBM graph (>= 10^6 edges)")
     p.add_argument("--scale", type=int, default=20, help="speed: R-MAT scale")
     p.add_argument("--hidden", type=int, default=16, help="speed: hidden width")
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                   help="folder of the shared datasets (cora.npz, citeseer.npz, tolokers.npz)")
     p.add_argument("--json", type=Path, help="write the rows here")
     a = p.parse_args()
+    global DATA
+    DATA = a.data
     a.epochs = a.epochs or {"exactness": 50, "speed": 6}.get(a.figure, 200)
     a.work.mkdir(parents=True, exist_ok=True)
     rows = {"exactness": exactness, "accuracy": accuracy, "speed": speed}[a.figure](a)
     if a.json:
-        a.json.write_text(json.dumps(rows, indent=1))
+        write_atomic(a.json, json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

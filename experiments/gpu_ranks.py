@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 
 from distgnn.bench.validate import train_records
+from distgnn.storage import write_atomic
 from partition.format import load as load_partition
 
 BIN = Path(sys.executable).parent
@@ -156,7 +157,7 @@ def main() -> None:
     a.work.mkdir(parents=True, exist_ok=True)
     row = {"mixed": mixed, "shared-gpu": shared_gpu}[a.figure](a)
     if a.json:
-        a.json.write_text(json.dumps(row, indent=1))
+        write_atomic(a.json, json.dumps(row, indent=1))
 
 
 if __name__ == "__main__":

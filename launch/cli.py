@@ -7,11 +7,24 @@ from __future__ import annotations
 
 import argparse
 
-from distgnn.cli_common import OneLineParser, fail, interruptible, run_guarded
+from distgnn.cli_common import (
+    DefaultsHelpFormatter,
+    OneLineParser,
+    fail,
+    interruptible,
+    run_guarded,
+)
 from distgnn.storage import check_output_file, check_replaceable, write_atomic
 
-from .mpirun import (DEFAULT_STOP_GRACE_S, IMPLEMENTATIONS, LaunchError, check_times, count_gpus,
-                     plan, run)
+from .mpirun import (
+    DEFAULT_STOP_GRACE_S,
+    IMPLEMENTATIONS,
+    LaunchError,
+    check_times,
+    count_gpus,
+    plan,
+    run,
+)
 from .slurm import is_sbatch_script, sbatch_script
 
 PROG = "distgnn-launch"
@@ -19,7 +32,7 @@ PROG = "distgnn-launch"
 
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(
-        prog=PROG, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        prog=PROG, formatter_class=DefaultsHelpFormatter,
         description="Run COMMAND on P MPI ranks of T threads each, with thread counts and "
                     "core binding set for every rank, or write the equivalent SLURM script.",
         epilog="example: distgnn-launch -n 4 --threads-per-rank 8 -- distgnn-train "

@@ -91,7 +91,9 @@ def rank_command(ranks: int, command: list[str], threads_per_rank: int) -> list[
     """``command`` as every rank runs it, after checking the job's sizes.
 
     A ``distgnn-train`` without ``--threads`` gets ``--threads T`` so that the count is
-    set explicitly (and logged) rather than inherited from whatever the environment holds.
+    set explicitly (and logged) rather than inherited from whatever the environment holds;
+    one without ``--partitions`` on several ranks is refused (each rank would train the
+    whole graph alone).
     """
     if ranks < 1:
         raise LaunchError(f"ranks must be >= 1, got {ranks}")
@@ -100,8 +102,15 @@ def rank_command(ranks: int, command: list[str], threads_per_rank: int) -> list[
     if not command or not command[0]:
         raise LaunchError("no command to run; give it after --, e.g. -- distgnn-train")
     command = list(command)
-    if (os.path.basename(command[0]) == "distgnn-train"
-            and not any(a == "--threads" or a.startswith("--threads=") for a in command)):
+    if os.path.basename(command[0]) != "distgnn-train":
+        return command
+    if ranks > 1 and not any(a == "--partitions" or a.startswith("--partitions=")
+                             for a in command):
+        raise LaunchError(f"distgnn-train without --partitions trains the whole graph in every "
+                          f"rank: {ranks} identical jobs; partition it first "
+                          f"(distgnn-partition DATASET --parts {ranks} --out DIR) and pass "
+                          "--partitions DIR")
+    if not any(a == "--threads" or a.startswith("--threads=") for a in command):
         command += ["--threads", str(threads_per_rank)]
     return command
 

@@ -8,7 +8,6 @@ from distgnn.storage import file_head
 
 from .mpirun import RANK_ENV, LaunchError, rank_command
 
-
 MARK = "# written by distgnn-launch --slurm"
 
 

@@ -2,7 +2,14 @@
 
 ``partition.load(DIR, rank)`` gives a rank its :class:`~partition.format.Partition`.
 """
-from .format import FORMAT_VERSION, Partition, PartitionFormatError, load, read_meta, verify
+from .format import (
+           FORMAT_VERSION,
+           Partition,
+           PartitionFormatError,
+           load,
+           read_meta,
+           verify,
+)
 from .vertex_cut import PartitionError, vertex_cut
 
 __all__ = ["FORMAT_VERSION", "Partition", "PartitionError", "PartitionFormatError", "load",

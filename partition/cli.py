@@ -16,13 +16,20 @@ import numpy as np
 from tqdm import tqdm
 
 from distgnn.cli_common import OneLineParser, interruptible, run_guarded
+from distgnn.datasets import load as load_dataset
 from distgnn.errors import DistGNNError
 from distgnn.storage import check_json_output, write_json
-from distgnn.datasets import load as load_dataset
 
 from .assign import METHODS, ORDERS, check_weights, requested_shares
-from .format import (FORMAT_VERSION, PartitionFormatError, check_target, load, read_meta,
-                     verify, write_dataset)
+from .format import (
+    FORMAT_VERSION,
+    PartitionFormatError,
+    check_target,
+    load,
+    read_meta,
+    verify,
+    write_dataset,
+)
 from .layout import ROOTS
 from .stats import PartCounts, counts_from_layout, format_summary, summarize
 from .vertex_cut import PartitionError, vertex_cut
@@ -52,6 +59,10 @@ def weight_list(text: str) -> list[float]:
 def partition_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="distgnn-partition",
+        usage="distgnn-partition DATASET --parts P --out DIR [options]\n"
+              "       distgnn-partition inspect DIR [--width D] [--hidden H] [--layers L] "
+              "[--json FILE]\n"
+              "       distgnn-partition verify DIR [--dataset DATASET]",
         description="Vertex-cut partitioning of a graph into a partition directory "
                     f"(format version {FORMAT_VERSION}). Subcommands: 'inspect DIR' prints "
                     "the statistics of a directory, 'verify DIR' checks it.")
@@ -77,19 +88,18 @@ def partition_parser() -> argparse.ArgumentParser:
     p.add_argument("--roots", choices=ROOTS, default="balanced",
                    help="root clone of each split vertex: balanced across partitions "
                         "(default) or uniformly random")
-    pairs = p.add_mutually_exclusive_group()
-    pairs.add_argument("--keep-pairs", dest="keep_pairs", action="store_true", default=None,
-                       help="both directions of an undirected edge in one partition "
-                            "(default: on for symmetric graphs)")
-    pairs.add_argument("--no-keep-pairs", dest="keep_pairs", action="store_false",
-                       help="place the two directions independently")
+    p.add_argument("--keep-pairs", action=argparse.BooleanOptionalAction, default=None,
+                   help="both directions of an undirected edge in one partition, or (no-) "
+                        "the two directions placed independently (default: on for "
+                        "symmetric graphs)")
     p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.add_argument("--split", type=int, default=0, help="which fixed split of a .npz to use")
     p.add_argument("--features", help="features for an edge-list DATASET (.npy or text)")
     p.add_argument("--labels", help="labels for an edge-list DATASET (.npy or text)")
     p.add_argument("--symmetrize", action="store_true",
                    help="add the reverse of every edge before partitioning")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                   help="progress bars when stderr is a terminal (on large graphs)")
     _stat_flags(p)
     return p
 
@@ -131,7 +141,7 @@ def partition_main(args) -> int:
                         split=args.split, symmetrize=args.symmetrize)
     graph = data.graph
     print(f"{data.summary()}", flush=True)
-    show = not args.no_progress and graph.num_edges >= PROGRESS_MIN_EDGES
+    show = args.progress and sys.stderr.isatty() and graph.num_edges >= PROGRESS_MIN_EDGES
     with tqdm(total=graph.num_edges, unit="edge", unit_scale=True, disable=not show,
               desc=f"{args.method} P={args.parts}", file=sys.stderr) as bar:
         layout = vertex_cut(graph, args.parts, args.method, args.seed, args.order, args.roots,

@@ -23,9 +23,15 @@ from typing import Iterable
 import numpy as np
 
 from distgnn.errors import DistGNNError
-from distgnn.graph import CSRGraph, require_memory
-from distgnn.storage import (check_output_dir, check_replaceable, file_head, free_space_problem,
-                             remove_leftovers, user_mode)
+from distgnn.graph import CSRGraph, nonfinite_problem, overlap_problem, require_memory
+from distgnn.storage import (
+    check_output_dir,
+    check_replaceable,
+    file_head,
+    free_space_problem,
+    remove_leftovers,
+    user_mode,
+)
 
 from .layout import Layout, partition_arrays
 from .stats import PartCounts, counts_from_layout, summarize
@@ -373,15 +379,12 @@ def _check_arrays(arrays: dict[str, np.ndarray], base: Path, meta: dict) -> None
         refuse("global_ids", "not increasing")
     if ptr[0] != 0 or np.any(ptr[1:] < ptr[:-1]) or ptr[-1] != len(arrays["leaf_root_local"]):
         refuse("leaf_ptr", f"not an offset table from 0 to {len(arrays['leaf_root_local'])}")
-    # a float64 sum of float32 values cannot overflow: it is finite iff every value is
-    # (inf - inf is nan: no warning wanted)
-    with np.errstate(invalid="ignore"):
-        if not np.isfinite(np.sum(x, dtype=np.float64)):
-            refuse("x", "features contain NaN or inf")
-    for i, a in enumerate(MASKS):
-        for b in MASKS[i + 1:]:
-            if np.any(arrays[a] & arrays[b]):
-                raise PartitionFormatError(f"{base}: {a} and {b} overlap")
+    problem = nonfinite_problem(x)
+    if problem:
+        refuse("x", problem)
+    problem = overlap_problem({name: arrays[name] for name in MASKS})
+    if problem:
+        raise PartitionFormatError(f"{base}: {problem}")
 
 
 def load(directory: str | Path, rank: int, mmap: bool = True) -> Partition:

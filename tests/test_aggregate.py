@@ -8,10 +8,10 @@ import torch
 
 from distgnn.aggregate import Neighbourhood, SpMM
 from distgnn.backends import BACKENDS, TorchSparseBackend, get_backend
-from distgnn.kernels import REDUCES
-from distgnn.timing import PhaseTimer
 from distgnn.errors import DistGNNError
 from distgnn.graph import CSRGraph
+from distgnn.kernels import REDUCES
+from distgnn.timing import PhaseTimer
 
 
 @pytest.fixture(params=BACKENDS)

@@ -116,8 +116,11 @@ def test_bench_epoch_without_pyg_says_so_and_runs_the_rest(tmp_path, monkeypatch
 def test_bench_epoch_refuses_unknown_implementations(capsys):
     from distgnn.cli import bench_main
 
-    assert bench_main(["epoch", "--impls", "numba,dgl"]) == 2
-    assert "dgl" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit:  # refused by the parser, before any work
+        bench_main(["epoch", "--impls", "numba,dgl"])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown dgl" in err[0], err
 
 
 def test_predict_matches_hand_computed_times():

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import losses
-from conftest import train_quietly
+
+from tests.helpers.training import losses, train_quietly
 
 # Bit-identical resume is checked on CPU ranks; on an H100 a resumed GPU run differed from
 # the uninterrupted one at 1e-7 relative from its first epoch (see the README).
@@ -20,10 +20,10 @@ run = functools.partial(train_quietly, device="cpu")
 
 from distgnn import checkpoint
 from distgnn.checkpoint import checkpoint_name, checkpoints
-from distgnn.datasets import load
-from distgnn.errors import DistGNNError
 from distgnn.checkpointer import NonFiniteLoss
 from distgnn.config import TrainConfig
+from distgnn.datasets import load
+from distgnn.errors import DistGNNError
 from distgnn.train import train
 
 BIN = Path(sys.executable).parent

@@ -2,11 +2,15 @@
 import pytest
 import torch
 
-from distgnn.comm import (RankFailed, SelfCommunicator, all_or_none, get_communicator,
-                          rank_ranges)
-from distgnn.distributed import threads_per_rank
+from distgnn.comm import (
+    RankFailed,
+    SelfCommunicator,
+    all_or_none,
+    get_communicator,
+    rank_ranges,
+)
 from distgnn.config import DEFAULT_DELAY, TrainConfig
-from distgnn.drpa import DRPA
+from distgnn.distributed import threads_per_rank
 from distgnn.errors import DistGNNError
 
 
@@ -74,13 +78,6 @@ def test_threads_per_rank_divides_the_node(monkeypatch):
     assert threads_per_rank(SelfCommunicator()) == 1
     monkeypatch.delenv("OMPI_COMM_WORLD_LOCAL_SIZE")
     assert threads_per_rank(SelfCommunicator()) == 16  # one rank, not under MPI
-
-
-def test_drpa_refuses_0c_and_a_zero_delay():
-    with pytest.raises(DistGNNError, match="0c"):
-        DRPA(None, SelfCommunicator(), "0c")
-    with pytest.raises(DistGNNError, match="delay"):
-        DRPA(None, SelfCommunicator(), "cd-r", 0)
 
 
 def test_unknown_communicator():

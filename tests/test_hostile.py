@@ -1,8 +1,8 @@
-"""Every hostile case of tests/hostile.py: one line and the documented status, nothing of the
+"""Every hostile case of tests/helpers/hostile.py: one line and the documented status, nothing of the
 user's deleted or truncated, nothing left behind (see that module for the cases)."""
 import pytest
 
-from hostile import CASES, CLASSES, Runner, run_case
+from tests.helpers.hostile import CASES, CLASSES, Runner, run_case
 
 
 def test_every_class_has_at_least_five_cases():

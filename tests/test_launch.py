@@ -108,12 +108,21 @@ def test_mpich_flags(tmp_path):
 
 
 def test_threads_appended_to_distgnn_train_once():
-    assert openmpi(2, ["/venv/bin/distgnn-train", "--epochs", "3"], threads=2).argv[-5:] == \
-        ["/venv/bin/distgnn-train", "--epochs", "3", "--threads", "2"]
+    assert openmpi(2, ["/venv/bin/distgnn-train", "--partitions=d"], threads=2).argv[-4:] == \
+        ["/venv/bin/distgnn-train", "--partitions=d", "--threads", "2"]
     for given in (["--threads", "1"], ["--threads=1"]):
-        assert openmpi(2, ["distgnn-train", *given]).argv[-len(given) - 1:] == \
-            ["distgnn-train", *given]
+        assert openmpi(2, ["distgnn-train", "--partitions", "d", *given]).argv[-len(given):] \
+            == given
     assert openmpi(2, ["python", "train.py"]).argv[-2:] == ["python", "train.py"]
+
+
+def test_whole_graph_training_on_several_ranks_is_refused():
+    """Without --partitions every rank would train the whole graph alone: P identical jobs."""
+    for command in (["distgnn-train"], ["/venv/bin/distgnn-train", "--dataset", "cora"]):
+        with pytest.raises(LaunchError, match="2 identical jobs; partition it first"):
+            openmpi(2, command)
+    assert openmpi(1, ["distgnn-train", "--dataset", "cora"]).argv[-3:] == \
+        ["--dataset", "cora", "--threads", "1"]
 
 
 @pytest.mark.parametrize("kw, message", [
@@ -139,7 +148,7 @@ def test_shell_line_quotes_what_the_shell_would_split():
 
 
 def test_sbatch_script():
-    s = sbatch_script(8, ["distgnn-train", "--dataset", "a b"], threads_per_rank=4, nodes=2,
+    s = sbatch_script(8, ["distgnn-train", "--partitions", "a b"], threads_per_rank=4, nodes=2,
                       time="00:30:00", partition="cpu", account="proj", job_name="gcn")
     lines = s.splitlines()
     assert lines[0] == "#!/bin/bash"
@@ -151,7 +160,7 @@ def test_sbatch_script():
                  "export NUMBA_NUM_THREADS=$SLURM_CPUS_PER_TASK"):
         assert line in lines
     assert lines[-1].startswith("srun ") and "--cpu-bind=cores" in lines[-1]
-    assert lines[-1].endswith("distgnn-train --dataset 'a b' --threads 4")
+    assert lines[-1].endswith("distgnn-train --partitions 'a b' --threads 4")
     plain = sbatch_script(2, ["prog"])
     assert "--nodes" not in plain and "--partition" not in plain and "--account" not in plain
 
@@ -171,19 +180,20 @@ def test_sbatch_script_rejects_bad_input(kw, message):
 
 def test_cli_dry_run_prints_the_plan(capsys):
     assert main(["-n", "2", "--threads-per-rank", "1", "--dry-run", "--",
-                 "distgnn-train", "--epochs", "3"]) == 0
+                 "distgnn-train", "--partitions", "d"]) == 0
     out = capsys.readouterr().out.strip()
     assert out.startswith("OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 ")
     assert f"{MPIRUN} -np 2 " in out
-    assert out.endswith("distgnn-train --epochs 3 --threads 1")
+    assert out.endswith("distgnn-train --partitions d --threads 1")
 
 
 def test_cli_slurm_writes_the_script_atomically(tmp_path, capsys):
     out = tmp_path / "job.sbatch"
-    out.write_text(sbatch_script(2, ["distgnn-train"]))  # an earlier script of ours: replaced
+    job = ["distgnn-train", "--partitions", "d"]
+    out.write_text(sbatch_script(2, job))  # an earlier script of ours: replaced
     assert main(["-n", "4", "--threads-per-rank", "2", "--slurm", str(out), "--partition",
-                 "cpu", "--", "distgnn-train"]) == 0
-    assert out.read_text() == sbatch_script(4, ["distgnn-train"], 2, partition="cpu")
+                 "cpu", "--", *job]) == 0
+    assert out.read_text() == sbatch_script(4, job, 2, partition="cpu")
     assert os.listdir(tmp_path) == ["job.sbatch"]
     assert str(out) in capsys.readouterr().out
 

@@ -95,7 +95,7 @@ def test_staged_communicator_moves_gpu_tensors_through_the_host():
 
 @CUDA
 def test_a_gpu_run_follows_the_cpu_loss_curve(cora):
-    from conftest import losses, train_quietly
+    from tests.helpers.training import losses, train_quietly
 
     cpu = train_quietly(cora, epochs=20, device="cpu")
     gpu = train_quietly(cora, epochs=20, device="cuda")

@@ -4,12 +4,12 @@ import json
 
 import numpy as np
 import pytest
-from conftest import losses
-from conftest import train_quietly as run
 
-from distgnn.errors import DistGNNError
 from distgnn.epoch_log import PHASES
+from distgnn.errors import DistGNNError
 from distgnn.shard import normalize_features
+from tests.helpers.training import losses
+from tests.helpers.training import train_quietly as run
 
 
 def test_same_seed_same_loss_curve_and_different_seed_differs(cora):

@@ -12,15 +12,37 @@ takes from this command's JSON.
 """
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 
 import torch
 
-from ..comm import get_communicator
+from ..cli_common import comma_list
+from ..comm import COMMUNICATORS, get_communicator
 from .machine import machine_info
-from .output import finish
+from .output import finish, output_arguments
 
+HELP = "alltoallv and allreduce of each communicator (under mpirun)"
+DESCRIPTION = ("Latency and bandwidth of alltoallv (one block per peer, as DRPA sends) and "
+               "allreduce (as the gradient sum) for each communicator; run it under "
+               "distgnn-launch -n P.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--comms", default=["mpi", "gloo"],
+                   type=comma_list(str, COMMUNICATORS[1:]),
+                   help=f"comma-separated communicators ({', '.join(COMMUNICATORS[1:])})")
+    p.add_argument("--min-bytes", type=int, default=1024, help="smallest message per peer")
+    p.add_argument("--max-bytes", type=int, default=16 << 20,
+                   help="largest message per peer (sizes grow by 4x)")
+    p.add_argument("--reps", type=int, default=10, help="timed repetitions (median)")
+    p.add_argument("--partitions", metavar="DIR",
+                   help="also time the cd-0 exchange of this partition directory (P ranks)")
+    p.add_argument("--width", type=int, default=16,
+                   help="feature width of the --partitions exchange")
+    p.add_argument("--threads", type=int, default=1, help="threads per rank")
+    output_arguments(p, "comm.png")
 
 def timed(comm, operation, reps: int) -> float:
     """Median seconds of ``operation()`` over ``reps`` runs, the slowest rank's."""

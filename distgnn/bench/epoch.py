@@ -20,7 +20,9 @@ Workers are ``python -m distgnn.bench.epoch JSON`` with the dataset in a tempora
 """
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -33,17 +35,48 @@ import torch
 import torch.nn.functional as F
 
 from ..backends import BACKENDS
+from ..cli_common import comma_list
 from ..datasets import load
 from ..graph import NodeDataset
 from ..placement import synchronize
 from . import pyg
 from .machine import machine_info
-from .output import finish
+from .output import finish, output_arguments
 
 IMPLS = ("numba", "torch", "pyg")
 MODELS = ("sage", "gcn")
 CHECK_EPOCHS, CHECK_RTOL = 3, 1e-4
 
+
+HELP = "training epochs of this project vs PyTorch Geometric"
+DESCRIPTION = ("Full-batch training epochs (forward, backward, optimizer) of GraphSAGE-gcn and "
+               "GCN: this project's trainer with the numba and torch backends against PyTorch "
+               "Geometric, same model (checked), same threads, interleaved worker processes, "
+               "peak memory of each.")
+DEFAULT_DATASET = "rmat:scale=18,edge_factor=16,features=128"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", action="append",
+                   help=f"dataset or generator spec; repeat for several (default: "
+                        f"{DEFAULT_DATASET})")
+    p.add_argument("--models", default=list(MODELS), type=comma_list(str, MODELS),
+                   help="comma-separated models (sage = GraphSAGE-gcn, gcn)")
+    p.add_argument("--impls", default=list(IMPLS), type=comma_list(str, IMPLS),
+                   help="comma-separated implementations: numba, torch (this project's "
+                        "backends), pyg (PyTorch Geometric)")
+    p.add_argument("--hidden", type=int, default=256, help="hidden width")
+    p.add_argument("--layers", type=int, default=2, help="number of layers")
+    p.add_argument("--dropout", type=float, default=0.5, help="dropout of the timed epochs")
+    p.add_argument("--epochs", type=int, default=3,
+                   help="timed epochs per worker run (after one warm-up epoch)")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="interleaved rounds: each runs every implementation once")
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="threads of every side")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the torch and pyg implementations compute (numba always runs "
+                        "on the CPU cores); cuda adds each one's peak GPU memory")
+    output_arguments(p, "epoch.png")
 
 def save_npz(data: NodeDataset, path: Path) -> None:
     """``data`` in the shared ``.npz`` format (uncompressed: workers load it fast)."""
@@ -192,6 +225,7 @@ def format_row(row: dict) -> str:
 
 
 def main(args) -> int:
+    args.dataset = args.dataset or [DEFAULT_DATASET]
     impls = list(args.impls)
     if "pyg" in impls and not pyg.available():
         print("PyTorch Geometric is not installed (pip install '.[bench]'): benchmarking "

@@ -2,7 +2,16 @@
 they are results of this tool, written atomically (:mod:`distgnn.storage`)."""
 from __future__ import annotations
 
+import argparse
+
 from ..storage import check_json_output, check_output_dir, write_json
+
+
+def output_arguments(parser: argparse.ArgumentParser, charts: str) -> None:
+    """``--json`` and ``--plot``, which every benchmark takes."""
+    parser.add_argument("--json", metavar="FILE",
+                        help="write the results and machine information here")
+    parser.add_argument("--plot", metavar="DIR", help=f"write {charts} here (needs matplotlib)")
 
 def check_outputs(args) -> None:
     """What every subcommand checks before its work: ``--json`` and ``--plot``."""

@@ -7,20 +7,42 @@ to its destination's part and counting the clones that creates, timed the same w
 """
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import os
 import time
 
 import numpy as np
 
+from partition.assign import ORDERS
 from partition.layout import build_layout
 from partition.stats import counts_from_layout, summarize
 from partition.vertex_cut import vertex_cut
 
+from ..cli_common import comma_list
 from ..datasets import load
 from .machine import machine_info
-from .output import finish
+from .output import finish, output_arguments
 
 METHODS = ("libra", "random", "dbh", "metis")
+DEFAULT_DATASET = "rmat:scale=16,edge_factor=16,features=1"
+HELP = "replication factor, balance and time of the partitioners"
+DESCRIPTION = ("Libra, random, DBH and (with pymetis) METIS-derived vertex-cuts of each dataset "
+               "for each P, timed in one run.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", action="append",
+                   help=f"dataset or generator spec; repeat for several (default: "
+                        f"{DEFAULT_DATASET})")
+    p.add_argument("--parts", default=[2, 4, 8, 16], type=comma_list(int),
+                   help="comma-separated partition counts P")
+    p.add_argument("--methods", default=list(METHODS), type=comma_list(str, METHODS),
+                   help="comma-separated methods")
+    p.add_argument("--order", choices=ORDERS, default="random", help="Libra stream order")
+    p.add_argument("--seed", type=int, default=0, help="partitioning seed")
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="Numba threads")
+    output_arguments(p, "partition.png")
 
 
 def metis_vertex_cut(graph, num_parts: int, seed: int):
@@ -78,5 +100,6 @@ def run(args) -> dict:
 
 
 def main(args) -> int:
+    args.dataset = args.dataset or [DEFAULT_DATASET]
     finish(run(args), args)
     return 0

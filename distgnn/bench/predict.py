@@ -28,13 +28,15 @@ rank has its own cores).  0c has no ``t_comm`` and no ``t_prepost``.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
 
 import numpy as np
 
-from .output import finish
+from ..cli_common import comma_list
+from .output import finish, output_arguments
 
 NETWORKS = {  # alpha (s), beta (bytes/s per rank)
     "100gbe": (5e-6, 10e9),
@@ -52,6 +54,38 @@ class Rates:
     optimizer: float  # one step
     triad_bytes_s: float
 
+
+HELP = "scaling model: epoch time of 0c, cd-0, cd-r at P ranks"
+DESCRIPTION = ("Predict per-epoch time and phases of 0c, cd-0 and cd-r at each P from partition "
+               "statistics, rates measured here and a network model; --validate P... checks it "
+               "against runs on this machine.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", default="rmat:scale=18,edge_factor=16,features=128",
+                   help="dataset or generator spec")
+    p.add_argument("--parts", default=[1, 2, 4, 8, 16, 32, 64, 128], type=comma_list(int),
+                   help="comma-separated P to partition the graph into (libra)")
+    p.add_argument("--stats", nargs="+", metavar="FILE",
+                   help="use these distgnn-partition --json statistics instead of partitioning")
+    p.add_argument("--model", choices=("gcn", "sage"), default="sage", help="model")
+    p.add_argument("--hidden", type=int, default=256, help="hidden width")
+    p.add_argument("--layers", type=int, default=2, help="layers")
+    p.add_argument("--threads", type=int, default=1,
+                   help="threads per rank (the rates are measured with this many)")
+    p.add_argument("--delay", type=int, default=5, help="r of cd-r")
+    p.add_argument("--network", default="100gbe",
+                   help=f"a preset ({', '.join(NETWORKS)}) or a distgnn-bench comm --json file")
+    p.add_argument("--latency", type=float,
+                   help="override the network latency in seconds (default: the network's)")
+    p.add_argument("--bandwidth", type=float,
+                   help="override the bandwidth in GB/s per rank (default: the network's)")
+    p.add_argument("--cores", type=int,
+                   help="cores of the one node all ranks share (slows oversubscribed P); "
+                        "leave out for a cluster with cores per rank")
+    p.add_argument("--validate", type=comma_list(int),
+                   help="comma-separated P to measure here and compare (e.g. 1,2,4)")
+    output_arguments(p, "scaling.png and forward_aggregation.png")
 
 def predict(per_rank: list[dict], rates: Rates, widths: list[int], params: int,
             alpha: float, beta: float, algo: str, delay: int = 5, slowdown: float = 1.0
@@ -167,8 +201,8 @@ def format_table(rows: list[dict], delay: int) -> str:
 
 
 def main(args) -> int:
-    from ..datasets import load
     from ..config import TrainConfig
+    from ..datasets import load
     from ..train import build_model, configure_threads
     from .machine import machine_info
 

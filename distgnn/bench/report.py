@@ -5,6 +5,7 @@ table of its rows, and (for ``epoch`` and ``predict``) its charts, drawn next to
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from pathlib import Path
@@ -12,6 +13,14 @@ from pathlib import Path
 from ..errors import DistGNNError
 from ..storage import check_output_file, check_replaceable, file_head, write_atomic
 
+HELP = "one Markdown page with charts from JSON results"
+DESCRIPTION = ("Gather the --json files of distgnn-bench subcommands into one Markdown page, "
+               "with the charts drawn beside it.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", nargs="+", metavar="RESULT", help="JSON files to include")
+    p.add_argument("--out", default="report.md", help="the Markdown file to write")
 
 def _cell(value) -> str:
     if isinstance(value, float):

@@ -15,6 +15,7 @@ and times the watchdog of ``--comm-timeout`` ending the job.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
@@ -25,10 +26,35 @@ from pathlib import Path
 
 import torch
 
+from ..cli_common import comma_list
+
 BIN = Path(sys.executable).parent
 JOB_MARKER = "DISTGNN_DRILL_JOB"
 RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 
+
+HELP = "kill a rank mid-run, resume, compare with the uninterrupted run"
+DESCRIPTION = ("Failure drills on real mpirun jobs: for each P and algorithm, SIGKILL rank 1 "
+               "after a checkpoint, time the job's exit, resume, and compare loss curve and "
+               "final weights with an uninterrupted run.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", default="cora", help="dataset or generator spec")
+    p.add_argument("--ranks", default=[2, 4], type=comma_list(int),
+                   help="comma-separated P (more than the cores run oversubscribed)")
+    p.add_argument("--algos", default=["cd-0", "cd-5"], type=comma_list(str),
+                   help="comma-separated exchanges: 0c, cd-0, cd-R (cd-r with delay R)")
+    p.add_argument("--epochs", type=int, default=100, help="epochs of every run")
+    p.add_argument("--checkpoint-every", type=int, default=10, help="epochs between checkpoints")
+    p.add_argument("--kill-after", type=int, default=20,
+                   help="kill rank 1 once the checkpoint after this many epochs exists")
+    p.add_argument("--seed", type=int, default=0, help="training seed")
+    p.add_argument("--hang", action="store_true",
+                   help="also SIGSTOP rank 1 (a hang) and time the --comm-timeout watchdog")
+    p.add_argument("--comm-timeout", type=float,
+                   help="--comm-timeout of the --hang job (default: distgnn-train's)")
+    p.add_argument("--json", metavar="FILE", help="write the results here")
 
 def start_job(ranks: int, flags: list[str], marker: str) -> subprocess.Popen:
     """``distgnn-train FLAGS`` on ``ranks`` ranks of one thread, as :mod:`launch` composes it;

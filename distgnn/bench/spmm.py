@@ -17,6 +17,7 @@ device-to-device copy measured in the same run.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -28,16 +29,39 @@ import numpy as np
 import torch
 
 from ..backends import TorchSparseBackend
+from ..cli_common import comma_list
 from ..datasets import load
 from ..kernels import plan_spmm, spmm
-from ..kernels.spmm import as_aligned, empty_aligned
 from ..kernels.autotune import autotune_plan, time_plan
+from ..kernels.spmm import as_aligned, empty_aligned
 from ..placement import synchronize
 from .machine import machine_info
-from .output import finish
+from .output import finish, output_arguments
 
 SWEEP_EXTRA = (1024, 2048, 4096, 8192, 16384, 65536)
 
+
+HELP = "aggregation kernels vs torch.sparse.mm and scipy"
+DESCRIPTION = ("Forward and backward SpMM of the Numba kernels, torch.sparse.mm and scipy on one "
+               "graph, interleaved, with the STREAM triad of this machine.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", default="rmat:scale=20,edge_factor=16,features=1",
+                   help="any --dataset of distgnn-train (only the graph is used)")
+    p.add_argument("--widths", default=[16, 64, 128, 256], type=comma_list(int),
+                   help="comma-separated feature widths d")
+    p.add_argument("--reps", type=int, default=5, help="timed repetitions (median reported)")
+    p.add_argument("--threads", type=int, default=os.cpu_count(),
+                   help="threads for Numba and torch (scipy runs on one)")
+    p.add_argument("--sweep", action="store_true",
+                   help="also time every hub-block size against the autotuned one")
+    p.add_argument("--scipy", action=argparse.BooleanOptionalAction, default=True,
+                   help="time scipy's CSR product too")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu: the Numba kernels vs torch.sparse and scipy; cuda: the torch "
+                        "backend on the GPU vs PyTorch Geometric's message passing and spmm")
+    output_arguments(p, "spmm.png")
 
 def effective_gb_s(graph, width: int, seconds: float) -> float:
     moved = graph.indices.nbytes + graph.num_edges * width * 4 + graph.num_nodes * width * 4
@@ -103,7 +127,7 @@ def run(args) -> dict:
                 "torch_fwd": lambda: torch.sparse.mm(a, xt),
                 "numba_bwd": lambda: spmm(t.indptr, t.indices, x, out=out, plan=tplan),
                 "torch_bwd": lambda: torch.sparse.mm(at, xt)}
-        if not args.no_scipy:
+        if args.scipy:
             runs["scipy_fwd"] = lambda: s @ x
         med = median_times(runs, args.reps)
         row = {"width": width, "hub_block": plan.hub_block, "autotune_trial_s": trial,

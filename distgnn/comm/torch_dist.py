@@ -16,7 +16,9 @@ import torch.distributed as dist
 from ..errors import DistGNNError
 from ..placement import gpu_identity
 
-BACKENDS = ("gloo", "nccl", "ccl")
+# torch.distributed calls these "backends"; here they are transports, beside the
+# aggregation backends of distgnn.backends
+TRANSPORTS = ("gloo", "nccl", "ccl")
 CCL_MISSING = ("the ccl communicator needs Intel's oneCCL bindings for PyTorch "
                "(oneccl_bindings_for_pytorch, not on PyPI: install the oneccl_bind_pt wheel "
                "matching this torch from Intel's package index)")
@@ -26,7 +28,7 @@ def ccl_available() -> bool:
     return importlib.util.find_spec("oneccl_bindings_for_pytorch") is not None
 
 
-def _rendezvous(backend: str) -> None:
+def _rendezvous(transport: str) -> None:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
@@ -36,7 +38,7 @@ def _rendezvous(backend: str) -> None:
             s.bind(("", 0))
             address = f"tcp://{socket.gethostname()}:{s.getsockname()[1]}"
     address = comm.bcast(address, root=0)
-    dist.init_process_group(backend, init_method=address, rank=comm.rank, world_size=comm.size)
+    dist.init_process_group(transport, init_method=address, rank=comm.rank, world_size=comm.size)
 
 
 def _one_gpu_per_rank(device: torch.device) -> None:
@@ -64,31 +66,31 @@ class _Work:
 class TorchCommunicator:
     """Collectives of the default torch.distributed process group.
 
-    ``backend``: ``gloo`` (CPU tensors), ``nccl`` (tensors on ``device``, a GPU), ``ccl``
+    ``transport``: ``gloo`` (CPU tensors), ``nccl`` (tensors on ``device``, a GPU), ``ccl``
     (CPU tensors; needs ``oneccl_bindings_for_pytorch``).
     """
 
-    def __init__(self, backend: str = "gloo", device: torch.device | str = "cpu"):
-        if backend not in BACKENDS:
-            raise DistGNNError(f"unknown torch.distributed backend {backend!r}; choose from "
-                               f"{', '.join(BACKENDS)}")
+    def __init__(self, transport: str = "gloo", device: torch.device | str = "cpu"):
+        if transport not in TRANSPORTS:
+            raise DistGNNError(f"unknown torch.distributed transport {transport!r}; choose "
+                               f"from {', '.join(TRANSPORTS)}")
         device = torch.device(device)
-        if backend == "nccl" and device.type != "cuda":
+        if transport == "nccl" and device.type != "cuda":
             raise DistGNNError("the nccl communicator needs every rank on a GPU "
                                f"(--device cuda); this rank computes on {device}")
-        if backend == "ccl":
+        if transport == "ccl":
             if not ccl_available():
                 raise DistGNNError(CCL_MISSING)
             importlib.import_module("oneccl_bindings_for_pytorch")  # registers "ccl"
-        if backend == "nccl":
+        if transport == "nccl":
             _one_gpu_per_rank(device)
             torch.cuda.set_device(device)
         if not dist.is_initialized():
-            _rendezvous(backend)
+            _rendezvous(transport)
             # gloo's threads can abort the interpreter at exit unless the group is torn down
             atexit.register(dist.destroy_process_group)
-        self.name = backend
-        self.device = device if backend == "nccl" else torch.device("cpu")
+        self.name = transport
+        self.device = device if transport == "nccl" else torch.device("cpu")
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
         self._ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,

@@ -25,9 +25,9 @@ import torch
 
 from distgnn.aggregate import Neighbourhood
 from distgnn.backends import get_backend
-from distgnn.timing import PhaseTimer
 from distgnn.comm import get_communicator
 from distgnn.drpa import DRPA, DelayedExchange, SplitIndex
+from distgnn.timing import PhaseTimer
 from partition.format import load
 
 

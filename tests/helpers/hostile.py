@@ -3,7 +3,7 @@
 Each :class:`Case` sets up files in an empty directory, runs one tool, and states what a
 careful user expects: the exit status, one line on stderr (never a traceback), and files
 that must come out byte for byte as they went in.  ``tests/test_hostile.py`` runs them
-against this tree; ``python tests/hostile.py --tree DIR`` runs them against another
+against this tree; ``python -m tests.helpers.hostile --tree DIR`` runs them against another
 checkout (an older commit) and prints the before/after table of the hardening issue.
 
 Tools run in this process where they can (fast); signal and MPI cases run as processes.
@@ -289,7 +289,8 @@ add(Case(1, "--json onto a user's JSON", tool("partition", "inspect", "{tmp}/p",
               user_file("config.json", '{"lr": 0.1}')), says="not a JSON result",
          keep=("config.json",)))
 add(Case(1, "--slurm onto a user's script", tool("launch", "-n", 2, "--slurm",
-                                                 "{tmp}/job.sh", "--", "distgnn-train"),
+                                                 "{tmp}/job.sh", "--", "distgnn-train",
+                                                 "--partitions", "{tmp}/p"),
          user_file("job.sh", "#!/bin/bash\nmy_solver --big\n"), says="not an sbatch script",
          keep=("job.sh",)))
 add(Case(1, "report --out onto a user's README", tool("bench", "report", "{tmp}/r.json",
@@ -803,5 +804,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sys.exit(main())

@@ -1,0 +1,115 @@
+"""Partitioning in the tests: hand-made Libra streams, partition directories written as the
+CLI writes them, layout checks, and the partition CLI run in this process.
+
+Hand-made Libra cases build a CSR whose stream order is known: with ``order="given"`` the
+entries are streamed row by row (destination), columns as stored, so a list of edges whose
+destinations never decrease is streamed exactly in list order (see :func:`stream_csr`).
+"""
+
+import numpy as np
+
+import partition
+from partition.assign import assign_edges
+from partition.cli import main as cli_main
+from partition.format import (
+    write_dataset,
+)
+from partition.stats import counts_from_layout, summarize
+from partition.vertex_cut import vertex_cut
+
+RMAT = "rmat:scale=12,edge_factor=8,features=4,classes=3,seed=1"
+SMALL_RMAT = "rmat:scale=8,edge_factor=4,features=3,classes=2,seed=2"
+METHODS = ("libra", "random", "dbh")
+
+from tests.helpers.graphs import out_degrees
+
+
+def stream_csr(edges, num_nodes):
+    """``(indptr, indices)`` streamed by Libra (order "given") exactly in ``edges`` order."""
+    src = np.array([s for s, _ in edges], np.int64)
+    dst = np.array([d for _, d in edges], np.int64)
+    assert np.all(np.diff(dst) >= 0), "destinations must not decrease"
+    indptr = np.zeros(num_nodes + 1, np.int64)
+    np.cumsum(np.bincount(dst, minlength=num_nodes), out=indptr[1:])
+    return indptr, src.astype(np.int32)
+
+
+def libra(edges, num_nodes, num_parts, seed):
+    indptr, indices = stream_csr(edges, num_nodes)
+    part = assign_edges(indptr, indices, num_parts, method="libra", seed=seed, order="given",
+                        keep_pairs=False)
+    assert part.dtype == np.int32 and part.shape == (len(edges),)
+    return part, indptr, indices
+
+
+def partitions_of(member_row, num_parts):
+    return {p for p in range(num_parts) if (int(member_row[p >> 6]) >> (p & 63)) & 1}
+
+
+def edge_keys(src, dst, n):
+    return np.asarray(dst, np.int64) * n + np.asarray(src, np.int64)
+
+
+def write_dir(ds, out, num_parts, method="libra", seed=0, roots="balanced", order="random",
+              keep_pairs=None, force=False):
+    """Partition ``ds`` and write it to ``out`` the way the CLI does; returns the layout."""
+    graph = ds.graph
+    layout = vertex_cut(graph, num_parts, method, seed, order, roots, keep_pairs)
+    write_dataset(out, ds, layout, {"method": method, "seed": seed}, force=force)
+    return layout
+
+
+def load_all(directory, mmap=True):
+    meta = partition.read_meta(directory)
+    return [partition.load(directory, p, mmap=mmap) for p in range(meta["num_parts"])]
+
+
+def check_layout(graph, layout):
+    """Edge partitions in range; vertex sets = endpoints (+ isolated, each once); roots."""
+    P, n = layout.num_parts, graph.num_nodes
+    src, dst = graph.edges()
+    part = layout.part
+    assert part.shape == (graph.num_edges,)
+    assert part.min(initial=0) >= 0 and part.max(initial=0) < P
+    np.testing.assert_array_equal(layout.edge_counts, np.bincount(part, minlength=P))
+    holds = np.zeros((P, n), bool)
+    holds[part, src] = True
+    holds[part, dst] = True
+    placed = np.zeros((P, n), bool)
+    for p in range(P):
+        ids = layout.vertices(p)
+        assert np.all(np.diff(ids) > 0)
+        placed[p, ids] = True
+    isolated = (graph.in_degrees() + out_degrees(graph)) == 0
+    np.testing.assert_array_equal(placed[:, ~isolated], holds[:, ~isolated])
+    np.testing.assert_array_equal(placed[:, isolated].sum(axis=0), 1)
+    # every vertex has exactly one root, on a partition holding it, at the right local id
+    assert placed[layout.root, np.arange(n)].all()
+    for p in range(P):
+        ids = layout.vertices(p)
+        mine = layout.root[ids] == p
+        np.testing.assert_array_equal(layout.root_local[ids[mine]], np.flatnonzero(mine))
+    np.testing.assert_array_equal(layout.clones(), placed.sum(axis=0))
+
+
+def stats_of(layout):
+    return summarize(counts_from_layout(layout), layout.num_nodes,
+                     int(np.count_nonzero(layout.clones() > 1)))
+
+
+def run_cli(argv):
+    try:
+        return cli_main([str(a) for a in argv])
+    except SystemExit as e:  # argparse errors exit from inside main
+        return e.code
+
+
+def assert_one_line_error(rc, err, *fragments):
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("distgnn-partition"), err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], err
+

@@ -1,0 +1,316 @@
+"""Edge assignment: the four Libra cases on hand-made streams, keep_pairs, every edge in
+exactly one partition, Libra's quality against random and DBH."""
+
+import numpy as np
+import pytest
+
+import partition
+from distgnn.graph import CSRGraph, NodeDataset
+from partition.assign import assign_edges, membership, reverse_positions
+from partition.vertex_cut import PartitionError, vertex_cut
+from tests.helpers.graphs import dedup, is_symmetric
+from tests.helpers.partitions import (
+    METHODS,
+    check_layout,
+    edge_keys,
+    libra,
+    load_all,
+    partitions_of,
+    run_cli,
+    stats_of,
+    stream_csr,
+    write_dir,
+)
+
+
+# ---- 1. the four Libra cases ------------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(5))
+def test_libra_neither_placed_goes_to_least_loaded_partition(seed):
+    # P = 3.  e0 seeds partition a; e1, e2 follow vertex 0 onto a (one endpoint placed);
+    # e3 is unplaced: a has load 3, so it goes to b != a; e4 follows 3 onto b.  Loads are
+    # now a 3, b 2, c 0: the unplaced e5 must go to c, and e6 (loads 3, 2, 1) to c again.
+    edges = [(10, 0), (0, 1), (0, 2), (11, 3), (3, 4), (12, 5), (13, 6)]
+    part, _, _ = libra(edges, 14, 3, seed)
+    a, b, c = part[0], part[3], part[5]
+    assert len({a, b, c}) == 3
+    np.testing.assert_array_equal(part, [a, a, a, b, b, c, c])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_libra_one_placed_goes_to_least_loaded_of_its_partitions(seed):
+    # Vertices: B0 D1 F2 G3 I4 K5 A6 J7 L8 L9 L10 C11 E12; A has degree 6, D degree 4.
+    # s0 (A,B) -> a; s1 (C,D) -> b; s2 (E,F) -> c (all three distinct: least loaded);
+    # s3, s4 follow D onto b; s5 follows B onto a.  Loads a 2, b 3, c 1.
+    # s6 (D,A): both placed, nothing in common: D has the lower degree -> b; A now on {a, b}.
+    # s7 (A,J): only A placed: least loaded of A(A) = {a (2), b (4)} is a, although c (1)
+    # is the least loaded partition overall.
+    edges = [(6, 0), (11, 1), (12, 2), (1, 3), (1, 4), (0, 5), (1, 6), (6, 7), (6, 8),
+             (6, 9), (6, 10)]
+    part, indptr, indices = libra(edges, 13, 3, seed)
+    a, b, c = part[0], part[1], part[2]
+    assert len({a, b, c}) == 3
+    np.testing.assert_array_equal(part[:8], [a, b, c, b, b, a, b, a])
+    # the rest (A with J... on {a, b}) never leaves A's partitions
+    assert set(part[8:].tolist()) <= {a, b}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_libra_both_placed_goes_to_least_loaded_common_partition(seed):
+    # Ids: Y1 0, Y2 1, Y3 2, X1 3, X2 4, X3 5, V 6, Z1 7, H 8, W 9, T 10 11.
+    # t0..t2 seed a, b, c; t3..t5 replicate the hub H onto a, b, c (degree rule: H has
+    # degree 4, X2 and X3 degree 2); t6 puts V on b; t7 replicates V (degree 4) onto Y3's c
+    # (Y3 has degree 3); t8 adds load to c.  Loads a 2, b 3, c 4.
+    # t9 (V, H): common partitions {b, c} -> b (3 < 4), although a (2) is the least loaded.
+    # t10 puts W on a; t11 replicates W (degree 5) onto Y2's b (degree 3).  Loads a 3, b 5,
+    # c 4.  t12 (V, W): V on {b, c}, W on {a, b}: the only common partition is b, the most
+    # loaded of all, although A(V) offers c (4) and A(W) offers a (3).
+    edges = [(3, 0), (4, 1), (5, 2), (8, 3), (8, 4), (8, 5), (1, 6), (2, 6), (2, 7), (6, 8),
+             (0, 9), (1, 9), (6, 9), (9, 10), (9, 11)]
+    part, indptr, indices = libra(edges, 12, 3, seed)
+    a, b, c = part[0], part[1], part[2]
+    assert len({a, b, c}) == 3
+    np.testing.assert_array_equal(part[:13], [a, b, c, a, b, c, b, c, c, b, a, b, b])
+    member = membership(indptr, indices, part, 3)
+    assert partitions_of(member[8], 3) == {a, b, c}  # H is on all three
+    assert partitions_of(member[6], 3) == {b, c}     # V on two
+    assert partitions_of(member[9], 3) == {a, b}     # W on two
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("heavy", ["A", "D"])
+def test_libra_no_common_partition_replicates_the_higher_degree_endpoint(seed, heavy):
+    # The graph of the one-placed test; s6 = (D, A) with A on a (load 2) and D on b (load 3).
+    # heavy="A": A has degree 6 > D's 4 -> s6 goes to D's b (not the less loaded a), and A
+    # is replicated.  heavy="D": three extra edges give D degree 7 > 6 -> s6 goes to A's a.
+    edges = [(6, 0), (11, 1), (12, 2), (1, 3), (1, 4), (0, 5), (1, 6), (6, 7), (6, 8),
+             (6, 9), (6, 10)]
+    n = 13
+    if heavy == "D":
+        edges += [(1, 13), (1, 14), (1, 15)]
+        n = 16
+    part, indptr, indices = libra(edges, n, 3, seed)
+    a, b = part[0], part[1]
+    assert a != b
+    member = membership(indptr, indices, part, 3)
+    if heavy == "A":
+        assert part[6] == b
+        assert partitions_of(member[6], 3) == {a, b}  # A replicated
+        assert partitions_of(member[1], 3) == {b}     # D whole
+    else:
+        assert part[6] == a
+        assert b in partitions_of(member[1], 3) and a in partitions_of(member[1], 3)
+        assert partitions_of(member[6], 3) == {a}     # A whole
+
+
+def test_libra_ties_are_random_but_seeded():
+    indptr, indices = stream_csr([(1, 0)], 2)  # one edge: every partition tied at load 0
+    chosen = []
+    for seed in range(24):
+        first = assign_edges(indptr, indices, 8, "libra", seed=seed, order="given",
+                             keep_pairs=False)
+        again = assign_edges(indptr, indices, 8, "libra", seed=seed, order="given",
+                             keep_pairs=False)
+        np.testing.assert_array_equal(first, again)
+        chosen.append(int(first[0]))
+    assert len(set(chosen)) > 1
+    assert all(0 <= p < 8 for p in chosen)
+
+
+def test_assign_rejects_unknown_method_and_order():
+    indptr, indices = stream_csr([(1, 0)], 2)
+    with pytest.raises(ValueError, match="method"):
+        assign_edges(indptr, indices, 2, method="metis")
+    with pytest.raises(ValueError, match="order"):
+        assign_edges(indptr, indices, 2, order="sorted")
+
+
+# ---- 2. keep_pairs --------------------------------------------------------------------------------
+def sym_graph(seed=0, n=60, e=200):
+    rng = np.random.default_rng(seed)
+    return CSRGraph.from_edges_symmetric(rng.integers(0, n, e), rng.integers(0, n, e), n)
+
+
+def reverse_by_keys(graph):
+    """Position of each entry's reverse, found by sorting (independent of assign.py)."""
+    src, dst = graph.edges()
+    n = graph.num_nodes
+    keys = edge_keys(src, dst, n)
+    order = np.argsort(keys)
+    pos = np.searchsorted(keys[order], edge_keys(dst, src, n))
+    assert np.array_equal(keys[order][pos], edge_keys(dst, src, n))
+    return order[pos]
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("keep_pairs", [None, True])
+def test_keep_pairs_puts_both_directions_together(method, keep_pairs):
+    g = sym_graph()
+    assert is_symmetric(g)
+    rev = reverse_by_keys(g)
+    np.testing.assert_array_equal(reverse_positions(g.indptr, g.indices), rev)
+    for order in ("given", "random"):
+        part = assign_edges(g.indptr, g.indices, 4, method, seed=3, order=order,
+                            keep_pairs=keep_pairs)
+        np.testing.assert_array_equal(part, part[rev])
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("keep_pairs", [None, False])
+def test_progress_counts_every_edge_once(method, keep_pairs):
+    rng = np.random.default_rng(1)
+    s, d = rng.integers(0, 80, 300), rng.integers(0, 80, 300)
+    s[:40] = d[:40]  # self-loops: their own reverse, streamed with load 1
+    g = CSRGraph.from_edges_symmetric(s, d, 80)
+    assert np.any(g.edges()[0] == g.edges()[1])
+    calls = []
+    assign_edges(g.indptr, g.indices, 3, method, seed=0, keep_pairs=keep_pairs,
+                 progress=calls.append)
+    assert calls and sum(calls) == g.num_edges
+
+
+def test_without_keep_pairs_libra_splits_some_pairs():
+    g = sym_graph()
+    part = assign_edges(g.indptr, g.indices, 4, "libra", seed=3, order="random",
+                        keep_pairs=False)
+    assert np.any(part != part[reverse_by_keys(g)])
+
+
+def test_keep_pairs_on_non_symmetric_graph_raises(random_graph):
+    g, *_ = random_graph(seed=1)
+    assert not is_symmetric(g)
+    assert reverse_positions(g.indptr, g.indices) is None
+    with pytest.raises(ValueError, match="symmetric"):
+        assign_edges(g.indptr, g.indices, 2, "libra", keep_pairs=True)
+    with pytest.raises(PartitionError):
+        vertex_cut(g, 2, keep_pairs=True)
+
+
+def one_way_graph(n, e, seed, pair=True):
+    """Directed graph whose one-way edges all go from a lower to a higher id.
+
+    With ``pair``, one undirected pair ``0 <-> n-1`` is added: the first CSR entry then has
+    a genuine reverse, and every entry without one sits below the diagonal (src < dst).
+    """
+    rng = np.random.default_rng(seed)
+    s, d = rng.integers(1, n - 1, e), rng.integers(1, n - 1, e)
+    lo, hi = np.minimum(s, d), np.maximum(s, d)
+    keep = lo < hi
+    src, dst = lo[keep], hi[keep]
+    if pair:
+        src, dst = np.concatenate([[n - 1, 0], src]), np.concatenate([[0, n - 1], dst])
+    return dedup(CSRGraph.from_edges(src, dst, n))
+
+
+# (A pure DAG, pair=False, is wrongly accepted too, but only when uninitialised memory
+# happens to hold a non-negative number; each case below fails on every run.)
+ONE_WAY = [(6, 1, 0, True), (20, 40, 1, True), (300, 3000, 2, True), (2000, 40000, 3, True)]
+
+
+@pytest.mark.parametrize("n, e, seed, pair", ONE_WAY)
+def test_reverse_positions_is_none_when_an_edge_has_no_reverse(n, e, seed, pair):
+    g = one_way_graph(n, e, seed, pair)
+    assert g.num_edges >= 3 and not is_symmetric(g)
+    assert reverse_positions(g.indptr, g.indices) is None
+
+
+@pytest.mark.parametrize("n, e, seed, pair", ONE_WAY)
+def test_keep_pairs_raises_when_an_edge_has_no_reverse(n, e, seed, pair):
+    g = one_way_graph(n, e, seed, pair)
+    with pytest.raises(ValueError, match="symmetric"):
+        assign_edges(g.indptr, g.indices, 2, "libra", keep_pairs=True)
+
+
+@pytest.mark.parametrize("n, e, seed, pair", ONE_WAY[1:])
+def test_default_keep_pairs_is_off_when_an_edge_has_no_reverse(n, e, seed, pair):
+    # keep_pairs=None means "on when the graph is symmetric": here it must act like False.
+    g = one_way_graph(n, e, seed, pair)
+    for order in ("given", "random"):
+        off = assign_edges(g.indptr, g.indices, 4, "libra", seed=5, order=order,
+                           keep_pairs=False)
+        default = assign_edges(g.indptr, g.indices, 4, "libra", seed=5, order=order)
+        np.testing.assert_array_equal(default, off)
+    layout = vertex_cut(g, 4, "libra", seed=0)
+    check_layout(g, layout)
+
+
+def test_multigraph_partitions_pass_verify(random_graph, tmp_path, capsys):
+    # Edge lists and CSRGraph keep duplicate edges; each stored entry still goes to exactly
+    # one partition, so the partitioner's own output must pass its own verify.
+    g, src, dst, _ = random_graph(seed=4, n=40, e=160, duplicates=4, isolated=0)
+    assert len(np.unique(edge_keys(src, dst, 40))) < len(src)  # duplicates present
+    n = g.num_nodes
+    ds = NodeDataset(g, np.ones((n, 1), np.float32), np.zeros(n, np.int64), np.ones(n, bool),
+                     np.zeros(n, bool), np.zeros(n, bool), name="multi")
+    layout = write_dir(ds, tmp_path / "multi", 3, "libra", seed=0)
+    check_layout(g, layout)
+    keys = np.concatenate([edge_keys(np.asarray(p.global_ids)[p.graph.edges()[0]],
+                                     np.asarray(p.global_ids)[p.graph.edges()[1]], n)
+                           for p in load_all(tmp_path / "multi")])
+    np.testing.assert_array_equal(np.sort(keys), np.sort(edge_keys(*g.edges(), n)))
+    assert partition.verify(tmp_path / "multi", edges=g.edges()) == []
+    assert run_cli(["verify", tmp_path / "multi"]) == 0, capsys.readouterr().err
+
+
+# ---- 3. every edge in exactly one partition; Libra quality -------------------------------------
+@pytest.mark.parametrize("name", ["rmat", "cora"])
+@pytest.mark.parametrize("method", METHODS)
+def test_partitions_hold_every_edge_exactly_once(datasets, name, method, tmp_path):
+    ds = datasets[name]
+    g = ds.graph
+    out = tmp_path / "parts"
+    layout = write_dir(ds, out, 4, method, seed=7)
+    check_layout(g, layout)
+    src, dst = g.edges()
+    assert partition.verify(out, edges=(src, dst)) == []
+    # independently: reload every partition and rebuild the global edge keys
+    n = g.num_nodes
+    keys = []
+    for p, part in enumerate(load_all(out)):
+        lsrc, ldst = part.graph.edges()
+        ids = np.asarray(part.global_ids)
+        local_keys = edge_keys(ids[lsrc], ids[ldst], n)
+        assert len(local_keys) == layout.edge_counts[p]
+        np.testing.assert_array_equal(
+            np.sort(local_keys), np.sort(edge_keys(src, dst, n)[layout.part == p]))
+        keys.append(local_keys)
+    all_keys = np.sort(np.concatenate(keys))
+    np.testing.assert_array_equal(all_keys, np.sort(edge_keys(src, dst, n)))
+    assert len(np.unique(all_keys)) == len(all_keys)  # the input has no duplicates
+
+
+@pytest.mark.parametrize("num_parts", [4, 8])
+def test_libra_balances_edges_and_replicates_less_than_random_and_dbh(rmat_ds, num_parts):
+    g = rmat_ds.graph
+    rf = {}
+    for method in METHODS:
+        layout = vertex_cut(g, num_parts, method, seed=0)
+        check_layout(g, layout)
+        stats = stats_of(layout)
+        assert stats["replication_factor"] == pytest.approx(layout.clones().mean())
+        rf[method] = stats["replication_factor"]
+        if method == "libra":
+            assert stats["edge_balance"] <= 1.05
+            assert stats["edge_balance"] == pytest.approx(
+                layout.edge_counts.max() / layout.edge_counts.mean())
+    assert rf["libra"] < rf["random"], rf
+    assert rf["libra"] < rf["dbh"], rf
+    assert rf["libra"] > 1.0  # a real cut, not a degenerate one
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_many_partitions_use_multiword_bitsets(rmat_ds, method):
+    g = rmat_ds.graph
+    layout = vertex_cut(g, 70, method, seed=1)  # 70 > 64: two words per vertex
+    check_layout(g, layout)
+    assert layout.edge_counts[64:].min() > 0  # the second word is used
+    if method == "libra":
+        assert layout.edge_counts.max() / layout.edge_counts.mean() <= 1.05
+
+
+def test_single_partition_holds_everything(small_ds, tmp_path):
+    layout = write_dir(small_ds, tmp_path / "one", 1)
+    assert np.all(layout.part == 0) and np.all(layout.root == 0)
+    assert partition.verify(tmp_path / "one", small_ds.graph.edges()) == []
+    part = partition.load(tmp_path / "one", 0)
+    np.testing.assert_array_equal(part.global_ids, np.arange(small_ds.num_nodes))
+    assert len(part.leaf_root_local) == 0
