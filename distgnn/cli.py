@@ -17,11 +17,9 @@ from .cli_common import (
     run_guarded,
     use_huge_pages,
 )
-from .comm import COMMUNICATORS
-from .config import DEFAULT_DELAY, NAN_POLICIES, TrainConfig
-from .drpa import ALGORITHMS
-from .models import SAGE_AGGREGATORS
-from .placement import BACKEND_CHOICES, DEVICES
+
+# Heavy modules (torch, numba) are imported inside the functions: an entry point must stay
+# light to import, so that Ctrl-C during start-up meets its handler (cli_common.interruptible).
 
 
 def _data_flags(p: argparse.ArgumentParser, d) -> None:
@@ -45,6 +43,8 @@ def _data_flags(p: argparse.ArgumentParser, d) -> None:
 
 
 def _model_flags(p: argparse.ArgumentParser, d) -> None:
+    from .models import SAGE_AGGREGATORS
+
     g = p.add_argument_group("model")
     g.add_argument("--model", choices=("gcn", "sage"), default=d.model,
                    help="GCN (Kipf & Welling) or GraphSAGE")
@@ -79,6 +79,10 @@ def _optimisation_flags(p: argparse.ArgumentParser, d) -> None:
 
 
 def _distributed_flags(p: argparse.ArgumentParser, d) -> None:
+    from .comm import COMMUNICATORS
+    from .config import DEFAULT_DELAY
+    from .drpa import ALGORITHMS
+
     g = p.add_argument_group("distributed (with --partitions)")
     g.add_argument("--algo", choices=ALGORITHMS, default=d.algo,
                    help="split-vertex exchange: cd-0 exact every layer (forward and "
@@ -98,6 +102,8 @@ def _distributed_flags(p: argparse.ArgumentParser, d) -> None:
 
 
 def _execution_and_output_flags(p: argparse.ArgumentParser, d) -> None:
+    from .placement import BACKEND_CHOICES, DEVICES
+
     g = p.add_argument_group("execution and output")
     g.add_argument("--backend", choices=BACKEND_CHOICES, default=d.backend,
                    help="aggregation kernels: numba (cache-blocked CPU kernels), torch "
@@ -120,6 +126,8 @@ def _execution_and_output_flags(p: argparse.ArgumentParser, d) -> None:
 
 
 def _checkpoints_and_failures_flags(p: argparse.ArgumentParser, d) -> None:
+    from .config import NAN_POLICIES
+
     g = p.add_argument_group("checkpoints and failures")
     g.add_argument("--checkpoint-dir", metavar="DIR",
                    help="write checkpoints here (model, optimizer, RNG states and cd-r "
@@ -147,6 +155,8 @@ def _checkpoints_and_failures_flags(p: argparse.ArgumentParser, d) -> None:
 
 def train_parser() -> argparse.ArgumentParser:
     """``distgnn-train``'s flags, in groups; defaults are :class:`TrainConfig`'s."""
+    from .config import TrainConfig
+
     d = TrainConfig()
     p = OneLineParser(
         prog="distgnn-train",
@@ -168,6 +178,7 @@ def train_parser() -> argparse.ArgumentParser:
 def train_main(argv: list[str] | None = None) -> int:
     use_huge_pages()
     args = train_parser().parse_args(argv)
+    from .config import TrainConfig
     from .datasets import load
     from .distributed import train_partitions
     from .train import train

@@ -49,9 +49,8 @@ def local_size(default: int) -> int:
 
 
 def rank_device(choice: str, rank: int) -> torch.device:
-    """The device of ``choice`` (``auto``, ``cpu``, ``cuda``) for this rank."""
-    if choice not in DEVICES:
-        raise DistGNNError(f"unknown device {choice!r}; choose from {', '.join(DEVICES)}")
+    """The device of ``choice`` (``auto``, ``cpu``, ``cuda``: validated by
+    :class:`~distgnn.config.TrainConfig`) for this rank."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if choice == "cuda" and gpus == 0:
         raise DistGNNError(f"rank {rank} is to compute on cuda but sees no GPU "
@@ -63,9 +62,6 @@ def rank_device(choice: str, rank: int) -> torch.device:
 
 def rank_backend(choice: str, device: torch.device, rank: int) -> str:
     """The aggregation backend of ``choice`` (``auto``, ``numba``, ``torch``) on ``device``."""
-    if choice not in BACKEND_CHOICES:
-        raise DistGNNError(f"unknown backend {choice!r}; choose from "
-                           f"{', '.join(BACKEND_CHOICES)}")
     if choice == "auto":
         return "numba" if device.type == "cpu" else "torch"
     if choice == "numba" and device.type != "cpu":
