@@ -1,11 +1,14 @@
-"""``distgnn-launch``: compose and run mpirun / SLURM jobs for distgnn-train.
+"""``distgnn-launch``: compose and run mpirun / SLURM jobs for distgnn-train, and run an
+emulated cluster of network namespaces on this host.
 
     distgnn-launch -n P [--threads-per-rank T] [--hostfile H] [--mpi auto|openmpi|mpich]
                    [--dry-run | --slurm FILE] [--timeout S] -- COMMAND ...
+    distgnn-launch cluster up --nodes N [--rate 1gbit] | down | status | shape | link
 """
 from __future__ import annotations
 
 import argparse
+import sys
 
 from distgnn.cli_common import (
     DefaultsHelpFormatter,
@@ -16,6 +19,7 @@ from distgnn.cli_common import (
 )
 from distgnn.storage import check_output_file, check_replaceable, write_atomic
 
+from . import cluster
 from .mpirun import (
     DEFAULT_STOP_GRACE_S,
     IMPLEMENTATIONS,
@@ -36,7 +40,8 @@ def parser() -> argparse.ArgumentParser:
         description="Run COMMAND on P MPI ranks of T threads each, with thread counts and "
                     "core binding set for every rank, or write the equivalent SLURM script.",
         epilog="example: distgnn-launch -n 4 --threads-per-rank 8 -- distgnn-train "
-               "--dataset rmat:scale=20")
+               "--partitions runs/rmat20-4; distgnn-launch cluster --help for an emulated "
+               "cluster on this host")
     p.add_argument("-n", "--ranks", type=int, required=True, metavar="P", help="number of MPI ranks")
     p.add_argument("--threads-per-rank", type=int, default=1, metavar="T",
                    help="torch and Numba threads per rank; each rank is bound to T cores")
@@ -76,8 +81,83 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def cluster_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog=f"{PROG} cluster", formatter_class=DefaultsHelpFormatter,
+                      description="An emulated cluster on this host: one network namespace "
+                                  "per node, links shaped with tc (bandwidth only: this "
+                                  "kernel cannot inject latency). Needs CAP_NET_ADMIN.")
+    sub = p.add_subparsers(dest="action", required=True, parser_class=OneLineParser)
+    s = sub.add_parser("up", help="make the nodes, links, hostfile and agent",
+                       formatter_class=DefaultsHelpFormatter)
+    s.add_argument("--nodes", type=int, required=True, help="emulated nodes")
+    s.add_argument("--rate", default="1gbit",
+                   help="bandwidth of every node's link, each direction (tc rate)")
+    s.add_argument("--slots", type=int, default=1, help="MPI slots per node")
+    s.add_argument("--name", default=cluster.DEFAULT_NAME, help="cluster name")
+    s = sub.add_parser("down", help="remove everything up made (idempotent)")
+    s.add_argument("--name", default=cluster.DEFAULT_NAME, help="cluster name")
+    s = sub.add_parser("status", help="nodes, rates and the bytes each node sent")
+    s.add_argument("--name", default=cluster.DEFAULT_NAME, help="cluster name")
+    s = sub.add_parser("shape", help="change one node's link rate")
+    s.add_argument("--node", type=int, required=True, help="node index")
+    s.add_argument("--rate", required=True, help="the new rate (tc rate, e.g. 100mbit)")
+    s.add_argument("--name", default=cluster.DEFAULT_NAME, help="cluster name")
+    s = sub.add_parser("link", help="bring one node's link down or up (failure drills)")
+    s.add_argument("--node", type=int, required=True, help="node index")
+    s.add_argument("state", choices=("down", "up"), help="the link's new state")
+    s.add_argument("--name", default=cluster.DEFAULT_NAME, help="cluster name")
+    return p
+
+
+def cluster_main(argv: list[str]) -> int:
+    args = cluster_parser().parse_args(argv)
+
+    def existing() -> cluster.Cluster:
+        found = cluster.load(args.name)
+        if found is None:
+            raise cluster.ClusterError(f"no emulated cluster {args.name!r} is up; "
+                                       f"start one with {PROG} cluster up --nodes N")
+        if not 0 <= getattr(args, "node", 0) < found.nodes:
+            raise cluster.ClusterError(f"--node must be from 0 to {found.nodes - 1}")
+        return found
+
+    def act() -> int:
+        if args.action == "up":
+            c = cluster.up(args.nodes, args.rate, args.slots, args.name)
+            addresses = ", ".join(map(c.address, range(c.nodes)))
+            print(f"cluster {c.name}: {c.nodes} nodes ({addresses}), links at {c.rate}; "
+                  f"{cluster.NO_NETEM}")
+            print(f"run jobs with: {PROG} --hostfile {c.state / 'hostfile'} -n {c.nodes} -- "
+                  "COMMAND (or mpirun --hostfile with the options of --dry-run)")
+        elif args.action == "down":
+            removed = cluster.down(args.name)
+            print(f"cluster {args.name}: " + (f"removed {len(removed)} namespaces, links and "
+                                              "files" if removed else "nothing to remove"))
+        elif args.action == "status":
+            c = existing()
+            print(f"cluster {c.name}: {c.nodes} nodes, links at {c.rate}; {cluster.NO_NETEM}")
+            for i in range(c.nodes):
+                counts = cluster.link_bytes(c, i)
+                print(f"  node{i} {c.address(i)} ({c.namespace(i)}): sent {counts['tx']:,} "
+                      f"bytes, received {counts['rx']:,}")
+        elif args.action == "shape":
+            c = existing()
+            cluster.shape(c, args.node, args.rate)
+            print(f"node{args.node}: link at {args.rate}")
+        else:
+            c = existing()
+            cluster.set_link(c, args.node, args.state)
+            print(f"node{args.node}: link {args.state}")
+        return 0
+
+    return run_guarded(f"{PROG} cluster", act)
+
+
 @interruptible("distgnn-launch")
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["cluster"]:
+        return cluster_main(argv[1:])
     args = parser().parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if args.slurm and args.hostfile:

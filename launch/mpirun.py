@@ -27,6 +27,8 @@ from pathlib import Path
 
 from distgnn.errors import DistGNNError
 
+from .cluster import cluster_of_hostfile, mpi_options
+
 IMPLEMENTATIONS = ("openmpi", "mpich")
 RANK_ENV = ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS")
 # Open MPI refuses to start as root unless both are set, and containers often run as root.
@@ -163,11 +165,17 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
     t = str(threads_per_rank)
     # Binding P x T threads to fewer cores fails (Open MPI) or stacks ranks on the same
     # cores, so an oversubscribed node runs unbound and lets the OS spread the threads.
-    oversubscribed = hostfile is None and ranks * threads_per_rank > (cores or os.cpu_count())
+    # The nodes of an emulated cluster share this host's cores: each would bind its ranks
+    # to "its" first cores, the same ones; they run unbound too.
+    emulated = cluster_of_hostfile(hostfile) if hostfile is not None else None
+    oversubscribed = emulated is not None or (
+        hostfile is None and ranks * threads_per_rank > (cores or os.cpu_count()))
     if implementation == "openmpi":
         argv = [mpirun, "-np", str(ranks)]
         if hostfile is not None:
             argv += ["--hostfile", hostfile]
+        if emulated is not None:
+            argv += mpi_options(emulated, implementation)
         if oversubscribed:
             argv += ["--oversubscribe", "--bind-to", "none"]
         elif threads_per_rank == 1:
@@ -185,6 +193,8 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
         argv = [mpirun, "-n", str(ranks)]
         if hostfile is not None:
             argv += ["-f", hostfile]
+        if emulated is not None:
+            argv += mpi_options(emulated, implementation)
         argv += ["-bind-to", "none" if oversubscribed
                  else "core" if threads_per_rank == 1 else f"core:{t}"]
         for name in RANK_ENV:

@@ -1,0 +1,256 @@
+"""An emulated cluster on one Linux host: one network namespace per node, a bridge between
+them, each node's link shaped to a rate, and what MPI needs to start ranks on them.
+
+    distgnn-launch cluster up --nodes 4 --rate 1gbit
+    distgnn-launch --hostfile /run/distgnn-cluster/dgnn/hostfile -n 4 -- distgnn-train ...
+    distgnn-launch cluster down
+
+Node ``i`` is namespace ``NAME-n<i>`` with address ``10.77.0.<i+1>`` on its ``eth0``, the
+peer of ``NAME-v<i>`` on bridge ``NAME-br`` (which holds ``10.77.0.254``, the address
+``mpirun`` on this host talks from).  Both directions of each node's link are shaped with
+``tc``'s token bucket (``tbf``) to ``--rate``: this kernel has ``tbf`` and ``htb`` but not
+``netem``, so bandwidth is emulated and **latency is not** (it is the veth's, microseconds).
+The addresses exist only on these interfaces; nothing is routed elsewhere.
+
+``up`` writes, in the state folder: ``hostfile`` (one line per node, marked as this
+cluster's), ``agent`` (what MPI runs instead of ``ssh``: it starts the command inside the
+node's namespace, with the node's own host name so that MPI does not take two nodes for
+one and share memory between them) and ``cluster.json``.  :func:`mpi_options` gives the
+launcher options that use them; ``distgnn-launch --hostfile`` adds them by itself.
+``down`` removes everything ``up`` made and is idempotent.  Both need CAP_NET_ADMIN.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from distgnn.errors import DistGNNError
+from distgnn.storage import write_atomic
+
+DEFAULT_NAME = "dgnn"
+STATE_ROOT = Path(os.environ.get("DISTGNN_CLUSTER_DIR", "/run/distgnn-cluster"))
+SUBNET = "10.77.0"  # /24: nodes .1 ... .N, the host's bridge .254
+HOST_ADDRESS = f"{SUBNET}.254"
+MARK = "# distgnn emulated cluster"
+CAP_NET_ADMIN = 12
+# tbf's queue: a burst of 64 KiB (more than one 64 KiB TCP segment with offloads) and at
+# most 100 ms of backlog
+TBF = ("burst", "64kb", "latency", "100ms")
+NO_NETEM = ("bandwidth is shaped with tbf; latency cannot be injected (this kernel has no "
+            "netem): links have the microseconds of a veth pair")
+
+
+class ClusterError(DistGNNError):
+    """The emulated cluster cannot be made, used or removed."""
+
+
+@dataclass
+class Cluster:
+    name: str
+    nodes: int
+    rate: str
+    slots: int
+
+    @property
+    def state(self) -> Path:
+        return STATE_ROOT / self.name
+
+    def namespace(self, i: int) -> str:
+        return f"{self.name}-n{i}"
+
+    def host_link(self, i: int) -> str:
+        """The host side of node ``i``'s link (its byte counters are the node's traffic)."""
+        return f"{self.name}-v{i}"
+
+    @property
+    def bridge(self) -> str:
+        return f"{self.name}-br"
+
+    @staticmethod
+    def address(i: int) -> str:
+        return f"{SUBNET}.{i + 1}"
+
+
+def has_net_admin() -> bool:
+    """Whether this process holds CAP_NET_ADMIN (namespaces, links, qdiscs)."""
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> CAP_NET_ADMIN & 1)
+    except OSError:
+        pass
+    return os.geteuid() == 0
+
+
+def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), capture_output=True, text=True)
+    if check and proc.returncode:
+        raise ClusterError(f"{' '.join(argv)}: {proc.stderr.strip().splitlines()[-1:]}")
+    return proc
+
+
+def _require_tools() -> None:
+    if not has_net_admin():
+        raise ClusterError("the emulated cluster needs CAP_NET_ADMIN (run as root, or grant "
+                           "the capability) to make network namespaces and shape links")
+    for tool in ("ip", "tc", "unshare"):
+        if shutil.which(tool) is None:
+            raise ClusterError(f"the emulated cluster needs {tool} (Debian: iproute2, "
+                               "util-linux)")
+
+
+def check_rate(rate: str) -> str:
+    """A tc rate such as ``10gbit``, ``1gbit``, ``200mbit``."""
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)?([kmg]?bit|[kmg]?bps)", rate):
+        raise ClusterError(f"rate {rate!r} is not a tc rate such as 10gbit, 1gbit or 200mbit")
+    return rate
+
+
+def shape(cluster: Cluster, i: int, rate: str) -> None:
+    """Both directions of node ``i``'s link at ``rate`` (token bucket)."""
+    check_rate(rate)
+    for prefix, dev in ((["ip", "netns", "exec", cluster.namespace(i)], "eth0"),
+                        ([], cluster.host_link(i))):
+        _run(*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, *TBF)
+
+
+AGENT = """#!/bin/sh
+# written by distgnn-launch cluster up: what MPI runs instead of ssh to reach a node of
+# the emulated cluster {name}: the command runs in the node's network namespace, with the
+# node's own host name (a UTS namespace)
+host="$1"; shift
+case "$host" in
+{cases}
+  *) echo "distgnn cluster agent: $host is not a node of cluster {name}" >&2; exit 255 ;;
+esac
+exec ip netns exec "$ns" unshare --uts sh -c "hostname $node && $*"
+"""
+
+
+def write_files(cluster: Cluster) -> None:
+    cluster.state.mkdir(parents=True, exist_ok=True)
+    cases = "\n".join(f"  {cluster.address(i)}|node{i}) ns={cluster.namespace(i)}; "
+                      f"node=node{i} ;;" for i in range(cluster.nodes))
+    agent = cluster.state / "agent"
+    write_atomic(agent, AGENT.format(name=cluster.name, cases=cases))
+    agent.chmod(agent.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    write_atomic(cluster.state / "hostfile",
+                 f"{MARK} {cluster.name}: {cluster.state}\n"
+                 + "".join(f"{cluster.address(i)} slots={cluster.slots}\n"
+                           for i in range(cluster.nodes)))
+    write_atomic(cluster.state / "cluster.json",
+                 json.dumps({"name": cluster.name, "nodes": cluster.nodes,
+                             "rate": cluster.rate, "slots": cluster.slots}, indent=1))
+
+
+def up(nodes: int, rate: str, slots: int = 1, name: str = DEFAULT_NAME) -> Cluster:
+    """Make the cluster (replacing one of the same name); returns it."""
+    _require_tools()
+    if not 1 <= nodes <= 250:
+        raise ClusterError(f"--nodes must be from 1 to 250, got {nodes}")
+    if slots < 1:
+        raise ClusterError(f"--slots must be >= 1, got {slots}")
+    if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", name):
+        raise ClusterError(f"cluster name {name!r} must be 1-8 lower-case letters or digits")
+    cluster = Cluster(name, nodes, check_rate(rate), slots)
+    down(name)
+    for line in _run("ip", "-o", "addr", "show").stdout.splitlines():
+        if f" {HOST_ADDRESS}/" in line:  # the subnet is in use: one emulated cluster at a time
+            raise ClusterError(f"another emulated cluster holds {SUBNET}.0/24 (on "
+                               f"{line.split()[1]}); take it down first")
+    try:
+        _run("ip", "link", "add", cluster.bridge, "type", "bridge")
+        _run("ip", "addr", "add", f"{HOST_ADDRESS}/24", "dev", cluster.bridge)
+        _run("ip", "link", "set", cluster.bridge, "up")
+        for i in range(nodes):
+            ns, link = cluster.namespace(i), cluster.host_link(i)
+            _run("ip", "netns", "add", ns)
+            _run("ip", "link", "add", link, "type", "veth", "peer", "name", f"{link}p")
+            _run("ip", "link", "set", f"{link}p", "netns", ns)
+            _run("ip", "link", "set", link, "master", cluster.bridge, "up")
+            _run("ip", "-n", ns, "link", "set", f"{link}p", "name", "eth0")
+            _run("ip", "-n", ns, "addr", "add", f"{cluster.address(i)}/24", "dev", "eth0")
+            _run("ip", "-n", ns, "link", "set", "eth0", "up")
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+            shape(cluster, i, rate)
+        write_files(cluster)
+    except BaseException:
+        down(name)
+        raise
+    return cluster
+
+
+def load(name: str = DEFAULT_NAME) -> Cluster | None:
+    """The cluster ``name`` as ``up`` recorded it (``None`` if it is not up)."""
+    try:
+        info = json.loads((STATE_ROOT / name / "cluster.json").read_text())
+        return Cluster(info["name"], info["nodes"], info["rate"], info["slots"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def down(name: str = DEFAULT_NAME) -> list[str]:
+    """Remove every namespace, link and file of cluster ``name`` (nothing if none);
+    returns what was removed."""
+    _require_tools()
+    removed = []
+    # the host ends of the links first: deleting one end of a veth pair deletes both at
+    # once, while a deleted namespace releases its devices later (an up right after
+    # would find the names taken)
+    for link in _run("ip", "-o", "link", "show").stdout.split("\n"):
+        dev = link.split(": ")[1].split("@")[0] if ": " in link else ""
+        if re.fullmatch(rf"{re.escape(name)}-(v\d+|br)", dev):
+            _run("ip", "link", "delete", dev, check=False)
+            removed.append(dev)
+    for ns in _run("ip", "netns", "list").stdout.split("\n"):
+        ns = ns.split(" ")[0]
+        if re.fullmatch(rf"{re.escape(name)}-n\d+", ns):
+            _run("ip", "netns", "delete", ns, check=False)
+            removed.append(ns)
+    if (STATE_ROOT / name).exists():
+        shutil.rmtree(STATE_ROOT / name, ignore_errors=True)
+        removed.append(str(STATE_ROOT / name))
+    return removed
+
+
+def link_bytes(cluster: Cluster, i: int) -> dict[str, int]:
+    """Bytes node ``i`` sent (``tx``) and received (``rx``), from its link's counters."""
+    base = Path("/sys/class/net") / cluster.host_link(i) / "statistics"
+    # the host side of the pair: what it receives the node sent, and the reverse
+    return {"tx": int((base / "rx_bytes").read_text()), "rx": int((base / "tx_bytes").read_text())}
+
+
+def set_link(cluster: Cluster, i: int, state: str) -> None:
+    """Bring node ``i``'s link ``up`` or ``down`` (a cable pulled, for failure drills)."""
+    _run("ip", "link", "set", cluster.host_link(i), state)
+
+
+def cluster_of_hostfile(hostfile: str | Path) -> Cluster | None:
+    """The emulated cluster a hostfile written by :func:`up` belongs to (``None``: a real
+    hostfile)."""
+    try:
+        first = Path(hostfile).read_text().split("\n", 1)[0]
+    except OSError:
+        return None
+    if not first.startswith(MARK):
+        return None
+    return load(first[len(MARK):].split(":", 1)[0].strip())
+
+
+def mpi_options(cluster: Cluster, implementation: str) -> list[str]:
+    """The launcher options that start ranks on the cluster's nodes over its links:
+    the agent instead of ssh, TCP only (no shared memory between emulated nodes), on the
+    cluster's subnet."""
+    agent = str(cluster.state / "agent")
+    if implementation == "openmpi":
+        subnet = f"{SUBNET}.0/24"
+        return ["--mca", "plm_rsh_agent", agent, "--mca", "pml", "ob1", "--mca", "btl",
+                "tcp,self", "--mca", "btl_tcp_if_include", subnet,
+                "--prtemca", "oob_tcp_if_include", subnet]
+    return ["-launcher", "ssh", "-launcher-exec", agent, "-iface", cluster.bridge]
