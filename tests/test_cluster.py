@@ -3,6 +3,7 @@ MPI ranks started in them through the launcher, traffic on the links.  Skipped, 
 reason, where this process cannot make network namespaces (no CAP_NET_ADMIN)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +16,9 @@ from tests.helpers.training import losses, train_quietly
 
 BIN = Path(sys.executable).parent
 NAME = "dgtest"
-pytestmark = pytest.mark.skipif(not cluster.has_net_admin(),
-                                reason="the emulated cluster needs CAP_NET_ADMIN")
+pytestmark = pytest.mark.skipif(
+    not cluster.has_net_admin() or not all(map(shutil.which, ("ip", "tc", "unshare"))),
+    reason="the emulated cluster needs CAP_NET_ADMIN and ip, tc, unshare")
 
 
 def launch(*argv):
