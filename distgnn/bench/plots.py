@@ -5,10 +5,11 @@ directory, and returns the path of the PNG it wrote.
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from ..errors import DistGNNError
-from ..storage import check_replaceable, file_head, temp_path, write_atomic
+from ..storage import check_replaceable, file_head, write_atomic
 
 PNG_TAG = b"distgnn-bench"  # in each chart's Software text chunk
 
@@ -66,13 +67,12 @@ def _save(fig, directory: str | Path, name: str) -> Path:
     path = path / name
     check_replaceable(path, is_chart, "a chart drawn by distgnn-bench")
     fig.tight_layout()
-    tmp = temp_path(path)
+    png = io.BytesIO()  # drawn in memory, then written once, atomically
     try:
-        fig.savefig(tmp, dpi=120, format="png", metadata={"Software": PNG_TAG.decode()})
-        write_atomic(path, tmp.read_bytes())
+        fig.savefig(png, dpi=120, format="png", metadata={"Software": PNG_TAG.decode()})
     finally:
-        tmp.unlink(missing_ok=True)
         plt.close(fig)
+    write_atomic(path, png.getvalue())
     return path
 
 
