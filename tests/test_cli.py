@@ -70,7 +70,7 @@ def test_launch_bad_ranks():
 
 def test_launch_help_explains_every_flag():
     out = cli("distgnn-launch", "--help").stdout
-    for flag in ("--ranks", "--threads-per-rank", "--hostfile", "--mpi", "--dry-run",
+    for flag in ("--ranks", "--threads-per-rank", "--hostfile", "--mpi", "--mpirun", "--dry-run",
                  "--slurm", "--nodes", "--time", "--partition", "--account", "--job-name",
                  "--timeout", "--stop-grace", "--stop-before", "--gpus-per-node"):
         assert flag in out

@@ -1,5 +1,6 @@
 """Distributed training under real mpirun jobs: the DRPA exchange against the whole graph,
-the cd-r bin schedule, cd-0 training against single-socket training, and failure modes.
+the cd-r bin schedule, cd-0 training against single-socket training (under Open MPI, and
+under MPICH and Intel MPI where they are installed), and failure modes.
 
 Every job is composed by :func:`launch.plan` (which adds the Open MPI flags this machine
 needs) and run with a timeout, so a hang fails the test instead of blocking the suite.
@@ -27,6 +28,7 @@ from partition.format import load as load_partition
 from partition.format import read_meta, write_dataset
 from partition.vertex_cut import vertex_cut
 from tests.helpers.graphs import build_random_graph, out_degrees
+from tests.helpers.mpi import installed
 
 RANK_SCRIPTS = Path(__file__).parent / "mpi"
 TRAIN = str(Path(sys.executable).parent / "distgnn-train")
@@ -34,9 +36,10 @@ TIMEOUT = 120
 WIDTH, EPOCHS, DELAYS = 3, 10, (2, 3)
 
 
-def mpirun(ranks, command, timeout=TIMEOUT):
-    """``(CompletedProcess, seconds)`` of ``command`` on ``ranks`` ranks of one thread each."""
-    p = launch.plan(ranks, [str(c) for c in command], threads_per_rank=1)
+def mpirun(ranks, command, timeout=TIMEOUT, mpi=None):
+    """``(CompletedProcess, seconds)`` of ``command`` on ``ranks`` ranks of one thread each,
+    under MPI implementation ``mpi`` (``None``: the first ``mpirun`` found)."""
+    p = launch.plan(ranks, [str(c) for c in command], threads_per_rank=1, implementation=mpi)
     return run_command(p.argv, p.env, timeout)
 
 
@@ -127,18 +130,19 @@ def read_metrics(path):
 
 @pytest.fixture(scope="module")
 def train_job(cora_dirs, tmp_path_factory):
-    """``train_job(P, algo, *flags)``: ``(proc, metrics)`` of 30 dropout-free epochs of
-    ``mpirun -np P distgnn-train --partitions`` on cora (each job runs once)."""
+    """``train_job(P, algo, *flags, mpi=None)``: ``(proc, metrics)`` of 30 dropout-free
+    epochs of ``mpirun -np P distgnn-train --partitions`` on cora under MPI implementation
+    ``mpi`` (each job runs once)."""
     root = tmp_path_factory.mktemp("train")
     cache = {}
 
-    def get(P, algo, *flags):
-        key = (P, algo, *flags)
+    def get(P, algo, *flags, mpi=None):
+        key = (P, algo, *flags, mpi)
         if key not in cache:
             metrics = root / ("m-" + "-".join(map(str, key)) + ".jsonl")
             proc, _ = mpirun(P, [TRAIN, "--partitions", cora_dirs[P], "--algo", algo,
                                  *flags, "--dropout", "0", "--epochs", "30", "--threads", "1",
-                                 "--no-progress", "--metrics-out", metrics])
+                                 "--no-progress", "--metrics-out", metrics], mpi=mpi)
             assert proc.returncode == 0, proc.stdout + proc.stderr
             cache[key] = proc, read_metrics(metrics)
         return cache[key]
@@ -307,12 +311,15 @@ def test_cdr_follows_the_bin_schedule(random_parts, exchange_job):
 
 
 # ---- 3. training: cd-0 equals single-socket; 0c and cd-r run -----------------------------------
-@pytest.mark.parametrize("P", [2, 3])
-def test_cd0_training_follows_the_single_socket_loss_curve(train_job, single_socket, cora, P):
+@pytest.mark.parametrize("P, mpi", [(2, None), (3, None), installed("mpich", 2),
+                                    installed("impi", 2)])
+def test_cd0_training_follows_the_single_socket_loss_curve(train_job, single_socket, cora, P,
+                                                           mpi):
     """With dropout 0, cd-0 on P libra partitions of cora follows the single-socket loss
     curve to float rounding (<= 1e-4 relative over 30 epochs) and ends at the same test
-    accuracy to within one vertex."""
-    proc, metrics = train_job(P, "cd-0")
+    accuracy to within one vertex; under the default MPI (Open MPI here), MPICH and Intel
+    MPI alike."""
+    proc, metrics = train_job(P, "cd-0", mpi=mpi)
     assert [r["epoch"] for r in metrics] == list(range(30))
     on_gpus = P if torch.cuda.is_available() else 0  # --device auto: every rank sees the GPU
     assert f"{P} ranks ({on_gpus} on GPUs, {on_gpus} with the torch backend), cd-0, mpi" \

@@ -1,4 +1,5 @@
-"""distgnn-launch: mpirun / mpiexec command lines, SLURM scripts, and real runs under mpirun."""
+"""distgnn-launch: mpirun / mpiexec command lines, finding each MPI implementation's
+launcher and library, SLURM scripts, and real runs under Open MPI, MPICH and Intel MPI."""
 import os
 import sys
 import time
@@ -6,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from launch import LaunchError, LaunchPlan, plan, run, sbatch_script
+from launch import LaunchError, LaunchPlan, cluster, plan, run, sbatch_script
+from launch import mpirun as mpirun_module
 from launch.cli import main
-from launch.mpirun import detect_implementation, find_mpirun
+from launch.mpirun import detect_implementation, find_launcher, find_mpirun
+from tests.helpers.mpi import installed
 
 BIN = Path(sys.executable).parent
 MPIRUN = str(BIN / "mpirun")
@@ -30,6 +33,24 @@ def mpich(ranks, command=("prog",), threads=1, cores=4, **kw):
                 cores=cores, **kw)
 
 
+def impi(ranks, command=("prog",), threads=1, cores=4, **kw):
+    return plan(ranks, list(command), threads, implementation="impi", mpirun="mpiexec",
+                cores=cores, **kw)
+
+
+def fake_launcher(directory, banner, name="mpiexec"):
+    """An executable ``directory/name`` whose ``--version`` prints ``banner``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fake = directory / name
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' '{banner}'\n")  # a builtin: PATH may be bare
+    fake.chmod(0o755)
+    return fake
+
+
+HYDRA = "HYDRA build details:\n    Version: 4.1.2"
+INTEL = "Intel(R) MPI Library for Linux* OS, Version 2021.10"
+
+
 def test_find_mpirun_prefers_the_virtual_environment():
     assert find_mpirun() == MPIRUN
     with pytest.raises(LaunchError, match="no-such-mpirun"):
@@ -38,22 +59,64 @@ def test_find_mpirun_prefers_the_virtual_environment():
 
 @pytest.mark.parametrize("banner, expected", [
     ("mpirun (Open MPI) 5.0.3", "openmpi"),
-    ("HYDRA build details:\n    Version: 4.1.2", "mpich"),
-    ("Intel(R) MPI Library for Linux* OS, Version 2021.10", "mpich"),
+    (HYDRA, "mpich"),
+    (INTEL, "impi"),
 ])
 def test_detect_implementation(tmp_path, banner, expected):
-    fake = tmp_path / "mpirun"
-    fake.write_text(f"#!/bin/sh\ncat <<'EOF'\n{banner}\nEOF\n")
-    fake.chmod(0o755)
-    assert detect_implementation(str(fake)) == expected
+    assert detect_implementation(str(fake_launcher(tmp_path, banner, "mpirun"))) == expected
 
 
 def test_detect_implementation_of_the_installed_mpirun_and_of_strangers(tmp_path):
     assert detect_implementation(MPIRUN) == "openmpi"
-    with pytest.raises(LaunchError, match="neither Open MPI nor"):
+    with pytest.raises(LaunchError, match="not the launcher of Open MPI, MPICH or Intel MPI"):
         detect_implementation("/bin/echo")
     with pytest.raises(LaunchError, match="cannot run"):
         detect_implementation(str(tmp_path / "missing"))
+
+
+def test_find_launcher_asks_each_candidate(tmp_path, monkeypatch):
+    """Every implementation's launcher is called mpiexec: the first candidate (its own
+    prefix, then next to python, then PATH) whose --version names it wins."""
+    home = tmp_path / "home"
+    monkeypatch.setattr(mpirun_module, "MPI_HOME", home)
+    intel = fake_launcher(tmp_path / "intel", INTEL)
+    hydra = fake_launcher(tmp_path / "hydra", HYDRA)
+    monkeypatch.setenv("PATH", f"{intel.parent}:{hydra.parent}")
+    assert find_launcher("mpich") == str(hydra)
+    assert find_launcher("impi") == str(intel)
+    assert find_launcher("openmpi") == MPIRUN  # next to python
+    own = fake_launcher(home / "mpich" / "bin", HYDRA)
+    assert find_launcher("mpich") == str(own)
+
+
+def test_a_missing_implementation_is_one_line_naming_its_install(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(mpirun_module, "MPI_HOME", tmp_path)
+    monkeypatch.setenv("PATH", str(fake_launcher(tmp_path / "hydra", HYDRA).parent))
+    install = f"pip install --prefix {tmp_path / 'impi'} impi-rt"
+    with pytest.raises(LaunchError, match="Intel MPI is not installed") as e:
+        find_launcher("impi")
+    assert install in str(e.value) and "\n" not in str(e.value)
+    assert main(["--mpi", "impi", "-n", "2", "--dry-run", "--", "prog"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and install in err
+
+
+def test_plan_names_the_launchers_own_library(tmp_path):
+    """The ranks load the libmpi installed with the launcher (MPI4PY_LIBMPI), not the first
+    one mpi4py finds (the environment's Open MPI)."""
+    hydra = fake_launcher(tmp_path / "mpich" / "bin", HYDRA)
+    (tmp_path / "mpich" / "lib").mkdir()
+    (tmp_path / "mpich" / "lib" / "libmpi.so.12").touch()
+    p = plan(2, ["prog"], implementation="mpich", mpirun=str(hydra), cores=4)
+    assert flags(p.argv, "-genv", "MPI4PY_LIBMPI", str(tmp_path / "mpich/lib/libmpi.so.12"),
+                 "prog")
+    ompi = fake_launcher(tmp_path / "ompi" / "bin", "mpirun (Open MPI) 5.0.3", "mpirun")
+    (tmp_path / "ompi" / "lib64").mkdir()
+    (tmp_path / "ompi" / "lib64" / "libmpi.so.40").touch()
+    p = plan(2, ["prog"], mpirun=str(ompi), cores=4)  # implementation asked
+    assert p.env["MPI4PY_LIBMPI"] == str(tmp_path / "ompi/lib64/libmpi.so.40")
+    assert flags(p.argv, "-x", "MPI4PY_LIBMPI", "prog")
+    assert "MPI4PY_LIBMPI" not in mpich(2).env and "MPI4PY_LIBMPI" not in mpich(2).argv
 
 
 def test_openmpi_one_thread_per_rank_binds_to_cores():
@@ -105,6 +168,45 @@ def test_mpich_flags(tmp_path):
     assert flags(mpich(8, hostfile=str(hosts), cores=1).argv, "-f", str(hosts),
                  "-bind-to", "core")
     assert mpich(2).env == {}
+
+
+def test_impi_pins_with_its_own_variables():
+    """Intel MPI ignores -bind-to; I_MPI_PIN_DOMAIN=omp gives each rank OMP_NUM_THREADS
+    cores, I_MPI_PIN=0 leaves an oversubscribed node unpinned."""
+    argv = impi(2, threads=2).argv
+    assert argv[:3] == ["mpiexec", "-n", "2"] and "-bind-to" not in argv
+    assert flags(argv, "-genv", "OMP_NUM_THREADS", "2", "-genv", "NUMBA_NUM_THREADS", "2")
+    assert flags(argv, "-genv", "I_MPI_PIN_DOMAIN", "omp", "-genv", "I_MPI_PIN_CELL", "core")
+    assert flags(impi(3, threads=2).argv, "-genv", "I_MPI_PIN", "0")
+    assert impi(2).env == {}
+
+
+def test_hydra_takes_an_openmpi_hostfile_as_a_host_list(tmp_path):
+    """Hydra refuses Open MPI's 'host slots=N' lines; they become -hosts host:N,..."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# two nodes\nnode1 slots=4\n\nnode2 slots=2 max_slots=8  # big\n")
+    for compose in (mpich, impi):
+        argv = compose(6, hostfile=str(hosts)).argv
+        assert flags(argv, "-hosts", "node1:4,node2:2") and "-f" not in argv
+    hosts.write_text("# Hydra's own\nnode1:4\nnode2\n")
+    assert flags(mpich(6, hostfile=str(hosts)).argv, "-f", str(hosts))
+
+
+@pytest.mark.parametrize("compose", [mpich, impi])
+def test_hydra_on_an_emulated_cluster(tmp_path, monkeypatch, compose):
+    """The cluster's agent as an rsh-style launcher (HOST COMMAND...), callbacks to the
+    host's bridge address, its nodes as a host list, TCP between them, no binding.
+    (Composed only: jobs across emulated nodes are tested with Open MPI alone.)"""
+    monkeypatch.setattr(cluster, "STATE_ROOT", tmp_path)
+    c = cluster.Cluster("t", nodes=2, rate="1gbit", slots=1)
+    cluster.write_files(c)  # the files of cluster up, without its namespaces
+    argv = compose(2, hostfile=str(c.state / "hostfile"), cores=64).argv
+    assert flags(argv, "-launcher", "rsh", "-launcher-exec", str(c.state / "agent"),
+                 "-iface", "t-br")
+    assert flags(argv, "-hosts", "10.77.0.1:1,10.77.0.2:1")
+    assert flags(argv, "-genv", "UCX_TLS", "tcp,self", "-genv", "FI_PROVIDER", "tcp")
+    assert flags(argv, "-bind-to", "none") if compose is mpich else \
+        flags(argv, "-genv", "I_MPI_PIN", "0")
 
 
 def test_threads_appended_to_distgnn_train_once():
@@ -204,6 +306,9 @@ def test_cli_slurm_writes_the_script_atomically(tmp_path, capsys):
     (["-n", "2", "--dry-run", "--hostfile", "/no/such/hosts", "--", "prog"],
      "hostfile /no/such/hosts does not exist"),
     (["-n", "2", "--slurm", "x", "--hostfile", "h", "--", "prog"], "--hostfile"),
+    (["-n", "2", "--slurm", "x", "--mpirun", "m", "--", "prog"], "--mpirun"),
+    (["-n", "2", "--dry-run", "--mpirun", "/bin/true", "--", "prog"],
+     "not the launcher of Open MPI, MPICH or Intel MPI"),
     (["-n", "2", "--timeout", "0", "--", "prog"], "timeout must be a finite number of seconds > 0"),
     (["--dry-run", "--", "prog"], "--ranks"),
 ])
@@ -223,22 +328,28 @@ import os, sys
 from mpi4py import MPI
 rank = MPI.COMM_WORLD.Get_rank()
 with open(os.path.join(sys.argv[1], f"rank{rank}"), "w") as f:
-    f.write(f"{MPI.COMM_WORLD.Get_size()} {os.environ['OMP_NUM_THREADS']}")
+    f.write(f"{MPI.COMM_WORLD.Get_size()} {os.environ['OMP_NUM_THREADS']} "
+            f"{MPI.Get_library_version().split()[0]}")
 """
+LIBRARY = {"openmpi": "Open", "mpich": "MPICH", "impi": "Intel(R)"}
+MPIS = [installed(mpi) for mpi in LIBRARY]
 
 
-def test_real_run_starts_every_rank_with_its_thread_count(tmp_path):
-    assert main(["-n", "2", "--timeout", "60", "--",
+@pytest.mark.parametrize("mpi", MPIS)
+def test_real_run_starts_every_rank_with_its_thread_count(tmp_path, mpi):
+    """One job of 2 ranks (not 2 singletons) under each MPI, its library in every rank."""
+    assert main(["--mpi", mpi, "-n", "2", "--timeout", "60", "--",
                  sys.executable, "-c", RANK_SCRIPT, str(tmp_path)]) == 0
     assert {f.name: f.read_text() for f in tmp_path.iterdir()} == \
-        {"rank0": "2 1", "rank1": "2 1"}
+        {f"rank{r}": f"2 1 {LIBRARY[mpi]}" for r in range(2)}
 
 
-def test_timeout_stops_the_ranks(tmp_path):
+@pytest.mark.parametrize("mpi", MPIS)
+def test_timeout_stops_the_ranks(tmp_path, mpi):
     sleeper = ("import os, sys, time\n"
                "open(os.path.join(sys.argv[1], str(os.getpid())), 'w').close()\n"
                "time.sleep(60)")
-    job = plan(2, [sys.executable, "-c", sleeper, str(tmp_path)])
+    job = plan(2, [sys.executable, "-c", sleeper, str(tmp_path)], implementation=mpi)
     start = time.monotonic()
     with pytest.raises(LaunchError, match="did not finish within 3 s"):
         run(job, timeout=3)
