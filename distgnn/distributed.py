@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 from .comm import Communicator, RankFailed, all_or_none, get_communicator
+from .comm.heartbeat import Heartbeat
 from .comm.mpi import MPICommunicator
 from .comm.watchdog import Watchdog
 from .config import TrainConfig
@@ -47,7 +48,8 @@ def train_partitions(directory: str, config: Callable[[], TrainConfig],
             world.rank, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends))
         comm = all_or_none(world, lambda: get_communicator(cfg.comm, device))
         timer = PhaseTimer()
-        watchdog = Watchdog(comm, cfg.comm_timeout, "distgnn-train")
+        heartbeat = Heartbeat.start(world) if cfg.comm_timeout and world.size > 1 else None
+        watchdog = Watchdog(comm, cfg.comm_timeout, "distgnn-train", heartbeat)
         shard = partition_shard(directory, cfg, watchdog, timer, device, backend)
         places = torch.tensor([float(device.type == "cuda"), float(backend == "torch")])
         world.allreduce(places)

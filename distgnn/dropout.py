@@ -33,7 +33,7 @@ def _splitmix64(x):
     return z ^ (z >> np.uint64(31))
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True, parallel=True, nogil=True)
 def _masked_scale(x, global_ids, key, threshold, scale, out):
     """``out = x * mask`` without materialising the mask (it is recomputed from the key)."""
     width = np.uint64(x.shape[1])

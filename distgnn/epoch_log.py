@@ -2,8 +2,11 @@
 the patience count, the metrics file, and the progress shown.
 
 One record per epoch: ``epoch``, ``loss``, the accuracies (``None`` between evaluations),
-``epoch_s`` and ``phases`` (max over ranks), ``phases_mean``, ``bytes_sent_max`` and
-``bytes_sent_mean``, and ``skipped_step`` for a step skipped by ``--nan-policy skip``.  The
+``epoch_s`` and ``phases`` (max over ranks), ``phases_mean``, ``phases_max_rank`` (the rank
+that took longest in each phase: where a slow node or link shows), ``bytes_sent_max`` and
+``bytes_sent_mean`` (split-vertex exchange), ``allreduce_bytes`` (the gradient allreduce's
+buffer, the same on every rank; what crosses the wire for it depends on MPI's algorithm:
+once per step with 2 ranks), and ``skipped_step`` for a step skipped by ``--nan-policy skip``.  The
 metrics file holds the records as JSON lines; it is written beside its path while the run
 goes on and replaces it only when the run ends in order (:class:`~distgnn.storage.AtomicStream`).
 The best evaluation is the one with the highest validation accuracy (ties: lower
@@ -41,18 +44,20 @@ def phase_seconds(timer: PhaseTimer) -> dict[str, float]:
 
 
 def epoch_record(comm: Communicator, epoch: int, loss: float, started: float,
-                 timer: PhaseTimer, bytes_sent: int, stop: int, skipped: bool
-                 ) -> tuple[dict, int]:
+                 timer: PhaseTimer, bytes_sent: int, allreduce_bytes: int, stop: int,
+                 skipped: bool) -> tuple[dict, int]:
     """The epoch's record (collective: times and bytes over ranks) and the stop request of
     any rank (a signal number, 0 for none)."""
     local = {"epoch_s": time.perf_counter() - started, **phase_seconds(timer),
              "bytes_sent": bytes_sent, "stop": float(stop)}
-    high, mean = rank_statistics(comm, local)
+    high, mean, where = rank_statistics(comm, local)
     record = {"epoch": epoch, "loss": loss, "train_acc": None, "val_acc": None,
               "test_acc": None, "epoch_s": high["epoch_s"],
               "phases": {k: high[k] for k in PHASES},
               "phases_mean": {k: mean[k] for k in PHASES},
-              "bytes_sent_max": int(high["bytes_sent"]), "bytes_sent_mean": mean["bytes_sent"]}
+              "phases_max_rank": {k: where[k] for k in PHASES},
+              "bytes_sent_max": int(high["bytes_sent"]), "bytes_sent_mean": mean["bytes_sent"],
+              "allreduce_bytes": allreduce_bytes}
     if skipped:
         record["skipped_step"] = True
     return record, int(high["stop"])

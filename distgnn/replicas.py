@@ -28,6 +28,11 @@ class ReplicaSync:
         self.flags = self.flat[self.size + 1:]
         self.nonfinite_ranks: list[int] = []
 
+    @property
+    def step_bytes(self) -> int:
+        """Bytes each rank hands to the allreduce of one step (0 on one rank: none)."""
+        return self.flat.numel() * self.flat.element_size() if self.comm.size > 1 else 0
+
     @torch.no_grad()
     def broadcast_parameters(self) -> None:
         for p, slot in self.slots:
@@ -57,11 +62,13 @@ class ReplicaSync:
         return float(self.flat[self.size])
 
 
-def rank_statistics(comm: Communicator, values: dict[str, float]) -> tuple[dict, dict]:
-    """``(max, mean)`` over ranks of each value."""
-    t = torch.tensor(list(values.values()), dtype=torch.float64)
-    high = t.clone()
-    comm.allreduce(high, "max")
-    comm.allreduce(t, "sum")
-    return (dict(zip(values, high.tolist())),
-            dict(zip(values, (t / comm.size).tolist())))
+def rank_statistics(comm: Communicator, values: dict[str, float]
+                    ) -> tuple[dict, dict, dict]:
+    """``(max, mean, argmax)`` over ranks of each value: one allreduce gathers every rank's
+    row (``[P, k]`` float64; ``argmax`` is the lowest rank holding the maximum)."""
+    table = torch.zeros(comm.size, len(values), dtype=torch.float64)
+    table[comm.rank] = torch.tensor(list(values.values()), dtype=torch.float64)
+    comm.allreduce(table)
+    high, where = table.max(0)
+    return (dict(zip(values, high.tolist())), dict(zip(values, table.mean(0).tolist())),
+            dict(zip(values, where.tolist())))

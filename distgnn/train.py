@@ -147,7 +147,8 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                 synchronize(shard.x.device)
                 record, signum = epoch_record(
                     comm, epoch, loss, started, timer,
-                    exchange.total_bytes_sent - sent if exchange else 0, stop.request(), bad)
+                    exchange.total_bytes_sent - sent if exchange else 0, sync.step_bytes,
+                    stop.request(), bad)
                 if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
                     record.update(evaluate(model, shard, comm))
                 run.add(record, model)

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 from dataclasses import dataclass
@@ -38,6 +39,11 @@ STATE_ROOT = Path(os.environ.get("DISTGNN_CLUSTER_DIR", "/run/distgnn-cluster"))
 SUBNET = "10.77.0"  # /24: nodes .1 ... .N, the host's bridge .254
 HOST_ADDRESS = f"{SUBNET}.254"
 MARK = "# distgnn emulated cluster"
+# What TCP/IP adds on a link to the payload it carries, at most: per full segment (MSS 1448
+# at MTU 1500) 66 bytes of Ethernet, IPv4 and TCP (with timestamps) headers, plus one
+# 66-byte ACK per two segments received.  Less where the counters see GSO super-packets,
+# which carry one set of headers for many segments.
+TCP_OVERHEAD = 66 / 1448 + 66 / (2 * 1448)
 CAP_NET_ADMIN = 12
 # tbf's queue: a burst of 64 KiB (more than one 64 KiB TCP segment with offloads) and at
 # most 100 ms of backlog
@@ -123,22 +129,41 @@ def shape(cluster: Cluster, i: int, rate: str) -> None:
 AGENT = """#!/bin/sh
 # written by distgnn-launch cluster up: what MPI runs instead of ssh to reach a node of
 # the emulated cluster {name}: the command runs in the node's network namespace, with the
-# node's own host name (a UTS namespace)
+# node's own host name (a UTS namespace).  Like ssh -o ServerAliveInterval=1
+# -o ServerAliveCountMax={keepalive}, a session whose node is unreachable (its link down) for
+# {keepalive} s ends with status 255 and, like sshd, ends the processes it started there.
 host="$1"; shift
 case "$host" in
 {cases}
   *) echo "distgnn cluster agent: $host is not a node of cluster {name}" >&2; exit 255 ;;
 esac
-exec ip netns exec "$ns" unshare --uts sh -c "hostname $node && $*"
+setsid ip netns exec "$ns" unshare --uts sh -c "hostname $node && $*" &
+child=$!
+trap 'kill -TERM -$child 2>/dev/null' TERM INT HUP
+missed=0
+while kill -0 $child 2>/dev/null; do
+  if [ "$(cat /sys/class/net/$link/operstate 2>/dev/null)" = up ]; then missed=0
+  else missed=$((missed + 1)); fi
+  if [ $missed -ge {keepalive} ]; then
+    echo "distgnn cluster agent: node $node unreachable for {keepalive} s; session closed" >&2
+    kill -KILL -$child 2>/dev/null
+    exit 255
+  fi
+  sleep 1
+done
+wait $child
 """
+# seconds a node's link may be down before the agent's session to it ends (ssh's keepalive)
+KEEPALIVE_S = 3
 
 
 def write_files(cluster: Cluster) -> None:
     cluster.state.mkdir(parents=True, exist_ok=True)
     cases = "\n".join(f"  {cluster.address(i)}|node{i}) ns={cluster.namespace(i)}; "
-                      f"node=node{i} ;;" for i in range(cluster.nodes))
+                      f"node=node{i}; link={cluster.host_link(i)} ;;"
+                      for i in range(cluster.nodes))
     agent = cluster.state / "agent"
-    write_atomic(agent, AGENT.format(name=cluster.name, cases=cases))
+    write_atomic(agent, AGENT.format(name=cluster.name, cases=cases, keepalive=KEEPALIVE_S))
     agent.chmod(agent.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     write_atomic(cluster.state / "hostfile",
                  f"{MARK} {cluster.name}: {cluster.state}\n"
@@ -231,6 +256,17 @@ def set_link(cluster: Cluster, i: int, state: str) -> None:
     _run("ip", "link", "set", cluster.host_link(i), state)
 
 
+def kill_node(cluster: Cluster, i: int) -> int:
+    """SIGKILL every process in node ``i``'s namespace (a crashed node); returns how many."""
+    pids = [int(p) for p in _run("ip", "netns", "pids", cluster.namespace(i)).stdout.split()]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # ended meanwhile
+            pass
+    return len(pids)
+
+
 def cluster_of_hostfile(hostfile: str | Path) -> Cluster | None:
     """The emulated cluster a hostfile written by :func:`up` belongs to (``None``: a real
     hostfile)."""
@@ -244,13 +280,23 @@ def cluster_of_hostfile(hostfile: str | Path) -> Cluster | None:
 
 
 def mpi_options(cluster: Cluster, implementation: str) -> list[str]:
-    """The launcher options that start ranks on the cluster's nodes over its links:
-    the agent instead of ssh, TCP only (no shared memory between emulated nodes), on the
-    cluster's subnet."""
+    """The launcher options that start ranks on the cluster's nodes over its links: the
+    agent instead of ssh, TCP only (no shared memory between emulated nodes), on the
+    cluster's subnet.
+
+    Open MPI: ``plm_rsh_agent``, ``ob1`` over the ``tcp`` BTL and PRRTE's out-of-band
+    channel on the subnet.  Hydra (MPICH, Intel MPI): ``-launcher rsh -launcher-exec
+    AGENT`` (the agent takes ``HOST COMMAND...`` as rsh does; Hydra's ssh launcher would
+    put ``-x``, or Intel's ``-q -x``, before the host); ``-iface BRIDGE`` so the nodes'
+    proxies call back to the host's address on the bridge (proxies ignore an interface
+    they lack); TCP between the ranks (``UCX_TLS`` for MPICH's UCX, ``FI_PROVIDER`` for
+    Intel MPI's libfabric), not a fabric this host may have.
+    """
     agent = str(cluster.state / "agent")
     if implementation == "openmpi":
         subnet = f"{SUBNET}.0/24"
         return ["--mca", "plm_rsh_agent", agent, "--mca", "pml", "ob1", "--mca", "btl",
                 "tcp,self", "--mca", "btl_tcp_if_include", subnet,
                 "--prtemca", "oob_tcp_if_include", subnet]
-    return ["-launcher", "ssh", "-launcher-exec", agent, "-iface", cluster.bridge]
+    return ["-launcher", "rsh", "-launcher-exec", agent, "-iface", cluster.bridge,
+            "-genv", "UCX_TLS", "tcp,self", "-genv", "FI_PROVIDER", "tcp"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -321,7 +322,7 @@ def _hydra(impl: Implementation, ranks: int, threads: int, hostfile: str | None,
     go on the command line with ``-genv``, for every node."""
     argv = ["-n", str(ranks)]
     if emulated is not None:
-        argv += hydra_cluster_options(emulated)
+        argv += mpi_options(emulated, impl.name)
     if hostfile is not None:
         argv += hydra_hosts(hostfile)
     genv = dict(env)
@@ -353,21 +354,6 @@ def hydra_hosts(hostfile: str) -> list[str]:
     return ["-hosts", ",".join(hosts)] if openmpi else ["-f", hostfile]
 
 
-def hydra_cluster_options(cluster: Cluster) -> list[str]:
-    """Hydra's options for the nodes of an emulated cluster (:mod:`launch.cluster`).
-
-    * ``-launcher rsh -launcher-exec AGENT``: the agent takes ``HOST COMMAND...`` as rsh
-      does (the ssh launcher would put ``-x``, or Intel's ``-q -x``, before the host);
-    * ``-iface BRIDGE``: the nodes' proxies call back to the host's address on the
-      cluster's bridge (they are given the name too, and ignore an interface they lack);
-    * TCP between the ranks (``UCX_TLS`` for MPICH's UCX, ``FI_PROVIDER`` for libfabric,
-      Intel MPI's), not a fabric this host may have.
-    """
-    return ["-launcher", "rsh", "-launcher-exec", str(cluster.state / "agent"),
-            "-iface", cluster.bridge, "-genv", "UCX_TLS", "tcp,self",
-            "-genv", "FI_PROVIDER", "tcp"]
-
-
 class _Terminated(Exception):
     pass
 
@@ -396,7 +382,11 @@ def run(plan: LaunchPlan, timeout: float | None = None,
     launcher's whole session, which mpirun answers by taking its ranks down; SIGKILL last.
     """
     check_times(timeout, stop_grace)
-    proc = subprocess.Popen(plan.argv, env={**os.environ, **plan.env}, start_new_session=True)
+    proc = subprocess.Popen(plan.argv, env={**os.environ, **plan.env}, start_new_session=True,
+                            stderr=subprocess.PIPE)
+    watch = threading.Thread(target=_copy_stderr, args=(proc.stderr, lost := []),
+                             name="mpirun-stderr", daemon=True)
+    watch.start()
     handler = None
     if threading.current_thread() is threading.main_thread():
         handler = signal.signal(signal.SIGTERM, _raise_terminated)
@@ -413,7 +403,29 @@ def run(plan: LaunchPlan, timeout: float | None = None,
             signal.signal(signal.SIGTERM, handler)
         if proc.poll() is None:  # Ctrl-C or another exception on the way out
             _stop(proc, 0)
+        watch.join(timeout=STDERR_DRAIN_S)
+    if status == 0 and lost:
+        raise LaunchError(f"{Path(plan.argv[0]).name} lost the daemon of {', '.join(lost)} "
+                          "(node down or its processes killed) and ended the job early, yet "
+                          "exited 0: the job did not finish")
     return status if status >= 0 else 128 - status
+
+
+# Open MPI 5.0's prterun exits 0 after it loses a node's daemon (a crashed node) and takes
+# the job down: the job did not finish, and the status must not say it did.
+LOST_DAEMON = re.compile(rb"Remote daemon: \S+ on node (\S+)")
+# how long the copy of mpirun's stderr may go on after mpirun has ended
+STDERR_DRAIN_S = 5.0
+
+
+def _copy_stderr(stream, lost: list[str]) -> None:
+    """Copy mpirun's stderr to ours line by line, noting the nodes whose daemon it lost."""
+    for line in iter(stream.readline, b""):
+        sys.stderr.buffer.write(line)
+        sys.stderr.buffer.flush()
+        found = LOST_DAEMON.search(line)
+        if found:
+            lost.append(found.group(1).decode(errors="replace"))
 
 
 def _stop(proc: subprocess.Popen, grace: float) -> int:

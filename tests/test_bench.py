@@ -125,16 +125,20 @@ def test_bench_epoch_refuses_unknown_implementations(capsys):
 
 def test_predict_matches_hand_computed_times():
     """The scaling model on two hand-made ranks (see the docstring of bench/predict.py)."""
-    from distgnn.bench.predict import Rates, predict
+    from distgnn.bench.predict import Rates, exchange_widths, predict
 
     per_rank = [{"vertices": 100, "edges": 1000, "leaves": 10, "leaf_entries": 20},
                 {"vertices": 80, "edges": 900, "leaves": 20, "leaf_entries": 10}]
     rates = Rates(aggregation_per_edge=1e-6, dense_per_vertex=1e-5, optimizer=1e-3,
                   triad_bytes_s=1e9)
-    args = (per_rank, rates, [16, 8], 1000, 1e-5, 1e9)
+    # an epoch's exchanges: forward at 16 and 8, backward at 8 only (the first layer
+    # aggregates the input features, which need no gradient)
+    assert exchange_widths(16, 32, 8, 2) == [16, 8, 8]
+    assert exchange_widths(64, 32, 8, 2) == [32, 8, 32, 8]  # projects first: both passes
+    args = (per_rank, rates, [16, 8, 8], 1000, 1e-5, 1e9)
     compute = 1e-3 + 1e-3  # 1000 edges x 1 us + 100 vertices x 10 us
-    prepost = 2 * 3 * 4 * 24 * 30 / 1e9  # 30 split rows on the busiest rank
-    comm = 2 * (2 * (1e-5 + 4 * 16 * 20 / 1e9) + 2 * (1e-5 + 4 * 8 * 20 / 1e9))
+    prepost = 3 * 4 * 32 * 30 / 1e9  # 30 split rows on the busiest rank
+    comm = sum(2 * (1e-5 + 4 * d * 20 / 1e9) for d in (16, 8, 8))
     allreduce = 2 * 1e-5 + 2 * 0.5 * 4 * 1000 / 1e9
     cd0 = predict(*args, "cd-0")
     assert cd0["comm"] == pytest.approx(comm) and cd0["prepost"] == pytest.approx(prepost)

@@ -27,7 +27,8 @@ def test_metrics_file_has_one_record_per_epoch(cora, tmp_path):
     assert [r["epoch"] for r in records] == list(range(6))
     for r in records:
         assert {"epoch", "loss", "train_acc", "val_acc", "test_acc", "epoch_s", "phases"} <= set(r)
-        assert set(r["phases"]) == set(PHASES) == set(r["phases_mean"])
+        assert (set(r["phases"]) == set(PHASES) == set(r["phases_mean"])
+                == set(r["phases_max_rank"]))
         assert r["bytes_sent_max"] == 0  # one rank: nothing to exchange
         assert r["phases"]["aggregation"] > 0
         assert sum(r["phases"].values()) <= r["epoch_s"] * 1.05

@@ -6,14 +6,16 @@ model on the whole graph with ``T`` threads for a few epochs (local aggregation 
 per edge, dense seconds per vertex, optimizer seconds) and by the STREAM triad; and a
 network (latency ``alpha``, bandwidth ``beta`` per rank: presets, or measured by
 ``distgnn-bench comm``).  With ``E_p``, ``n_p``, ``l_p`` leaves and ``L_p`` leaf entries of
-rank ``p`` (see :mod:`partition.stats`) and aggregation widths ``d_l``:
+rank ``p`` (see :mod:`partition.stats`) and the widths ``d_k`` of the ``K`` exchanges of one
+epoch (each layer's forward aggregation, then its backward one, except for a first layer
+that aggregates the input features, which need no gradient; :func:`exchange_widths`):
 
 .. math::
     t_{local} = a \\max_p E_p, \\quad t_{dense} = u \\max_p n_p, \\quad
-    t_{prepost} = 2 \\cdot \\frac{3 \\cdot 4 \\sum_l d_l \\max_p (l_p + L_p)}{B_{triad}}
+    t_{prepost} = \\frac{3 \\cdot 4 \\sum_k d_k \\max_p (l_p + L_p)}{B_{triad}}
 
-    t_{comm}^{cd\\text{-}0} = 2 \\sum_l 2 \\Big(\\alpha (P - 1) +
-        \\frac{4 d_l \\max_p \\max(l_p, L_p)}{\\beta}\\Big)
+    t_{comm}^{cd\\text{-}0} = \\sum_k 2 \\Big(\\alpha (P - 1) +
+        \\frac{4 d_k \\max_p \\max(l_p, L_p)}{\\beta}\\Big)
     \\qquad t_{wait}^{cd\\text{-}r} = \\max\\big(0, t_{comm}^{cd\\text{-}0} / r
         - r (t_{local} + t_{dense})\\big)
 
@@ -22,9 +24,10 @@ rank ``p`` (see :mod:`partition.stats`) and aggregation widths ``d_l``:
     t_{epoch} = s (t_{local} + t_{dense} + t_{prepost}) + t_{comm} + t_{allreduce} + t_{opt}
 
 where ``a`` and ``u`` are the measured rates (forward and backward together), the factor
-2 counts forward and backward, ``G`` the parameters, and ``s = max(1, P T / cores)`` the
-slow-down of an oversubscribed node (only when ``--cores`` is given; on a cluster each
-rank has its own cores).  0c has no ``t_comm`` and no ``t_prepost``.
+2 in ``t_comm`` counts the two alltoallvs of an exchange (leaves to roots, roots back),
+``G`` the parameters, and ``s = max(1, P T / cores)`` the slow-down of an oversubscribed
+node (only when ``--cores`` is given; on a cluster each rank has its own cores).  0c has
+no ``t_comm`` and no ``t_prepost``.
 """
 from __future__ import annotations
 
@@ -90,7 +93,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def predict(per_rank: list[dict], rates: Rates, widths: list[int], params: int,
             alpha: float, beta: float, algo: str, delay: int = 5, slowdown: float = 1.0
             ) -> dict[str, float]:
-    """Predicted phases (seconds) of one epoch; ``per_rank`` as in ``partition.stats``."""
+    """Predicted phases (seconds) of one epoch; ``per_rank`` as in ``partition.stats``,
+    ``widths`` those of the epoch's exchanges (:func:`exchange_widths`)."""
     P = len(per_rank)
     local = rates.aggregation_per_edge * max(r["edges"] for r in per_rank)
     dense = rates.dense_per_vertex * max(r["vertices"] for r in per_rank)
@@ -98,8 +102,8 @@ def predict(per_rank: list[dict], rates: Rates, widths: list[int], params: int,
     out = {"local_aggregation": local * slowdown, "dense": dense * slowdown,
            "prepost": 0.0, "comm": 0.0, "optimizer": rates.optimizer}
     if P > 1 and algo != "0c":
-        out["prepost"] = slowdown * 2 * 3 * 4 * sum(widths) * split_rows / rates.triad_bytes_s
-        cd0 = 2 * exchange_seconds(per_rank, widths, alpha, beta)
+        out["prepost"] = slowdown * 3 * 4 * sum(widths) * split_rows / rates.triad_bytes_s
+        cd0 = exchange_seconds(per_rank, widths, alpha, beta)
         out["comm"] = (cd0 if algo == "cd-0"
                        else max(0.0, cd0 / delay - delay * (local + dense) * slowdown))
     out["allreduce"] = (2 * alpha * math.ceil(math.log2(P)) + 2 * (P - 1) / P * 4 * params / beta
@@ -110,8 +114,8 @@ def predict(per_rank: list[dict], rates: Rates, widths: list[int], params: int,
 
 def exchange_seconds(per_rank: list[dict], widths: list[int], alpha: float, beta: float
                      ) -> float:
-    """One pass of cd-0: per layer, two alltoallvs (leaves to roots, roots to leaves), each
-    bounded by the rank with the most rows to move."""
+    """cd-0 exchanges of ``widths``: each two alltoallvs (leaves to roots, roots to
+    leaves), bounded by the rank with the most rows to move."""
     P = len(per_rank)
     if P == 1:
         return 0.0
@@ -132,6 +136,16 @@ def aggregation_widths(num_features: int, hidden: int, num_classes: int, layers:
     """Width each layer aggregates at: the narrower side (``distgnn.models``)."""
     dims = [num_features] + [hidden] * (layers - 1) + [num_classes]
     return [min(a, b) for a, b in zip(dims[:-1], dims[1:])]
+
+
+def exchange_widths(num_features: int, hidden: int, num_classes: int, layers: int
+                    ) -> list[int]:
+    """Widths of the split-vertex exchanges of one training epoch: every layer's forward
+    aggregation, then the backward ones, without the first layer's when it aggregates the
+    input features (``F <= hidden``: they need no gradient)."""
+    forward = aggregation_widths(num_features, hidden, num_classes, layers)
+    first = hidden if layers > 1 else num_classes
+    return forward + (forward[1:] if num_features <= first else forward)
 
 
 def measure_rates(data, cfg) -> Rates:
@@ -170,14 +184,16 @@ def read_statistics(paths: list[str]) -> dict[int, list[dict]]:
     return stats
 
 
-def table(stats: dict[int, list[dict]], rates: Rates, widths, params, alpha, beta, delay,
-          threads: int, cores: int | None) -> list[dict]:
+def table(stats: dict[int, list[dict]], rates: Rates, widths, exchanges, params, alpha, beta,
+          delay, threads: int, cores: int | None) -> list[dict]:
+    """Per P, the prediction of each algorithm; ``widths`` per layer (forward),
+    ``exchanges`` those of an epoch's exchanges."""
     rows = []
     for P, per_rank in sorted(stats.items()):
         slowdown = max(1.0, P * threads / cores) if cores else 1.0
         row = {"parts": P, "slowdown": slowdown}
         for algo in ALGOS:
-            row[algo] = predict(per_rank, rates, widths, params, alpha, beta, algo, delay,
+            row[algo] = predict(per_rank, rates, exchanges, params, alpha, beta, algo, delay,
                                 slowdown)
         row["forward_local_s"], row["forward_remote_s"] = forward_aggregation(
             per_rank, rates, widths, alpha, beta)
@@ -219,8 +235,9 @@ def main(args) -> int:
     alpha, beta = network(args)
     stats = (read_statistics(args.stats) if args.stats
              else partition_statistics(data.graph, args.parts))
-    rows = table(stats, rates, widths, params, alpha, beta, args.delay, args.threads,
-                 args.cores)
+    exchanges = exchange_widths(data.num_features, args.hidden, data.num_classes, args.layers)
+    rows = table(stats, rates, widths, exchanges, params, alpha, beta, args.delay,
+                 args.threads, args.cores)
     print(f"rates: aggregation {rates.aggregation_per_edge * 1e9:.2f} ns/edge, dense "
           f"{rates.dense_per_vertex * 1e6:.2f} us/vertex, optimizer "
           f"{rates.optimizer * 1e3:.2f} ms; network alpha {alpha * 1e6:.1f} us, beta "
@@ -229,7 +246,8 @@ def main(args) -> int:
     result = {"benchmark": "predict", "dataset": data.name, "model": args.model,
               "hidden": args.hidden, "layers": args.layers, "threads": args.threads,
               "delay": args.delay, "network": {"alpha_s": alpha, "beta_b_s": beta},
-              "rates": dataclasses.asdict(rates), "widths": widths, "params": params,
+              "rates": dataclasses.asdict(rates), "widths": widths,
+              "exchange_widths": exchanges, "params": params,
               "machine": machine_info(args.threads), "rows": rows}
     if args.validate:
         from .validate import validate

@@ -5,8 +5,9 @@ When a rank dies, the MPI launcher usually notices and takes the job down (Open 
 answering, a launcher that waits), every other rank would block forever in its next
 collective.  :class:`Watchdog` wraps a communicator: each blocking call (and each
 ``wait()`` of a non-blocking one) sets a deadline ``timeout`` seconds ahead, and a daemon
-thread that finds a deadline passed prints which rank waited in which operation and calls
-the communicator's ``abort`` (``MPI_Abort`` ends every rank of the job), falling back to
+thread that finds a deadline passed prints which rank waited in which operation, and, given
+a :class:`~distgnn.comm.heartbeat.Heartbeat`, which peers (on which hosts) it stopped
+hearing from, and calls the communicator's ``abort`` (``MPI_Abort`` ends every rank of the job), falling back to
 ``os._exit`` if the abort itself does not return promptly.
 """
 from __future__ import annotations
@@ -39,8 +40,10 @@ class Watchdog:
     legitimately keep peers waiting for long); ``timeout`` ``None`` or ``0`` never arms.
     """
 
-    def __init__(self, comm, timeout: float | None = DEFAULT_TIMEOUT_S, prog: str = "distgnn"):
+    def __init__(self, comm, timeout: float | None = DEFAULT_TIMEOUT_S, prog: str = "distgnn",
+                 heartbeat=None):
         self.comm, self.timeout, self.prog = comm, timeout or None, prog
+        self.heartbeat = heartbeat
         self.name, self.rank, self.size, self.device = comm.name, comm.rank, comm.size, comm.device
         self.armed = False
         self._lock = threading.Condition()
@@ -80,9 +83,11 @@ class Watchdog:
                     self._lock.wait(left)
                     continue
                 break
+        why = ("one of them died or hangs" if self.heartbeat is None
+               else self.heartbeat.describe_silent())
         print(f"{self.prog}: error: rank {self.rank}: {op} waited more than {self.timeout:g} s "
-              "for the other ranks (one of them died or hangs); aborting the job "
-              "(--comm-timeout sets the limit)", file=sys.stderr, flush=True)
+              f"for the other ranks; {why}; aborting the job (--comm-timeout sets the limit)",
+              file=sys.stderr, flush=True)
         threading.Timer(ABORT_GRACE_S, os._exit, (ABORT_STATUS,)).start()
         self.comm.abort(ABORT_STATUS)
         os._exit(ABORT_STATUS)

@@ -90,7 +90,7 @@ def prefetch(typingctx, arr, row, col):
     return sig, codegen
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True)
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def _sum_block(chunks, indptr, indices, weight, x, out, accumulate, row_scale, distance):
     """``out[v] (+)= sum_e w_e x[u_e]`` over the rows of one block; then ``*= row_scale[v]``."""
     d = x.shape[1]
@@ -128,7 +128,7 @@ def _sum_block(chunks, indptr, indices, weight, x, out, accumulate, row_scale, d
                     out[v, f] = acc[f]
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True)
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def _extreme(chunks, indptr, indices, weight, x, out, arg, is_max):
     """Row-wise max (or min) of ``w_e x[u_e]`` with the position ``e`` that attains it."""
     d = x.shape[1]

@@ -1,0 +1,221 @@
+"""Where delayed aggregation pays: 0c, cd-0 and cd-r across emulated nodes at several link
+rates, with bytes on the wire and the scaling model's prediction beside each point.
+
+    python experiments/cluster_regimes.py [--graphs rmat18,tolokers] [--nodes 2,4]
+        [--rates 10gbit,1gbit,200mbit] [--delays 2,5,10] [--epochs 5] [--json F] [--plot DIR]
+
+For each graph and node count N it partitions the graph (libra, seed 0) into N parts,
+brings up an emulated cluster of N nodes (:mod:`launch.cluster`, needs CAP_NET_ADMIN; one
+rank of one thread per node), and for each link rate:
+
+1. fits the network (latency, bandwidth) with ``distgnn-bench comm`` across the nodes;
+2. trains GraphSAGE-gcn (hidden 256) with 0c, cd-0 and cd-r for each delay, reading the
+   median epoch (the first epoch excluded) and its phases (max over ranks);
+3. reads the bytes each node's link carried, against the trainer's payload (split-vertex
+   exchange plus gradient allreduce) and against the partition tables' prediction of the
+   exchange (``4 bytes x sum_k d_k x (leaves + leaf entries)`` per rank over the epoch's
+   exchanges ``k``, over r for cd-r);
+4. predicts the epoch with :func:`distgnn.bench.predict.predict` from this network, rates
+   measured by training on the whole graph here, and the partition statistics.  All
+   emulated nodes share this host's cores, so the prediction is slowed by
+   ``max(1, N / cores)`` as for an oversubscribed node.
+
+Prints one line per point, and writes a JSON and one chart per graph and N (epoch time
+against link rate, one line per algorithm: where cd-r's line crosses below cd-0's).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from distgnn.bench.predict import exchange_widths, measure_rates, predict
+from distgnn.cli_common import use_huge_pages
+from distgnn.storage import write_atomic
+from launch import cluster
+
+BIN = Path(sys.executable).parent
+DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+GRAPHS = {"rmat18": "rmat:scale=18,edge_factor=16,features=128"}
+MODEL = ["--model", "sage", "--hidden", "256", "--layers", "2"]
+NAME = "regimes"
+TCP_OVERHEAD = cluster.TCP_OVERHEAD
+
+
+def spec(graph: str, data: Path) -> str:
+    if graph in GRAPHS:
+        return GRAPHS[graph]
+    path = data / f"{graph}.npz"
+    if not path.is_file():
+        sys.exit(f"cluster_regimes: {path}: no such dataset (give --data DIR)")
+    return str(path)
+
+
+def run(argv: list, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, **kw)
+    if proc.returncode:
+        sys.exit(f"cluster_regimes: failed ({proc.returncode}): {' '.join(map(str, argv))}\n"
+                 f"{proc.stderr[-3000:]}")
+    return proc
+
+
+def launch(c: cluster.Cluster, command: list) -> subprocess.CompletedProcess:
+    return run([BIN / "distgnn-launch", "--hostfile", c.state / "hostfile", "-n", c.nodes,
+                "--", *command])
+
+
+def network_fit(c: cluster.Cluster, out: Path) -> tuple[float, float]:
+    """``(alpha, beta)`` of mpi alltoallv across the cluster's nodes."""
+    launch(c, [BIN / "distgnn-bench", "comm", "--comms", "mpi", "--max-bytes", 4 << 20,
+               "--reps", 5, "--json", out])
+    fit = json.loads(out.read_text())["results"][0]
+    return fit["alltoallv_alpha_s"], fit["alltoallv_beta_b_s"]
+
+
+def train_point(c: cluster.Cluster, parts: Path, algo: str, delay: int, epochs: int,
+                metrics: Path) -> dict:
+    flags = ["--algo", "cd-r", "--delay", delay] if algo == "cd-r" else ["--algo", algo]
+    before = [cluster.link_bytes(c, i)["tx"] for i in range(c.nodes)]
+    launch(c, [BIN / "distgnn-train", "--partitions", parts, *MODEL, *flags, "--epochs",
+               epochs, "--eval-every", epochs, "--no-progress", "--metrics-out", metrics])
+    wire = max(cluster.link_bytes(c, i)["tx"] - before[i] for i in range(c.nodes))
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    timed = records[1:]  # the first epoch compiles and allocates
+    med = lambda values: statistics.median(values)  # noqa: E731
+    phases = {k: med(r["phases"][k] for r in timed) for k in timed[0]["phases"]}
+    payload = sum(r["bytes_sent_max"] + r["allreduce_bytes"] for r in records)
+    return {"epoch_s": med(r["epoch_s"] for r in timed), "phases": phases,
+            "exchange_bytes_per_epoch": med(r["bytes_sent_max"] for r in timed),
+            "payload_bytes": payload, "wire_bytes": wire,
+            "wire_over_payload": wire / payload if payload else None}
+
+
+def predicted_exchange_bytes(per_rank: list[dict], widths: list[int], algo: str,
+                             delay: int) -> float:
+    """Split-vertex bytes per epoch the busiest rank sends, from the partition tables:
+    each exchange of width ``d`` moves its leaves' rows up and its roots' rows down."""
+    if algo == "0c" or len(per_rank) == 1:
+        return 0.0
+    rows = max(r["leaves"] + r["leaf_entries"] for r in per_rank)
+    total = 4 * sum(widths) * rows
+    return total / delay if algo == "cd-r" else total
+
+
+def chart(rows: list[dict], graph: str, nodes: int, directory: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    mine = [r for r in rows if r["graph"] == graph and r["nodes"] == nodes]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label in dict.fromkeys(r["label"] for r in mine):
+        points = sorted((r["rate_mbit"], r["epoch_s"]) for r in mine if r["label"] == label)
+        line, = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
+                        label=label)
+        predicted = sorted((r["rate_mbit"], r["predicted_s"]) for r in mine
+                           if r["label"] == label)
+        ax.plot([p[0] for p in predicted], [p[1] for p in predicted], ":",
+                color=line.get_color())
+    ax.set_xscale("log")
+    ax.set_xlabel("link rate per node (Mbit/s)")
+    ax.set_ylabel("epoch (s); dotted: predicted")
+    ax.set_title(f"{graph}, {nodes} emulated nodes x 1 rank: SAGE h256")
+    ax.legend()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"regimes_{graph}_{nodes}nodes.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def rate_mbit(rate: str) -> float:
+    scale = {"k": 1e-3, "m": 1.0, "g": 1e3}
+    unit = rate.rstrip("bit").rstrip("bps")[-1]
+    return float(rate[:rate.index(unit)]) * scale[unit]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--graphs", default="rmat18,tolokers",
+                   help="comma-separated: rmat18 or names of ../shared/datasets")
+    p.add_argument("--nodes", default="2,4", help="comma-separated emulated node counts")
+    p.add_argument("--rates", default="10gbit,1gbit,200mbit", help="comma-separated tc rates")
+    p.add_argument("--delays", default="2,5,10", help="comma-separated r of cd-r")
+    p.add_argument("--epochs", type=int, default=5, help="epochs per run (first not timed)")
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared datasets folder")
+    p.add_argument("--work", type=Path, default=Path("runs/regimes"), help="scratch folder")
+    p.add_argument("--json", type=Path, help="write the rows here")
+    p.add_argument("--plot", type=Path, help="write the charts here")
+    a = p.parse_args()
+    use_huge_pages()  # as distgnn-train does: the rates must be measured the same way
+    from distgnn.config import TrainConfig
+    from distgnn.datasets import load
+    from distgnn.train import build_model, configure_threads
+
+    a.work.mkdir(parents=True, exist_ok=True)
+    cores = os.cpu_count() or 1
+    algos = [("0c", 0), ("cd-0", 0)] + [("cd-r", int(r)) for r in a.delays.split(",")]
+    rows = []
+    for graph in a.graphs.split(","):
+        source = spec(graph, a.data)
+        configure_threads(1)
+        data = load(source)
+        cfg = TrainConfig(model="sage", hidden=256, layers=2, epochs=4, eval_every=4,
+                          threads=1, progress=False)
+        rates = measure_rates(data, cfg)
+        widths = exchange_widths(data.num_features, 256, data.num_classes, 2)
+        params = sum(q.numel() for q in build_model(cfg, data.num_features,
+                                                     data.num_classes).parameters())
+        for nodes in map(int, a.nodes.split(",")):
+            parts = a.work / f"{graph}-p{nodes}"
+            stats_file = a.work / f"{graph}-p{nodes}.json"
+            if not stats_file.exists():
+                run([BIN / "distgnn-partition", source, "--parts", nodes, "--out", parts,
+                     "--force", "--no-progress", "--json", stats_file])
+            per_rank = json.loads(stats_file.read_text())["per_rank"]
+            c = cluster.up(nodes, a.rates.split(",")[0], name=NAME)
+            try:
+                for rate in a.rates.split(","):
+                    for i in range(nodes):
+                        cluster.shape(c, i, rate)
+                    alpha, beta = network_fit(c, a.work / f"comm-{nodes}-{rate}.json")
+                    for algo, delay in algos:
+                        label = f"cd-{delay}" if algo == "cd-r" else algo
+                        point = train_point(c, parts, algo, delay, a.epochs,
+                                            a.work / "m.jsonl")
+                        pred = predict(per_rank, rates, widths, params, alpha, beta, algo,
+                                       max(delay, 1), max(1.0, nodes / cores))
+                        row = {"graph": graph, "nodes": nodes, "rate": rate,
+                               "rate_mbit": rate_mbit(rate), "label": label,
+                               "alpha_s": alpha, "beta_b_s": beta, **point,
+                               "predicted_s": pred["epoch"], "predicted_phases": pred,
+                               "predicted_exchange_bytes": predicted_exchange_bytes(
+                                   per_rank, widths, algo, max(delay, 1))}
+                        row["error"] = (row["predicted_s"] - row["epoch_s"]) / row["epoch_s"]
+                        ph = row["phases"]
+                        row["exchange_share"] = (ph["exchange_pre"] + ph["exchange_wait"]
+                                                 + ph["exchange_post"]) / row["epoch_s"]
+                        rows.append(row)
+                        print(f"{graph} N={nodes} {rate:>8} {label:5} epoch "
+                              f"{row['epoch_s']:.3f} s (pred {row['predicted_s']:.3f}, "
+                              f"{100 * row['error']:+.0f} %) exch {100 * row['exchange_share']:.0f} % "
+                              f"wait {ph['exchange_wait']:.3f} allred {ph['allreduce']:.3f} "
+                              f"bytes {row['exchange_bytes_per_epoch']:,.0f}/"
+                              f"{row['predicted_exchange_bytes']:,.0f} "
+                              f"wire/payload {row['wire_over_payload'] or 0:.3f}", flush=True)
+                        if a.json:
+                            write_atomic(a.json, json.dumps(rows, indent=1))
+            finally:
+                cluster.down(NAME)
+            if a.plot:
+                print(f"wrote {chart(rows, graph, nodes, a.plot)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
