@@ -4,7 +4,8 @@ the patience count, the metrics file, and the progress shown.
 One record per epoch: ``epoch``, ``loss``, the accuracies (``None`` between evaluations),
 ``epoch_s`` and ``phases`` (max over ranks), ``phases_mean``, ``phases_max_rank`` (the rank
 that took longest in each phase: where a slow node or link shows), ``bytes_sent_max`` and
-``bytes_sent_mean`` (split-vertex exchange), ``allreduce_bytes`` (the gradient allreduce's
+``bytes_sent_mean`` (split-vertex exchange of the training step; an evaluated epoch adds
+``eval_bytes_sent_mean``, the evaluation's), ``allreduce_bytes`` (the gradient allreduce's
 buffer, the same on every rank; what crosses the wire for it depends on MPI's algorithm:
 once per step with 2 ranks), and ``skipped_step`` for a step skipped by ``--nan-policy skip``.  The
 metrics file holds the records as JSON lines; it is written beside its path while the run

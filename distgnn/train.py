@@ -98,8 +98,11 @@ def step(model: GNN, optimizer, shard: Shard, sync: ReplicaSync, num_train: floa
 
 @torch.no_grad()
 def evaluate(model: GNN, shard: Shard, comm: Communicator) -> dict:
-    """Accuracy on each mask and the validation loss over all ranks, with dropout off."""
+    """Accuracy on each mask and the validation loss over all ranks, with dropout off, and
+    ``eval_bytes_sent_mean``: the split-vertex bytes a rank sent for it (mean over ranks)."""
     model.eval()
+    exchange = shard.nbr.exchange
+    sent = exchange.total_bytes_sent if exchange else 0
     logits = model(shard.nbr, shard.x)
     pred = logits.argmax(1)
     names = list(shard.masks)
@@ -110,12 +113,14 @@ def evaluate(model: GNN, shard: Shard, comm: Communicator) -> dict:
     val = shard.masks["val"]
     counts.append(float(F.cross_entropy(logits[val], shard.y[val], reduction="sum"))
                   if val.any() else 0.0)
+    counts.append(float(exchange.total_bytes_sent - sent if exchange else 0))
     t = torch.tensor(counts, dtype=torch.float64)
     comm.allreduce(t)
     out = {f"{name}_acc": float(t[2 * i] / t[2 * i + 1]) if t[2 * i + 1] else None
            for i, name in enumerate(names)}
     n_val = float(t[2 * names.index("val") + 1])
-    out["val_loss"] = float(t[-1]) / n_val if n_val else None
+    out["val_loss"] = float(t[-2]) / n_val if n_val else None
+    out["eval_bytes_sent_mean"] = float(t[-1]) / comm.size
     return out
 
 

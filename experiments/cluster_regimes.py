@@ -12,7 +12,7 @@ rank of one thread per node), and for each link rate:
 2. trains GraphSAGE-gcn (hidden 256) with 0c, cd-0 and cd-r for each delay, reading the
    median epoch (the first epoch excluded) and its phases (max over ranks);
 3. reads the bytes each node's link carried, against the trainer's payload (split-vertex
-   exchange plus gradient allreduce) and against the partition tables' prediction of the
+   exchanges of training and of the one evaluation, and the gradient allreduce) and against the partition tables' prediction of the
    exchange (``4 bytes x sum_k d_k x (leaves + leaf entries)`` per rank over the epoch's
    exchanges ``k``, over r for cd-r);
 4. predicts the epoch with :func:`distgnn.bench.predict.predict` from this network, rates
@@ -87,7 +87,8 @@ def train_point(c: cluster.Cluster, parts: Path, algo: str, delay: int, epochs: 
     timed = records[1:]  # the first epoch compiles and allocates
     med = lambda values: statistics.median(values)  # noqa: E731
     phases = {k: med(r["phases"][k] for r in timed) for k in timed[0]["phases"]}
-    payload = sum(r["bytes_sent_max"] + r["allreduce_bytes"] for r in records)
+    payload = sum(r["bytes_sent_max"] + r["allreduce_bytes"] + r.get("eval_bytes_sent_mean", 0)
+                  for r in records)
     return {"epoch_s": med(r["epoch_s"] for r in timed), "phases": phases,
             "exchange_bytes_per_epoch": med(r["bytes_sent_max"] for r in timed),
             "payload_bytes": payload, "wire_bytes": wire,

@@ -290,7 +290,9 @@ def mpi_options(cluster: Cluster, implementation: str) -> list[str]:
     put ``-x``, or Intel's ``-q -x``, before the host); ``-iface BRIDGE`` so the nodes'
     proxies call back to the host's address on the bridge (proxies ignore an interface
     they lack); TCP between the ranks (``UCX_TLS`` for MPICH's UCX, ``FI_PROVIDER`` for
-    Intel MPI's libfabric), not a fabric this host may have.
+    Intel MPI's libfabric), not a fabric this host may have, and for Intel MPI no shared
+    memory (``I_MPI_FABRICS=ofi``: it finds the emulated nodes on one host and would move
+    their data through shared memory, off the links).
     """
     agent = str(cluster.state / "agent")
     if implementation == "openmpi":
@@ -299,4 +301,5 @@ def mpi_options(cluster: Cluster, implementation: str) -> list[str]:
                 "tcp,self", "--mca", "btl_tcp_if_include", subnet,
                 "--prtemca", "oob_tcp_if_include", subnet]
     return ["-launcher", "rsh", "-launcher-exec", agent, "-iface", cluster.bridge,
-            "-genv", "UCX_TLS", "tcp,self", "-genv", "FI_PROVIDER", "tcp"]
+            "-genv", "UCX_TLS", "tcp,self", "-genv", "FI_PROVIDER", "tcp",
+            "-genv", "I_MPI_FABRICS", "ofi"]

@@ -324,7 +324,7 @@ def _hydra(impl: Implementation, ranks: int, threads: int, hostfile: str | None,
     if emulated is not None:
         argv += mpi_options(emulated, impl.name)
     if hostfile is not None:
-        argv += hydra_hosts(hostfile)
+        argv += hydra_hosts(hostfile, impl.name)
     genv = dict(env)
     if impl.name == "impi":
         # Intel MPI pins by itself and ignores -bind-to: I_MPI_PIN_DOMAIN=omp gives each
@@ -339,19 +339,29 @@ def _hydra(impl: Implementation, ranks: int, threads: int, hostfile: str | None,
     return argv, {}
 
 
-def hydra_hosts(hostfile: str) -> list[str]:
+def hydra_hosts(hostfile: str, implementation: str = "mpich") -> list[str]:
     """Hydra's options naming the nodes of ``hostfile``: ``-f FILE`` for a file in Hydra's
     syntax (``host[:slots]`` lines), ``-hosts host:slots,...`` for one in Open MPI's
-    (``host slots=N``), which Hydra refuses; ``#`` starts a comment in both."""
-    hosts, openmpi = [], False
+    (``host slots=N``), which Hydra refuses; ``#`` starts a comment in both.  Intel MPI
+    ignores the ``:slots`` of ``-hosts`` (it fills the first node up to its cores), so it
+    gets ``-ppn N`` too, which needs every node to have the same slots."""
+    hosts, slots = [], []
     for line in Path(hostfile).read_text().splitlines():
         fields = line.split("#", 1)[0].split()
         if not fields:
             continue
-        slots = [f.split("=", 1)[1] for f in fields[1:] if f.startswith("slots=")]
-        openmpi = openmpi or bool(slots)
-        hosts.append(f"{fields[0]}:{slots[0]}" if slots else fields[0])
-    return ["-hosts", ",".join(hosts)] if openmpi else ["-f", hostfile]
+        given = [f.split("=", 1)[1] for f in fields[1:] if f.startswith("slots=")]
+        slots += given[:1]
+        hosts.append(f"{fields[0]}:{given[0]}" if given else fields[0])
+    if not slots:
+        return ["-f", hostfile]
+    argv = ["-hosts", ",".join(hosts)]
+    if implementation == "impi":
+        if len(set(slots)) > 1 or len(slots) != len(hosts):
+            raise LaunchError(f"{hostfile}: Intel MPI places the same number of ranks on "
+                              "every node (-ppn); give every host the same slots=N")
+        argv += ["-ppn", slots[0]]
+    return argv
 
 
 class _Terminated(Exception):

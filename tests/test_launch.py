@@ -185,9 +185,13 @@ def test_hydra_takes_an_openmpi_hostfile_as_a_host_list(tmp_path):
     """Hydra refuses Open MPI's 'host slots=N' lines; they become -hosts host:N,..."""
     hosts = tmp_path / "hosts"
     hosts.write_text("# two nodes\nnode1 slots=4\n\nnode2 slots=2 max_slots=8  # big\n")
-    for compose in (mpich, impi):
-        argv = compose(6, hostfile=str(hosts)).argv
-        assert flags(argv, "-hosts", "node1:4,node2:2") and "-f" not in argv
+    argv = mpich(6, hostfile=str(hosts)).argv
+    assert flags(argv, "-hosts", "node1:4,node2:2") and "-f" not in argv
+    # Intel MPI ignores ':N' in -hosts and fills the first node: -ppn, equal slots only
+    with pytest.raises(LaunchError, match="same slots=N"):
+        impi(6, hostfile=str(hosts))
+    hosts.write_text("node1 slots=3\nnode2 slots=3\n")
+    assert flags(impi(6, hostfile=str(hosts)).argv, "-hosts", "node1:3,node2:3", "-ppn", "3")
     hosts.write_text("# Hydra's own\nnode1:4\nnode2\n")
     assert flags(mpich(6, hostfile=str(hosts)).argv, "-f", str(hosts))
 
@@ -196,7 +200,7 @@ def test_hydra_takes_an_openmpi_hostfile_as_a_host_list(tmp_path):
 def test_hydra_on_an_emulated_cluster(tmp_path, monkeypatch, compose):
     """The cluster's agent as an rsh-style launcher (HOST COMMAND...), callbacks to the
     host's bridge address, its nodes as a host list, TCP between them, no binding.
-    (Composed only: jobs across emulated nodes are tested with Open MPI alone.)"""
+    (Composed here; tests/test_cluster.py runs jobs across emulated nodes under each.)"""
     monkeypatch.setattr(cluster, "STATE_ROOT", tmp_path)
     c = cluster.Cluster("t", nodes=2, rate="1gbit", slots=1)
     cluster.write_files(c)  # the files of cluster up, without its namespaces
@@ -204,7 +208,8 @@ def test_hydra_on_an_emulated_cluster(tmp_path, monkeypatch, compose):
     assert flags(argv, "-launcher", "rsh", "-launcher-exec", str(c.state / "agent"),
                  "-iface", "t-br")
     assert flags(argv, "-hosts", "10.77.0.1:1,10.77.0.2:1")
-    assert flags(argv, "-genv", "UCX_TLS", "tcp,self", "-genv", "FI_PROVIDER", "tcp")
+    assert flags(argv, "-genv", "UCX_TLS", "tcp,self", "-genv", "FI_PROVIDER", "tcp",
+                 "-genv", "I_MPI_FABRICS", "ofi")
     assert flags(argv, "-bind-to", "none") if compose is mpich else \
         flags(argv, "-genv", "I_MPI_PIN", "0")
 

@@ -12,6 +12,7 @@ the main thread computes (the Numba kernels and torch release the GIL).
 """
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 
@@ -47,6 +48,7 @@ class _Progress:
         self._cond = threading.Condition()
         self._pending: list[_Request] = []
         self._thread: threading.Thread | None = None
+        self._stopping = False
 
     def submit(self, request: _Request) -> None:
         with self._cond:
@@ -55,13 +57,24 @@ class _Progress:
                 self._thread = threading.Thread(target=self._run, name="mpi-progress",
                                                 daemon=True)
                 self._thread.start()
+                # mpi4py finalizes MPI after Python's atexit handlers: no Test may run then
+                atexit.register(self.stop)
             self._cond.notify()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._pending:
+                while not self._pending and not self._stopping:
                     self._cond.wait()
+                if self._stopping:
+                    return
                 work = list(self._pending)
             finished = []
             for item in work:
