@@ -20,7 +20,7 @@ from partition.format import write_dataset
 from partition.vertex_cut import vertex_cut
 
 BIN = Path(sys.executable).parent
-EPOCHS = 100
+EPOCHS = 60
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +45,10 @@ def newest_epoch(directory):
     return int(checkpoints(directory)[0].name.split("-")[1])
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-@pytest.mark.parametrize("algo", [["--algo", "cd-0"], ["--algo", "cd-r", "--delay", "5"]],
-                         ids=["cd-0", "cd-5"])
+# 4 ranks with cd-5 only: its delayed-exchange state is what a kill can leave half-done
+@pytest.mark.parametrize("ranks, algo", [
+    (2, ["--algo", "cd-0"]), (2, ["--algo", "cd-r", "--delay", "5"]),
+    (4, ["--algo", "cd-r", "--delay", "5"])], ids=["2-cd-0", "2-cd-5", "4-cd-5"])
 def test_killed_rank_then_resume_equals_uninterrupted(cora_parts, tmp_path, ranks, algo):
     row = kill_and_resume(cora_parts[ranks], ranks, flags(*algo), tmp_path, after=20)
     assert row["killed_status"] != 0
