@@ -429,13 +429,16 @@ STDERR_DRAIN_S = 5.0
 
 
 def _copy_stderr(stream, lost: list[str]) -> None:
-    """Copy mpirun's stderr to ours line by line, noting the nodes whose daemon it lost."""
-    for line in iter(stream.readline, b""):
-        sys.stderr.buffer.write(line)
+    """Copy mpirun's stderr to ours as it comes (a partial line too: no progress display is
+    held back), noting the nodes whose daemon it lost."""
+    tail = b""
+    while chunk := os.read(stream.fileno(), 1 << 16):
+        sys.stderr.buffer.write(chunk)
         sys.stderr.buffer.flush()
-        found = LOST_DAEMON.search(line)
-        if found:
-            lost.append(found.group(1).decode(errors="replace"))
+        lines = (tail + chunk).split(b"\n")
+        tail = lines.pop()[-4096:]  # an unfinished line: searched once it ends
+        lost += [m.group(1).decode(errors="replace") for line in lines
+                 if (m := LOST_DAEMON.search(line))]
 
 
 def _stop(proc: subprocess.Popen, grace: float) -> int:
