@@ -354,20 +354,20 @@ def assert_quick(seconds):
 
 
 def test_mixed_backends_and_gloo_follow_the_all_numba_loss_curve(cora_dirs, tmp_path):
-    """4 ranks, cd-0, dropout 0.5, 25 epochs: ranks {numba, torch, numba, torch}, and the
-    gloo communicator, give the all-numba MPI loss curve (<= 1e-4 relative)."""
+    """2 ranks, cd-0, dropout 0.5, 25 epochs: ranks {numba, torch}, and the gloo
+    communicator, give the all-numba MPI loss curve (<= 1e-4 relative)."""
     curves, stdout = {}, {}
     for name, flags in [("numba", ["--backend", "numba"]),
-                        ("mixed", ["--backend", "numba", "--rank-backends", "1:torch,3:torch"]),
+                        ("mixed", ["--backend", "numba", "--rank-backends", "1:torch"]),
                         ("gloo", ["--backend", "numba", "--comm", "gloo"])]:
         metrics = tmp_path / f"{name}.jsonl"
-        proc, _ = mpirun(4, [TRAIN, "--partitions", cora_dirs[4], *flags, "--epochs", "25",
+        proc, _ = mpirun(2, [TRAIN, "--partitions", cora_dirs[2], *flags, "--epochs", "25",
                              "--threads", "1", "--no-progress", "--metrics-out", metrics])
         assert proc.returncode == 0, proc.stderr
         curves[name] = np.array([r["loss"] for r in read_metrics(metrics)])
         stdout[name] = proc.stdout
-    assert "4 ranks (0 on GPUs, 2 with the torch backend), cd-0, mpi" in stdout["mixed"]
-    assert "4 ranks (0 on GPUs, 0 with the torch backend), cd-0, gloo" in stdout["gloo"]
+    assert "2 ranks (0 on GPUs, 1 with the torch backend), cd-0, mpi" in stdout["mixed"]
+    assert "2 ranks (0 on GPUs, 0 with the torch backend), cd-0, gloo" in stdout["gloo"]
     assert len(curves["numba"]) == 25
     for name in ("mixed", "gloo"):
         diff = np.max(np.abs(curves[name] - curves["numba"]) / curves["numba"])
