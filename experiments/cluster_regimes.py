@@ -12,7 +12,8 @@ rank of one thread per node), and for each link rate:
 2. trains GraphSAGE-gcn (hidden 256) with 0c, cd-0 and cd-r for each delay, reading the
    median epoch (the first epoch excluded) and its phases (max over ranks);
 3. reads the bytes each node's link carried, against the trainer's payload (split-vertex
-   exchanges of training and of the one evaluation, and the gradient allreduce) and against the partition tables' prediction of the
+   exchanges of training and of the one evaluation, and the gradient allreduce) and
+   against the partition tables' prediction of the
    exchange (``4 bytes x sum_k d_k x (leaves + leaf entries)`` per rank over the epoch's
    exchanges ``k``, over r for cd-r);
 4. predicts the epoch with :func:`distgnn.bench.predict.predict` from this network, rates
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -43,7 +45,6 @@ DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets
 GRAPHS = {"rmat18": "rmat:scale=18,edge_factor=16,features=128"}
 MODEL = ["--model", "sage", "--hidden", "256", "--layers", "2"]
 NAME = "regimes"
-TCP_OVERHEAD = cluster.TCP_OVERHEAD
 
 
 def spec(graph: str, data: Path) -> str:
@@ -85,12 +86,11 @@ def train_point(c: cluster.Cluster, parts: Path, algo: str, delay: int, epochs: 
     wire = max(cluster.link_bytes(c, i)["tx"] - before[i] for i in range(c.nodes))
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     timed = records[1:]  # the first epoch compiles and allocates
-    med = lambda values: statistics.median(values)  # noqa: E731
-    phases = {k: med(r["phases"][k] for r in timed) for k in timed[0]["phases"]}
+    phases = {k: statistics.median(r["phases"][k] for r in timed) for k in timed[0]["phases"]}
     payload = sum(r["bytes_sent_max"] + r["allreduce_bytes"] + r.get("eval_bytes_sent_mean", 0)
                   for r in records)
-    return {"epoch_s": med(r["epoch_s"] for r in timed), "phases": phases,
-            "exchange_bytes_per_epoch": med(r["bytes_sent_max"] for r in timed),
+    return {"epoch_s": statistics.median(r["epoch_s"] for r in timed), "phases": phases,
+            "exchange_bytes_per_epoch": statistics.median(r["bytes_sent_max"] for r in timed),
             "payload_bytes": payload, "wire_bytes": wire,
             "wire_over_payload": wire / payload if payload else None}
 
@@ -135,9 +135,9 @@ def chart(rows: list[dict], graph: str, nodes: int, directory: Path) -> Path:
 
 
 def rate_mbit(rate: str) -> float:
-    scale = {"k": 1e-3, "m": 1.0, "g": 1e3}
-    unit = rate.rstrip("bit").rstrip("bps")[-1]
-    return float(rate[:rate.index(unit)]) * scale[unit]
+    """A tc rate in Mbit/s (``10gbit`` -> 10000)."""
+    number, unit = re.fullmatch(r"([0-9.]+)([kmg])bit", rate).groups()
+    return float(number) * {"k": 1e-3, "m": 1.0, "g": 1e3}[unit]
 
 
 def main() -> int:
@@ -204,7 +204,8 @@ def main() -> int:
                         rows.append(row)
                         print(f"{graph} N={nodes} {rate:>8} {label:5} epoch "
                               f"{row['epoch_s']:.3f} s (pred {row['predicted_s']:.3f}, "
-                              f"{100 * row['error']:+.0f} %) exch {100 * row['exchange_share']:.0f} % "
+                              f"{100 * row['error']:+.0f} %) exch "
+                              f"{100 * row['exchange_share']:.0f} % "
                               f"wait {ph['exchange_wait']:.3f} allred {ph['allreduce']:.3f} "
                               f"bytes {row['exchange_bytes_per_epoch']:,.0f}/"
                               f"{row['predicted_exchange_bytes']:,.0f} "

@@ -51,10 +51,10 @@ class Heartbeat:
     Made by :meth:`start` (collective); ``hosts[q]`` is rank ``q``'s host name.
     """
 
-    def __init__(self, rank: int, size: int, token: int, sock: socket.socket,
+    def __init__(self, rank: int, token: int, sock: socket.socket,
                  targets: dict[int, list[tuple[str, int]]], hosts: list[str],
                  interval: float):
-        self.rank, self.size, self.token, self.sock = rank, size, token, sock
+        self.rank, self.token, self.sock = rank, token, sock
         self.targets, self.hosts, self.interval = targets, hosts, interval
         now = time.monotonic()
         self.last_heard = {q: now for q in targets}
@@ -79,7 +79,7 @@ class Heartbeat:
                 same = peer_host == host
                 targets[q] = [("127.0.0.1" if same else a, int(port))
                               for a in (["127.0.0.1"] if same else addresses.split(",")) if a]
-        return cls(comm.rank, comm.size, int(token), sock, targets, hosts, interval)
+        return cls(comm.rank, int(token), sock, targets, hosts, interval)
 
     def _run(self) -> None:
         beat = _DATAGRAM.pack(self.token, self.rank)
