@@ -64,13 +64,14 @@ class Neighbourhood:
         exchange (callable, optional): on a partition, the split-vertex exchange
             (:class:`distgnn.drpa.DRPA`) applied to every sum: ``exchange(y, layer, step,
             training) -> y``.  Layers see it through :meth:`at`.
+        dtype (torch.dtype, optional): floating type of ``degree`` (the features' type).
 
     Shapes: ``h`` is ``[N, d]``; every reduction returns ``[N, d]``; ``degree`` is ``[N, 1]``.
     """
 
     def __init__(self, graph: CSRGraph, backend: KernelBackend, in_degree=None,
                  timer: PhaseTimer | None = None, device="cpu", global_ids=None,
-                 exchange=None):
+                 exchange=None, dtype: torch.dtype = torch.float32):
         self.graph = graph
         self.exchange = exchange
         self.context = LayerContext()
@@ -79,7 +80,7 @@ class Neighbourhood:
         self.backend = backend
         self.timer = timer if timer is not None else PhaseTimer()
         deg = graph.in_degrees() if in_degree is None else np.asarray(in_degree)
-        self.degree = torch.from_numpy(deg.astype(np.float32)).to(device).unsqueeze(1)
+        self.degree = torch.from_numpy(deg.astype(np.float64)).to(device, dtype).unsqueeze(1)
 
     def at(self, layer: int, step: int, training: bool) -> "Neighbourhood":
         """This neighbourhood as layer ``layer`` of epoch ``step`` sees it (the exchange keeps

@@ -292,9 +292,11 @@ def check_fingerprint(path: Path, theirs: dict, ours: dict) -> None:
             refuse(label, f"{theirs.get(key)} there, {ours.get(key)} here")
     options = theirs.get("options")
     options = options if isinstance(options, dict) else {}
-    for flag, value in ours.get("options", {}).items():
-        if options.get(flag, "absent") != value:
-            refuse(flag, f"{options.get(flag, 'absent')} there, {value} here")
+    ours_options = ours.get("options", {})
+    for flag in [*ours_options, *(f for f in options if f not in ours_options)]:
+        if options.get(flag, "default") != ours_options.get(flag, "default"):
+            refuse(flag, f"{options.get(flag, 'default')} there, "
+                         f"{ours_options.get(flag, 'default')} here")
     if theirs.get("data") != ours.get("data"):
         refuse("data (graph, features, labels or split)",
                f"{theirs.get('data')} there, {ours.get('data')} here")

@@ -24,6 +24,9 @@ from .shard import Shard
 FINGERPRINT_OPTIONS = ("model", "aggregator", "layers", "hidden", "dropout", "residual", "lr",
                        "weight_decay", "seed", "feature_norm", "split", "precompute_first",
                        "backward_exchange")
+# options added later, fingerprinted only when not at their default, so checkpoints from
+# before them (which ran at the default) still resume
+LATER_OPTIONS = {"dtype": "float32", "smoothing": 0.0, "exchange_precision": "fp32"}
 
 
 class NonFiniteLoss(RankFailed):
@@ -48,7 +51,8 @@ def fingerprint(cfg: TrainConfig, model: torch.nn.Module, shard: Shard,
                         exchange.algo + (f" delay {exchange.delay}" if exchange.algo == "cd-r"
                                          else ""),
             "options": {"--" + k.replace("_", "-"): getattr(cfg, k)
-                        for k in FINGERPRINT_OPTIONS},
+                        for k in FINGERPRINT_OPTIONS
+                        + tuple(k for k, v in LATER_OPTIONS.items() if getattr(cfg, k) != v)},
             "data": shard.origin,
             "parameters": {k: list(v.shape) for k, v in model.state_dict().items()}}
 

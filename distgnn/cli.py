@@ -43,6 +43,7 @@ def _data_flags(p: argparse.ArgumentParser, d) -> None:
 
 
 def _model_flags(p: argparse.ArgumentParser, d) -> None:
+    from .config import DTYPES
     from .models import SAGE_AGGREGATORS
 
     g = p.add_argument_group("model")
@@ -60,6 +61,10 @@ def _model_flags(p: argparse.ArgumentParser, d) -> None:
                    action="store_true",
                    help="no dropout on the input features, and the first layer's aggregation "
                         "of them computed once (SGC/MG-GCN); needs features <= hidden")
+    g.add_argument("--dtype", choices=DTYPES, default=d.dtype,
+                   help="floating-point type of features, weights, activations and the "
+                        "exchanged partials; float64 is for checking results against a "
+                        "reference (about 2x the memory and time)")
 
 
 def _optimisation_flags(p: argparse.ArgumentParser, d) -> None:
@@ -81,7 +86,7 @@ def _optimisation_flags(p: argparse.ArgumentParser, d) -> None:
 def _distributed_flags(p: argparse.ArgumentParser, d) -> None:
     from .comm import COMMUNICATORS
     from .config import DEFAULT_DELAY
-    from .drpa import ALGORITHMS
+    from .drpa import ALGORITHMS, PRECISIONS
 
     g = p.add_argument_group("distributed (with --partitions)")
     g.add_argument("--algo", choices=ALGORITHMS, default=d.algo,
@@ -90,6 +95,13 @@ def _distributed_flags(p: argparse.ArgumentParser, d) -> None:
     g.add_argument("--delay", type=int, default=d.delay,
                    help=f"r of cd-r: epochs a partial aggregate travels each way "
                         f"(default {DEFAULT_DELAY} with cd-r)")
+    g.add_argument("--smoothing", type=float, default=d.smoothing, metavar="GAMMA",
+                   help="cd-r staleness correction (PipeGCN): each arriving stale partial or "
+                        "gradient m updates the kept one as s <- GAMMA*s + (1-GAMMA)*m; "
+                        "0 keeps the latest arrival")
+    g.add_argument("--exchange-precision", choices=PRECISIONS, default=d.exchange_precision,
+                   help="how training exchanges travel: fp32 (the run's own type) or bf16 "
+                        "with error feedback (half the bytes; cd-0 is then no longer exact)")
     g.add_argument("--comm", choices=COMMUNICATORS, default=d.comm,
                    help="communicator: mpi (mpi4py on host buffers; GPU tensors are staged "
                         "through pinned memory), gloo, nccl (every rank on a GPU) or ccl "

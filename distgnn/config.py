@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .comm import COMMUNICATORS
 from .comm.watchdog import DEFAULT_TIMEOUT_S
-from .drpa import ALGORITHMS
+from .drpa import ALGORITHMS, PRECISIONS
 from .epoch_log import is_metrics_file
 from .errors import DistGNNError
 from .models import SAGE_AGGREGATORS
@@ -22,6 +22,7 @@ from .storage import check_output_dir, check_output_file, check_replaceable
 NAN_POLICIES = ("stop", "skip")
 MODELS = ("gcn", "sage")
 FEATURE_NORMS = ("row", "none")
+DTYPES = ("float32", "float64")
 DEFAULT_DELAY = 5
 # More threads than this is a typo, not a machine: torch would try to start them all.
 MAX_THREADS = 4096
@@ -48,6 +49,7 @@ class TrainConfig:
     eval_every: int = 1
     patience: int = 0
     feature_norm: str = "row"
+    dtype: str = "float32"
     backend: str = "auto"
     device: str = "auto"
     rank_devices: str | None = None
@@ -66,6 +68,8 @@ class TrainConfig:
     comm: str = "auto"
     verify: bool = True
     backward_exchange: bool = True
+    smoothing: float = 0.0
+    exchange_precision: str = "fp32"
     precompute_first: bool = False
     split: int = 0
 
@@ -101,7 +105,8 @@ class TrainConfig:
         need(math.isfinite(self.comm_timeout) and self.comm_timeout >= 0, "comm-timeout",
              "a finite number of seconds >= 0", self.comm_timeout)
         for flag, choices in (("model", MODELS), ("aggregator", SAGE_AGGREGATORS),
-                              ("feature-norm", FEATURE_NORMS), ("nan-policy", NAN_POLICIES),
+                              ("feature-norm", FEATURE_NORMS), ("dtype", DTYPES),
+                              ("nan-policy", NAN_POLICIES),
                               ("backend", BACKEND_CHOICES), ("device", DEVICES),
                               ("algo", ALGORITHMS), ("comm", COMMUNICATORS)):
             value = getattr(self, flag.replace("-", "_"))
@@ -111,6 +116,14 @@ class TrainConfig:
                  "delay", f"an integer from 1 to {MAX_DELAY} with cd-r", self.delay)
         elif self.delay:
             raise DistGNNError(f"--delay applies to cd-r only, not {self.algo}")
+        need(isinstance(self.smoothing, (int, float)) and 0 <= self.smoothing < 1, "smoothing",
+             "in [0, 1)", self.smoothing)
+        if self.smoothing and self.algo != "cd-r":
+            raise DistGNNError(f"--smoothing applies to cd-r only, not {self.algo}")
+        need(self.exchange_precision in PRECISIONS, "exchange-precision",
+             "one of " + ", ".join(PRECISIONS), self.exchange_precision)
+        if self.exchange_precision != "fp32" and self.algo == "0c":
+            raise DistGNNError("--exchange-precision applies to cd-0 and cd-r; 0c sends nothing")
         parse_per_rank(self.rank_devices, "--rank-devices", DEVICES)
         parse_per_rank(self.rank_backends, "--rank-backends", BACKEND_CHOICES)
         if self.metrics_out:

@@ -21,6 +21,18 @@ aggregate is ``a_v = sum_{p in R(v)} a^p_v``.  One clone is the root, the others
   complement is zero.  Evaluation (no training) uses the exact cd-0 exchange.
 - **0c**: no exchange; each rank normalises by its local degrees.
 
+Two options change what a cd-r clone does with what arrives and what travels:
+
+- **smoothing** (PipeGCN's, Wan et al. ICLR 2022): each arrival ``m`` for an entry (a leaf
+  partial at its root, a reply at its leaf, and the same for gradients) updates the kept value
+  ``s <- gamma s + (1 - gamma) m`` instead of replacing it (the first arrival is kept as it
+  is), so the stale complement is a moving average over refreshes: it damps the epoch-to-
+  epoch noise (dropout masks, weight steps) that a single stale value carries.
+- **bf16 on the wire** with error feedback (as in EC-Graph and AdaQP's compensation): a
+  sender transmits ``q = bf16(x + e)`` and keeps ``e <- x + e - q`` per entry, so what is
+  lost to rounding is sent later instead of never.  Under cd-0 this makes the exchange
+  inexact (by about ``2^-8`` relative per value); evaluation exchanges stay exact.
+
 Message order on the wire follows :mod:`partition.layout`'s split tables, so no ids are
 sent.  Every buffer is allocated once per width and reused every layer and epoch.
 """
@@ -36,6 +48,51 @@ from .errors import DistGNNError
 from .timing import PhaseTimer
 
 ALGORITHMS = ("cd-0", "cd-r", "0c")
+PRECISIONS = ("fp32", "bf16")
+
+
+class Wire:
+    """How partials travel: unchanged (``fp32``: the run's own type), or as bf16 bit patterns
+    in int16 buffers (MPI has no bf16 type) with error feedback.
+
+    Args:
+        precision (str): ``"fp32"`` or ``"bf16"``.
+        dtype (torch.dtype): the run's floating type (what is encoded and decoded).
+    """
+
+    def __init__(self, precision: str, dtype: torch.dtype):
+        self.compressed = precision == "bf16"
+        self.dtype = dtype
+        self.type = torch.int16 if self.compressed else dtype
+
+    def buffer(self, rows: int, width: int, device) -> torch.Tensor:
+        return torch.zeros(rows, width, dtype=self.type, device=device)
+
+    def carrier(self, values: torch.Tensor) -> torch.Tensor:
+        """The send buffer for messages staged in ``values``: ``values`` itself when they
+        travel unchanged."""
+        return self.buffer(*values.shape, values.device) if self.compressed else values
+
+    def encode(self, values: torch.Tensor, out: torch.Tensor, residual: torch.Tensor | None,
+               rows: torch.Tensor | None = None) -> None:
+        """``out <- wire(values + residual[rows])`` and ``residual[rows] <-`` what the wire
+        lost (``rows``: which residual rows ``values`` are; ``None``: all)."""
+        if not self.compressed:
+            if out is not values:
+                out.copy_(values)
+            return
+        carried = residual if rows is None else residual.index_select(0, rows)
+        carried += values
+        sent = carried.to(torch.bfloat16)
+        out.copy_(sent.view(torch.int16))
+        carried -= sent.to(self.dtype)
+        if rows is None:
+            residual.copy_(carried)
+        else:
+            residual.index_copy_(0, rows, carried)
+
+    def decode(self, received: torch.Tensor) -> torch.Tensor:
+        return received.view(torch.bfloat16).to(self.dtype) if self.compressed else received
 
 
 @dataclasses.dataclass
@@ -142,7 +199,8 @@ def _select(mask: np.ndarray, counts: list[int]) -> tuple[torch.Tensor, list[int
 @dataclasses.dataclass
 class Bin:
     """One cd-r bin of one aggregation: which split-vertex entries it holds, its message
-    buffers (allocated once) and its requests in flight.
+    buffers (allocated once) and its requests in flight.  ``*_values`` hold a message before
+    the wire encodes it (``*_send``, ``*_recv`` are in the wire's type).
 
     ``leaf_*``: this rank's leaves in the bin (``sel``: positions in the split index,
     ``ids``: local ids, ``counts``: per root rank); ``root_*``: the leaf entries of roots
@@ -162,29 +220,44 @@ class Bin:
     down_send: torch.Tensor
     down_recv: torch.Tensor
     own: torch.Tensor
+    up_values: torch.Tensor
+    down_values: torch.Tensor
     up: Handle | None = None
     down: Handle | None = None
+    up_seen: bool = False  # an up (down) message has been folded in before: smoothing applies
+    down_seen: bool = False
 
 
 class DelayedExchange:
-    """cd-r state of one aggregation (one layer, one pass): bins, stale partials, requests."""
+    """cd-r state of one aggregation (one layer, one pass): bins, stale partials, requests.
+
+    ``smoothing`` is PipeGCN's ``gamma`` (0: keep the latest arrival); ``wire`` says how
+    partials travel (see the module docstring)."""
 
     def __init__(self, index: SplitIndex, delay: int, width: int, comm: Communicator,
-                 timer: PhaseTimer, dtype, device):
+                 timer: PhaseTimer, dtype, device, smoothing: float = 0.0,
+                 wire: Wire | None = None):
         self.index, self.delay, self.comm, self.timer = index, delay, comm, timer
+        self.smoothing = smoothing
+        self.wire = wire if wire is not None else Wire("fp32", dtype)
         new = lambda rows: torch.zeros(rows, width, dtype=dtype, device=device)  # noqa: E731
+        sent = lambda rows: self.wire.buffer(rows, width, device)  # noqa: E731
         self.partials = new(len(index.root_ids))  # last partial received per leaf entry
         self.complement = new(len(index.leaf_ids))  # last reply received per leaf
+        # error feedback: what the wire lost, per leaf (up) and per leaf entry (down)
+        self.up_residual = new(len(index.leaf_ids)) if self.wire.compressed else None
+        self.down_residual = new(len(index.root_ids)) if self.wire.compressed else None
         self.bins = []
         for b in range(delay):
             leaf_sel, leaf_counts = _select(index.leaf_global % delay == b, index.leaf_counts)
             root_sel, root_counts = _select(index.root_global % delay == b, index.root_counts)
+            up_values, down_values = new(len(leaf_sel)), new(len(root_sel))
             self.bins.append(Bin(
                 leaf_sel.to(device), index.leaf_ids[leaf_sel].to(device), leaf_counts,
                 root_sel.to(device), index.root_ids[root_sel].to(device), root_counts,
-                up_send=new(len(leaf_sel)), up_recv=new(len(root_sel)),
-                down_send=new(len(root_sel)), down_recv=new(len(leaf_sel)),
-                own=new(len(root_sel))))
+                up_send=self.wire.carrier(up_values), up_recv=sent(len(root_sel)),
+                down_send=self.wire.carrier(down_values), down_recv=sent(len(leaf_sel)),
+                own=new(len(root_sel)), up_values=up_values, down_values=down_values))
         self.leaf_ids = index.leaf_ids.to(device)
         self.root_ids = index.root_ids.to(device)
         self.bytes_sent = 0
@@ -196,23 +269,35 @@ class DelayedExchange:
         self.wait(b)
         with self.timer("exchange_post"):
             if b.up is not None:
-                self.partials.index_copy_(0, b.root_sel, b.up_recv)
+                self.fold(self.partials, b.root_sel, b.up_recv, b.up_seen)
+                b.up_seen = True
             if b.down is not None:
-                self.complement.index_copy_(0, b.leaf_sel, b.down_recv)
+                self.fold(self.complement, b.leaf_sel, b.down_recv, b.down_seen)
+                b.down_seen = True
         with self.timer("exchange_pre"):
-            torch.index_select(a, 0, b.leaf_ids, out=b.up_send)
+            torch.index_select(a, 0, b.leaf_ids, out=b.up_values)
+            self.wire.encode(b.up_values, b.up_send, self.up_residual, b.leaf_sel)
             b.up = self.comm.ialltoallv(b.up_send, b.leaf_counts, b.up_recv, b.root_counts)
         with self.timer("exchange_post"):
             a.index_add_(0, self.root_ids, self.partials)
         with self.timer("exchange_pre"):
-            torch.index_select(a, 0, b.root_ids, out=b.down_send)
+            torch.index_select(a, 0, b.root_ids, out=b.down_values)
             torch.index_select(self.partials, 0, b.root_sel, out=b.own)
-            b.down_send -= b.own
+            b.down_values -= b.own
+            self.wire.encode(b.down_values, b.down_send, self.down_residual, b.root_sel)
             b.down = self.comm.ialltoallv(b.down_send, b.root_counts, b.down_recv,
                                           b.leaf_counts)
         with self.timer("exchange_post"):
             a.index_add_(0, self.leaf_ids, self.complement)
-        self.bytes_sent += (b.up_send.numel() + b.down_send.numel()) * a.element_size()
+        self.bytes_sent += (b.up_send.numel() + b.down_send.numel()) * b.up_send.element_size()
+
+    def fold(self, kept: torch.Tensor, rows: torch.Tensor, received: torch.Tensor,
+             seen: bool) -> None:
+        """Take an arrival into ``kept[rows]``: replace, or smooth once one has arrived."""
+        value = self.wire.decode(received)
+        if self.smoothing and seen:
+            value = torch.lerp(value, kept.index_select(0, rows), self.smoothing)
+        kept.index_copy_(0, rows, value)
 
     def wait(self, b: Bin) -> None:
         with self.timer("exchange_wait"):
@@ -232,21 +317,33 @@ class DelayedExchange:
         restored exchange proceeds exactly as the uninterrupted one would have."""
         for b in self.bins:
             self.wait(b)
-        return {"width": self.partials.shape[1], "partials": self.partials.clone(),
-                "complement": self.complement.clone(),
-                "arrived": [{"up": b.up_recv.clone() if b.up is not None else None,
-                             "down": b.down_recv.clone() if b.down is not None else None}
-                            for b in self.bins]}
+        state = {"width": self.partials.shape[1], "partials": self.partials.clone(),
+                 "complement": self.complement.clone(),
+                 "arrived": [{"up": b.up_recv.clone() if b.up is not None else None,
+                              "down": b.down_recv.clone() if b.down is not None else None,
+                              "seen": [b.up_seen, b.down_seen]}
+                             for b in self.bins]}
+        if self.wire.compressed:
+            state["residuals"] = [self.up_residual.clone(), self.down_residual.clone()]
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         shapes = [(self.partials, state["partials"]), (self.complement, state["complement"])]
-        if len(state["arrived"]) != self.delay or any(a.shape != b.shape for a, b in shapes):
+        if self.wire.compressed:
+            shapes += zip((self.up_residual, self.down_residual), state.get("residuals", ()))
+        if (len(state["arrived"]) != self.delay or any(a.shape != b.shape for a, b in shapes)
+                or self.wire.compressed != ("residuals" in state)):
             raise DistGNNError("the checkpoint's cd-r exchange state does not fit this "
-                               "partition and delay")
+                               "partition, delay and exchange precision")
         self.partials.copy_(state["partials"])
         self.complement.copy_(state["complement"])
+        if self.wire.compressed:
+            self.up_residual.copy_(state["residuals"][0])
+            self.down_residual.copy_(state["residuals"][1])
         for b, arrived in zip(self.bins, state["arrived"]):
             b.up = b.down = None
+            # absent from checkpoints written before smoothing existed (which had none)
+            b.up_seen, b.down_seen = arrived.get("seen", [False, False])
             if arrived["up"] is not None:
                 b.up_recv.copy_(arrived["up"])
                 b.up = Done()
@@ -290,15 +387,21 @@ class DRPA:
         backward (bool): exchange gradients in the backward pass.  ``False`` reproduces
             DGL's cd-0, whose split-vertex gradients miss the other clones' parts; it
             exists to show that difference, not for training.
+        smoothing (float): cd-r's PipeGCN smoothing ``gamma`` in ``[0, 1)`` (0: none).
+        precision (str): ``"fp32"`` (the run's own type) or ``"bf16"`` with error feedback,
+            for the training exchanges of cd-0 and cd-r.
 
     Called as ``drpa(y, layer, step, training)`` on a layer's partial aggregates ``y``
     ``[n, d]``; returns ``y`` updated in place (and differentiable).
     """
 
     def __init__(self, index: SplitIndex, comm: Communicator, algo: str = "cd-0",
-                 delay: int = 0, timer: PhaseTimer | None = None, backward: bool = True):
+                 delay: int = 0, timer: PhaseTimer | None = None, backward: bool = True,
+                 smoothing: float = 0.0, precision: str = "fp32"):
         self.index, self.comm, self.algo, self.delay = index, comm, algo, delay
-        self.backward = backward
+        self.backward, self.smoothing, self.precision = backward, smoothing, precision
+        # cd-0 error feedback per (layer, direction): what the wire lost per leaf / entry
+        self.residuals: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self.timer = timer if timer is not None else PhaseTimer()
         self.buffers: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self.leaf_ids, self.root_ids = index.leaf_ids, index.root_ids
@@ -315,6 +418,9 @@ class DRPA:
         if self.algo == "cd-r" and training:
             forward = lambda a: self._delayed(layer, "forward", a)(a, step)  # noqa: E731
             backward = lambda g: self._delayed(layer, "backward", g)(g, step)  # noqa: E731
+        elif training and self.precision != "fp32":
+            forward = lambda a: self.reduce_broadcast(a, (layer, "forward"))  # noqa: E731
+            backward = lambda g: self.reduce_broadcast(g, (layer, "backward"))  # noqa: E731
         else:
             forward = backward = self.reduce_broadcast
         return _Exchange.apply(y, forward, backward if self.backward else _keep)
@@ -323,35 +429,45 @@ class DRPA:
         key = (layer, direction)
         if key not in self.delayed:
             self.delayed[key] = DelayedExchange(self.index, self.delay, a.shape[1], self.comm,
-                                                self.timer, a.dtype, a.device)
+                                                self.timer, a.dtype, a.device, self.smoothing,
+                                                Wire(self.precision, a.dtype))
         return self.delayed[key]
 
-    def _buffers(self, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The leaf-side and root-side buffers for ``a``'s width, allocated on first use."""
-        key = (a.shape[1], a.dtype, a.device)
+    def _buffers(self, a: torch.Tensor, wire: Wire) -> tuple[torch.Tensor, ...]:
+        """The leaf-side and root-side buffers for ``a``'s width, in the run's type and the
+        wire's, allocated on first use."""
+        key = (a.shape[1], a.dtype, a.device, wire.type)
         if key not in self.buffers:
             self.leaf_ids, self.root_ids = self.leaf_ids.to(a.device), self.root_ids.to(a.device)
-            self.buffers[key] = tuple(torch.empty(len(ids), a.shape[1], dtype=a.dtype,
-                                                  device=a.device)
-                                      for ids in (self.leaf_ids, self.root_ids))
+            rows = (len(self.leaf_ids), len(self.root_ids))
+            staged = [torch.empty(n, a.shape[1], dtype=a.dtype, device=a.device) for n in rows]
+            self.buffers[key] = (*staged, *map(wire.carrier, staged))
         return self.buffers[key]
 
-    def reduce_broadcast(self, a: torch.Tensor) -> None:
-        """cd-0 on ``a`` ``[n, d]`` in place: every clone ends with the sum over all clones."""
-        leaf_buf, root_buf = self._buffers(a)
+    def reduce_broadcast(self, a: torch.Tensor, feedback: tuple | None = None) -> None:
+        """cd-0 on ``a`` ``[n, d]`` in place: every clone ends with the sum over all clones.
+        ``feedback``: the ``(layer, direction)`` whose error-feedback residuals a compressed
+        wire uses (``None``: exact, uncompressed)."""
+        wire = Wire(self.precision if feedback else "fp32", a.dtype)
+        leaf_buf, root_buf, leaf_wire, root_wire = self._buffers(a, wire)
+        if wire.compressed and feedback not in self.residuals:
+            self.residuals[feedback] = (torch.zeros_like(leaf_buf), torch.zeros_like(root_buf))
+        leaf_residual, root_residual = self.residuals.get(feedback, (None, None))
         ix = self.index
         with self.timer("exchange_pre"):
             torch.index_select(a, 0, self.leaf_ids, out=leaf_buf)
+            wire.encode(leaf_buf, leaf_wire, leaf_residual)
         with self.timer("exchange_wait"):
-            self.comm.alltoallv(leaf_buf, ix.leaf_counts, root_buf, ix.root_counts)
+            self.comm.alltoallv(leaf_wire, ix.leaf_counts, root_wire, ix.root_counts)
         with self.timer("exchange_post"):
-            a.index_add_(0, self.root_ids, root_buf)
+            a.index_add_(0, self.root_ids, wire.decode(root_wire))
             torch.index_select(a, 0, self.root_ids, out=root_buf)
+            wire.encode(root_buf, root_wire, root_residual)
         with self.timer("exchange_wait"):
-            self.comm.alltoallv(root_buf, ix.root_counts, leaf_buf, ix.leaf_counts)
+            self.comm.alltoallv(root_wire, ix.root_counts, leaf_wire, ix.leaf_counts)
         with self.timer("exchange_post"):
-            a.index_copy_(0, self.leaf_ids, leaf_buf)
-        self.bytes_sent += (leaf_buf.numel() + root_buf.numel()) * a.element_size()
+            a.index_copy_(0, self.leaf_ids, wire.decode(leaf_wire))
+        self.bytes_sent += (leaf_wire.numel() + root_wire.numel()) * leaf_wire.element_size()
 
     def finish(self) -> None:
         """Complete the cd-r requests still in flight."""
@@ -359,12 +475,24 @@ class DRPA:
             d.finish()
 
     def state_dict(self) -> dict:
-        """The cd-r state of every (layer, pass), keyed ``"layer/direction"`` (cd-0: none)."""
-        return {f"{layer}/{direction}": d.state_dict()
-                for (layer, direction), d in self.delayed.items()}
+        """The state of every (layer, pass), keyed ``"layer/direction"``: cd-r's schedule,
+        or cd-0's error-feedback residuals on a bf16 wire (exact fp32 cd-0: none)."""
+        state = {f"{layer}/{direction}": d.state_dict()
+                 for (layer, direction), d in self.delayed.items()}
+        state.update({f"{layer}/{direction}": {"residuals": [r.clone() for r in pair]}
+                      for (layer, direction), pair in self.residuals.items()})
+        return state
 
     def load_state_dict(self, state: dict, device: torch.device | str = "cpu") -> None:
         for key, value in state.items():
             layer, direction = key.split("/")
-            like = torch.empty(0, value["width"], dtype=value["partials"].dtype, device=device)
-            self._delayed(int(layer), direction, like).load_state_dict(value)
+            if self.algo == "cd-r" and "partials" in value:
+                like = torch.empty(0, value["width"], dtype=value["partials"].dtype,
+                                   device=device)
+                self._delayed(int(layer), direction, like).load_state_dict(value)
+            elif self.algo == "cd-0" and self.precision != "fp32" and "partials" not in value:
+                self.residuals[(int(layer), direction)] = tuple(r.to(device)
+                                                                for r in value["residuals"])
+            else:
+                raise DistGNNError("the checkpoint's exchange state does not fit this "
+                                   f"exchange ({self.algo}, {self.precision} on the wire)")

@@ -10,7 +10,7 @@ from .comm import Communicator
 class ReplicaSync:
     """Keeps the model replicas of all ranks identical.
 
-    One flat float32 buffer holds every gradient, the loss and one non-finite flag per
+    One flat buffer (of the parameters' type) holds every gradient, the loss and one non-finite flag per
     rank, so a step costs a single allreduce; the same buffer carries the initial weights
     from rank 0.
     """
@@ -21,7 +21,7 @@ class ReplicaSync:
         self.size = sum(p.numel() for p in params)
         # where the transport wants it; with one rank, beside the gradients (no transfers)
         device = comm.device if comm.size > 1 else params[0].device
-        self.flat = torch.zeros(self.size + 1 + comm.size, device=device)
+        self.flat = torch.zeros(self.size + 1 + comm.size, dtype=params[0].dtype, device=device)
         # each parameter's flat slice of the buffer
         self.slots = list(zip(params, torch.split(self.flat[:self.size],
                                                   [p.numel() for p in params])))

@@ -33,7 +33,7 @@ from .timing import PhaseTimer
 class Shard:
     """What one rank trains on: the whole graph in single-socket mode, else its partition.
 
-    ``x`` ``[n, F]`` float32, ``y`` ``[n]`` int64, ``masks`` bool ``[n]`` per split name
+    ``x`` ``[n, F]`` of the run's ``--dtype``, ``y`` ``[n]`` int64, ``masks`` bool ``[n]`` per split name
     (under MPI true at root clones only, so each vertex counts once), ``nbr`` the
     neighbourhood the layers aggregate over (with the split-vertex exchange under MPI),
     ``origin`` what the data is (a checkpoint of other data is refused).
@@ -111,8 +111,9 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer) -> Sha
         g = data.graph
         origin += ", content sha256 " + content_digest(
             [g.indptr, g.indices, g.edge_weight, x, y, *masks.values()])[:16]
-    nbr = Neighbourhood(data.graph, get_backend(backend), timer=timer, device=device)
-    x, y = x.to(device), y.to(device)
+    nbr = Neighbourhood(data.graph, get_backend(backend), timer=timer, device=device,
+                        dtype=getattr(torch, cfg.dtype))
+    x, y = x.to(device, getattr(torch, cfg.dtype)), y.to(device)
     masks = {name: m.to(device) for name, m in masks.items()}
     return Shard(data.name, x, y, masks, nbr, data.num_classes, origin)
 
@@ -151,10 +152,13 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
     part, delay, x, y, masks, index = all_or_none(comm, load_local)
     index.check(comm, part)
     exchange = (None if cfg.algo == "0c"
-                else DRPA(index, comm, cfg.algo, delay, timer, cfg.backward_exchange))
+                else DRPA(index, comm, cfg.algo, delay, timer, cfg.backward_exchange,
+                          cfg.smoothing, cfg.exchange_precision))
     nbr = Neighbourhood(part.graph, get_backend(backend),
                         in_degree=None if exchange is None else part.in_degree, timer=timer,
-                        device=device, global_ids=part.global_ids, exchange=exchange)
+                        device=device, global_ids=part.global_ids, exchange=exchange,
+                        dtype=getattr(torch, cfg.dtype))
+    x = x.to(dtype=getattr(torch, cfg.dtype))
     name = f"{part.meta.get('dataset', directory.name)} partition {comm.rank}/{comm.size}"
     files = hashlib.sha256(json.dumps(part.meta["files"], sort_keys=True).encode()).hexdigest()
     origin = (f"{comm.size} partitions of {part.meta.get('dataset', '?')} "

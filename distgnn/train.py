@@ -64,9 +64,11 @@ def build_model(cfg: TrainConfig, in_channels: int, num_classes: int) -> GNN:
 
 
 def model_and_optimizer(cfg: TrainConfig, shard: Shard):
-    """The model (seeded: every rank builds the same) on the shard's device, and its Adam."""
+    """The model (seeded: every rank builds the same) on the shard's device, in its floating
+    type, and its Adam."""
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg, shard.num_features, shard.num_classes).to(shard.x.device)
+    model = build_model(cfg, shard.num_features, shard.num_classes).to(shard.x.device,
+                                                                        shard.x.dtype)
     return model, torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 

@@ -3,6 +3,8 @@
     python experiments/drpa_figures.py exactness [--epochs 50]
     python experiments/drpa_figures.py accuracy [--seeds 5]
     python experiments/drpa_figures.py speed [--scale 20]
+    python experiments/drpa_figures.py staleness [--graphs sbm,citeseer] [--parts 4]
+                                                 [--seeds 3] [--configs ...] [--smoothing G]
 
 Each partitions its graphs with ``distgnn-partition`` (libra, seed 0) into ``--work``,
 runs ``distgnn-train`` under ``mpirun`` (composed by :mod:`launch`) and on one socket,
@@ -121,6 +123,67 @@ def accuracy(a) -> list[dict]:
     return rows
 
 
+# the staleness figure's columns: (distgnn-train flags, whether it runs on partitions)
+STALENESS_CONFIGS = {
+    "single": ([], False), "cd-0": (["--algo", "cd-0"], True), "0c": (["--algo", "0c"], True),
+    "cd-5": (["--algo", "cd-r", "--delay", "5"], True),
+    "cd-5 smooth": (["--algo", "cd-r", "--delay", "5", "--smoothing", "{g}"], True),
+    "cd-0 bf16": (["--algo", "cd-0", "--exchange-precision", "bf16"], True),
+    "cd-5 bf16 smooth": (["--algo", "cd-r", "--delay", "5", "--smoothing", "{g}",
+                          "--exchange-precision", "bf16"], True)}
+# graphs of the staleness figure: spec (shared dataset name or generator) and extra flags
+STALENESS_GRAPHS = {"sbm": ("sbm:nodes=60000,noise=3", ["--feature-norm", "none"])}
+
+
+def longest_rise(losses: list[float]) -> int:
+    """The most consecutive epochs whose training loss exceeds the epoch before."""
+    longest = run = 0
+    for before, after in zip(losses, losses[1:]):
+        run = run + 1 if after > before else 0
+        longest = max(longest, run)
+    return longest
+
+
+def staleness(a) -> list[dict]:
+    """Accuracy, longest loss rise and bytes per epoch of each configuration of
+    ``STALENESS_CONFIGS`` over seeds, per graph and partition count."""
+    rows = []
+    for name in a.graphs.split(","):
+        spec, extra = STALENESS_GRAPHS.get(name, (None, []))
+        spec = spec or dataset(name)
+        for parts in map(int, a.parts.split(",")):
+            directory = partition(spec, parts, a.work, name)
+            for label in a.configs.split(","):
+                flags, distributed = STALENESS_CONFIGS[label]
+                flags = [f.format(g=a.smoothing) for f in flags]
+                target = (["--partitions", str(directory)] if distributed
+                          else ["--dataset", spec])
+                runs = []
+                for seed in range(a.first_seed, a.first_seed + a.seeds):
+                    records = train([*target, *flags, *extra, "--seed", str(seed),
+                                     "--epochs", str(a.epochs)], a.work / "st.json",
+                                    ranks=parts if distributed else 1,
+                                    threads=1 if distributed else 2)
+                    runs.append({"seed": seed, "test_acc": best_test(records),
+                                 "longest_rise": longest_rise([r["loss"] for r in records]),
+                                 "bytes_per_epoch": statistics.mean(
+                                     r["bytes_sent_mean"] for r in records)})
+                accs = [r["test_acc"] for r in runs]
+                row = {"graph": name, "parts": parts, "config": label,
+                       "smoothing": a.smoothing if "smooth" in label else 0.0,
+                       "test_acc_mean": statistics.mean(accs),
+                       "test_acc_sd": statistics.stdev(accs) if len(accs) > 1 else 0.0,
+                       "longest_rise_max": max(r["longest_rise"] for r in runs),
+                       "bytes_per_epoch": statistics.mean(r["bytes_per_epoch"] for r in runs),
+                       "runs": runs}
+                rows.append(row)
+                print(f"{name:9} P={parts} {label:17} {100 * row['test_acc_mean']:6.2f} "
+                      f"+- {100 * row['test_acc_sd']:.2f} %  longest loss rise "
+                      f"{row['longest_rise_max']:3d}  {row['bytes_per_epoch']:>13,.0f} B/epoch"
+                      f"  seeds " + " ".join(f"{100 * v:.2f}" for v in accs), flush=True)
+    return rows
+
+
 def predicted_bytes(directory: Path, widths: list[int]) -> list[int]:
     """cd-0 bytes each rank sends per epoch: ``4 * 2 * sum_l d_l * (leaves + leaf entries)``
     (forward and backward; see :mod:`partition.stats`)."""
@@ -174,14 +237,24 @@ def speed(a) -> list[dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("figure", choices=("exactness", "accuracy", "speed"))
+    p.add_argument("figure", choices=("exactness", "accuracy", "speed", "staleness"))
     p.add_argument("--work", type=Path, default=Path("runs/drpa"),
                    help="partition directories and metrics files go here")
     p.add_argument("--epochs", type=int, default=None,
                    help="exactness: 50 (default); speed: 6 (default)")
     p.add_argument("--all-off", action="store_true",
                    help="exactness: run the backward-exchange-off check on every P, not P=2")
-    p.add_argument("--seeds", type=int, default=5, help="accuracy: seeds per configuration")
+    p.add_argument("--seeds", type=int, default=5,
+                   help="accuracy, staleness: seeds per configuration")
+    p.add_argument("--first-seed", type=int, default=1,
+                   help="staleness: the first seed (seed 0 is the one options were tuned on)")
+    p.add_argument("--graphs", default="sbm,citeseer",
+                   help="staleness: comma-separated graphs: sbm or shared dataset names")
+    p.add_argument("--parts", default="4", help="staleness: comma-separated partition counts")
+    p.add_argument("--configs", default=",".join(STALENESS_CONFIGS),
+                   help="staleness: comma-separated columns, of " + ", ".join(STALENESS_CONFIGS))
+    p.add_argument("--smoothing", type=float, default=0.5,
+                   help="staleness: gamma of the smoothed configurations")
     p.add_argument("--sbm", default="sbm:nodes=60000,noise=3",  # 1.1M edges
                    help="accuracy: the SBM graph (>= 10^6 edges)")
     p.add_argument("--scale", type=int, default=20, help="speed: R-MAT scale")
@@ -194,7 +267,8 @@ def main() -> None:
     DATA = a.data
     a.epochs = a.epochs or {"exactness": 50, "speed": 6}.get(a.figure, 200)
     a.work.mkdir(parents=True, exist_ok=True)
-    rows = {"exactness": exactness, "accuracy": accuracy, "speed": speed}[a.figure](a)
+    rows = {"exactness": exactness, "accuracy": accuracy, "speed": speed,
+            "staleness": staleness}[a.figure](a)
     if a.json:
         write_atomic(a.json, json.dumps(rows, indent=1))
 

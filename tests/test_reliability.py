@@ -45,10 +45,12 @@ def newest_epoch(directory):
     return int(checkpoints(directory)[0].name.split("-")[1])
 
 
-# 4 ranks with cd-5 only: its delayed-exchange state is what a kill can leave half-done
+# 4 ranks with cd-5 only: its delayed-exchange state is what a kill can leave half-done; on
+# 2 ranks the bf16 wire's error-feedback residuals and cd-r's smoothed values are state too
 @pytest.mark.parametrize("ranks, algo", [
-    (2, ["--algo", "cd-0"]), (2, ["--algo", "cd-r", "--delay", "5"]),
-    (4, ["--algo", "cd-r", "--delay", "5"])], ids=["2-cd-0", "2-cd-5", "4-cd-5"])
+    (2, ["--algo", "cd-0", "--exchange-precision", "bf16"]),
+    (2, ["--algo", "cd-r", "--delay", "5", "--smoothing", "0.5", "--exchange-precision", "bf16"]),
+    (4, ["--algo", "cd-r", "--delay", "5"])], ids=["2-cd-0-bf16", "2-cd-5-smooth-bf16", "4-cd-5"])
 def test_killed_rank_then_resume_equals_uninterrupted(cora_parts, tmp_path, ranks, algo):
     row = kill_and_resume(cora_parts[ranks], ranks, flags(*algo), tmp_path, after=20)
     assert row["killed_status"] != 0

@@ -1,0 +1,196 @@
+"""An independent reference for training under cd-r: all ranks of a partitioned run
+simulated one after another in one process, with the delayed exchange written from its
+definition (a history of every clone's partials) rather than from :mod:`distgnn.drpa`'s
+bins, buffers and messages.
+
+With delay ``r >= 1`` no clone ever uses a value of the current epoch from another rank,
+so the ranks of one epoch can run in any order.  For split vertex ``v`` (global id ``g``,
+root ``rho``, clones ``R``) at epoch ``e``, let ``e1`` be the last epoch ``<= e`` with
+``e1 = g (mod r)`` (the last refresh of ``v``'s bin) and ``H_q(s)`` clone ``q``'s fresh
+partial at epoch ``s``.  Every refresh ``e1`` delivers what was sent at ``e1 - r`` (nothing
+when ``e1 < r``), and a clone keeps what arrived, smoothed with ``gamma``
+(``K <- m`` on the first arrival, then ``K <- gamma K + (1 - gamma) m``):
+
+- the root keeps, per leaf ``q``, ``K_q(e1)`` from the arrivals ``m = H_q(e1 - r)``;
+- at ``e1`` it replies to leaf ``q`` with ``D_q(e1) = H_rho(e1) + sum_{q'} K_q'(e1) - K_q(e1)``;
+- leaf ``q`` keeps ``L_q(e1)`` from the arrivals ``m = D_q(e1 - r)``.
+
+A clone aggregates its fresh partial plus ``sum_q K_q(e1)`` (root) or ``L_q(e1)`` (leaf).
+With ``gamma = 0`` that is ``sum_{q != rho} H_q(e1 - r)`` at the root and
+``H_rho(e1 - r) + sum_{q not in {rho, p}} H_q(e1 - 2 r)`` at leaf ``p``.  The backward pass
+applies the same rule to the gradients arriving at each clone's aggregate.  Replicas are
+one model: the loss is counted at root clones and divided by the global training count,
+and the gradients of all ranks are summed before the Adam step.
+
+``subtract_own=False`` describes a wrong schedule (a reply that also carries the leaf's own
+partial back), which the tests use to show that the comparison can fail.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from distgnn.aggregate import Neighbourhood
+from distgnn.backends import get_backend
+from distgnn.config import TrainConfig
+from distgnn.shard import node_tensors
+from distgnn.train import build_model
+
+
+class History:
+    """``H[(layer, direction, epoch, rank)]``: the fresh partials (forward) or incoming
+    gradients (backward) of every vertex of a rank, as float64 numpy ``[n_p, d]``."""
+
+    def __init__(self):
+        self.values: dict[tuple, np.ndarray] = {}
+
+    def get(self, layer, direction, epoch, rank, local):
+        if epoch < 0:
+            return 0.0
+        return self.values[(layer, direction, epoch, rank)][local]
+
+
+class Clones:
+    """Where every global vertex has clones: ``local[p][g]`` (-1 if none) and its root."""
+
+    def __init__(self, parts, num_nodes):
+        self.local = np.full((len(parts), num_nodes), -1, np.int64)
+        self.root = np.full(num_nodes, -1, np.int64)
+        for p, part in enumerate(parts):
+            gids = np.asarray(part.global_ids)
+            self.local[p, gids] = np.arange(len(gids))
+            rr = np.asarray(part.root_rank)
+            self.root[gids[rr == p]] = p
+        self.split = np.flatnonzero((self.local >= 0).sum(0) > 1)
+        # per rank: (local id, global id, root rank, [(other clone's rank, its local id)])
+        self.entries = [[] for _ in parts]
+        for g in self.split:
+            holders = np.flatnonzero(self.local[:, g] >= 0)
+            for p in holders:
+                self.entries[p].append((self.local[p, g], g, self.root[g],
+                                        [(q, self.local[q, g]) for q in holders if q != p]))
+
+
+class Kept:
+    """The kept values ``K`` and ``L`` of the module docstring, computed on demand (memoised)
+    from the history of fresh values."""
+
+    def __init__(self, hist, clones, r, gamma, subtract_own):
+        self.hist, self.clones, self.r, self.gamma = hist, clones, r, gamma
+        self.subtract_own = subtract_own
+        self.memo = {}
+
+    def smoothed(self, key, e1, arrival):
+        """``K`` after the arrival at refresh ``e1`` (``arrival(s)``: what was sent at s)."""
+        if e1 < self.r:
+            return 0.0
+        if (key, e1) not in self.memo:
+            m = arrival(e1 - self.r)
+            first = e1 < 2 * self.r
+            self.memo[(key, e1)] = m if first else (
+                self.gamma * self.smoothed(key, e1 - self.r, arrival) + (1 - self.gamma) * m)
+        return self.memo[(key, e1)]
+
+    def root(self, layer, direction, g, q, e1):
+        """``K_q(e1)``: the root's kept partial of leaf ``q`` of vertex ``g``."""
+        j = self.clones.local[q, g]
+        return self.smoothed(("K", layer, direction, g, q), e1,
+                             lambda s: self.hist.get(layer, direction, s, q, j))
+
+    def reply(self, layer, direction, g, q, e1):
+        """``D_q(e1)``: what the root sends leaf ``q`` at refresh ``e1``."""
+        rho = self.clones.root[g]
+        leaves = [p for p in np.flatnonzero(self.clones.local[:, g] >= 0) if p != rho]
+        value = self.hist.get(layer, direction, e1, rho, self.clones.local[rho, g])
+        value = value + sum((self.root(layer, direction, g, p, e1) for p in leaves), 0.0)
+        return value - self.root(layer, direction, g, q, e1) if self.subtract_own else value
+
+    def leaf(self, layer, direction, g, q, e1):
+        """``L_q(e1)``: leaf ``q``'s kept complement of vertex ``g``."""
+        return self.smoothed(("L", layer, direction, g, q), e1,
+                             lambda s: self.reply(layer, direction, g, q, s))
+
+    def complement(self, layer, direction, epoch, rank):
+        """The remote term added at each split clone on ``rank``: ``{local id: [d] or 0}``."""
+        out = {}
+        for i, g, rho, others in self.clones.entries[rank]:
+            e1 = epoch - ((epoch - g) % self.r)
+            if rank == rho:
+                out[i] = sum((self.root(layer, direction, g, q, e1) for q, _ in others), 0.0)
+            else:
+                out[i] = self.leaf(layer, direction, g, rank, e1)
+        return out
+
+
+class ReferenceExchange:
+    """The exchange of one simulated rank: adds the complement, records the fresh values."""
+
+    def __init__(self, sim, rank):
+        self.sim, self.rank = sim, rank
+
+    def __call__(self, y, layer, step, training):
+        assert training, "the reference simulates training epochs only"
+        sim, rank = self.sim, self.rank
+
+        class Delayed(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, a):
+                return sim.apply(a, layer, "forward", step, rank)
+
+            @staticmethod
+            def backward(ctx, grad):
+                return sim.apply(grad, layer, "backward", step, rank)
+
+        return Delayed.apply(y)
+
+
+class Simulation:
+    """cd-r training of ``cfg`` on the partitions ``parts`` of a ``num_nodes`` graph."""
+
+    def __init__(self, parts, num_nodes, cfg: TrainConfig, subtract_own: bool = True):
+        self.cfg = cfg
+        self.clones = Clones(parts, num_nodes)
+        self.hist = History()
+        self.kept = Kept(self.hist, self.clones, cfg.delay_epochs, cfg.smoothing, subtract_own)
+        self.ranks = []
+        for p, part in enumerate(parts):
+            x, y, masks = node_tensors(part.x, part.y, {"train": part.train_mask},
+                                       cfg.feature_norm)
+            roots = np.asarray(part.root_rank) == p
+            assert not np.any(np.asarray(part.train_mask) & ~roots), "train mask off a root"
+            nbr = Neighbourhood(part.graph, get_backend("torch"), in_degree=part.in_degree,
+                                global_ids=part.global_ids, exchange=ReferenceExchange(self, p),
+                                dtype=torch.float64)
+            self.ranks.append((nbr, x.double(), y, masks["train"]))
+        self.num_train = sum(int(m.sum()) for *_, m in self.ranks)
+        torch.manual_seed(cfg.seed)
+        self.model = build_model(cfg, parts[0].x.shape[1], int(parts[0].meta["num_classes"]))
+        self.model = self.model.double()
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
+                                          weight_decay=cfg.weight_decay)
+
+    def apply(self, a, layer, direction, epoch, rank):
+        fresh = a.detach().numpy().copy()
+        self.hist.values[(layer, direction, epoch, rank)] = fresh
+        extra = self.kept.complement(layer, direction, epoch, rank)
+        out = fresh.copy()
+        for i, value in extra.items():
+            out[i] += value
+        return torch.from_numpy(out)
+
+    def train(self, epochs):
+        """The global training loss of each epoch."""
+        losses = []
+        self.model.train()
+        for epoch in range(epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            total = 0.0
+            for nbr, x, y, train in self.ranks:
+                logits = self.model(nbr, x, step=epoch)
+                loss = F.cross_entropy(logits[train], y[train], reduction="sum") / self.num_train
+                loss.backward()
+                total += loss.item()
+            self.optimizer.step()
+            losses.append(total)
+        return losses
