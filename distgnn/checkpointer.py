@@ -26,7 +26,8 @@ FINGERPRINT_OPTIONS = ("model", "aggregator", "layers", "hidden", "dropout", "re
                        "backward_exchange")
 # options added later, fingerprinted only when not at their default, so checkpoints from
 # before them (which ran at the default) still resume
-LATER_OPTIONS = {"dtype": "float32", "smoothing": 0.0, "exchange_precision": "fp32"}
+LATER_OPTIONS = {"dtype": "float32", "smoothing": 0.0, "exchange_precision": "fp32",
+                 "comm_budget": None}
 
 
 class NonFiniteLoss(RankFailed):

@@ -86,7 +86,8 @@ def _optimisation_flags(p: argparse.ArgumentParser, d) -> None:
 def _distributed_flags(p: argparse.ArgumentParser, d) -> None:
     from .comm import COMMUNICATORS
     from .config import DEFAULT_DELAY
-    from .drpa import ALGORITHMS, PRECISIONS
+    from .drpa import ALGORITHMS
+    from .wire import PRECISIONS
 
     g = p.add_argument_group("distributed (with --partitions)")
     g.add_argument("--algo", choices=ALGORITHMS, default=d.algo,
@@ -99,6 +100,10 @@ def _distributed_flags(p: argparse.ArgumentParser, d) -> None:
                    help="cd-r staleness correction (PipeGCN): each arriving stale partial or "
                         "gradient m updates the kept one as s <- GAMMA*s + (1-GAMMA)*m; "
                         "0 keeps the latest arrival")
+    g.add_argument("--comm-budget", type=float, default=d.comm_budget, metavar="F",
+                   help="cd-r with an adaptive schedule instead of bins: each epoch send the "
+                        "partials that changed most since last sent, F x cd-0's bytes "
+                        "(positions included; F >= 1.1 sends everything, i.e. delay 1)")
     g.add_argument("--exchange-precision", choices=PRECISIONS, default=d.exchange_precision,
                    help="how training exchanges travel: fp32 (the run's own type) or bf16 "
                         "with error feedback (half the bytes; cd-0 is then no longer exact)")

@@ -12,12 +12,13 @@ from pathlib import Path
 
 from .comm import COMMUNICATORS
 from .comm.watchdog import DEFAULT_TIMEOUT_S
-from .drpa import ALGORITHMS, PRECISIONS
+from .drpa import ALGORITHMS
 from .epoch_log import is_metrics_file
 from .errors import DistGNNError
 from .models import SAGE_AGGREGATORS
 from .placement import BACKEND_CHOICES, DEVICES, parse_per_rank
 from .storage import check_output_dir, check_output_file, check_replaceable
+from .wire import PRECISIONS
 
 NAN_POLICIES = ("stop", "skip")
 MODELS = ("gcn", "sage")
@@ -69,6 +70,7 @@ class TrainConfig:
     verify: bool = True
     backward_exchange: bool = True
     smoothing: float = 0.0
+    comm_budget: float | None = None
     exchange_precision: str = "fp32"
     precompute_first: bool = False
     split: int = 0
@@ -120,6 +122,14 @@ class TrainConfig:
              "in [0, 1)", self.smoothing)
         if self.smoothing and self.algo != "cd-r":
             raise DistGNNError(f"--smoothing applies to cd-r only, not {self.algo}")
+        if self.comm_budget is not None:
+            need(isinstance(self.comm_budget, (int, float)) and math.isfinite(self.comm_budget)
+                 and self.comm_budget > 0, "comm-budget", "a number > 0", self.comm_budget)
+            if self.algo != "cd-r":
+                raise DistGNNError(f"--comm-budget applies to cd-r only, not {self.algo}")
+            if self.delay is not None or self.smoothing:
+                raise DistGNNError("--comm-budget replaces cd-r's bins: it takes neither "
+                                   "--delay nor --smoothing")
         need(self.exchange_precision in PRECISIONS, "exchange-precision",
              "one of " + ", ".join(PRECISIONS), self.exchange_precision)
         if self.exchange_precision != "fp32" and self.algo == "0c":
@@ -136,7 +146,10 @@ class TrainConfig:
 
     @property
     def delay_epochs(self) -> int:
-        """``r`` of cd-r (``DEFAULT_DELAY`` when not given); 0 for the other exchanges."""
+        """``r`` of cd-r (``DEFAULT_DELAY`` when not given; 1 under ``--comm-budget``, whose
+        messages arrive the epoch after they are sent); 0 for the other exchanges."""
         if self.algo != "cd-r":
             return 0
+        if self.comm_budget is not None:
+            return 1
         return DEFAULT_DELAY if self.delay is None else self.delay

@@ -54,7 +54,8 @@ def train_partitions(directory: str, config: Callable[[], TrainConfig],
         places = torch.tensor([float(device.type == "cuda"), float(backend == "torch")])
         world.allreduce(places)
         if comm.rank == 0:
-            delay = f" (delay {shard.nbr.exchange.delay})" if cfg.algo == "cd-r" else ""
+            delay = ("" if cfg.algo != "cd-r" else f" (adaptive, budget {cfg.comm_budget})"
+                     if cfg.comm_budget is not None else f" (delay {shard.nbr.exchange.delay})")
             print(f"{directory}: {comm.size} ranks ({int(places[0])} on GPUs, "
                   f"{int(places[1])} with the torch backend), {cfg.algo}{delay}, "
                   f"{comm.name} communicator", flush=True)

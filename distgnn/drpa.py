@@ -33,8 +33,12 @@ Two options change what a cd-r clone does with what arrives and what travels:
   lost to rounding is sent later instead of never.  Under cd-0 this makes the exchange
   inexact (by about ``2^-8`` relative per value); evaluation exchanges stay exact.
 
+A third replaces cd-r's bins: the **adaptive schedule** of :mod:`distgnn.adaptive` sends,
+within a byte budget, the partials that changed most since last sent.
+
 Message order on the wire follows :mod:`partition.layout`'s split tables, so no ids are
-sent.  Every buffer is allocated once per width and reused every layer and epoch.
+sent (except by the adaptive schedule, which sends positions).  Every buffer is allocated
+once per width and reused every layer and epoch.
 """
 from __future__ import annotations
 
@@ -43,56 +47,13 @@ import dataclasses
 import numpy as np
 import torch
 
+from .adaptive import AdaptiveExchange
 from .comm import Communicator, Done, Handle, all_or_none
 from .errors import DistGNNError
 from .timing import PhaseTimer
+from .wire import Wire
 
 ALGORITHMS = ("cd-0", "cd-r", "0c")
-PRECISIONS = ("fp32", "bf16")
-
-
-class Wire:
-    """How partials travel: unchanged (``fp32``: the run's own type), or as bf16 bit patterns
-    in int16 buffers (MPI has no bf16 type) with error feedback.
-
-    Args:
-        precision (str): ``"fp32"`` or ``"bf16"``.
-        dtype (torch.dtype): the run's floating type (what is encoded and decoded).
-    """
-
-    def __init__(self, precision: str, dtype: torch.dtype):
-        self.compressed = precision == "bf16"
-        self.dtype = dtype
-        self.type = torch.int16 if self.compressed else dtype
-
-    def buffer(self, rows: int, width: int, device) -> torch.Tensor:
-        return torch.zeros(rows, width, dtype=self.type, device=device)
-
-    def carrier(self, values: torch.Tensor) -> torch.Tensor:
-        """The send buffer for messages staged in ``values``: ``values`` itself when they
-        travel unchanged."""
-        return self.buffer(*values.shape, values.device) if self.compressed else values
-
-    def encode(self, values: torch.Tensor, out: torch.Tensor, residual: torch.Tensor | None,
-               rows: torch.Tensor | None = None) -> None:
-        """``out <- wire(values + residual[rows])`` and ``residual[rows] <-`` what the wire
-        lost (``rows``: which residual rows ``values`` are; ``None``: all)."""
-        if not self.compressed:
-            if out is not values:
-                out.copy_(values)
-            return
-        carried = residual if rows is None else residual.index_select(0, rows)
-        carried += values
-        sent = carried.to(torch.bfloat16)
-        out.copy_(sent.view(torch.int16))
-        carried -= sent.to(self.dtype)
-        if rows is None:
-            residual.copy_(carried)
-        else:
-            residual.index_copy_(0, rows, carried)
-
-    def decode(self, received: torch.Tensor) -> torch.Tensor:
-        return received.view(torch.bfloat16).to(self.dtype) if self.compressed else received
 
 
 @dataclasses.dataclass
@@ -388,6 +349,8 @@ class DRPA:
             DGL's cd-0, whose split-vertex gradients miss the other clones' parts; it
             exists to show that difference, not for training.
         smoothing (float): cd-r's PipeGCN smoothing ``gamma`` in ``[0, 1)`` (0: none).
+        budget (float, optional): cd-r with the adaptive schedule of
+            :mod:`distgnn.adaptive` at this fraction of cd-0's bytes, instead of bins.
         precision (str): ``"fp32"`` (the run's own type) or ``"bf16"`` with error feedback,
             for the training exchanges of cd-0 and cd-r.
 
@@ -397,9 +360,10 @@ class DRPA:
 
     def __init__(self, index: SplitIndex, comm: Communicator, algo: str = "cd-0",
                  delay: int = 0, timer: PhaseTimer | None = None, backward: bool = True,
-                 smoothing: float = 0.0, precision: str = "fp32"):
+                 smoothing: float = 0.0, precision: str = "fp32", budget: float | None = None):
         self.index, self.comm, self.algo, self.delay = index, comm, algo, delay
         self.backward, self.smoothing, self.precision = backward, smoothing, precision
+        self.budget = budget
         # cd-0 error feedback per (layer, direction): what the wire lost per leaf / entry
         self.residuals: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self.timer = timer if timer is not None else PhaseTimer()
@@ -425,12 +389,17 @@ class DRPA:
             forward = backward = self.reduce_broadcast
         return _Exchange.apply(y, forward, backward if self.backward else _keep)
 
-    def _delayed(self, layer: int, direction: str, a: torch.Tensor) -> DelayedExchange:
+    def _delayed(self, layer: int, direction: str, a: torch.Tensor):
+        """The cd-r state of ``(layer, direction)`` (a :class:`DelayedExchange`, or an
+        :class:`~distgnn.adaptive.AdaptiveExchange` under a budget), made on first use."""
         key = (layer, direction)
         if key not in self.delayed:
-            self.delayed[key] = DelayedExchange(self.index, self.delay, a.shape[1], self.comm,
-                                                self.timer, a.dtype, a.device, self.smoothing,
-                                                Wire(self.precision, a.dtype))
+            wire = Wire(self.precision, a.dtype)
+            self.delayed[key] = (
+                AdaptiveExchange(self.index, self.budget, a.shape[1], self.comm, self.timer,
+                                 a.dtype, a.device, wire) if self.budget is not None else
+                DelayedExchange(self.index, self.delay, a.shape[1], self.comm, self.timer,
+                                a.dtype, a.device, self.smoothing, wire))
         return self.delayed[key]
 
     def _buffers(self, a: torch.Tensor, wire: Wire) -> tuple[torch.Tensor, ...]:
@@ -486,11 +455,11 @@ class DRPA:
     def load_state_dict(self, state: dict, device: torch.device | str = "cpu") -> None:
         for key, value in state.items():
             layer, direction = key.split("/")
-            if self.algo == "cd-r" and "partials" in value:
-                like = torch.empty(0, value["width"], dtype=value["partials"].dtype,
-                                   device=device)
+            if self.algo == "cd-r" and "width" in value:
+                kept = value["adaptive"][0]["sent"] if "adaptive" in value else value["partials"]
+                like = torch.empty(0, value["width"], dtype=kept.dtype, device=device)
                 self._delayed(int(layer), direction, like).load_state_dict(value)
-            elif self.algo == "cd-0" and self.precision != "fp32" and "partials" not in value:
+            elif self.algo == "cd-0" and self.precision != "fp32" and "width" not in value:
                 self.residuals[(int(layer), direction)] = tuple(r.to(device)
                                                                 for r in value["residuals"])
             else:

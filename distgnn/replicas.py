@@ -10,9 +10,9 @@ from .comm import Communicator
 class ReplicaSync:
     """Keeps the model replicas of all ranks identical.
 
-    One flat buffer (of the parameters' type) holds every gradient, the loss and one non-finite flag per
-    rank, so a step costs a single allreduce; the same buffer carries the initial weights
-    from rank 0.
+    One flat buffer (of the parameters' type) holds every gradient, the loss and one
+    non-finite flag per rank, so a step costs a single allreduce; the same buffer carries
+    the initial weights from rank 0.
     """
 
     def __init__(self, model: torch.nn.Module, comm: Communicator):

@@ -33,8 +33,8 @@ from .timing import PhaseTimer
 class Shard:
     """What one rank trains on: the whole graph in single-socket mode, else its partition.
 
-    ``x`` ``[n, F]`` of the run's ``--dtype``, ``y`` ``[n]`` int64, ``masks`` bool ``[n]`` per split name
-    (under MPI true at root clones only, so each vertex counts once), ``nbr`` the
+    ``x`` ``[n, F]`` of the run's ``--dtype``, ``y`` ``[n]`` int64, ``masks`` bool ``[n]``
+    per split name (under MPI true at root clones only, so each vertex counts once), ``nbr`` the
     neighbourhood the layers aggregate over (with the split-vertex exchange under MPI),
     ``origin`` what the data is (a checkpoint of other data is refused).
     """
@@ -153,7 +153,7 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
     index.check(comm, part)
     exchange = (None if cfg.algo == "0c"
                 else DRPA(index, comm, cfg.algo, delay, timer, cfg.backward_exchange,
-                          cfg.smoothing, cfg.exchange_precision))
+                          cfg.smoothing, cfg.exchange_precision, cfg.comm_budget))
     nbr = Neighbourhood(part.graph, get_backend(backend),
                         in_degree=None if exchange is None else part.in_degree, timer=timer,
                         device=device, global_ids=part.global_ids, exchange=exchange,

@@ -128,6 +128,7 @@ STALENESS_CONFIGS = {
     "single": ([], False), "cd-0": (["--algo", "cd-0"], True), "0c": (["--algo", "0c"], True),
     "cd-5": (["--algo", "cd-r", "--delay", "5"], True),
     "cd-5 smooth": (["--algo", "cd-r", "--delay", "5", "--smoothing", "{g}"], True),
+    "adaptive": (["--algo", "cd-r", "--comm-budget", "{budget}"], True),
     "cd-0 bf16": (["--algo", "cd-0", "--exchange-precision", "bf16"], True),
     "cd-5 bf16 smooth": (["--algo", "cd-r", "--delay", "5", "--smoothing", "{g}",
                           "--exchange-precision", "bf16"], True)}
@@ -147,7 +148,7 @@ def longest_rise(losses: list[float]) -> int:
 def staleness(a) -> list[dict]:
     """Accuracy, longest loss rise and bytes per epoch of each configuration of
     ``STALENESS_CONFIGS`` over seeds, per graph and partition count."""
-    rows = []
+    rows, single = [], {}  # single socket: once per graph and seed, whatever P
     for name in a.graphs.split(","):
         spec, extra = STALENESS_GRAPHS.get(name, (None, []))
         spec = spec or dataset(name)
@@ -155,11 +156,14 @@ def staleness(a) -> list[dict]:
             directory = partition(spec, parts, a.work, name)
             for label in a.configs.split(","):
                 flags, distributed = STALENESS_CONFIGS[label]
-                flags = [f.format(g=a.smoothing) for f in flags]
+                flags = [f.format(g=a.smoothing, budget=a.budget) for f in flags]
                 target = (["--partitions", str(directory)] if distributed
                           else ["--dataset", spec])
                 runs = []
                 for seed in range(a.first_seed, a.first_seed + a.seeds):
+                    if not distributed and (name, seed) in single:
+                        runs.append(single[(name, seed)])
+                        continue
                     records = train([*target, *flags, *extra, "--seed", str(seed),
                                      "--epochs", str(a.epochs)], a.work / "st.json",
                                     ranks=parts if distributed else 1,
@@ -168,9 +172,12 @@ def staleness(a) -> list[dict]:
                                  "longest_rise": longest_rise([r["loss"] for r in records]),
                                  "bytes_per_epoch": statistics.mean(
                                      r["bytes_sent_mean"] for r in records)})
+                    if not distributed:
+                        single[(name, seed)] = runs[-1]
                 accs = [r["test_acc"] for r in runs]
                 row = {"graph": name, "parts": parts, "config": label,
                        "smoothing": a.smoothing if "smooth" in label else 0.0,
+                       "budget": a.budget if label == "adaptive" else None,
                        "test_acc_mean": statistics.mean(accs),
                        "test_acc_sd": statistics.stdev(accs) if len(accs) > 1 else 0.0,
                        "longest_rise_max": max(r["longest_rise"] for r in runs),
@@ -182,6 +189,27 @@ def staleness(a) -> list[dict]:
                       f"{row['longest_rise_max']:3d}  {row['bytes_per_epoch']:>13,.0f} B/epoch"
                       f"  seeds " + " ".join(f"{100 * v:.2f}" for v in accs), flush=True)
     return rows
+
+
+def staleness_table(rows: list[dict]) -> str:
+    """Markdown: a row per graph and P, a column per configuration (mean +- sd, longest loss
+    rise, bytes per epoch as a fraction of cd-0's)."""
+    configs = list(dict.fromkeys(r["config"] for r in rows))
+    lines = ["| graph | P | " + " | ".join(configs) + " |",
+             "|---|---|" + "---|" * len(configs)]
+    for graph, parts in dict.fromkeys((r["graph"], r["parts"]) for r in rows):
+        cells = {r["config"]: r for r in rows if (r["graph"], r["parts"]) == (graph, parts)}
+        cd0 = cells.get("cd-0", {}).get("bytes_per_epoch")
+
+        def cell(r):
+            share = (f", {r['bytes_per_epoch'] / cd0:.2f}x B" if cd0 and r["config"] != "single"
+                     else "")
+            return (f"{100 * r['test_acc_mean']:.2f} +- {100 * r['test_acc_sd']:.2f} "
+                    f"(rise {r['longest_rise_max']}{share})")
+
+        lines.append(f"| {graph} | {parts} | " + " | ".join(
+            cell(cells[c]) if c in cells else "" for c in configs) + " |")
+    return "\n".join(lines)
 
 
 def predicted_bytes(directory: Path, widths: list[int]) -> list[int]:
@@ -255,6 +283,8 @@ def main() -> None:
                    help="staleness: comma-separated columns, of " + ", ".join(STALENESS_CONFIGS))
     p.add_argument("--smoothing", type=float, default=0.5,
                    help="staleness: gamma of the smoothed configurations")
+    p.add_argument("--budget", type=float, default=0.2,
+                   help="staleness: --comm-budget of the adaptive configuration")
     p.add_argument("--sbm", default="sbm:nodes=60000,noise=3",  # 1.1M edges
                    help="accuracy: the SBM graph (>= 10^6 edges)")
     p.add_argument("--scale", type=int, default=20, help="speed: R-MAT scale")
@@ -271,6 +301,8 @@ def main() -> None:
             "staleness": staleness}[a.figure](a)
     if a.json:
         write_atomic(a.json, json.dumps(rows, indent=1))
+    if a.figure == "staleness":
+        print(staleness_table(rows))
 
 
 if __name__ == "__main__":

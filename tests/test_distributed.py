@@ -312,7 +312,7 @@ def test_cdr_follows_the_bin_schedule(random_parts, exchange_job):
         assert stale
 
 
-# ---- 3. training: cd-0 equals single-socket, cd-r its reference; 0c and cd-r run -----------------------------------
+# ---- 3. training: cd-0 equals single-socket, cd-r its reference; 0c and cd-r run ---------
 @pytest.mark.parametrize("P, mpi", [(2, None), (3, None), installed("mpich", 2),
                                     installed("impi", 2)])
 def test_cd0_training_follows_the_single_socket_loss_curve(train_job, single_socket, cora, P,
@@ -419,6 +419,19 @@ def test_bf16_wire_halves_the_bytes_and_keeps_training(train_job, algo, flags):
     assert [r["bytes_sent_max"] for r in bf16] == [r["bytes_sent_max"] // 2 for r in fp32]
     rel = [abs(a["loss"] - b["loss"]) / b["loss"] for a, b in zip(bf16, fp32)]
     assert 0 < max(rel) <= 1e-2, rel
+
+
+def test_adaptive_schedule_keeps_its_budget_and_at_full_budget_is_delay_1(train_job):
+    """``--comm-budget 0.2`` sends at most 0.2 x cd-0's bytes per epoch (positions included)
+    and at least 0.15 x; a budget that covers every row (2) trains exactly as ``--delay 1``."""
+    _, cd0 = train_job(2, "cd-0")
+    _, adaptive = train_job(2, "cd-r", "--comm-budget", "0.2")
+    for a, b in zip(adaptive, cd0):
+        assert 0.15 * b["bytes_sent_max"] <= a["bytes_sent_max"] <= 0.2 * b["bytes_sent_max"]
+    _, full = train_job(2, "cd-r", "--comm-budget", "2")
+    _, delay1 = train_job(2, "cd-r", "--delay", "1")
+    assert [r["loss"] for r in full] == [r["loss"] for r in delay1]
+    assert [r["loss"] for r in adaptive] != [r["loss"] for r in delay1]
 
 
 # ---- 4. failures end the job with a clear error, never a hang ------------------------------------

@@ -50,7 +50,9 @@ def newest_epoch(directory):
 @pytest.mark.parametrize("ranks, algo", [
     (2, ["--algo", "cd-0", "--exchange-precision", "bf16"]),
     (2, ["--algo", "cd-r", "--delay", "5", "--smoothing", "0.5", "--exchange-precision", "bf16"]),
-    (4, ["--algo", "cd-r", "--delay", "5"])], ids=["2-cd-0-bf16", "2-cd-5-smooth-bf16", "4-cd-5"])
+    (2, ["--algo", "cd-r", "--comm-budget", "0.3"]),
+    (4, ["--algo", "cd-r", "--delay", "5"])],
+    ids=["2-cd-0-bf16", "2-cd-5-smooth-bf16", "2-adaptive", "4-cd-5"])
 def test_killed_rank_then_resume_equals_uninterrupted(cora_parts, tmp_path, ranks, algo):
     row = kill_and_resume(cora_parts[ranks], ranks, flags(*algo), tmp_path, after=20)
     assert row["killed_status"] != 0

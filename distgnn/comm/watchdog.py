@@ -7,8 +7,8 @@ collective.  :class:`Watchdog` wraps a communicator: each blocking call (and eac
 ``wait()`` of a non-blocking one) sets a deadline ``timeout`` seconds ahead, and a daemon
 thread that finds a deadline passed prints which rank waited in which operation, and, given
 a :class:`~distgnn.comm.heartbeat.Heartbeat`, which peers (on which hosts) it stopped
-hearing from, and calls the communicator's ``abort`` (``MPI_Abort`` ends every rank of the job), falling back to
-``os._exit`` if the abort itself does not return promptly.
+hearing from, and calls the communicator's ``abort`` (``MPI_Abort`` ends every rank of
+the job), falling back to ``os._exit`` if the abort itself does not return promptly.
 """
 from __future__ import annotations
 
