@@ -3,6 +3,7 @@ rates, with bytes on the wire and the scaling model's prediction beside each poi
 
     python experiments/cluster_regimes.py [--graphs rmat18,tolokers] [--nodes 2,4]
         [--rates 10gbit,1gbit,200mbit] [--delays 2,5,10] [--epochs 5] [--json F] [--plot DIR]
+        [--variants "cd-5 smooth,adaptive,cd-0 bf16,cd-5 bf16 smooth"]
 
 For each graph and node count N it partitions the graph (libra, seed 0) into N parts,
 brings up an emulated cluster of N nodes (:mod:`launch.cluster`, needs CAP_NET_ADMIN; one
@@ -16,10 +17,13 @@ rank of one thread per node), and for each link rate:
    against the partition tables' prediction of the
    exchange (``4 bytes x sum_k d_k x (leaves + leaf entries)`` per rank over the epoch's
    exchanges ``k``, over r for cd-r);
-4. predicts the epoch with :func:`distgnn.bench.predict.predict` from this network, rates
-   measured by training on the whole graph here, and the partition statistics.  All
-   emulated nodes share this host's cores, so the prediction is slowed by
-   ``max(1, N / cores)`` as for an oversubscribed node.
+   ``--variants`` adds exchange configurations of ``drpa_figures.py staleness`` (smoothing,
+   the adaptive schedule, bf16 on the wire), timed and counted the same way but not
+   predicted;
+4. predicts the epoch of 0c, cd-0 and cd-r with :func:`distgnn.bench.predict.predict`
+   from this network, rates measured by training on the whole graph here, and the
+   partition statistics.  All emulated nodes share this host's cores, so the prediction
+   is slowed by ``max(1, N / cores)`` as for an oversubscribed node.
 
 Prints one line per point, and writes a JSON and one chart per graph and N (epoch time
 against link rate, one line per algorithm: where cd-r's line crosses below cd-0's).
@@ -77,9 +81,8 @@ def network_fit(c: cluster.Cluster, out: Path) -> tuple[float, float]:
     return fit["alltoallv_alpha_s"], fit["alltoallv_beta_b_s"]
 
 
-def train_point(c: cluster.Cluster, parts: Path, algo: str, delay: int, epochs: int,
+def train_point(c: cluster.Cluster, parts: Path, flags: list, epochs: int,
                 metrics: Path) -> dict:
-    flags = ["--algo", "cd-r", "--delay", delay] if algo == "cd-r" else ["--algo", algo]
     before = [cluster.link_bytes(c, i)["tx"] for i in range(c.nodes)]
     launch(c, [BIN / "distgnn-train", "--partitions", parts, *MODEL, *flags, "--epochs",
                epochs, "--eval-every", epochs, "--no-progress", "--metrics-out", metrics])
@@ -119,7 +122,7 @@ def chart(rows: list[dict], graph: str, nodes: int, directory: Path) -> Path:
         line, = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
                         label=label)
         predicted = sorted((r["rate_mbit"], r["predicted_s"]) for r in mine
-                           if r["label"] == label)
+                           if r["label"] == label and r["predicted_s"] is not None)
         ax.plot([p[0] for p in predicted], [p[1] for p in predicted], ":",
                 color=line.get_color())
     ax.set_xscale("log")
@@ -147,6 +150,11 @@ def main() -> int:
     p.add_argument("--nodes", default="2,4", help="comma-separated emulated node counts")
     p.add_argument("--rates", default="10gbit,1gbit,200mbit", help="comma-separated tc rates")
     p.add_argument("--delays", default="2,5,10", help="comma-separated r of cd-r")
+    p.add_argument("--variants", default="",
+                   help="comma-separated exchange configurations of drpa_figures.py "
+                        "staleness to time too (e.g. 'cd-5 smooth,adaptive,cd-0 bf16')")
+    p.add_argument("--smoothing", type=float, default=0.5, help="gamma of smoothed variants")
+    p.add_argument("--budget", type=float, default=0.2, help="--comm-budget of 'adaptive'")
     p.add_argument("--epochs", type=int, default=5, help="epochs per run (first not timed)")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared datasets folder")
     p.add_argument("--work", type=Path, default=Path("runs/regimes"), help="scratch folder")
@@ -160,7 +168,16 @@ def main() -> int:
 
     a.work.mkdir(parents=True, exist_ok=True)
     cores = os.cpu_count() or 1
+    from drpa_figures import STALENESS_CONFIGS  # beside this script
+
     algos = [("0c", 0), ("cd-0", 0)] + [("cd-r", int(r)) for r in a.delays.split(",")]
+    # (label, flags, algo and delay when the scaling model predicts it)
+    points = [(f"cd-{delay}" if algo == "cd-r" else algo,
+               ["--algo", "cd-r", "--delay", delay] if algo == "cd-r" else ["--algo", algo],
+               (algo, delay)) for algo, delay in algos]
+    points += [(name, [f.format(g=a.smoothing, budget=a.budget)
+                       for f in STALENESS_CONFIGS[name][0]], None)
+               for name in filter(None, a.variants.split(","))]
     rows = []
     for graph in a.graphs.split(","):
         source = spec(graph, a.data)
@@ -185,31 +202,35 @@ def main() -> int:
                     for i in range(nodes):
                         cluster.shape(c, i, rate)
                     alpha, beta = network_fit(c, a.work / f"comm-{nodes}-{rate}.json")
-                    for algo, delay in algos:
-                        label = f"cd-{delay}" if algo == "cd-r" else algo
-                        point = train_point(c, parts, algo, delay, a.epochs,
-                                            a.work / "m.jsonl")
-                        pred = predict(per_rank, rates, widths, params, alpha, beta, algo,
-                                       max(delay, 1), max(1.0, nodes / cores))
+                    for label, flags, modelled in points:
+                        point = train_point(c, parts, flags, a.epochs, a.work / "m.jsonl")
                         row = {"graph": graph, "nodes": nodes, "rate": rate,
                                "rate_mbit": rate_mbit(rate), "label": label,
                                "alpha_s": alpha, "beta_b_s": beta, **point,
-                               "predicted_s": pred["epoch"], "predicted_phases": pred,
-                               "predicted_exchange_bytes": predicted_exchange_bytes(
-                                   per_rank, widths, algo, max(delay, 1))}
-                        row["error"] = (row["predicted_s"] - row["epoch_s"]) / row["epoch_s"]
+                               "predicted_s": None, "error": None}
+                        if modelled:
+                            algo, delay = modelled
+                            pred = predict(per_rank, rates, widths, params, alpha, beta, algo,
+                                           max(delay, 1), max(1.0, nodes / cores))
+                            row.update(predicted_s=pred["epoch"], predicted_phases=pred,
+                                       predicted_exchange_bytes=predicted_exchange_bytes(
+                                           per_rank, widths, algo, max(delay, 1)))
+                            row["error"] = ((row["predicted_s"] - row["epoch_s"])
+                                            / row["epoch_s"])
                         ph = row["phases"]
                         row["exchange_share"] = (ph["exchange_pre"] + ph["exchange_wait"]
                                                  + ph["exchange_post"]) / row["epoch_s"]
                         rows.append(row)
-                        print(f"{graph} N={nodes} {rate:>8} {label:5} epoch "
-                              f"{row['epoch_s']:.3f} s (pred {row['predicted_s']:.3f}, "
-                              f"{100 * row['error']:+.0f} %) exch "
+                        predicted = ("" if not modelled else
+                                     f" (pred {row['predicted_s']:.3f}, "
+                                     f"{100 * row['error']:+.0f} %)")
+                        print(f"{graph} N={nodes} {rate:>8} {label:16} epoch "
+                              f"{row['epoch_s']:.3f} s{predicted} exch "
                               f"{100 * row['exchange_share']:.0f} % "
                               f"wait {ph['exchange_wait']:.3f} allred {ph['allreduce']:.3f} "
-                              f"bytes {row['exchange_bytes_per_epoch']:,.0f}/"
-                              f"{row['predicted_exchange_bytes']:,.0f} "
-                              f"wire/payload {row['wire_over_payload'] or 0:.3f}", flush=True)
+                              f"bytes {row['exchange_bytes_per_epoch']:,.0f}"
+                              + (f"/{row['predicted_exchange_bytes']:,.0f}" if modelled else "")
+                              + f" wire/payload {row['wire_over_payload'] or 0:.3f}", flush=True)
                         if a.json:
                             write_atomic(a.json, json.dumps(rows, indent=1))
             finally:

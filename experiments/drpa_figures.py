@@ -3,6 +3,7 @@
     python experiments/drpa_figures.py exactness [--epochs 50]
     python experiments/drpa_figures.py accuracy [--seeds 5]
     python experiments/drpa_figures.py speed [--scale 20]
+    python experiments/drpa_figures.py drift [--graphs sbm,citeseer] [--parts 4] [--epochs 300]
     python experiments/drpa_figures.py staleness [--graphs sbm,citeseer] [--parts 4]
                                                  [--seeds 3] [--configs ...] [--smoothing G]
 
@@ -21,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from distgnn.bench.predict import exchange_bytes, exchange_widths
 from distgnn.bench.validate import train_records
+from distgnn.drpa import SplitIndex
 from distgnn.storage import write_atomic
 from partition.format import load as load_partition
 from partition.format import read_meta
@@ -87,6 +90,34 @@ def exactness(a) -> list[dict]:
                 print(f"{name:9} P={parts} backward exchange {'on ' if backward else 'off'}  "
                       f"max rel loss diff {diff:.2e}  final test acc {got[-1]['test_acc']:.4f} "
                       f"vs {ref[-1]['test_acc']:.4f} ({vertices} vertices)", flush=True)
+    return rows
+
+
+def drift(a) -> list[dict]:
+    """cd-0 against single socket (dropout 0.5, seed 0) in float32 and in float64: the
+    largest relative loss difference in the first 100 epochs and after them."""
+    rows = []
+    for name in a.graphs.split(","):
+        spec, extra = STALENESS_GRAPHS.get(name, (None, []))
+        spec = spec or dataset(name)
+        for parts in map(int, a.parts.split(",")):
+            directory = partition(spec, parts, a.work, name)
+            for dtype in ("float32", "float64"):
+                common = [*extra, "--epochs", str(a.epochs), "--dtype", dtype]
+                ref = train(["--dataset", spec, *common], a.work / "single.json", threads=2)
+                got = train(["--partitions", str(directory), *common], a.work / "dist.json",
+                            ranks=parts)
+                rel = [abs(g["loss"] - r["loss"]) / abs(r["loss"]) for g, r in zip(got, ref)]
+                row = {"graph": name, "parts": parts, "dtype": dtype,
+                       "max_rel_first_100": max(rel[:100]),
+                       "max_rel_after_100": max(rel[100:], default=0.0),
+                       "first_epoch_above_1e-6": next(
+                           (i for i, v in enumerate(rel) if v > 1e-6), None)}
+                rows.append(row)
+                print(f"{name:9} P={parts} {dtype}: max relative loss difference "
+                      f"{row['max_rel_first_100']:.2e} in epochs 0-99, "
+                      f"{row['max_rel_after_100']:.2e} after; first above 1e-6 at epoch "
+                      f"{row['first_epoch_above_1e-6']}", flush=True)
     return rows
 
 
@@ -175,6 +206,7 @@ def staleness(a) -> list[dict]:
                     if not distributed:
                         single[(name, seed)] = runs[-1]
                 accs = [r["test_acc"] for r in runs]
+                predicted = (predicted_config_bytes(directory, flags) if distributed else 0.0)
                 row = {"graph": name, "parts": parts, "config": label,
                        "smoothing": a.smoothing if "smooth" in label else 0.0,
                        "budget": a.budget if label == "adaptive" else None,
@@ -182,13 +214,33 @@ def staleness(a) -> list[dict]:
                        "test_acc_sd": statistics.stdev(accs) if len(accs) > 1 else 0.0,
                        "longest_rise_max": max(r["longest_rise"] for r in runs),
                        "bytes_per_epoch": statistics.mean(r["bytes_per_epoch"] for r in runs),
+                       "bytes_per_epoch_predicted": predicted,
                        "runs": runs}
                 rows.append(row)
                 print(f"{name:9} P={parts} {label:17} {100 * row['test_acc_mean']:6.2f} "
                       f"+- {100 * row['test_acc_sd']:.2f} %  longest loss rise "
-                      f"{row['longest_rise_max']:3d}  {row['bytes_per_epoch']:>13,.0f} B/epoch"
+                      f"{row['longest_rise_max']:3d}  {row['bytes_per_epoch']:>13,.0f} B/epoch "
+                      f"(predicted {predicted:,.0f})"
                       f"  seeds " + " ".join(f"{100 * v:.2f}" for v in accs), flush=True)
     return rows
+
+
+def predicted_config_bytes(directory: Path, flags: list[str]) -> float:
+    """Predicted bytes per rank per epoch (mean over ranks) of the default model (GCN, 2
+    layers, hidden 16) under the exchange ``flags`` select (:func:`exchange_bytes`)."""
+    def flag(name, default=None):
+        return flags[flags.index(name) + 1] if name in flags else default
+
+    meta = read_meta(directory)
+    widths = exchange_widths(meta["num_features"], 16, meta["num_classes"], 2)
+    budget = flag("--comm-budget")
+    total = 0.0
+    for p in range(meta["num_parts"]):
+        index = SplitIndex.from_partition(load_partition(directory, p))
+        total += exchange_bytes(index.leaf_counts, index.root_counts, widths, flag("--algo"),
+                                int(flag("--delay", 5)), flag("--exchange-precision", "fp32"),
+                                None if budget is None else float(budget))
+    return total / meta["num_parts"]
 
 
 def staleness_table(rows: list[dict]) -> str:
@@ -265,11 +317,12 @@ def speed(a) -> list[dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("figure", choices=("exactness", "accuracy", "speed", "staleness"))
+    p.add_argument("figure", choices=("exactness", "accuracy", "speed", "drift", "staleness"))
     p.add_argument("--work", type=Path, default=Path("runs/drpa"),
                    help="partition directories and metrics files go here")
     p.add_argument("--epochs", type=int, default=None,
-                   help="exactness: 50 (default); speed: 6 (default)")
+                   help="exactness: 50 (default); speed: 6 (default); drift: 300 (default); "
+                        "accuracy, staleness: 200 (default)")
     p.add_argument("--all-off", action="store_true",
                    help="exactness: run the backward-exchange-off check on every P, not P=2")
     p.add_argument("--seeds", type=int, default=5,
@@ -277,8 +330,9 @@ def main() -> None:
     p.add_argument("--first-seed", type=int, default=1,
                    help="staleness: the first seed (seed 0 is the one options were tuned on)")
     p.add_argument("--graphs", default="sbm,citeseer",
-                   help="staleness: comma-separated graphs: sbm or shared dataset names")
-    p.add_argument("--parts", default="4", help="staleness: comma-separated partition counts")
+                   help="drift, staleness: comma-separated graphs: sbm or shared dataset names")
+    p.add_argument("--parts", default="4",
+                   help="drift, staleness: comma-separated partition counts")
     p.add_argument("--configs", default=",".join(STALENESS_CONFIGS),
                    help="staleness: comma-separated columns, of " + ", ".join(STALENESS_CONFIGS))
     p.add_argument("--smoothing", type=float, default=0.5,
@@ -295,9 +349,9 @@ def main() -> None:
     a = p.parse_args()
     global DATA
     DATA = a.data
-    a.epochs = a.epochs or {"exactness": 50, "speed": 6}.get(a.figure, 200)
+    a.epochs = a.epochs or {"exactness": 50, "speed": 6, "drift": 300}.get(a.figure, 200)
     a.work.mkdir(parents=True, exist_ok=True)
-    rows = {"exactness": exactness, "accuracy": accuracy, "speed": speed,
+    rows = {"exactness": exactness, "accuracy": accuracy, "speed": speed, "drift": drift,
             "staleness": staleness}[a.figure](a)
     if a.json:
         write_atomic(a.json, json.dumps(rows, indent=1))

@@ -38,6 +38,7 @@ import math
 
 import numpy as np
 
+from ..adaptive import POSITION_BYTES, budgeted_rows
 from ..cli_common import comma_list
 from .output import finish, output_arguments
 
@@ -146,6 +147,24 @@ def exchange_widths(num_features: int, hidden: int, num_classes: int, layers: in
     forward = aggregation_widths(num_features, hidden, num_classes, layers)
     first = hidden if layers > 1 else num_classes
     return forward + (forward[1:] if num_features <= first else forward)
+
+
+def exchange_bytes(leaf_counts: list[int], root_counts: list[int], widths: list[int],
+                   algo: str, delay: int = 5, precision: str = "fp32",
+                   budget: float | None = None) -> float:
+    """Bytes one rank sends per training epoch (mean over epochs) for the exchanges of widths
+    ``d_k``, from its leaves per root rank (``leaf_counts``) and its leaf entries per leaf
+    rank (``root_counts``), with ``e`` bytes per value (4, or 2 for bf16):
+    cd-0 ``sum_k e d_k (l + L)``; cd-r ``1/r`` of that; the adaptive schedule
+    ``sum_k sum_blocks k_b (e d_k + 4)`` (:func:`distgnn.adaptive.budgeted_rows`); 0c none."""
+    if algo == "0c":
+        return 0.0
+    e = 2 if precision == "bf16" else 4
+    if algo == "cd-r" and budget is not None:
+        return float(sum(budgeted_rows(n, budget, e * d) * (e * d + POSITION_BYTES)
+                         for d in widths for n in [*leaf_counts, *root_counts]))
+    rows = sum(leaf_counts) + sum(root_counts)
+    return e * sum(widths) * rows / (delay if algo == "cd-r" else 1)
 
 
 def measure_rates(data, cfg) -> Rates:
