@@ -78,6 +78,9 @@ def _optimisation_flags(p: argparse.ArgumentParser, d) -> None:
                    help="seed of weights and dropout: the same seed gives the same loss curve")
     g.add_argument("--eval-every", type=int, default=d.eval_every,
                    help="evaluate (train/val/test accuracy) every k epochs")
+    g.add_argument("--roc-auc", action="store_true",
+                   help="also report each split's ROC-AUC at every evaluation (binary tasks, "
+                        "e.g. tolokers, whose published figures are ROC-AUC)")
     g.add_argument("--patience", type=int, default=d.patience,
                    help="stop after this many evaluations without a better validation "
                         "accuracy (0: never stop early)")

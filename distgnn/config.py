@@ -48,6 +48,7 @@ class TrainConfig:
     epochs: int = 200
     seed: int = 0
     eval_every: int = 1
+    roc_auc: bool = False
     patience: int = 0
     feature_norm: str = "row"
     dtype: str = "float32"

@@ -20,8 +20,10 @@ import dataclasses
 import time
 from typing import Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from scipy.stats import rankdata
 
 from .checkpointer import Checkpointer, NonFiniteLoss, Stopped
 from .comm import Communicator, SelfCommunicator, all_or_none
@@ -98,10 +100,50 @@ def step(model: GNN, optimizer, shard: Shard, sync: ReplicaSync, num_train: floa
     return value, sync.nonfinite_ranks
 
 
+def roc_auc(scores: np.ndarray, positive: np.ndarray) -> float | None:
+    r"""Area under the ROC curve of ``scores`` ``[n]`` for the labels ``positive`` ``[n]``
+    (bool), by the rank-sum statistic with tied scores at their mean rank:
+    :math:`(\sum_{i \in pos} \mathrm{rank}_i - n_+ (n_+ + 1) / 2) / (n_+ n_-)`;
+    ``None`` when one class is absent."""
+    n_pos = int(positive.sum())
+    n_neg = len(positive) - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return None
+    ranks = rankdata(scores)
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def gathered_roc_auc(logits: torch.Tensor, shard: Shard, comm: Communicator) -> dict:
+    """``{mask}_roc_auc`` of a binary task over all ranks: every rank writes its root
+    clones' score ``z_1 - z_0``, label and mask membership at their global ids into one
+    ``[N, 2 + masks]`` table, summed over ranks (each vertex is a root on one rank)."""
+    ids = torch.from_numpy(shard.nbr.global_ids)
+    device = comm.device if comm.size > 1 else "cpu"  # where the transport wants it
+    size = torch.tensor([float(ids.max()) + 1 if len(ids) else 0.0], dtype=torch.float64,
+                        device=device)
+    comm.allreduce(size, op="max")
+    names = list(shard.masks)
+    table = torch.zeros(int(size[0]), 2 + len(names), dtype=torch.float64)
+    roots = torch.zeros(len(ids), dtype=torch.bool)
+    for m in shard.masks.values():
+        roots |= m.cpu()
+    at = ids[roots]
+    table[at, 0] = (logits[:, 1] - logits[:, 0]).double().cpu()[roots]
+    table[at, 1] = shard.y.double().cpu()[roots]
+    for i, name in enumerate(names):
+        table[at, 2 + i] = shard.masks[name].double().cpu()[roots]
+    table = table.to(device)
+    comm.allreduce(table)
+    t = table.cpu().numpy()
+    return {f"{name}_roc_auc": roc_auc(t[t[:, 2 + i] > 0, 0], t[t[:, 2 + i] > 0, 1] == 1)
+            for i, name in enumerate(names)}
+
+
 @torch.no_grad()
-def evaluate(model: GNN, shard: Shard, comm: Communicator) -> dict:
+def evaluate(model: GNN, shard: Shard, comm: Communicator, with_roc_auc: bool = False) -> dict:
     """Accuracy on each mask and the validation loss over all ranks, with dropout off, and
-    ``eval_bytes_sent_mean``: the split-vertex bytes a rank sent for it (mean over ranks)."""
+    ``eval_bytes_sent_mean``: the split-vertex bytes a rank sent for it (mean over ranks);
+    with ``with_roc_auc`` (binary tasks), also each mask's ROC-AUC."""
     model.eval()
     exchange = shard.nbr.exchange
     sent = exchange.total_bytes_sent if exchange else 0
@@ -123,6 +165,8 @@ def evaluate(model: GNN, shard: Shard, comm: Communicator) -> dict:
     n_val = float(t[2 * names.index("val") + 1])
     out["val_loss"] = float(t[-2]) / n_val if n_val else None
     out["eval_bytes_sent_mean"] = float(t[-1]) / comm.size
+    if with_roc_auc:
+        out.update(gathered_roc_auc(logits, shard, comm))
     return out
 
 
@@ -132,6 +176,9 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
     per-epoch history and the best evaluation (the same on every rank).  Checkpoints and
     stops as :class:`~distgnn.checkpointer.Checkpointer` decides; ``watchdog`` is armed
     after the first epoch.  Collective: every rank must call it with the same ``cfg``."""
+    if cfg.roc_auc and shard.num_classes != 2:
+        raise DistGNNError(f"--roc-auc needs a binary task; {shard.name} has "
+                           f"{shard.num_classes} classes")
     model, optimizer = all_or_none(comm, lambda: model_and_optimizer(cfg, shard))
     sync = ReplicaSync(model, comm)
     sync.broadcast_parameters()
@@ -157,7 +204,7 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                     exchange.total_bytes_sent - sent if exchange else 0, sync.step_bytes,
                     stop.request(), bad)
                 if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
-                    record.update(evaluate(model, shard, comm))
+                    record.update(evaluate(model, shard, comm, cfg.roc_auc))
                 run.add(record, model)
                 if watchdog is not None:
                     watchdog.arm()

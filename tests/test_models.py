@@ -152,3 +152,4 @@ def test_precomputed_first_aggregation_is_the_same_model_with_one_aggregation(ca
 def test_precomputed_first_aggregation_needs_aggregate_first():
     with pytest.raises(ValueError, match="aggregates before projecting"):
         GNN("gcn", 64, 8, 3, precompute_first=True)  # 64 features > hidden 8: projects first
+

@@ -8,6 +8,7 @@ import pytest
 from distgnn.epoch_log import PHASES
 from distgnn.errors import DistGNNError
 from distgnn.shard import normalize_features
+from distgnn.train import roc_auc
 from tests.helpers.training import losses
 from tests.helpers.training import train_quietly as run
 
@@ -40,6 +41,11 @@ def test_early_stopping_stops_when_validation_stalls(cora):
     assert len(result.history) == 4
 
 
+def test_roc_auc_needs_a_binary_task(cora):
+    with pytest.raises(DistGNNError, match="--roc-auc needs a binary task; .* 7 classes"):
+        run(cora, epochs=1, roc_auc=True)
+
+
 def test_empty_training_set_is_an_error(cora):
     data = dataclasses.replace(cora, train_mask=np.zeros_like(cora.train_mask))
     with pytest.raises(DistGNNError, match="no training vertices"):
@@ -58,3 +64,16 @@ def test_cora_reaches_published_accuracy(cora, model):
     # Kipf & Welling report 81.5 % for GCN; one seed varies by about +-1 point.
     result = run(cora, model=model, epochs=200, seed=0)
     assert result.best["test_acc"] >= 0.795
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_roc_auc_is_the_share_of_correctly_ordered_pairs(seed):
+    """``roc_auc`` equals the fraction of (positive, negative) pairs whose scores are in
+    order, ties counting one half; ``None`` when a class is missing."""
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(0, 6, 200).astype(float)  # many ties
+    positive = rng.random(200) < 0.3
+    pos, neg = scores[positive], scores[~positive]
+    pairs = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    assert roc_auc(scores, positive) == pytest.approx(pairs / (len(pos) * len(neg)), abs=1e-12)
+    assert roc_auc(scores, np.ones(200, bool)) is None
