@@ -166,6 +166,8 @@ STALENESS_CONFIGS = {
     "adaptive": (["--algo", "cd-r", "--comm-budget", "{budget}"], True),
     "cd-0 bf16": (["--algo", "cd-0", "--exchange-precision", "bf16"], True),
     "cd-5 bf16 smooth": (["--algo", "cd-r", "--delay", "5", "--smoothing", "{g}",
+                          "--exchange-precision", "bf16"], True),
+    "cd-2 bf16 smooth": (["--algo", "cd-r", "--delay", "2", "--smoothing", "{g}",
                           "--exchange-precision", "bf16"], True)}
 # graphs of the staleness figure: spec (shared dataset name or generator) and extra flags
 STALENESS_GRAPHS = {"sbm": ("sbm:nodes=60000,noise=3", ["--feature-norm", "none"]),
