@@ -50,7 +50,7 @@ class Side:
     """
 
     def __init__(self, counts, peer_counts, budget, width, dtype, device, wire: Wire):
-        row_bytes = width * wire.buffer(1, 1, "cpu").element_size()
+        row_bytes = width * wire.element_size
         self.send_k = [budgeted_rows(n, budget, row_bytes) for n in counts]
         self.recv_k = [budgeted_rows(n, budget, row_bytes) for n in peer_counts]
         self.starts = np.concatenate([[0], np.cumsum(counts)])[:-1].tolist()
@@ -65,6 +65,7 @@ class Side:
         zeros = lambda *shape, dtype=dtype: torch.zeros(*shape, dtype=dtype, device=device)  # noqa: E731
         self.sent = zeros(sum(counts), width)
         self.kept = zeros(sum(peer_counts), width)
+        self.change = zeros(sum(counts), width)  # scratch of :meth:`send`
         self.values = zeros(sum(self.send_k), width)
         self.send_buf = wire.carrier(self.values)
         self.recv_buf = wire.buffer(sum(self.recv_k), width, device)
@@ -87,7 +88,7 @@ class Side:
     def send(self, current: torch.Tensor, comm: Communicator) -> int:
         """Send, per peer block, the rows of ``current`` ``[n, d]`` that moved most since
         last sent; returns the bytes sent."""
-        change = (current - self.sent).square_().sum(1)
+        change = torch.sub(current, self.sent, out=self.change).square_().sum(1)
         chosen = []
         for start, n, k in zip(self.starts, self.counts, self.send_k):
             order = torch.sort(change[start:start + n], descending=True, stable=True).indices
@@ -135,6 +136,9 @@ class AdaptiveExchange:
         self.up = Side(index.leaf_counts, index.root_counts, budget, width, dtype, device, wire)
         self.down = Side(index.root_counts, index.leaf_counts, budget, width, dtype, device,
                          wire)
+        # what the up side sends (leaf partials) and the down side (replies), staged here
+        self.leaf_values = torch.zeros(len(self.leaf_ids), width, dtype=dtype, device=device)
+        self.replies = torch.zeros(len(self.root_ids), width, dtype=dtype, device=device)
         self.bytes_sent = 0
 
     def __call__(self, a: torch.Tensor, epoch: int) -> None:
@@ -145,12 +149,13 @@ class AdaptiveExchange:
             self.up.fold()
             self.down.fold()
         with self.timer("exchange_pre"):
-            self.bytes_sent += self.up.send(a.index_select(0, self.leaf_ids), self.comm)
+            torch.index_select(a, 0, self.leaf_ids, out=self.leaf_values)
+            self.bytes_sent += self.up.send(self.leaf_values, self.comm)
         with self.timer("exchange_post"):
             a.index_add_(0, self.root_ids, self.up.kept)
         with self.timer("exchange_pre"):
-            reply = a.index_select(0, self.root_ids) - self.up.kept
-            self.bytes_sent += self.down.send(reply, self.comm)
+            torch.index_select(a, 0, self.root_ids, out=self.replies).sub_(self.up.kept)
+            self.bytes_sent += self.down.send(self.replies, self.comm)
         with self.timer("exchange_post"):
             a.index_add_(0, self.leaf_ids, self.down.kept)
 

@@ -2,15 +2,16 @@ r"""What a training run needs in memory, estimated before anything is allocated.
 
 A run that cannot fit is refused with one line at start-up instead of being killed by the
 kernel minutes later.  For ``N`` vertices, ``E`` edges, layer widths
-``d_0 = F, d_1 .. d_{L-1} = H, d_L = C`` (``L`` layers), 4-byte floats:
+``d_0 = F, d_1 .. d_{L-1} = H, d_L = C`` (``L`` layers) and ``s``-byte floats (4, or 8
+under ``--dtype float64``):
 
 .. math::
-    \text{model} = 4 \cdot 5 \sum_{l=1}^{L} k\,(d_{l-1} + 1)\, d_l
+    \text{model} = 5 s \sum_{l=1}^{L} k\,(d_{l-1} + 1)\, d_l
         \qquad\text{(weights, gradients, two Adam moments, best weights)}
 
-    \text{activations} = 4\,N \sum_{l=1}^{L} \big(2 d_{l-1} + 3 d_l\big) + 4 \cdot 3\,N C
+    \text{activations} = s\,N \sum_{l=1}^{L} \big(2 d_{l-1} + 3 d_l\big) + 3 s\,N C
 
-    \text{graph copies} = 24\,E + 16\,N \qquad \text{features} = 4\,N F
+    \text{graph copies} = 24\,E + 16\,N \qquad \text{features} = s\,N F
 
 with ``k = 2`` for GraphSAGE's mean/sum/max aggregators (a root and a neighbour weight),
 else 1.  Per layer autograd keeps about two input-wide tensors (the dropout output and the
@@ -36,16 +37,19 @@ def widths(num_features: int, hidden: int, num_classes: int, layers: int) -> lis
 
 
 def estimate(num_nodes: int, num_edges: int, num_features: int, num_classes: int,
-             hidden: int, layers: int, two_weights: bool = False) -> dict[str, int]:
+             hidden: int, layers: int, two_weights: bool = False,
+             value_bytes: int = 4) -> dict[str, int]:
     """Bytes of ``model``, ``activations`` and ``graph`` copies (see the module docstring),
-    and their ``total``.  Python ints: no overflow for absurd sizes."""
+    and their ``total``; ``value_bytes`` is ``s``.  Python ints: no overflow for absurd
+    sizes."""
     d = widths(num_features, hidden, num_classes, layers)
     k = 2 if two_weights else 1
-    model = 4 * 5 * sum(k * (a + 1) * b for a, b in zip(d[:-1], d[1:]))
-    activations = 4 * num_nodes * (sum(2 * a + 3 * b for a, b in zip(d[:-1], d[1:]))
+    s = value_bytes
+    model = s * 5 * sum(k * (a + 1) * b for a, b in zip(d[:-1], d[1:]))
+    activations = s * num_nodes * (sum(2 * a + 3 * b for a, b in zip(d[:-1], d[1:]))
                                    + 3 * num_classes)
     graph = 24 * num_edges + 16 * num_nodes
-    features = 4 * num_nodes * num_features
+    features = s * num_nodes * num_features
     return {"model": model, "activations": activations, "graph copies": graph,
             "features": features, "total": model + activations + graph + features}
 
@@ -73,7 +77,8 @@ def require(cfg, num_nodes: int, num_edges: int, num_features: int, num_classes:
         raise DistGNNError(f"{where}: the features have width 0; a model needs at least one "
                            "input feature per vertex")
     need = estimate(num_nodes, num_edges, num_features, num_classes, cfg.hidden, cfg.layers,
-                    cfg.model == "sage" and cfg.aggregator != "gcn")
+                    cfg.model == "sage" and cfg.aggregator != "gcn",
+                    8 if cfg.dtype == "float64" else 4)
     have = available_bytes(device)
     if need["total"] > have:
         parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in need.items() if k != "total")

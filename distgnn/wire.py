@@ -24,6 +24,7 @@ class Wire:
         self.compressed = precision == "bf16"
         self.dtype = dtype
         self.type = torch.int16 if self.compressed else dtype
+        self.element_size = torch.empty(0, dtype=self.type).element_size()  # bytes per entry
 
     def buffer(self, rows: int, width: int, device) -> torch.Tensor:
         return torch.zeros(rows, width, dtype=self.type, device=device)

@@ -39,7 +39,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from distgnn.bench.predict import exchange_widths, measure_rates, predict
+from distgnn.bench.predict import exchange_bytes, exchange_widths, measure_rates, predict
 from distgnn.cli_common import use_huge_pages
 from distgnn.storage import write_atomic
 from launch import cluster
@@ -100,13 +100,12 @@ def train_point(c: cluster.Cluster, parts: Path, flags: list, epochs: int,
 
 def predicted_exchange_bytes(per_rank: list[dict], widths: list[int], algo: str,
                              delay: int) -> float:
-    """Split-vertex bytes per epoch the busiest rank sends, from the partition tables:
-    each exchange of width ``d`` moves its leaves' rows up and its roots' rows down."""
-    if algo == "0c" or len(per_rank) == 1:
+    """Split-vertex bytes per epoch the busiest rank sends (:func:`exchange_bytes` of each
+    rank's leaves and leaf entries in the partition tables)."""
+    if len(per_rank) == 1:
         return 0.0
-    rows = max(r["leaves"] + r["leaf_entries"] for r in per_rank)
-    total = 4 * sum(widths) * rows
-    return total / delay if algo == "cd-r" else total
+    return max(exchange_bytes([r["leaves"]], [r["leaf_entries"]], widths, algo, delay)
+               for r in per_rank)
 
 
 def chart(rows: list[dict], graph: str, nodes: int, directory: Path) -> Path:
