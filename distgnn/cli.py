@@ -60,7 +60,8 @@ def _model_flags(p: argparse.ArgumentParser, d) -> None:
     g.add_argument("--precompute-first-aggregation", dest="precompute_first",
                    action="store_true",
                    help="no dropout on the input features, and the first layer's aggregation "
-                        "of them computed once (SGC/MG-GCN); needs features <= hidden")
+                        "of them computed (and exchanged) once (SGC/MG-GCN): cd-r then leaves "
+                        "only later layers stale; not with the max aggregator")
     g.add_argument("--dtype", choices=DTYPES, default=d.dtype,
                    help="floating-point type of features, weights, activations and the "
                         "exchanged partials; float64 is for checking results against a "

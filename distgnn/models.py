@@ -28,11 +28,14 @@ def glorot(layer: nn.Module) -> None:
 
 def aggregate_and_project(conv, lin: nn.Module, nbr: Neighbourhood, h: torch.Tensor,
                           aggregated: torch.Tensor | None) -> torch.Tensor:
-    """``lin`` on the narrower side of ``conv.aggregate``: ``agg(lin(h))`` when the layer
-    projects first, else ``lin(agg(h))`` (with ``agg(h)`` given as ``aggregated`` if known)."""
+    """``lin(aggregated)`` when ``agg(h)`` is known; else ``lin`` on the narrower side of
+    ``conv.aggregate``: ``agg(lin(h))`` when the layer projects first, else ``lin(agg(h))``
+    (equal for the linear aggregators)."""
+    if aggregated is not None:
+        return lin(aggregated)
     if conv.project_first:
         return conv.aggregate(nbr, lin(h))
-    return lin(conv.aggregate(nbr, h) if aggregated is None else aggregated)
+    return lin(conv.aggregate(nbr, h))
 
 
 class SAGEConv(nn.Module):
@@ -157,9 +160,10 @@ class GNN(nn.Module):
         seed (int, optional): seed of the dropout masks. (default: ``0``)
         precompute_first (bool, optional): no dropout on the input features, and the first
             layer's aggregation of them (constant: ``x`` needs no gradient) computed once
-            and reused every epoch, as SGC and MG-GCN do.  Needs a first layer that
-            aggregates before projecting (``F <= hidden``, not the max aggregator).
-            (default: ``False``)
+            and reused every epoch, as SGC and MG-GCN do (when ``F > hidden`` it is
+            ``F`` wide, where the plain model projects first: the same maths).  On a
+            partition its exchange happens once, so cd-r leaves only the later layers
+            stale.  Needs a linear first aggregation (not max).  (default: ``False``)
 
     Shapes:
         - **input:** neighbourhood over ``N`` vertices, ``x`` ``[N, F]``, ``step`` (the
@@ -185,10 +189,8 @@ class GNN(nn.Module):
         self.residual = residual
         self.seed = seed
         first = self.convs[0]
-        if precompute_first and (first.project_first
-                                 or getattr(first, "aggregator", "gcn") == "max"):
-            raise ValueError("precompute_first needs a first layer that aggregates before "
-                             f"projecting: {in_channels} features > hidden {dims[1]}, or max")
+        if precompute_first and getattr(first, "aggregator", "gcn") == "max":
+            raise ValueError("precompute_first needs a linear first aggregation, not max")
         self.precompute_first = precompute_first
         self._first: tuple | None = None  # (graph, x, aggregate of x) when precomputed
 

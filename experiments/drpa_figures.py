@@ -168,7 +168,12 @@ STALENESS_CONFIGS = {
     "cd-5 bf16 smooth": (["--algo", "cd-r", "--delay", "5", "--smoothing", "{g}",
                           "--exchange-precision", "bf16"], True),
     "cd-2 bf16 smooth": (["--algo", "cd-r", "--delay", "2", "--smoothing", "{g}",
-                          "--exchange-precision", "bf16"], True)}
+                          "--exchange-precision", "bf16"], True),
+    # "pre": the first layer's aggregation of the (then undropped) input made once, so cd-r
+    # leaves only later layers stale; "cd-0 pre" is that model's exact reference
+    "cd-0 pre": (["--algo", "cd-0", "--precompute-first-aggregation"], True),
+    "cd-5 smooth pre": (["--algo", "cd-r", "--delay", "5", "--smoothing", "{g}",
+                         "--precompute-first-aggregation"], True)}
 # graphs of the staleness figure: spec (shared dataset name or generator) and extra flags
 STALENESS_GRAPHS = {"sbm": ("sbm:nodes=60000,noise=3", ["--feature-norm", "none"]),
                     "tolokers": (None, ["--roc-auc"])}  # published figures are ROC-AUC
@@ -213,7 +218,8 @@ def staleness(a) -> list[dict]:
                     if not distributed:
                         single[(name, seed)] = runs[-1]
                 accs = [r["test_acc"] for r in runs]
-                predicted = (predicted_config_bytes(directory, flags) if distributed else 0.0)
+                predicted = (predicted_config_bytes(directory, flags, a.epochs)
+                             if distributed else 0.0)
                 row = {"graph": name, "parts": parts, "config": label,
                        "smoothing": a.smoothing if "smooth" in label else 0.0,
                        "budget": a.budget if label == "adaptive" else None,
@@ -232,14 +238,16 @@ def staleness(a) -> list[dict]:
     return rows
 
 
-def predicted_config_bytes(directory: Path, flags: list[str]) -> float:
-    """Predicted bytes per rank per epoch (mean over ranks) of the default model (GCN, 2
-    layers, hidden 16) under the exchange ``flags`` select (:func:`exchange_bytes`)."""
+def predicted_config_bytes(directory: Path, flags: list[str], epochs: int) -> float:
+    """Predicted bytes per rank per epoch (mean over ranks and ``epochs``) of the default
+    model (GCN, 2 layers, hidden 16) under the exchange ``flags`` select
+    (:func:`exchange_bytes`); a precomputed first aggregation adds its one exact exchange."""
     def flag(name, default=None):
         return flags[flags.index(name) + 1] if name in flags else default
 
     meta = read_meta(directory)
-    widths = exchange_widths(meta["num_features"], 16, meta["num_classes"], 2)
+    once = "--precompute-first-aggregation" in flags
+    widths = exchange_widths(meta["num_features"], 16, meta["num_classes"], 2, once)
     budget = flag("--comm-budget")
     total = 0.0
     for p in range(meta["num_parts"]):
@@ -247,6 +255,9 @@ def predicted_config_bytes(directory: Path, flags: list[str]) -> float:
         total += exchange_bytes(index.leaf_counts, index.root_counts, widths, flag("--algo"),
                                 int(flag("--delay", 5)), flag("--exchange-precision", "fp32"),
                                 None if budget is None else float(budget))
+        if once and flag("--algo") != "0c":
+            total += exchange_bytes(index.leaf_counts, index.root_counts,
+                                    [meta["num_features"]], "cd-0") / epochs
     return total / meta["num_parts"]
 
 

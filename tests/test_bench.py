@@ -135,6 +135,8 @@ def test_predict_matches_hand_computed_times():
     # aggregates the input features, which need no gradient)
     assert exchange_widths(16, 32, 8, 2) == [16, 8, 8]
     assert exchange_widths(64, 32, 8, 2) == [32, 8, 32, 8]  # projects first: both passes
+    assert exchange_widths(64, 32, 8, 2, precompute_first=True) == [8, 8]
+    assert exchange_widths(16, 32, 8, 3, precompute_first=True) == [32, 8, 32, 8]
     args = (per_rank, rates, [16, 8, 8], 1000, 1e-5, 1e9)
     compute = 1e-3 + 1e-3  # 1000 edges x 1 us + 100 vertices x 10 us
     prepost = 3 * 4 * 32 * 30 / 1e9  # 30 split rows on the busiest rank

@@ -432,6 +432,29 @@ def test_cdr_training_follows_an_independent_reference(split_heavy, schedule, tm
     assert np.abs(got - wrong).max() / np.abs(wrong).max() > 1e-3
 
 
+def test_precomputed_first_aggregation_is_exchanged_once(train_job, tmp_path):
+    """With ``--precompute-first-aggregation`` (cora: 1433 features > hidden 16, where the
+    plain model projects first) cd-0 on 2 ranks follows the same model trained single socket
+    and, at dropout 0, the plain model (<= 1e-4 relative over 30 epochs); after the first
+    epoch, whose step also exchanges the input's aggregate once, each epoch sends only the
+    second layer's exchanges: 7 + 7 of the plain model's 16 + 7 + 16 + 7 values per split
+    row."""
+    _, plain = train_job(2, "cd-0")
+    _, pre = train_job(2, "cd-0", "--precompute-first-aggregation")
+    proc, _ = run_command([TRAIN, "--dataset", "cora", "--dropout", "0", "--epochs", "30",
+                           "--threads", "1", "--no-progress", "--precompute-first-aggregation",
+                           "--metrics-out", tmp_path / "m.jsonl"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    single = read_metrics(tmp_path / "m.jsonl")
+    for reference in (single, plain):  # dropout 0: the same maths as the plain model
+        diff = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(pre, reference))
+        assert diff <= 1e-4, f"max relative loss difference {diff:.3g}"
+    rows = plain[0]["bytes_sent_max"] // (4 * 46)
+    assert plain[0]["bytes_sent_max"] == 4 * 46 * rows
+    assert all(r["bytes_sent_max"] == 4 * 14 * rows for r in pre[1:])
+    assert pre[0]["bytes_sent_max"] == 4 * (14 + 1433) * rows
+
+
 @pytest.mark.parametrize("algo, flags", [("cd-0", ()), ("cd-r", ("--delay", "2"))])
 def test_bf16_wire_halves_the_bytes_and_keeps_training(train_job, algo, flags):
     """With ``--exchange-precision bf16`` each training exchange sends exactly half the bytes

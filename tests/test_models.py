@@ -122,15 +122,17 @@ def test_gnn_invalid_arguments_raise_value_error(kw):
 
 
 @pytest.mark.parametrize("model", ["gcn", "sage"])
-def test_precomputed_first_aggregation_is_the_same_model_with_one_aggregation(case, model):
+@pytest.mark.parametrize("features", [4, 12])  # 12 > hidden 8: the plain model projects first
+def test_precomputed_first_aggregation_is_the_same_model_with_one_aggregation(case, model,
+                                                                             features):
     """With the input aggregated once, logits and parameter gradients equal the plain model's
     (no dropout on the input), and later epochs run one SpMM fewer."""
     nbr = case[0]
-    x = torch.randn(N, 4)
+    x = torch.randn(N, features)
     torch.manual_seed(1)
-    plain = GNN(model, 4, 8, 3, num_layers=2, dropout=0.0)
+    plain = GNN(model, features, 8, 3, num_layers=2, dropout=0.0)
     torch.manual_seed(1)
-    cached = GNN(model, 4, 8, 3, num_layers=2, dropout=0.0, precompute_first=True)
+    cached = GNN(model, features, 8, 3, num_layers=2, dropout=0.0, precompute_first=True)
     grads = []
     for net in (plain, cached):
         net.zero_grad()
@@ -149,7 +151,7 @@ def test_precomputed_first_aggregation_is_the_same_model_with_one_aggregation(ca
     assert len(calls) == plain_calls - 1
 
 
-def test_precomputed_first_aggregation_needs_aggregate_first():
-    with pytest.raises(ValueError, match="aggregates before projecting"):
-        GNN("gcn", 64, 8, 3, precompute_first=True)  # 64 features > hidden 8: projects first
+def test_precomputed_first_aggregation_needs_a_linear_aggregation():
+    with pytest.raises(ValueError, match="linear first aggregation"):
+        GNN("sage", 4, 8, 3, aggregator="max", precompute_first=True)
 

@@ -139,12 +139,16 @@ def aggregation_widths(num_features: int, hidden: int, num_classes: int, layers:
     return [min(a, b) for a, b in zip(dims[:-1], dims[1:])]
 
 
-def exchange_widths(num_features: int, hidden: int, num_classes: int, layers: int
-                    ) -> list[int]:
+def exchange_widths(num_features: int, hidden: int, num_classes: int, layers: int,
+                    precompute_first: bool = False) -> list[int]:
     """Widths of the split-vertex exchanges of one training epoch: every layer's forward
     aggregation, then the backward ones, without the first layer's when it aggregates the
-    input features (``F <= hidden``: they need no gradient)."""
+    input features (``F <= hidden``: they need no gradient).  With the first aggregation
+    precomputed (``--precompute-first-aggregation``) neither pass exchanges at the first
+    layer: its one exchange, ``F`` wide, is made once before the first epoch."""
     forward = aggregation_widths(num_features, hidden, num_classes, layers)
+    if precompute_first:
+        return forward[1:] * 2
     first = hidden if layers > 1 else num_classes
     return forward + (forward[1:] if num_features <= first else forward)
 
