@@ -11,15 +11,16 @@ under ``--dtype float64``):
 
     \text{activations} = s\,N \sum_{l=1}^{L} \big(2 d_{l-1} + 3 d_l\big) + 3 s\,N C
 
-    \text{graph copies} = 24\,E + 16\,N \qquad \text{features} = s\,N F
+    \text{graph copies} = 24\,E + 16\,N \qquad \text{features} = c\,s\,N F
 
 with ``k = 2`` for GraphSAGE's mean/sum/max aggregators (a root and a neighbour weight),
 else 1.  Per layer autograd keeps about two input-wide tensors (the dropout output and the
 aggregated or projected input) and three output-wide ones (the projection, the sum, the
 activation); the logits, their softmax and their gradient add ``3 N C``.  The graph copies
 are the transpose the backward pass uses and the per-edge arrays of the kernels; the
-features are the normalised copy the model reads.  The features and the graph as loaded
-are already in memory when this is checked.  The estimate
+features are the normalised copy the model reads (``c = 2`` with
+``--precompute-first-aggregation``, which also keeps their aggregate; else 1).  The
+features and the graph as loaded are already in memory when this is checked.  The estimate
 is meant to be within a factor of two of the peak: it catches a ``--hidden`` or
 ``--layers`` that cannot fit, not a run at the edge.
 """
@@ -38,10 +39,10 @@ def widths(num_features: int, hidden: int, num_classes: int, layers: int) -> lis
 
 def estimate(num_nodes: int, num_edges: int, num_features: int, num_classes: int,
              hidden: int, layers: int, two_weights: bool = False,
-             value_bytes: int = 4) -> dict[str, int]:
+             value_bytes: int = 4, precompute_first: bool = False) -> dict[str, int]:
     """Bytes of ``model``, ``activations`` and ``graph`` copies (see the module docstring),
-    and their ``total``; ``value_bytes`` is ``s``.  Python ints: no overflow for absurd
-    sizes."""
+    and their ``total``; ``value_bytes`` is ``s``, ``precompute_first`` makes ``c = 2``.
+    Python ints: no overflow for absurd sizes."""
     d = widths(num_features, hidden, num_classes, layers)
     k = 2 if two_weights else 1
     s = value_bytes
@@ -49,7 +50,7 @@ def estimate(num_nodes: int, num_edges: int, num_features: int, num_classes: int
     activations = s * num_nodes * (sum(2 * a + 3 * b for a, b in zip(d[:-1], d[1:]))
                                    + 3 * num_classes)
     graph = 24 * num_edges + 16 * num_nodes
-    features = s * num_nodes * num_features
+    features = (2 if precompute_first else 1) * s * num_nodes * num_features
     return {"model": model, "activations": activations, "graph copies": graph,
             "features": features, "total": model + activations + graph + features}
 
@@ -78,7 +79,7 @@ def require(cfg, num_nodes: int, num_edges: int, num_features: int, num_classes:
                            "input feature per vertex")
     need = estimate(num_nodes, num_edges, num_features, num_classes, cfg.hidden, cfg.layers,
                     cfg.model == "sage" and cfg.aggregator != "gcn",
-                    8 if cfg.dtype == "float64" else 4)
+                    8 if cfg.dtype == "float64" else 4, cfg.precompute_first)
     have = available_bytes(device)
     if need["total"] > have:
         parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in need.items() if k != "total")

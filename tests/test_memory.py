@@ -14,6 +14,9 @@ def test_float64_doubles_every_float_but_not_the_graph():
     assert double["graph copies"] == single["graph copies"] == 24 * 5000 + 16 * 1000
     # model: 5 copies of (F + 1) H + (H + 1) C floats
     assert single["model"] == 4 * 5 * (33 * 16 + 17 * 4)
+    # a precomputed first aggregation keeps an aggregate as large as the features
+    pre = estimate(1000, 5000, 32, 4, 16, 2, precompute_first=True)
+    assert pre["features"] == 2 * single["features"] == 2 * 4 * 1000 * 32
 
 
 def test_a_run_that_cannot_fit_is_refused_with_its_parts():
