@@ -37,16 +37,32 @@ def use_huge_pages() -> None:
 
 def interruptible(prog: str):
     """Decorate a command-line entry point so that Ctrl-C anywhere in it (parsing, imports,
-    loading) ends with one line and status 130 instead of a traceback."""
+    loading) ends with one line and status 130 instead of a traceback.  Ctrl-C is recorded
+    as it arrives, because a C extension being imported (numba's) turns the interrupt into
+    an ``ImportError``."""
     def wrap(main):
         @functools.wraps(main)
         def entry(argv: list[str] | None = None) -> int:
+            pressed = []
+
+            def record(signum, frame):
+                pressed.append(signum)
+                signal.default_int_handler(signum, frame)
+
+            installed = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            if installed:
+                signal.signal(signal.SIGINT, record)
             try:
                 return main(argv)
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, ImportError) as e:
+                if isinstance(e, ImportError) and not pressed:
+                    raise
                 print(f"{prog}: interrupted (Ctrl-C); nothing more was written",
                       file=sys.stderr)
                 return 128 + signal.SIGINT
+            finally:
+                if installed and signal.getsignal(signal.SIGINT) is record:
+                    signal.signal(signal.SIGINT, signal.default_int_handler)
         return entry
     return wrap
 
