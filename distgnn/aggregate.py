@@ -14,7 +14,6 @@ import numpy as np
 import torch
 
 from .backends import KernelBackend
-from .errors import DistGNNError
 from .graph import CSRGraph
 from .timing import PhaseTimer
 
@@ -38,6 +37,28 @@ class SpMM(torch.autograd.Function):
             grad_x = ctx.backend.spmm_backward(ctx.graph, grad_y.contiguous(), ctx.reduce,
                                                arg if ctx.has_arg else None)
         return grad_x, None, None, None, None
+
+
+class HeadsSpMM(torch.autograd.Function):
+    """Differentiable ``y[v, h] = sum_{e=(u,v)} alpha[e, h] z[u, h]`` (attention's
+    aggregation) through a kernel backend; ``alpha`` ``[E, H]``, ``z`` ``[N, H, C]``, ``y``
+    returned flat, ``[N, H C]`` (what the exchange takes)."""
+
+    @staticmethod
+    def forward(ctx, alpha, z, graph, backend, timer):
+        with timer("aggregation_forward"):
+            y = backend.heads_spmm(graph, alpha, z)
+        ctx.graph, ctx.backend, ctx.timer = graph, backend, timer
+        ctx.save_for_backward(alpha, z)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        alpha, z = ctx.saved_tensors
+        with ctx.timer("aggregation_backward"):
+            grad_alpha, grad_z = ctx.backend.heads_spmm_backward(
+                ctx.graph, alpha, z, grad_y.contiguous().view_as(z))
+        return grad_alpha, grad_z, None, None, None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,9 +105,7 @@ class Neighbourhood:
 
     def at(self, layer: int, step: int, training: bool) -> "Neighbourhood":
         """This neighbourhood as layer ``layer`` of epoch ``step`` sees it (the exchange keeps
-        state per layer: cd-r's bins and stale partials)."""
-        if self.exchange is None:
-            return self
+        state per layer: cd-r's bins and stale partials; a layer may key its dropout by it)."""
         view = copy.copy(self)
         view.context = LayerContext(layer, step, training)
         return view
@@ -95,11 +114,49 @@ class Neighbourhood:
         """``reduce`` over in-neighbours (``sum``, ``max`` or ``min``; ``mean`` uses ``degree``)."""
         if reduce == "mean":
             return self.reduce(h, "sum") / self.degree.clamp(min=1)
-        y = SpMM.apply(h, self.graph, self.backend, reduce, self.timer)
+        return self.combine(SpMM.apply(h, self.graph, self.backend, reduce, self.timer), reduce)
+
+    def combine(self, y: torch.Tensor, reduce: str = "sum", exact: bool = False
+                ) -> torch.Tensor:
+        """Partial per-vertex results ``y`` ``[N, d]`` (over this rank's in-edges) combined over
+        every clone of each vertex: summed (through cd-0 or cd-r as configured; always cd-0
+        when ``exact``) or, for ``max``/``min``, the extreme (cd-0; rows without local
+        in-edges take no part, and rows without any stay 0).  The identity on a whole graph
+        or under 0c."""
         if self.exchange is None:
             return y
         if reduce != "sum":
-            raise DistGNNError(f"the split-vertex exchange adds partial aggregates; {reduce} "
-                               "aggregation is only supported with --algo 0c")
+            if "local_empty" not in self.graph.cache:
+                self.graph.cache["local_empty"] = torch.from_numpy(self.graph.in_degrees() == 0)
+            return self.exchange.extreme(y, reduce, self.graph.cache["local_empty"].to(y.device))
+        if exact:
+            return self.exchange.exact(y)
         c = self.context
         return self.exchange(y, c.layer, c.step, c.training)
+
+    def edge_index(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """int64 ``(src, dst)`` ``[E]`` local ids of every in-edge, in CSR order."""
+        key = ("edge_index", str(self.degree.device))
+        if key not in self.graph.cache:
+            src, dst = self.graph.edges()
+            device = self.degree.device
+            self.graph.cache[key] = tuple(torch.from_numpy(a.astype(np.int64)).to(device)
+                                          for a in (src, dst))
+        return self.graph.cache[key]
+
+    def edge_keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """int64 ``[E]`` and ``[N]``: a key per edge (in CSR order) and per self-loop from
+        the global ids of both ends, ``(g_u << 32) | g_v``, so a partition keys each edge as
+        the whole graph does (edge dropout draws the same masks)."""
+        if "edge_keys" not in self.graph.cache:
+            src, dst = self.graph.edges()
+            g = self.global_ids
+            self.graph.cache["edge_keys"] = ((g[src] << 32) | g[dst], (g << 32) | g)
+        return self.graph.cache["edge_keys"]
+
+    def weighted_heads(self, alpha: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """``y[v, h] = sum_{e=(u,v)} alpha[e, h] z[u, h]`` over all clones (:meth:`combine`);
+        ``alpha`` ``[E, H]`` in CSR order, ``z`` and ``y`` ``[N, H, C]``."""
+        y = HeadsSpMM.apply(alpha.contiguous(), z.contiguous(), self.graph, self.backend,
+                            self.timer)
+        return self.combine(y).view_as(z)

@@ -27,7 +27,9 @@ import torch
 from .errors import DistGNNError
 from .graph import CSRGraph
 from .kernels import inverse_degree, spmm
+from .kernels.attention import head_dots, transposed_order, weighted_heads
 from .kernels.autotune import autotune_plan
+from .kernels.blocking import balanced_chunks
 from .kernels.spmm import empty_aligned
 
 
@@ -38,7 +40,11 @@ class KernelBackend(Protocol):
     ``[N_dst, d]`` and, for max/min, ``arg`` ``[N_dst, d]`` int64 positions in ``indices`` of
     the edge that attains the extreme (-1 for empty rows), else ``None``.
     ``spmm_backward(graph, grad_y, reduce, arg)`` returns ``grad_x`` ``[N_src, d]``.
-    Neither records autograd history.
+    ``heads_spmm(graph, alpha, z)`` is attention's aggregation (:mod:`distgnn.kernels.attention`):
+    ``y[v, h] = sum_{e=(u,v)} alpha[e, h] z[u, h]`` for ``alpha`` ``[E, H]`` (in CSR order,
+    edge weights not applied) and ``z`` ``[N_src, H, C]``, returned flat, ``[N_dst, H C]``
+    (a tensor of its own, not a view); ``heads_spmm_backward(graph,
+    alpha, z, grad_y)`` returns ``(grad_alpha, grad_z)``.  None records autograd history.
     """
 
     name: str
@@ -48,6 +54,12 @@ class KernelBackend(Protocol):
 
     def spmm_backward(self, graph: CSRGraph, grad_y: torch.Tensor, reduce: str,
                       arg: torch.Tensor | None) -> torch.Tensor: ...
+
+    def heads_spmm(self, graph: CSRGraph, alpha: torch.Tensor, z: torch.Tensor
+                   ) -> torch.Tensor: ...
+
+    def heads_spmm_backward(self, graph: CSRGraph, alpha: torch.Tensor, z: torch.Tensor,
+                            grad_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 def scatter_argreduce_grad(grad_y: torch.Tensor, arg: torch.Tensor, src: torch.Tensor,
@@ -143,6 +155,19 @@ class TorchSparseBackend:
         weight = None if graph.edge_weight is None else t["weight"]
         return scatter_argreduce_grad(grad_y, arg, t["src"], weight, graph.num_nodes)
 
+    def heads_spmm(self, graph, alpha, z):
+        t = self.tensors(graph, z.device)
+        y = torch.zeros(graph.num_nodes, z.shape[1] * z.shape[2], dtype=z.dtype,
+                        device=z.device)
+        y.view(-1, *z.shape[1:]).index_add_(0, t["dst"], alpha.unsqueeze(-1) * z[t["src"]])
+        return y
+
+    def heads_spmm_backward(self, graph, alpha, z, grad_y):
+        t = self.tensors(graph, z.device)
+        at_dst = grad_y[t["dst"]]
+        grad_alpha = (at_dst * z[t["src"]]).sum(-1)
+        return grad_alpha, torch.zeros_like(z).index_add_(0, t["src"], alpha.unsqueeze(-1) * at_dst)
+
 
 class NumbaBackend:
     """Cache-blocked, nnz-balanced Numba SpMM on CPU tensors (float32 or float64).
@@ -188,6 +213,38 @@ class NumbaBackend:
         t = graph.transpose()
         return torch.from_numpy(spmm(t.indptr, t.indices, g, "sum", t.edge_weight,
                                      plan=self.plan(graph, g.shape[1], transposed=True)))
+
+    @staticmethod
+    def row_chunks(graph: CSRGraph) -> np.ndarray:
+        """Thread chunks of equal non-zeros over the graph's rows (made once, then cached)."""
+        if "row-chunks" not in graph.cache:
+            graph.cache["row-chunks"] = balanced_chunks(graph.indptr)
+        return graph.cache["row-chunks"]
+
+    def heads_spmm(self, graph, alpha, z):
+        y = weighted_heads(graph.indptr, graph.indices, _array(alpha), _array(z),
+                           self.row_chunks(graph))
+        return torch.from_numpy(y.reshape(len(y), -1))
+
+    def heads_spmm_backward(self, graph, alpha, z, grad_y):
+        """``grad_alpha`` by rows of the graph, ``grad_z`` by rows of its transpose (``alpha``
+        put in the transpose's edge order)."""
+        if "heads-transpose" not in graph.cache:
+            indptr_t, dst_t, position = transposed_order(graph.indptr, graph.indices,
+                                                         graph.num_nodes)
+            graph.cache["heads-transpose"] = (indptr_t, dst_t, torch.from_numpy(position),
+                                              balanced_chunks(indptr_t))
+        indptr_t, dst_t, position, chunks_t = graph.cache["heads-transpose"]
+        g = _array(grad_y)
+        grad_alpha = head_dots(graph.indptr, graph.indices, g, _array(z),
+                               self.row_chunks(graph))
+        grad_z = weighted_heads(indptr_t, dst_t, _array(alpha[position]), g, chunks_t)
+        return torch.from_numpy(grad_alpha), torch.from_numpy(grad_z)
+
+
+def _array(t: torch.Tensor) -> np.ndarray:
+    """A contiguous numpy view (or copy, when not contiguous) of a CPU tensor."""
+    return t.detach().contiguous().numpy()
 
 
 BACKENDS = ("numba", "torch")

@@ -44,14 +44,32 @@ def _data_flags(p: argparse.ArgumentParser, d) -> None:
 
 def _model_flags(p: argparse.ArgumentParser, d) -> None:
     from .config import DTYPES
-    from .models import SAGE_AGGREGATORS
+    from .models import MODELS
+    from .nn import SAGE_AGGREGATORS
 
     g = p.add_argument_group("model")
-    g.add_argument("--model", choices=("gcn", "sage"), default=d.model,
-                   help="GCN (Kipf & Welling) or GraphSAGE")
+    g.add_argument("--model", choices=MODELS, default=d.model,
+                   help="gcn: GCN (Kipf & Welling); sage: GraphSAGE; gin: GIN (Xu et al.); "
+                        "gat: GAT (Velickovic et al.), --heads heads on hidden layers, one on "
+                        "the last, ELU between; gcnii: deep residual GCNII (Chen et al.), "
+                        "--layers propagation layers between two linear layers")
     g.add_argument("--aggregator", choices=SAGE_AGGREGATORS, default=d.aggregator,
-                   help="GraphSAGE aggregator; gcn = (sum of neighbours + self) / (degree + 1)")
+                   help="GraphSAGE aggregator; gcn = (sum of neighbours + self) / (degree + 1); "
+                        "max/min are exchanged exactly under cd-0 (not with cd-r)")
     g.add_argument("--layers", type=int, default=d.layers, help="number of GNN layers")
+    g.add_argument("--heads", type=int, default=d.heads,
+                   help="GAT: attention heads of each hidden layer (--hidden is their "
+                        "concatenated width, so a multiple of this)")
+    g.add_argument("--train-eps", action="store_true",
+                   help="GIN: learn epsilon (else fixed at 0)")
+    g.add_argument("--alpha", type=float, default=d.alpha,
+                   help="GCNII: weight of the initial residual")
+    g.add_argument("--theta", type=float, default=d.theta,
+                   help="GCNII: identity-mapping strength (beta_l = log(theta / l + 1))")
+    g.add_argument("--recompute", action="store_true",
+                   help="keep only each layer's input for the backward pass and run the layer "
+                        "again there (activation checkpointing): activation memory of one "
+                        "tensor per layer for about a third more compute; cd-0 and 0c only")
     g.add_argument("--hidden", type=int, default=d.hidden, help="hidden width")
     g.add_argument("--dropout", type=float, default=d.dropout,
                    help="dropout probability before each layer")

@@ -15,13 +15,13 @@ from .comm.watchdog import DEFAULT_TIMEOUT_S
 from .drpa import ALGORITHMS
 from .epoch_log import is_metrics_file
 from .errors import DistGNNError
-from .models import SAGE_AGGREGATORS
+from .models import MODELS
+from .nn import SAGE_AGGREGATORS
 from .placement import BACKEND_CHOICES, DEVICES, parse_per_rank
 from .storage import check_output_dir, check_output_file, check_replaceable
 from .wire import PRECISIONS
 
 NAN_POLICIES = ("stop", "skip")
-MODELS = ("gcn", "sage")
 FEATURE_NORMS = ("row", "none")
 DTYPES = ("float32", "float64")
 DEFAULT_DELAY = 5
@@ -43,6 +43,11 @@ class TrainConfig:
     hidden: int = 16
     dropout: float = 0.5
     residual: bool = False
+    heads: int = 8
+    train_eps: bool = False
+    alpha: float = 0.1
+    theta: float = 0.5
+    recompute: bool = False
     lr: float = 0.01
     weight_decay: float = 5e-4
     epochs: int = 200
@@ -94,7 +99,8 @@ class TrainConfig:
         for flag, low, high in (("layers", 1, MAX_LAYERS), ("hidden", 1, None),
                                 ("epochs", 1, None), ("eval-every", 1, None), ("patience", 0, None),
                                 ("checkpoint-every", 0, None), ("keep", 1, None),
-                                ("seed", 0, 2**63 - 1), ("split", 0, None)):
+                                ("seed", 0, 2**63 - 1), ("split", 0, None),
+                                ("heads", 1, None)):
             value = getattr(self, flag.replace("-", "_"))
             need(integer(value) and value >= low and (high is None or value <= high), flag,
                  f"an integer >= {low}" + (f" and <= {high}" if high else ""), value)
@@ -105,6 +111,10 @@ class TrainConfig:
         need(math.isfinite(self.weight_decay) and self.weight_decay >= 0, "weight-decay",
              "a finite number >= 0", self.weight_decay)
         need(0 <= self.dropout < 1, "dropout", "in [0, 1)", self.dropout)
+        need(isinstance(self.alpha, (int, float)) and 0 <= self.alpha <= 1, "alpha",
+             "in [0, 1]", self.alpha)
+        need(isinstance(self.theta, (int, float)) and math.isfinite(self.theta)
+             and self.theta > 0, "theta", "a finite number > 0", self.theta)
         need(math.isfinite(self.comm_timeout) and self.comm_timeout >= 0, "comm-timeout",
              "a finite number of seconds >= 0", self.comm_timeout)
         for flag, choices in (("model", MODELS), ("aggregator", SAGE_AGGREGATORS),
@@ -114,6 +124,16 @@ class TrainConfig:
                               ("algo", ALGORITHMS), ("comm", COMMUNICATORS)):
             value = getattr(self, flag.replace("-", "_"))
             need(value in choices, flag, "one of " + ", ".join(choices), value)
+        if self.model == "gat" and self.layers > 1 and self.hidden % self.heads:
+            raise DistGNNError(f"--hidden {self.hidden} must be a multiple of --heads "
+                               f"{self.heads} (GAT concatenates its heads)")
+        if self.algo == "cd-r" and self.model == "sage" and self.aggregator in ("max", "min"):
+            raise DistGNNError(f"the {self.aggregator} aggregator is exchanged exactly (cd-0) "
+                               "or not at all (0c); cd-r has no delayed extreme: use --algo "
+                               "cd-0 or 0c")
+        if self.recompute and self.algo == "cd-r":
+            raise DistGNNError("--recompute runs each layer's exchange again in the backward "
+                               "pass, which would advance cd-r's schedule twice: use cd-0 or 0c")
         if self.algo == "cd-r":
             need(self.delay is None or (integer(self.delay) and 1 <= self.delay <= MAX_DELAY),
                  "delay", f"an integer from 1 to {MAX_DELAY} with cd-r", self.delay)

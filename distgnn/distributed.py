@@ -26,7 +26,7 @@ from .errors import DistGNNError
 from .placement import local_size, placement
 from .shard import partition_shard
 from .timing import PhaseTimer
-from .train import TrainResult, configure_threads, fit
+from .train import ModelFactory, TrainResult, configure_threads, fit
 
 
 def threads_per_rank(comm: Communicator) -> int:
@@ -35,10 +35,12 @@ def threads_per_rank(comm: Communicator) -> int:
 
 
 def train_partitions(directory: str, config: Callable[[], TrainConfig],
-                     report: Callable[[TrainResult], None]) -> int:
+                     report: Callable[[TrainResult], None],
+                     make_model: ModelFactory | None = None) -> int:
     """One rank of ``mpirun -np P distgnn-train --partitions DIR``: ``config()`` makes the
-    run's configuration (checked on every rank), rank 0 hands the result to ``report``.
-    Returns the rank's exit status."""
+    run's configuration (checked on every rank), rank 0 hands the result to ``report``;
+    ``make_model`` builds a user's model instead of ``cfg.model`` (see
+    :func:`~distgnn.train.model_and_optimizer`).  Returns the rank's exit status."""
     world = MPICommunicator()  # the job itself: agreement on set-up errors, and abort
 
     def main():
@@ -59,7 +61,7 @@ def train_partitions(directory: str, config: Callable[[], TrainConfig],
             print(f"{directory}: {comm.size} ranks ({int(places[0])} on GPUs, "
                   f"{int(places[1])} with the torch backend), {cfg.algo}{delay}, "
                   f"{comm.name} communicator", flush=True)
-        result = fit(shard, cfg, watchdog, timer, watchdog=watchdog)
+        result = fit(shard, cfg, watchdog, timer, watchdog=watchdog, make_model=make_model)
         if comm.rank == 0:
             report(result)
         return 0

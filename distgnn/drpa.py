@@ -334,6 +334,24 @@ class _Exchange(torch.autograd.Function):
         return grad, None, None
 
 
+class _ExtremeExchange(torch.autograd.Function):
+    """``y <-`` the element-wise max (or min) over clones, in place; the gradient of each
+    element goes to the one clone whose partial attained it (see :meth:`DRPA.extreme`)."""
+
+    @staticmethod
+    def forward(ctx, y, drpa, reduce, empty):
+        ctx.drpa = drpa
+        ctx.winners = drpa.extreme_broadcast(y, reduce, empty)
+        ctx.mark_dirty(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        ctx.drpa.route_to_winners(grad, *ctx.winners)
+        return grad, None, None, None
+
+
 class DRPA:
     """The split-vertex exchange of one rank for every layer of a model.
 
@@ -388,6 +406,82 @@ class DRPA:
         else:
             forward = backward = self.reduce_broadcast
         return _Exchange.apply(y, forward, backward if self.backward else _keep)
+
+    def exact(self, y: torch.Tensor) -> torch.Tensor:
+        """cd-0's sum over clones, forward and backward, whatever the algorithm (what must
+        be exact in every epoch, as attention's softmax normaliser)."""
+        if self.comm.size == 1:
+            return y
+        return _Exchange.apply(y, self.reduce_broadcast, self.reduce_broadcast)
+
+    def extreme(self, y: torch.Tensor, reduce: str, empty: torch.Tensor) -> torch.Tensor:
+        r"""The element-wise ``max`` (or ``min``) over clones of partial extremes ``y``
+        ``[n, d]``, exact in every epoch (cd-0, fp32 or the run's type on the wire):
+
+        .. math::
+            y_v \leftarrow \max_{p \in R(v)} y^p_v, \qquad
+            \frac{\partial L}{\partial y^p_v} = [p = w_v] \sum_{q \in R(v)}
+                \frac{\partial L}{\partial y^q_v}
+
+        where ``w_v`` is the clone that attained the extreme (the root on a tie, then the
+        leaf listed first), so the gradient reaches exactly one in-edge, as on one socket.
+        ``empty`` ``[n]`` marks rows without local in-edges: they take no part, and rows
+        without in-edges on any clone stay 0."""
+        if self.comm.size == 1:
+            return y
+        return _ExtremeExchange.apply(y, self, reduce, empty)
+
+    def extreme_broadcast(self, a: torch.Tensor, reduce: str, empty: torch.Tensor):
+        """:meth:`extreme`'s forward on ``a`` in place; returns ``(kept, won)``: bool
+        ``[n, d]`` where this rank's own partial attained the extreme, and bool ``[L, d]``
+        where the leaf entry (root side) did."""
+        fill = -torch.inf if reduce == "max" else torch.inf
+        a.masked_fill_(empty.unsqueeze(1), fill)
+        leaf_buf, root_buf, _, _ = self._buffers(a, Wire("fp32", a.dtype))
+        ix = self.index
+        with self.timer("exchange_pre"):
+            torch.index_select(a, 0, self.leaf_ids, out=leaf_buf)
+        with self.timer("exchange_wait"):
+            self.comm.alltoallv(leaf_buf, ix.leaf_counts, root_buf, ix.root_counts)
+        with self.timer("exchange_post"):
+            before = a.clone()
+            a.index_reduce_(0, self.root_ids, root_buf, "amax" if reduce == "max" else "amin")
+            kept = a == before
+            best = a.index_select(0, self.root_ids)
+            # a leaf entry wins where it attains the extreme, the root does not, and no leaf
+            # entry listed before it does (ties go to one clone, as on one socket to one edge)
+            entry = torch.arange(len(root_buf), device=a.device).unsqueeze(1).expand_as(root_buf)
+            candidate = (root_buf == best) & ~kept.index_select(0, self.root_ids)
+            first = torch.full(a.shape, len(root_buf), dtype=torch.int64, device=a.device)
+            first.index_reduce_(0, self.root_ids,
+                                torch.where(candidate, entry, len(root_buf)), "amin")
+            won = candidate & (first.index_select(0, self.root_ids) == entry)
+            root_buf.copy_(best)
+        with self.timer("exchange_wait"):
+            self.comm.alltoallv(root_buf, ix.root_counts, leaf_buf, ix.leaf_counts)
+        with self.timer("exchange_post"):
+            a.index_copy_(0, self.leaf_ids, leaf_buf)
+            a.masked_fill_(a == fill, 0.0)
+        self.bytes_sent += (leaf_buf.numel() + root_buf.numel()) * leaf_buf.element_size()
+        return kept, won
+
+    def route_to_winners(self, grad: torch.Tensor, kept: torch.Tensor,
+                         won: torch.Tensor) -> None:
+        """:meth:`extreme`'s backward on ``grad`` in place: each vertex's gradient summed
+        over clones, then kept only by the clone that attained the extreme."""
+        leaf_buf, root_buf, _, _ = self._buffers(grad, Wire("fp32", grad.dtype))
+        ix = self.index
+        torch.index_select(grad, 0, self.leaf_ids, out=leaf_buf)
+        with self.timer("exchange_wait"):
+            self.comm.alltoallv(leaf_buf, ix.leaf_counts, root_buf, ix.root_counts)
+        grad.index_add_(0, self.root_ids, root_buf)
+        torch.index_select(grad, 0, self.root_ids, out=root_buf)
+        root_buf.mul_(won)
+        with self.timer("exchange_wait"):
+            self.comm.alltoallv(root_buf, ix.root_counts, leaf_buf, ix.leaf_counts)
+        grad.mul_(kept)
+        grad.index_copy_(0, self.leaf_ids, leaf_buf)
+        self.bytes_sent += (leaf_buf.numel() + root_buf.numel()) * leaf_buf.element_size()
 
     def _delayed(self, layer: int, direction: str, a: torch.Tensor):
         """The cd-r state of ``(layer, direction)`` (a :class:`DelayedExchange`, or an

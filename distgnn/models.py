@@ -1,155 +1,58 @@
-"""GNN layers and models for full-batch node classification.
-
-Every layer takes a :class:`~distgnn.aggregate.Neighbourhood` and node states ``h``
-``[N, d_in]`` and returns ``[N, d_out]``.  Linear aggregations commute with the projection,
-``A (H W) = (A H) W``, so each layer aggregates on the narrower side: it projects first when
-``d_out < d_in``.  This shrinks the SpMM (and, in a distributed run, the exchange).
-"""
+"""The built-in models for full-batch node classification (``distgnn-train --model``):
+:class:`GNN`, a stack of one kind of layer from :mod:`distgnn.nn` (GCN, GraphSAGE, GIN,
+GAT), and :class:`GCNII`, the deep residual network.  Both take a
+:class:`~distgnn.aggregate.Neighbourhood` (the whole graph or a rank's partition)."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .aggregate import Neighbourhood
 from .dropout import dropout_key, vertex_dropout
+from .nn import LINEAR_AGGREGATORS, GATConv, GCN2Conv, GCNConv, GINConv, SAGEConv
 
-SAGE_AGGREGATORS = ("gcn", "mean", "sum", "max")
-
-
-def glorot(layer: nn.Module) -> None:
-    """Glorot-uniform weights and zero biases, as in Kipf & Welling's and PyG's layers."""
-    for name, p in layer.named_parameters():
-        if p.dim() > 1:
-            nn.init.xavier_uniform_(p)
-        else:
-            nn.init.zeros_(p)
+MODELS = ("gcn", "sage", "gin", "gat", "gcnii")
 
 
-def aggregate_and_project(conv, lin: nn.Module, nbr: Neighbourhood, h: torch.Tensor,
-                          aggregated: torch.Tensor | None) -> torch.Tensor:
-    """``lin(aggregated)`` when ``agg(h)`` is known; else ``lin`` on the narrower side of
-    ``conv.aggregate``: ``agg(lin(h))`` when the layer projects first, else ``lin(agg(h))``
-    (equal for the linear aggregators)."""
-    if aggregated is not None:
-        return lin(aggregated)
-    if conv.project_first:
-        return conv.aggregate(nbr, lin(h))
-    return lin(conv.aggregate(nbr, h))
+def dropped(h: torch.Tensor, nbr: Neighbourhood, p: float, training: bool, seed: int,
+            step: int, layer: int) -> torch.Tensor:
+    """``h`` after the keyed vertex dropout of :mod:`distgnn.dropout` (while training)."""
+    if not training or not p:
+        return h
+    return vertex_dropout(h, nbr.global_ids, p, dropout_key(seed, step, layer))
 
 
-class SAGEConv(nn.Module):
-    r"""GraphSAGE layer (Hamilton et al., *Inductive Representation Learning on Large
-    Graphs*, NeurIPS 2017) with DistGNN's ``gcn`` aggregator as the default.
-
-    .. math::
-        \text{gcn:}\quad \mathbf{h}'_v = \mathbf{W}\,
-            \frac{\mathbf{h}_v + \sum_{u \in N(v)} \mathbf{h}_u}{d_v + 1} + \mathbf{b}
-
-        \text{mean/sum/max:}\quad \mathbf{h}'_v = \mathbf{W}_r \mathbf{h}_v +
-            \mathbf{W}_n \operatorname{agg}_{u \in N(v)} \mathbf{h}_u + \mathbf{b}
-
-    where ``agg`` is the mean, sum or element-wise max over in-neighbours and ``d_v`` is the
-    in-degree (the global one in a distributed run).
-
-    Args:
-        in_channels (int): ``d_in``.
-        out_channels (int): ``d_out``.
-        aggregator (str, optional): ``"gcn"``, ``"mean"``, ``"sum"`` or ``"max"``.
-            (default: ``"gcn"``)
-        bias (bool, optional): learn ``b``. (default: ``True``)
-
-    Shapes:
-        - **input:** neighbourhood over ``N`` vertices, ``h`` ``[N, d_in]``
-        - **output:** ``[N, d_out]``
-    """
-
-    def __init__(self, in_channels: int, out_channels: int, aggregator: str = "gcn",
-                 bias: bool = True):
-        super().__init__()
-        if aggregator not in SAGE_AGGREGATORS:
-            raise ValueError(f"aggregator must be one of {SAGE_AGGREGATORS}, got {aggregator!r}")
-        self.aggregator = aggregator
-        self.lin_neigh = nn.Linear(in_channels, out_channels, bias=False)
-        self.lin_root = (None if aggregator == "gcn"
-                         else nn.Linear(in_channels, out_channels, bias=False))
-        self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
-        self.project_first = out_channels < in_channels and aggregator != "max"
-        glorot(self)
-
-    def aggregate(self, nbr: Neighbourhood, z: torch.Tensor) -> torch.Tensor:
-        """The neighbourhood term before (or, when projecting first, after) ``W``."""
-        if self.aggregator == "gcn":
-            return (nbr.reduce(z, "sum") + z) / (nbr.degree + 1)
-        return nbr.reduce(z, self.aggregator)
-
-    def forward(self, nbr: Neighbourhood, h: torch.Tensor,
-                aggregated: torch.Tensor | None = None) -> torch.Tensor:
-        """``aggregated``: ``aggregate(nbr, h)`` computed earlier (constant input features)."""
-        out = aggregate_and_project(self, self.lin_neigh, nbr, h, aggregated)
-        if self.lin_root is not None:
-            out = out + self.lin_root(h)
-        return out if self.bias is None else out + self.bias
-
-
-class GCNConv(nn.Module):
-    r"""Graph convolution (Kipf & Welling, *Semi-Supervised Classification with Graph
-    Convolutional Networks*, ICLR 2017).
-
-    .. math::
-        \mathbf{H}' = \hat{\mathbf{D}}^{-1/2} (\mathbf{A} + \mathbf{I})
-            \hat{\mathbf{D}}^{-1/2} \mathbf{H} \mathbf{W} + \mathbf{b},
-        \qquad \hat{d}_v = d_v + 1
-
-    The self-loop is applied as the ``+ h`` term rather than stored in the graph, so the
-    same code runs on a partition (where only the root would own the loop) and the
-    normalisation only needs the in-degree vector.
-
-    Args:
-        in_channels (int): ``d_in``.
-        out_channels (int): ``d_out``.
-        bias (bool, optional): learn ``b``. (default: ``True``)
-
-    Shapes:
-        - **input:** neighbourhood over ``N`` vertices, ``h`` ``[N, d_in]``
-        - **output:** ``[N, d_out]``
-    """
-
-    def __init__(self, in_channels: int, out_channels: int, bias: bool = True):
-        super().__init__()
-        self.lin = nn.Linear(in_channels, out_channels, bias=False)
-        self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
-        self.project_first = out_channels < in_channels
-        glorot(self)
-
-    def aggregate(self, nbr: Neighbourhood, z: torch.Tensor) -> torch.Tensor:
-        """``D^-1/2 (A + I) D^-1/2 z``."""
-        scale = (nbr.degree + 1).rsqrt()
-        z = scale * z
-        return scale * (nbr.reduce(z, "sum") + z)
-
-    def forward(self, nbr: Neighbourhood, h: torch.Tensor,
-                aggregated: torch.Tensor | None = None) -> torch.Tensor:
-        """``aggregated``: ``aggregate(nbr, h)`` computed earlier (constant input features)."""
-        out = aggregate_and_project(self, self.lin, nbr, h, aggregated)
-        return out if self.bias is None else out + self.bias
-
+def run_layer(layer, recompute: bool, *inputs: torch.Tensor) -> torch.Tensor:
+    """``layer(*inputs)``; with ``recompute``, only the inputs are kept for the backward
+    pass, which runs the layer again (its exchanges included: all ranks do so in the same
+    order) instead of reading its stored activations."""
+    if recompute and torch.is_grad_enabled():
+        return checkpoint(layer, *inputs, use_reentrant=False)
+    return layer(*inputs)
 
 class GNN(nn.Module):
-    r"""A stack of ``num_layers`` GCN or GraphSAGE layers for node classification.
+    r"""A stack of ``num_layers`` GCN, GraphSAGE, GIN or GAT layers for node classification.
 
     .. math::
         \mathbf{H}^{(0)} = \mathbf{X},\qquad
         \mathbf{H}^{(l+1)} = \sigma\big(\operatorname{conv}_l(\operatorname{dropout}
             (\mathbf{H}^{(l)}))\big) \;[+\, \mathbf{H}^{(l)}\ \text{if residual}]
 
-    with ``sigma = ReLU`` on all but the last layer, which returns logits.  Residual
-    connections are added where ``d_in == d_out`` (the hidden-to-hidden layers).  Dropout
-    masks are keyed by ``(seed, step, layer, global vertex id)`` (:mod:`distgnn.dropout`),
-    so a partitioned run draws the same masks as the whole graph.
+    with ``sigma = ReLU`` (ELU for GAT, as in its paper) on all but the last layer, which
+    returns logits.  Residual connections are added where ``d_in == d_out`` (the hidden-to-
+    hidden layers).  Dropout masks are keyed by ``(seed, step, layer, global vertex id)``
+    (:mod:`distgnn.dropout`), so a partitioned run draws the same masks as the whole graph.
+
+    The layers: ``gcn`` :class:`~distgnn.nn.GCNConv`; ``sage``
+    :class:`~distgnn.nn.SAGEConv` with ``aggregator``; ``gin`` :class:`~distgnn.nn.GINConv`
+    with an MLP of width ``hidden_channels``; ``gat`` :class:`~distgnn.nn.GATConv` with
+    ``heads`` heads of ``hidden_channels / heads`` concatenated on the hidden layers and one
+    head on the last (Velickovic et al.'s Cora model), attention dropout ``dropout``.
 
     Args:
-        model (str): ``"gcn"`` or ``"sage"``.
+        model (str): ``"gcn"``, ``"sage"``, ``"gin"`` or ``"gat"``.
         in_channels (int): feature width ``F``.
         hidden_channels (int): width of hidden layers.
         out_channels (int): number of classes ``C``.
@@ -163,7 +66,11 @@ class GNN(nn.Module):
             and reused every epoch, as SGC and MG-GCN do (when ``F > hidden`` it is
             ``F`` wide, where the plain model projects first: the same maths).  On a
             partition its exchange happens once, so cd-r leaves only the later layers
-            stale.  Needs a linear first aggregation (not max).  (default: ``False``)
+            stale.  GCN and GraphSAGE with a linear aggregator only.  (default: ``False``)
+        heads (int, optional): attention heads of GAT's hidden layers. (default: ``8``)
+        train_eps (bool, optional): GIN learns its ``epsilon``. (default: ``False``)
+        recompute (bool, optional): keep only each layer's input for the backward pass and
+            run the layer again there (activation checkpointing). (default: ``False``)
 
     Shapes:
         - **input:** neighbourhood over ``N`` vertices, ``x`` ``[N, F]``, ``step`` (the
@@ -173,40 +80,62 @@ class GNN(nn.Module):
 
     def __init__(self, model: str, in_channels: int, hidden_channels: int, out_channels: int,
                  num_layers: int = 2, dropout: float = 0.5, aggregator: str = "gcn",
-                 residual: bool = False, seed: int = 0, precompute_first: bool = False):
+                 residual: bool = False, seed: int = 0, precompute_first: bool = False,
+                 heads: int = 8, train_eps: bool = False, recompute: bool = False):
         super().__init__()
-        if model not in ("gcn", "sage"):
-            raise ValueError(f"model must be 'gcn' or 'sage', got {model!r}")
+        if model not in ("gcn", "sage", "gin", "gat"):
+            raise ValueError(f"model must be 'gcn', 'sage', 'gin' or 'gat', got {model!r}")
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        if model == "gat" and num_layers > 1 and hidden_channels % heads:
+            raise ValueError(f"GAT's hidden width {hidden_channels} must be a multiple of "
+                             f"its {heads} heads")
         dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
-        self.convs = nn.ModuleList(
-            GCNConv(a, b) if model == "gcn" else SAGEConv(a, b, aggregator)
-            for a, b in zip(dims[:-1], dims[1:]))
-        self.dropout = dropout
-        self.residual = residual
-        self.seed = seed
-        first = self.convs[0]
-        if precompute_first and getattr(first, "aggregator", "gcn") == "max":
-            raise ValueError("precompute_first needs a linear first aggregation, not max")
+        last = num_layers - 1
+
+        def conv(layer: int, a: int, b: int) -> nn.Module:
+            if model == "gcn":
+                return GCNConv(a, b)
+            if model == "sage":
+                return SAGEConv(a, b, aggregator)
+            if model == "gin":
+                return GINConv(a, b, hidden_channels, train_eps=train_eps)
+            if layer == last:
+                return GATConv(a, b, 1, concat=False, dropout=dropout, seed=seed)
+            return GATConv(a, b // heads, heads, dropout=dropout, seed=seed)
+
+        self.convs = nn.ModuleList(conv(i, a, b) for i, (a, b) in enumerate(zip(dims[:-1],
+                                                                                dims[1:])))
+        self.model, self.dropout, self.residual, self.seed = model, dropout, residual, seed
+        self.recompute = recompute
+        first_linear = model == "gcn" or (model == "sage" and aggregator in LINEAR_AGGREGATORS)
+        if precompute_first and not first_linear:
+            raise ValueError("precompute_first needs GCN or GraphSAGE with a linear "
+                             f"aggregator ({', '.join(LINEAR_AGGREGATORS)})")
         self.precompute_first = precompute_first
         self._first: tuple | None = None  # (graph, x, aggregate of x) when precomputed
 
     def forward(self, nbr: Neighbourhood, x: torch.Tensor, step: int = 0) -> torch.Tensor:
         h = x
         for layer, conv in enumerate(self.convs):
+            last = layer == len(self.convs) - 1
             if layer == 0 and self.precompute_first:
                 out = conv(nbr, h, aggregated=self.first_aggregate(nbr, x))
+                out = out if last else F.relu(out)
             else:
-                if self.training and self.dropout:
-                    key = dropout_key(self.seed, step, layer)
-                    h = vertex_dropout(h, nbr.global_ids, self.dropout, key)
-                out = conv(nbr.at(layer, step, self.training), h)
-            if layer == len(self.convs) - 1:
+                def block(h, layer=layer, conv=conv, last=last):
+                    h = dropped(h, nbr, self.dropout, self.training, self.seed, step, layer)
+                    view = nbr.at(layer, step, self.training)
+                    out = conv(view, h, step) if self.model == "gat" else conv(view, h)
+                    if last:
+                        return out
+                    return F.elu(out) if self.model == "gat" else F.relu(out)
+
+                out = run_layer(block, self.recompute, h)
+            if last:
                 return out
-            out = F.relu(out)
             h = out + h if self.residual and out.shape == h.shape else out
 
     @torch.no_grad()
@@ -216,3 +145,70 @@ class GNN(nn.Module):
         if self._first is None or self._first[0] is not nbr.graph or self._first[1] is not x:
             self._first = (nbr.graph, x, self.convs[0].aggregate(nbr.at(0, 0, False), x))
         return self._first[2]
+
+
+class GCNII(nn.Module):
+    r"""GCNII (Chen et al., ICML 2020): a deep residual GCN of ``num_layers``
+    :class:`~distgnn.nn.GCN2Conv` layers between an input and an output projection, as PyG's
+    ``examples/gcn2_cora.py``.
+
+    .. math::
+        \mathbf{H}^{(0)} = \operatorname{ReLU}(\mathbf{W}_{in}\,
+            \operatorname{dropout}(\mathbf{X})),\qquad
+        \mathbf{H}^{(\ell)} = \operatorname{ReLU}\big(\operatorname{GCN2Conv}_\ell(
+            \operatorname{dropout}(\mathbf{H}^{(\ell-1)}), \mathbf{H}^{(0)})\big),\qquad
+        \mathbf{Z} = \mathbf{W}_{out}\, \operatorname{dropout}(\mathbf{H}^{(L)})
+
+    Chosen over pre-activation residual blocks (DeepGCN) because its initial residual and
+    identity mapping keep a 64-layer model from over-smoothing with no normalisation layer,
+    which a distributed run would have to synchronise every layer.  With ``recompute``
+    (activation checkpointing) a layer keeps only its input for the backward pass and runs
+    again there, so each extra layer adds one ``[N, hidden]`` tensor to the peak.
+
+    Args:
+        in_channels (int): ``F``.
+        hidden_channels (int): width of every ``H^(l)``.
+        out_channels (int): ``C``.
+        num_layers (int): ``L``.
+        dropout (float, optional): (default: ``0.6``)
+        alpha (float, optional): initial-residual weight. (default: ``0.1``)
+        theta (float, optional): identity-mapping strength. (default: ``0.5``)
+        seed (int, optional): seed of the dropout masks. (default: ``0``)
+        recompute (bool, optional): activation checkpointing per layer. (default: ``False``)
+
+    Shapes:
+        - **input:** neighbourhood over ``N`` vertices, ``x`` ``[N, F]``, ``step``
+        - **output:** logits ``[N, C]``
+    """
+
+    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
+                 num_layers: int, dropout: float = 0.6, alpha: float = 0.1, theta: float = 0.5,
+                 seed: int = 0, recompute: bool = False):
+        super().__init__()
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.lin_in = nn.Linear(in_channels, hidden_channels)
+        self.convs = nn.ModuleList(GCN2Conv(hidden_channels, alpha, theta, layer + 1)
+                                   for layer in range(num_layers))
+        self.lin_out = nn.Linear(hidden_channels, out_channels)
+        for lin in (self.lin_in, self.lin_out):
+            nn.init.xavier_uniform_(lin.weight)
+            nn.init.zeros_(lin.bias)
+        self.dropout, self.seed, self.recompute = dropout, seed, recompute
+
+    def forward(self, nbr: Neighbourhood, x: torch.Tensor, step: int = 0) -> torch.Tensor:
+        depth = len(self.convs)
+        x_0 = F.relu(self.lin_in(self._drop(x, nbr, step, 0)))
+        h = x_0
+        for layer, conv in enumerate(self.convs):
+            def block(h, x_0, layer=layer, conv=conv):
+                h = self._drop(h, nbr, step, layer + 1)
+                return F.relu(conv(nbr.at(layer, step, self.training), h, x_0))
+
+            h = run_layer(block, self.recompute, h, x_0)
+        return self.lin_out(self._drop(h, nbr, step, depth + 1))
+
+    def _drop(self, h, nbr, step, layer):
+        return dropped(h, nbr, self.dropout, self.training, self.seed, step, layer)

@@ -126,9 +126,6 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
 
     def load_local():
         delay = cfg.delay_epochs
-        if cfg.algo != "0c" and cfg.model == "sage" and cfg.aggregator == "max":
-            raise DistGNNError("the max aggregator has no exact split-vertex exchange; "
-                               "use --algo 0c or another aggregator")
         meta = read_meta(directory)
         if meta["num_parts"] != comm.size:
             raise DistGNNError(f"{directory} holds {meta['num_parts']} partitions but the job "

@@ -32,7 +32,7 @@ from .config import TrainConfig
 from .epoch_log import EpochLog, epoch_record
 from .errors import DistGNNError
 from .graph import NodeDataset
-from .models import GNN
+from .models import GCNII, GNN
 from .placement import synchronize
 from .replicas import ReplicaSync
 from .shard import Shard, dataset_shard
@@ -44,7 +44,7 @@ from .timing import PhaseTimer
 class TrainResult:
     history: list[dict]
     best: dict
-    model: GNN
+    model: torch.nn.Module
 
 
 def configure_threads(threads: int | None) -> None:
@@ -57,20 +57,29 @@ def configure_threads(threads: int | None) -> None:
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
 
 
-def build_model(cfg: TrainConfig, in_channels: int, num_classes: int) -> GNN:
+def build_model(cfg: TrainConfig, in_channels: int, num_classes: int) -> torch.nn.Module:
+    """``cfg.model`` for ``in_channels`` features and ``num_classes`` classes."""
     try:
+        if cfg.model == "gcnii":
+            return GCNII(in_channels, cfg.hidden, num_classes, cfg.layers, cfg.dropout,
+                         cfg.alpha, cfg.theta, cfg.seed, cfg.recompute)
         return GNN(cfg.model, in_channels, cfg.hidden, num_classes, cfg.layers, cfg.dropout,
-                   cfg.aggregator, cfg.residual, cfg.seed, cfg.precompute_first)
+                   cfg.aggregator, cfg.residual, cfg.seed, cfg.precompute_first, cfg.heads,
+                   cfg.train_eps, cfg.recompute)
     except ValueError as e:
         raise DistGNNError(str(e)) from None
 
 
-def model_and_optimizer(cfg: TrainConfig, shard: Shard):
+ModelFactory = Callable[[int, int], torch.nn.Module]
+
+
+def model_and_optimizer(cfg: TrainConfig, shard: Shard, make_model: ModelFactory | None = None):
     """The model (seeded: every rank builds the same) on the shard's device, in its floating
-    type, and its Adam."""
+    type, and its Adam.  ``make_model(in_channels, num_classes)`` builds a user's model
+    (called as ``model(nbr, x, step=epoch)``, returning logits); ``None``: ``cfg.model``."""
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg, shard.num_features, shard.num_classes).to(shard.x.device,
-                                                                        shard.x.dtype)
+    make = make_model or (lambda f, c: build_model(cfg, f, c))
+    model = make(shard.num_features, shard.num_classes).to(shard.x.device, shard.x.dtype)
     return model, torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
@@ -83,7 +92,7 @@ def training_vertices(shard: Shard, comm: Communicator) -> float:
     return float(counts[0])
 
 
-def step(model: GNN, optimizer, shard: Shard, sync: ReplicaSync, num_train: float,
+def step(model: torch.nn.Module, optimizer, shard: Shard, sync: ReplicaSync, num_train: float,
          epoch: int, timer: PhaseTimer) -> tuple[float, list[int]]:
     """Forward, loss, backward and the gradient allreduce of one epoch; returns the global
     loss and the ranks whose loss or gradients were not finite."""
@@ -140,7 +149,8 @@ def gathered_roc_auc(logits: torch.Tensor, shard: Shard, comm: Communicator) -> 
 
 
 @torch.no_grad()
-def evaluate(model: GNN, shard: Shard, comm: Communicator, with_roc_auc: bool = False) -> dict:
+def evaluate(model: torch.nn.Module, shard: Shard, comm: Communicator,
+             with_roc_auc: bool = False) -> dict:
     """Accuracy on each mask and the validation loss over all ranks, with dropout off, and
     ``eval_bytes_sent_mean``: the split-vertex bytes a rank sent for it (mean over ranks);
     with ``with_roc_auc`` (binary tasks), also each mask's ROC-AUC."""
@@ -171,15 +181,17 @@ def evaluate(model: GNN, shard: Shard, comm: Communicator, with_roc_auc: bool = 
 
 
 def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
-        log: Callable[[str], None] = print, watchdog: Watchdog | None = None) -> TrainResult:
-    """Train ``cfg.model`` on ``shard``, one replica per rank of ``comm``; returns the
+        log: Callable[[str], None] = print, watchdog: Watchdog | None = None,
+        make_model: ModelFactory | None = None) -> TrainResult:
+    """Train ``cfg.model`` (or ``make_model``'s, see :func:`model_and_optimizer`) on
+    ``shard``, one replica per rank of ``comm``; returns the
     per-epoch history and the best evaluation (the same on every rank).  Checkpoints and
     stops as :class:`~distgnn.checkpointer.Checkpointer` decides; ``watchdog`` is armed
     after the first epoch.  Collective: every rank must call it with the same ``cfg``."""
     if cfg.roc_auc and shard.num_classes != 2:
         raise DistGNNError(f"--roc-auc needs a binary task; {shard.name} has "
                            f"{shard.num_classes} classes")
-    model, optimizer = all_or_none(comm, lambda: model_and_optimizer(cfg, shard))
+    model, optimizer = all_or_none(comm, lambda: model_and_optimizer(cfg, shard, make_model))
     sync = ReplicaSync(model, comm)
     sync.broadcast_parameters()
     checkpoints = Checkpointer(cfg, comm, model, optimizer, shard, log)
@@ -225,9 +237,11 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
     return TrainResult(run.history, run.best, model)
 
 
-def train(data: NodeDataset, cfg: TrainConfig, log: Callable[[str], None] = print
-          ) -> TrainResult:
-    """Train ``cfg.model`` on the whole of ``data`` in this process (single-socket mode)."""
+def train(data: NodeDataset, cfg: TrainConfig, log: Callable[[str], None] = print,
+          make_model: ModelFactory | None = None) -> TrainResult:
+    """Train ``cfg.model`` (or ``make_model``'s) on the whole of ``data`` in this process
+    (single-socket mode)."""
     configure_threads(cfg.threads)
     timer = PhaseTimer()
-    return fit(dataset_shard(data, cfg, timer), cfg, SelfCommunicator(), timer, log)
+    return fit(dataset_shard(data, cfg, timer), cfg, SelfCommunicator(), timer, log,
+               make_model=make_model)

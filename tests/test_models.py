@@ -5,7 +5,8 @@ import torch
 
 from distgnn.aggregate import Neighbourhood
 from distgnn.backends import TorchSparseBackend
-from distgnn.models import GNN, SAGE_AGGREGATORS, GCNConv, SAGEConv
+from distgnn.models import GNN
+from distgnn.nn import SAGE_AGGREGATORS, GCNConv, SAGEConv
 
 LAYERS = ["gcn_conv"] + [f"sage_{a}" for a in SAGE_AGGREGATORS]
 N = 30
@@ -42,9 +43,11 @@ def reference(name, p, a, h):
         z = a @ h
     elif agg == "mean":
         z = a @ h / deg.clamp(min=1)
-    else:  # element-wise max over in-neighbours, 0 where there are none
-        masked = h.expand(N, N, h.shape[1]).masked_fill((a == 0).unsqueeze(2), -torch.inf)
-        z = torch.where(deg > 0, masked.amax(1), torch.zeros(()))
+    else:  # element-wise max (min) over in-neighbours, 0 where there are none
+        sign = 1 if agg == "max" else -1
+        masked = (sign * h).expand(N, N, h.shape[1]).masked_fill((a == 0).unsqueeze(2),
+                                                                  -torch.inf)
+        z = torch.where(deg > 0, sign * masked.amax(1), torch.zeros(()))
     return h @ p["lin_root.weight"].T + z @ p["lin_neigh.weight"].T + p["bias"]
 
 
@@ -53,7 +56,7 @@ def reference(name, p, a, h):
 def test_layer_forward_and_gradients_match_dense_reference(case, name, d_in, d_out):
     nbr, a = case
     conv = make_layer(name, d_in, d_out)
-    assert conv.project_first == (d_out < d_in and name != "sage_max")
+    assert conv.project_first == (d_out < d_in and name not in ("sage_max", "sage_min"))
     torch.manual_seed(1)
     h = torch.randn(N, d_in, requires_grad=True)
     probe = torch.randn(N, d_out, dtype=torch.float64)  # a random linear functional
@@ -113,8 +116,11 @@ def test_residual_only_acts_where_layer_width_is_kept(case, num_layers, d_in, ch
     assert torch.equal(plain(case[0], x), skip(case[0], x)) != changes
 
 
-@pytest.mark.parametrize("kw", [dict(model="gat"), dict(num_layers=0), dict(dropout=1.0),
-                                dict(dropout=-0.1), dict(model="sage", aggregator="lstm")])
+@pytest.mark.parametrize("kw", [dict(model="gatv2"), dict(num_layers=0), dict(dropout=1.0),
+                                dict(dropout=-0.1), dict(model="sage", aggregator="lstm"),
+                                dict(model="gat", hidden_channels=12),
+                                dict(model="gin", precompute_first=True),
+                                dict(model="sage", aggregator="min", precompute_first=True)])
 def test_gnn_invalid_arguments_raise_value_error(kw):
     args = dict(model="gcn", in_channels=6, hidden_channels=16, out_channels=4) | kw
     with pytest.raises(ValueError):
@@ -152,6 +158,6 @@ def test_precomputed_first_aggregation_is_the_same_model_with_one_aggregation(ca
 
 
 def test_precomputed_first_aggregation_needs_a_linear_aggregation():
-    with pytest.raises(ValueError, match="linear first aggregation"):
+    with pytest.raises(ValueError, match="a linear"):
         GNN("sage", 4, 8, 3, aggregator="max", precompute_first=True)
 
