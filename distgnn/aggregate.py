@@ -144,6 +144,15 @@ class Neighbourhood:
                                           for a in (src, dst))
         return self.graph.cache[key]
 
+    def loop_edges(self) -> torch.Tensor | None:
+        """bool ``[E]``: which stored edges are self-loops ``v -> v`` (``None`` when none is)."""
+        key = ("loop_edges", str(self.degree.device))
+        if key not in self.graph.cache:
+            src, dst = self.edge_index()
+            loops = src == dst
+            self.graph.cache[key] = loops if bool(loops.any()) else None
+        return self.graph.cache[key]
+
     def edge_keys(self) -> tuple[np.ndarray, np.ndarray]:
         """int64 ``[E]`` and ``[N]``: a key per edge (in CSR order) and per self-loop from
         the global ids of both ends, ``(g_u << 32) | g_v``, so a partition keys each edge as

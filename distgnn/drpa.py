@@ -445,7 +445,8 @@ class DRPA:
             self.comm.alltoallv(leaf_buf, ix.leaf_counts, root_buf, ix.root_counts)
         with self.timer("exchange_post"):
             before = a.clone()
-            a.index_reduce_(0, self.root_ids, root_buf, "amax" if reduce == "max" else "amin")
+            rows = self.root_ids.unsqueeze(1).expand_as(root_buf)
+            a.scatter_reduce_(0, rows, root_buf, "amax" if reduce == "max" else "amin")
             kept = a == before
             best = a.index_select(0, self.root_ids)
             # a leaf entry wins where it attains the extreme, the root does not, and no leaf
@@ -453,8 +454,7 @@ class DRPA:
             entry = torch.arange(len(root_buf), device=a.device).unsqueeze(1).expand_as(root_buf)
             candidate = (root_buf == best) & ~kept.index_select(0, self.root_ids)
             first = torch.full(a.shape, len(root_buf), dtype=torch.int64, device=a.device)
-            first.index_reduce_(0, self.root_ids,
-                                torch.where(candidate, entry, len(root_buf)), "amin")
+            first.scatter_reduce_(0, rows, torch.where(candidate, entry, len(root_buf)), "amin")
             won = candidate & (first.index_select(0, self.root_ids) == entry)
             root_buf.copy_(best)
         with self.timer("exchange_wait"):

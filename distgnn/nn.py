@@ -230,7 +230,8 @@ class GATConv(nn.Module):
     exchanged exactly every epoch (they are ``H`` values per split vertex), while the
     ``H C``-wide weighted sums travel on cd-r's delayed schedule; their stale part is
     normalised with the normaliser of the epoch it was computed in.  Under 0c every rank
-    takes the softmax over its own in-edges.  Edge weights are not used.
+    takes the softmax over its own in-edges.  Edge weights are not used, and self-loops
+    stored in the graph are ignored (PyG removes them before adding its own).
 
     Args:
         in_channels (int): ``d_in``.
@@ -273,9 +274,13 @@ class GATConv(nn.Module):
         score_dst = (z * self.att_dst).sum(-1)
         src, dst = nbr.edge_index()
         logits = F.leaky_relu(score_src[src] + score_dst[dst], self.negative_slope)  # [E, H]
+        loops = nbr.loop_edges()
+        if loops is not None:  # the self-loop is added once below, as PyG replaces stored ones
+            logits = logits.masked_fill(loops.unsqueeze(1), -torch.inf)
         self_logits = F.leaky_relu(score_src + score_dst, self.negative_slope)  # [N, H]
         with torch.no_grad():  # a per-vertex shift of the softmax: any value gives its result
-            top = self_logits.index_reduce(0, dst, logits, "amax")
+            top = self_logits.scatter_reduce(0, dst.unsqueeze(1).expand_as(logits), logits,
+                                             "amax")
             top = nbr.combine(top, "max")
         weight = torch.exp(logits - top[dst])
         self_weight = torch.exp(self_logits - top)

@@ -396,7 +396,7 @@ def split_heavy(tmp_path_factory):
     directory = root / "p4"
     write_dataset(directory, ds, vertex_cut(graph, 4, "random", seed=0),
                   {"method": "random", "seed": 0})
-    return directory, n
+    return directory, n, ds
 
 
 @pytest.mark.parametrize("schedule", [{"delay": 1}, {"delay": 2, "smoothing": 0.6},
@@ -410,7 +410,7 @@ def test_cdr_training_follows_an_independent_reference(split_heavy, schedule, tm
     schedule's definition, to 1e-12 relative; forward and backward staleness both shape the
     curve, so both are checked.  The same reference with replies that carry the leaf's own
     partial back misses it by far: the comparison can fail."""
-    directory, n = split_heavy
+    directory, n, _ = split_heavy
     epochs = 20
     flags = dict(model="sage", layers=3, hidden=8, dropout=0.5, lr=0.05, epochs=epochs,
                  algo="cd-r", dtype="float64", feature_norm="none", **schedule)
@@ -430,6 +430,64 @@ def test_cdr_training_follows_an_independent_reference(split_heavy, schedule, tm
     np.testing.assert_allclose(got, expected, rtol=1e-12)
     wrong = np.array(Simulation(parts, n, cfg, subtract_own=False).train(epochs))
     assert np.abs(got - wrong).max() / np.abs(wrong).max() > 1e-3
+
+
+MODEL_FLAGS = {"gin": dict(model="gin", train_eps=True),
+               "gat": dict(model="gat", heads=2, dropout=0.6),
+               "sage-max": dict(model="sage", aggregator="max"),
+               "sage-min": dict(model="sage", aggregator="min"),
+               "gcnii-recompute": dict(model="gcnii", layers=6, recompute=True)}
+MODEL_COMMON = dict(layers=3, hidden=8, dropout=0.5, lr=0.05, dtype="float64",
+                    feature_norm="none", epochs=15, eval_every=15, progress=False)
+GAT_DELAYED = dict(model="gat", heads=2, layers=2, hidden=8, lr=0.05, epochs=10,
+                   eval_every=10, progress=False)
+
+
+@pytest.fixture(scope="module")
+def model_job(split_heavy, tmp_path_factory):
+    """Histories of every model check, trained in one 4-rank job (``tests/mpi/model_ranks.py``)
+    on the split-heavy partitions: ``MODEL_FLAGS`` under cd-0, and GAT under cd-0 and cd-2."""
+    directory, _, _ = split_heavy
+    out = tmp_path_factory.mktemp("models")
+    configs = {name: dict(MODEL_COMMON, **flags) for name, flags in MODEL_FLAGS.items()}
+    configs["gat-cd-0"] = dict(GAT_DELAYED, algo="cd-0")
+    configs["gat-cd-2"] = dict(GAT_DELAYED, algo="cd-r", delay=2)
+    proc, _ = mpirun(4, [sys.executable, RANK_SCRIPTS / "model_ranks.py", directory, out,
+                         json.dumps(configs)], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {name: json.loads((out / f"{name}.json").read_text()) for name in configs}
+
+
+@pytest.mark.parametrize("name", MODEL_FLAGS)
+def test_models_under_cd0_follow_single_socket(split_heavy, model_job, name):
+    """GIN (learned eps), GAT (2 heads, dropout 0.6 on features and attention), GraphSAGE
+    with max and min aggregators and a 6-layer GCNII with recomputed activations, trained
+    with cd-0 on 4 ranks where almost every vertex is split (float64, dropout 0.5 elsewhere,
+    15 epochs): the loss curve and the final accuracies equal single-socket training of the
+    whole graph to 1e-10 relative.  GAT's edge softmax spans the clones of every split
+    vertex; max/min send each gradient to the one clone that attained the extreme."""
+    from distgnn.train import train
+
+    _, _, ds = split_heavy
+    got = model_job[name]
+    cfg = TrainConfig(threads=1, **dict(MODEL_COMMON, **MODEL_FLAGS[name]))
+    want = train(ds, cfg, log=lambda s: None).history
+    assert len(got) == len(want) == cfg.epochs
+    np.testing.assert_allclose([r["loss"] for r in got], [r["loss"] for r in want], rtol=1e-10)
+    assert got[-1]["train_acc"] == pytest.approx(want[-1]["train_acc"], abs=1e-12)
+
+
+def test_gat_under_cdr_delays_only_the_weighted_sums(model_job):
+    """GAT under cd-2 trains (finite, falling loss) and sends less than under cd-0: its
+    maximum and sum of exponentials (2 heads: 2 + 2 values per split row) stay exact every
+    layer, the 8-wide weighted sums go on the delayed schedule."""
+    sent = {}
+    for algo in ("cd-0", "cd-2"):
+        records = model_job[f"gat-{algo}"]
+        losses = [r["loss"] for r in records]
+        assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0]
+        sent[algo] = records[-1]["bytes_sent_max"]
+    assert 0 < sent["cd-2"] < sent["cd-0"]
 
 
 def test_precomputed_first_aggregation_is_exchanged_once(train_job, tmp_path):

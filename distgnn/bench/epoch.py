@@ -1,6 +1,8 @@
 """``distgnn-bench epoch``: full-batch training epochs of this project against PyTorch Geometric.
 
-For each dataset and model (GraphSAGE-gcn, GCN) at the same sizes and thread count:
+For each dataset and model (GraphSAGE-gcn, GCN, GIN, GAT, GCNII) at the same sizes and
+thread count, against PyG's same model (:mod:`distgnn.bench.pyg` says which PyG layers are
+equivalent to ours):
 
 1. **Same model check.**  From the same initial weights with dropout 0, this project
    (numba backend) and PyG (on ``--device``) train ``CHECK_EPOCHS`` epochs; their losses
@@ -15,6 +17,11 @@ For each dataset and model (GraphSAGE-gcn, GCN) at the same sizes and thread cou
    the GPU (``numba`` stays on the CPU cores, as the CPU peer), epochs are timed up to a
    device synchronisation, and their peak GPU memory (``torch.cuda.max_memory_allocated``)
    is reported too.
+
+``--layers`` sets the depth of both sides (GCNII: its ``GCN2Conv`` layers, between the input
+and output projections), ``--heads`` GAT's heads; ``--recompute`` has this project's side
+keep only each layer's input for the backward pass (activation checkpointing; PyG runs
+without), which with GCNII at growing depth shows peak memory against depth.
 
 Workers are ``python -m distgnn.bench.epoch JSON`` with the dataset in a temporary ``.npz``.
 """
@@ -44,15 +51,16 @@ from .machine import machine_info
 from .output import finish, output_arguments
 
 IMPLS = ("numba", "torch", "pyg")
-MODELS = ("sage", "gcn")
+MODELS = ("sage", "gcn", "gin", "gat", "gcnii")
+DEFAULT_MODELS = ("sage", "gcn")
 CHECK_EPOCHS, CHECK_RTOL = 3, 1e-4
 
 
 HELP = "training epochs of this project vs PyTorch Geometric"
-DESCRIPTION = ("Full-batch training epochs (forward, backward, optimizer) of GraphSAGE-gcn and "
-               "GCN: this project's trainer with the numba and torch backends against PyTorch "
-               "Geometric, same model (checked), same threads, interleaved worker processes, "
-               "peak memory of each.")
+DESCRIPTION = ("Full-batch training epochs (forward, backward, optimizer) of GraphSAGE-gcn, "
+               "GCN, GIN, GAT and GCNII: this project's trainer with the numba and torch "
+               "backends against PyTorch Geometric, same model (checked), same threads, "
+               "interleaved worker processes, peak memory of each.")
 DEFAULT_DATASET = "rmat:scale=18,edge_factor=16,features=128"
 
 
@@ -60,13 +68,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", action="append",
                    help=f"dataset or generator spec; repeat for several (default: "
                         f"{DEFAULT_DATASET})")
-    p.add_argument("--models", default=list(MODELS), type=comma_list(str, MODELS),
-                   help="comma-separated models (sage = GraphSAGE-gcn, gcn)")
+    p.add_argument("--models", default=list(DEFAULT_MODELS), type=comma_list(str, MODELS),
+                   help="comma-separated models: sage (GraphSAGE-gcn), gcn, gin, gat, gcnii "
+                        "(default: sage,gcn)")
     p.add_argument("--impls", default=list(IMPLS), type=comma_list(str, IMPLS),
                    help="comma-separated implementations: numba, torch (this project's "
                         "backends), pyg (PyTorch Geometric)")
     p.add_argument("--hidden", type=int, default=256, help="hidden width")
-    p.add_argument("--layers", type=int, default=2, help="number of layers")
+    p.add_argument("--layers", type=int, default=2,
+                   help="number of layers (gcnii: of GCN2Conv layers, between its input and "
+                        "output projections)")
+    p.add_argument("--heads", type=int, default=8,
+                   help="attention heads of GAT's hidden layers (a divisor of --hidden)")
+    p.add_argument("--recompute", action="store_true",
+                   help="this project's side recomputes each layer in the backward pass "
+                        "instead of keeping its activations (activation checkpointing); "
+                        "PyG runs as it is")
     p.add_argument("--dropout", type=float, default=0.5, help="dropout of the timed epochs")
     p.add_argument("--epochs", type=int, default=3,
                    help="timed epochs per worker run (after one warm-up epoch)")
@@ -93,7 +110,7 @@ def _config(job: dict, dropout: float, epochs: int):
     from ..config import TrainConfig
 
     return TrainConfig(model=job["model"], hidden=job["hidden"], layers=job["layers"],
-                       dropout=dropout, epochs=epochs, eval_every=epochs, seed=job["seed"],
+                       heads=job["heads"], recompute=job["recompute"], dropout=dropout, epochs=epochs, eval_every=epochs, seed=job["seed"],
                        backend=job["impl"] if job["impl"] in BACKENDS else "numba",
                        device=impl_device(job["impl"], job["device"]),
                        threads=job["threads"], progress=False)
@@ -117,8 +134,8 @@ def train_pyg(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tupl
     configure_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     ours = build_model(cfg, data.num_features, data.num_classes)
-    dims = [data.num_features] + [cfg.hidden] * (cfg.layers - 1) + [data.num_classes]
-    net = pyg.PyGNet(cfg.model, dims, dropout)
+    net = pyg.PyGNet(cfg.model, data.num_features, cfg.hidden, data.num_classes, cfg.layers,
+                     dropout, heads=cfg.heads, alpha=cfg.alpha, theta=cfg.theta)
     pyg.copy_weights(ours, net)
     net.to(device)
     x = torch.from_numpy(normalize_features(data.x, cfg.feature_norm)).to(device)
@@ -175,13 +192,19 @@ def run_worker(job: dict) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def make_job(model: str, args, **more) -> dict:
+    """A worker's job for ``model`` under the command's arguments (and ``more``)."""
+    return {"model": model, "hidden": args.hidden, "layers": args.layers, "heads": args.heads,
+            "recompute": args.recompute, "threads": args.threads, "seed": 0,
+            "epochs": args.epochs, "dropout": args.dropout, "device": args.device, **more}
+
+
 def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
-    job = {"npz": str(npz), "model": model, "hidden": args.hidden, "layers": args.layers,
-           "threads": args.threads, "seed": 0, "epochs": args.epochs, "dropout": args.dropout,
-           "device": args.device}
+    job = make_job(model, args, npz=str(npz))
     row = {"dataset": name, "model": model, "hidden": args.hidden, "layers": args.layers,
-           "threads": args.threads, "epochs": args.epochs, "rounds": args.rounds,
-           "device": args.device}
+           **({"heads": args.heads} if model == "gat" else {}),
+           "recompute": args.recompute, "threads": args.threads, "epochs": args.epochs,
+           "rounds": args.rounds, "device": args.device}
     if "pyg" in impls:
         check = run_worker(dict(job, impl="check"))
         diff = max(abs(a - b) / abs(b) for a, b in zip(check["ours"], check["pyg"]))
@@ -226,6 +249,8 @@ def format_row(row: dict) -> str:
 
 def main(args) -> int:
     args.dataset = args.dataset or [DEFAULT_DATASET]
+    for model in args.models:  # refuse a model the sizes cannot make before any work
+        _config(make_job(model, args, impl="numba"), args.dropout, args.epochs)
     impls = list(args.impls)
     if "pyg" in impls and not pyg.available():
         print("PyTorch Geometric is not installed (pip install '.[bench]'): benchmarking "
@@ -243,7 +268,9 @@ def main(args) -> int:
             for model in args.models:
                 print(f"{data.name} ({data.graph.num_nodes:,} vertices, "
                       f"{data.graph.num_edges:,} edges, {data.num_features} features): "
-                      f"{model}, {args.layers} layers, hidden {args.hidden}", flush=True)
+                      f"{model}, {args.layers} layers, hidden {args.hidden}"
+                      f"{f', {args.heads} heads' if model == 'gat' else ''}"
+                      f"{', recompute' if args.recompute else ''}", flush=True)
                 row = measure(npz, data.name, model, impls, args)
                 print(format_row(row), flush=True)
                 rows.append(row)

@@ -1,0 +1,132 @@
+"""The layers of :mod:`distgnn.nn` that PyTorch Geometric also has (GIN, GAT, GCNII) against
+PyG's own, from the same weights (outputs and gradients, float64, both backends); the
+attention kernels against their torch formulas; recomputed activations against stored ones."""
+import numpy as np
+import pytest
+import torch
+
+from distgnn.aggregate import Neighbourhood
+from distgnn.backends import NumbaBackend, TorchSparseBackend
+from distgnn.models import GCNII, GNN
+from distgnn.nn import GATConv, GCN2Conv, GINConv
+
+pyg = pytest.importorskip("torch_geometric.nn")
+N = 40
+BACKENDS = [NumbaBackend(), TorchSparseBackend()]
+
+
+@pytest.fixture
+def graph(random_graph):
+    """A random graph (with self-loops and vertices without in-edges) and its
+    ``edge_index`` as PyG wants it."""
+    g, *_ = random_graph(seed=3, n=N, e=160)
+    src, dst = g.edges()
+    return g, torch.from_numpy(np.stack([src, dst]).astype(np.int64))
+
+
+def compare(ours, theirs, params):
+    """Outputs equal, and the gradients of a random functional of them w.r.t. the input
+    and to each ``(our parameter, PyG's parameter)`` pair."""
+    torch.manual_seed(7)
+    x = torch.randn(N, 6, dtype=torch.float64, requires_grad=True)
+    a, b = ours(x), theirs(x)
+    torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    probe = torch.randn_like(a)
+    mine = torch.autograd.grad((a * probe).sum(), [x] + [p for p, _ in params])
+    ref = torch.autograd.grad((b * probe).sum(), [x] + [q for _, q in params])
+    for u, v in zip(mine, ref):
+        torch.testing.assert_close(u, v, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
+@pytest.mark.parametrize("heads, concat", [(1, True), (3, True), (3, False)])
+def test_gat_equals_pyg(graph, backend, heads, concat):
+    g, edge_index = graph
+    nbr = Neighbourhood(g, backend, dtype=torch.float64)
+    torch.manual_seed(0)
+    conv = GATConv(6, 4, heads, concat).double()
+    ref = pyg.GATConv(6, 4, heads, concat).double()
+    with torch.no_grad():
+        for name in ("lin.weight", "att_src", "att_dst"):
+            ref.get_parameter(name).copy_(conv.get_parameter(name))
+        conv.bias.normal_()
+        ref.bias.copy_(conv.bias)
+    compare(lambda x: conv(nbr, x), lambda x: ref(x, edge_index),
+            [(conv.att_src, ref.att_src), (conv.lin.weight, ref.lin.weight),
+             (conv.bias, ref.bias)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
+@pytest.mark.parametrize("hidden", [3, 9], ids=["projects-first", "aggregates-first"])
+def test_gin_equals_pyg(graph, backend, hidden):
+    g, edge_index = graph
+    nbr = Neighbourhood(g, backend, dtype=torch.float64)
+    torch.manual_seed(0)
+    conv = GINConv(6, 5, hidden, eps=0.3, train_eps=True).double()
+    mlp = torch.nn.Sequential(torch.nn.Linear(6, hidden), torch.nn.ReLU(),
+                              torch.nn.Linear(hidden, 5))
+    ref = pyg.GINConv(mlp, eps=0.3, train_eps=True).double()
+    assert conv.project_first == (hidden < 6)
+    with torch.no_grad():
+        conv.bias1.normal_()
+        mlp[0].weight.copy_(conv.lin1.weight)
+        mlp[0].bias.copy_(conv.bias1)
+        mlp[2].weight.copy_(conv.lin2.weight)
+        mlp[2].bias.copy_(conv.lin2.bias)
+    compare(lambda x: conv(nbr, x), lambda x: ref(x, edge_index),
+            [(conv.eps, ref.eps), (conv.lin1.weight, mlp[0].weight)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
+def test_gcn2_equals_pyg(graph, backend):
+    """On a graph without stored self-loops (PyG keeps a stored loop as the ``I`` of
+    ``A + I``; this project adds ``I`` to whatever ``A`` holds, as :class:`GCNConv` does)."""
+    g = graph[0].remove_self_loops()
+    edge_index = torch.from_numpy(np.stack(g.edges()).astype(np.int64))
+    nbr = Neighbourhood(g, backend, dtype=torch.float64)
+    torch.manual_seed(0)
+    conv = GCN2Conv(6, alpha=0.2, theta=0.5, layer=3).double()
+    ref = pyg.GCN2Conv(6, alpha=0.2, theta=0.5, layer=3).double()
+    with torch.no_grad():
+        ref.weight1.copy_(conv.weight1)
+    x_0 = torch.randn(N, 6, dtype=torch.float64)
+    compare(lambda x: conv(nbr, x, x_0), lambda x: ref(x, x_0, edge_index),
+            [(conv.weight1, ref.weight1)])
+
+
+def test_attention_kernels_equal_the_torch_formulas(graph):
+    """The Numba kernels (forward, both gradients) against the gather/scatter formulas of
+    the torch backend, on a graph with empty rows and columns, float32."""
+    g, _ = graph
+    assert (np.diff(g.indptr) == 0).any()
+    torch.manual_seed(1)
+    alpha = torch.rand(g.num_edges, 3)
+    z = torch.randn(N, 3, 5)
+    grad = torch.randn(N, 3, 5)
+    fast, ref = NumbaBackend(), TorchSparseBackend()
+    torch.testing.assert_close(fast.heads_spmm(g, alpha, z), ref.heads_spmm(g, alpha, z))
+    for u, v in zip(fast.heads_spmm_backward(g, alpha, z, grad),
+                    ref.heads_spmm_backward(g, alpha, z, grad)):
+        torch.testing.assert_close(u, v)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: GNN("gat", 6, 8, 3, num_layers=3, heads=2, dropout=0.5, recompute=True),
+    lambda: GCNII(6, 8, 3, num_layers=5, dropout=0.5, recompute=True)], ids=["gat", "gcnii"])
+def test_recomputed_activations_give_the_stored_gradients(graph, make):
+    """``recompute=True`` (activation checkpointing) changes what is kept, not the maths:
+    the same loss and gradients as the model that stores its activations, dropout on."""
+    g, _ = graph
+    nbr = Neighbourhood(g, NumbaBackend(), dtype=torch.float64)
+    torch.manual_seed(0)
+    model = make().double().train()
+    x = torch.randn(N, 6, dtype=torch.float64)
+    grads = []
+    for recompute in (True, False):
+        model.recompute = recompute
+        model.zero_grad()
+        loss = model(nbr, x, step=3).square().sum()
+        loss.backward()
+        grads.append([loss.detach()] + [p.grad.clone() for p in model.parameters()])
+    for u, v in zip(*grads):
+        torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12)
