@@ -10,18 +10,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .aggregate import Neighbourhood
-from .dropout import dropout_key, vertex_dropout
-from .nn import LINEAR_AGGREGATORS, GATConv, GCN2Conv, GCNConv, GINConv, SAGEConv
+from .nn import LINEAR_AGGREGATORS, GATConv, GCN2Conv, GCNConv, GINConv, SAGEConv, keyed_dropout
 
 MODELS = ("gcn", "sage", "gin", "gat", "gcnii")
-
-
-def dropped(h: torch.Tensor, nbr: Neighbourhood, p: float, training: bool, seed: int,
-            step: int, layer: int) -> torch.Tensor:
-    """``h`` after the keyed vertex dropout of :mod:`distgnn.dropout` (while training)."""
-    if not training or not p:
-        return h
-    return vertex_dropout(h, nbr.global_ids, p, dropout_key(seed, step, layer))
 
 
 def run_layer(layer, recompute: bool, *inputs: torch.Tensor) -> torch.Tensor:
@@ -126,7 +117,7 @@ class GNN(nn.Module):
                 out = out if last else F.relu(out)
             else:
                 def block(h, layer=layer, conv=conv, last=last):
-                    h = dropped(h, nbr, self.dropout, self.training, self.seed, step, layer)
+                    h = keyed_dropout(h, nbr, self.dropout, self.training, self.seed, step, layer)
                     view = nbr.at(layer, step, self.training)
                     out = conv(view, h, step) if self.model == "gat" else conv(view, h)
                     if last:
@@ -211,4 +202,4 @@ class GCNII(nn.Module):
         return self.lin_out(self._drop(h, nbr, step, depth + 1))
 
     def _drop(self, h, nbr, step, layer):
-        return dropped(h, nbr, self.dropout, self.training, self.seed, step, layer)
+        return keyed_dropout(h, nbr, self.dropout, self.training, self.seed, step, layer)

@@ -148,6 +148,17 @@ class GCNConv(nn.Module):
         return out if self.bias is None else out + self.bias
 
 
+def keyed_dropout(h: torch.Tensor, nbr: Neighbourhood, p: float, training: bool, seed: int,
+                  step: int, layer: int) -> torch.Tensor:
+    """Dropout of ``h`` ``[N, d]`` (while ``training``) whose mask is a function of ``(seed,
+    step, layer, global vertex id, column)`` (:mod:`distgnn.dropout`): every clone of a vertex
+    draws the mask the whole graph draws, so a partitioned run trains the same model.  Use it
+    between layers instead of ``F.dropout``, whose masks differ from rank to rank."""
+    if not training or not p:
+        return h
+    return vertex_dropout(h, nbr.global_ids, p, dropout_key(seed, step, layer))
+
+
 class GINConv(nn.Module):
     r"""Graph isomorphism layer (Xu et al., *How Powerful are Graph Neural Networks?*,
     ICLR 2019).
