@@ -13,6 +13,8 @@ under ``--dtype float64``):
 
     \text{graph copies} = 24\,E + 16\,N \qquad \text{features} = c\,s\,N F
 
+    \text{attention} = 6\, s\, E\, H L \qquad \text{(GAT only)}
+
 with ``k = 2`` for GraphSAGE's mean/sum/max aggregators (a root and a neighbour weight),
 else 1.  Per layer autograd keeps about two input-wide tensors (the dropout output and the
 aggregated or projected input) and three output-wide ones (the projection, the sum, the
@@ -21,7 +23,10 @@ are the transpose the backward pass uses and the per-edge arrays of the kernels;
 features are the normalised copy the model reads (``c = 2`` with
 ``--precompute-first-aggregation``, which also keeps their aggregate; else 1).  The
 features and the graph as loaded are already in memory when this is checked.  The estimate
-is meant to be within a factor of two of the peak: it catches a ``--hidden`` or
+is meant to be within a factor of two of the peak.  GAT keeps about six ``[E, H]`` per-edge
+tensors per layer (logits, their exponentials, the coefficients, the dropped coefficients
+and two gradients; ``H`` heads); GCNII counts as ``L + 1`` layers of width ``H`` (its
+propagation layers and the input projection).  The estimate: it catches a ``--hidden`` or
 ``--layers`` that cannot fit, not a run at the edge.
 """
 from __future__ import annotations
@@ -39,16 +44,17 @@ def widths(num_features: int, hidden: int, num_classes: int, layers: int) -> lis
 
 def estimate(num_nodes: int, num_edges: int, num_features: int, num_classes: int,
              hidden: int, layers: int, two_weights: bool = False,
-             value_bytes: int = 4, precompute_first: bool = False) -> dict[str, int]:
+             value_bytes: int = 4, precompute_first: bool = False,
+             heads: int = 0) -> dict[str, int]:
     """Bytes of ``model``, ``activations`` and ``graph`` copies (see the module docstring),
-    and their ``total``; ``value_bytes`` is ``s``, ``precompute_first`` makes ``c = 2``.
-    Python ints: no overflow for absurd sizes."""
+    and their ``total``; ``value_bytes`` is ``s``, ``precompute_first`` makes ``c = 2``,
+    ``heads`` is GAT's ``H`` (0: no attention).  Python ints: no overflow for absurd sizes."""
     d = widths(num_features, hidden, num_classes, layers)
     k = 2 if two_weights else 1
     s = value_bytes
     model = s * 5 * sum(k * (a + 1) * b for a, b in zip(d[:-1], d[1:]))
     activations = s * num_nodes * (sum(2 * a + 3 * b for a, b in zip(d[:-1], d[1:]))
-                                   + 3 * num_classes)
+                                   + 3 * num_classes) + 6 * s * num_edges * heads * layers
     graph = 24 * num_edges + 16 * num_nodes
     features = (2 if precompute_first else 1) * s * num_nodes * num_features
     return {"model": model, "activations": activations, "graph copies": graph,
@@ -77,9 +83,11 @@ def require(cfg, num_nodes: int, num_edges: int, num_features: int, num_classes:
     if num_features < 1:
         raise DistGNNError(f"{where}: the features have width 0; a model needs at least one "
                            "input feature per vertex")
-    need = estimate(num_nodes, num_edges, num_features, num_classes, cfg.hidden, cfg.layers,
-                    cfg.model == "sage" and cfg.aggregator != "gcn",
-                    8 if cfg.dtype == "float64" else 4, cfg.precompute_first)
+    need = estimate(num_nodes, num_edges, num_features, num_classes, cfg.hidden,
+                    cfg.layers + (cfg.model == "gcnii"),
+                    cfg.model == "gin" or (cfg.model == "sage" and cfg.aggregator != "gcn"),
+                    8 if cfg.dtype == "float64" else 4, cfg.precompute_first,
+                    cfg.heads if cfg.model == "gat" else 0)
     have = available_bytes(device)
     if need["total"] > have:
         parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in need.items() if k != "total")

@@ -56,7 +56,7 @@ def exactness(a) -> list[dict]:
     rows = []
     for model in a.models:
         flags = [*MODELS[model], "--epochs", str(a.epochs), "--seed", "0"]
-        ref = train(["--dataset", spec, *flags], a.work / "single.json", threads=2)
+        ref = train(["--dataset", spec, *flags], a.work / "single.json", threads=1)
         for parts in a.parts:
             directory = partition(spec, parts, a.work, a.graph)
             row = {"model": model, "graph": a.graph, "parts": parts,

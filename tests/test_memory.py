@@ -24,3 +24,16 @@ def test_a_run_that_cannot_fit_is_refused_with_its_parts():
     with pytest.raises(DistGNNError, match="needs about .*activations"):
         require(cfg, 10 ** 6, 10 ** 7, 100, 4, "cpu", "data")
     require(TrainConfig(hidden=16), 1000, 5000, 32, 4, "cpu", "data")  # fits: no error
+
+
+def test_attention_adds_its_per_edge_tensors():
+    """GAT keeps six [E, H] tensors per layer; an edge-heavy GAT run is refused where the same
+    GCN fits."""
+    plain = estimate(1000, 5000, 32, 4, 16, 2)
+    gat = estimate(1000, 5000, 32, 4, 16, 2, heads=8)
+    assert gat["activations"] - plain["activations"] == 6 * 4 * 5000 * 8 * 2
+    edges = 10 ** 8  # 2.4 GB of graph copies; GAT's 8 heads x 2 layers add 38 GB
+    require(TrainConfig(model="gcn"), 10 ** 4, edges, 8, 2, "cpu", "data")
+    with pytest.raises(DistGNNError, match="needs about"):
+        require(TrainConfig(model="gat", heads=8, hidden=64), 10 ** 4, edges, 8, 2, "cpu",
+                "data")

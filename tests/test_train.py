@@ -77,3 +77,19 @@ def test_roc_auc_is_the_share_of_correctly_ordered_pairs(seed):
     pairs = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
     assert roc_auc(scores, positive) == pytest.approx(pairs / (len(pos) * len(neg)), abs=1e-12)
     assert roc_auc(scores, np.ones(200, bool)) is None
+
+
+@pytest.mark.parametrize("flags, message", [
+    (dict(model="gat", hidden=60, heads=8), "--hidden 60 must be a multiple of --heads 8"),
+    (dict(model="sage", aggregator="max", algo="cd-r"), "max aggregator is exchanged exactly"),
+    (dict(model="sage", aggregator="min", algo="cd-r"), "min aggregator is exchanged exactly"),
+    (dict(model="gcnii", recompute=True, algo="cd-r"), "--recompute runs each layer's exchange"),
+    (dict(model="gcnii", alpha=1.5), "--alpha must be in"),
+    (dict(model="gcnii", theta=0), "--theta must be"),
+    (dict(model="gat", heads=0), "--heads must be an integer >= 1"),
+    (dict(model="gin", precompute_first=True), "precompute_first needs GCN or GraphSAGE"),
+])
+def test_model_flags_that_cannot_make_a_run_are_refused(cora, flags, message):
+    """Each refused with one line naming the flag, before any training."""
+    with pytest.raises(DistGNNError, match=message):
+        run(cora, epochs=1, **flags)

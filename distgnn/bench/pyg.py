@@ -11,10 +11,9 @@ for layer (dropout before each layer, ReLU between them, ELU for GAT, logits out
   ReLU, Linear), eps=0)`` on ``A`` (sum aggregation; our ``lin1`` and ``bias1`` are its
   first ``Linear``);
 - GAT is ``GATConv(heads=H)`` on the hidden layers (heads concatenated) and
-  ``GATConv(heads=1, concat=False)`` on the last, attention dropout the model's, on an
-  ``edge_index`` of ``A + I`` with ``add_self_loops=False``: the self-loops added once
-  (beside any stored loop, as ours does; PyG's own would replace a stored one every
-  forward pass);
+  ``GATConv(heads=1, concat=False)`` on the last, attention dropout the model's, on the
+  ``edge_index`` of ``A`` (it replaces any stored self-loop by one of its own every forward
+  pass, which ours does too);
 - GCNII is ``GCN2Conv(shared_weights=True, normalize=False)`` layers between an input and
   an output ``Linear``, as PyG's ``examples/gcn2_cora.py``, on ``D^-1/2 (A + I) D^-1/2``
   normalised once by PyG's ``gcn_norm`` (the example's preprocessing; ``normalize=True``
@@ -29,6 +28,7 @@ attention), so it gets the ``[2, E]`` ``edge_index`` (sources, then destinations
 from __future__ import annotations
 
 import importlib.util
+import warnings
 
 import numpy as np
 import torch
@@ -76,10 +76,9 @@ class PyGNet(nn.Module):
                 return GINConv(nn.Sequential(nn.Linear(a, hidden_channels), nn.ReLU(),
                                              nn.Linear(hidden_channels, b)), eps=0.0)
             if model == "gat" and layer == last:
-                return GATConv(a, b, heads=1, concat=False, dropout=dropout,
-                               add_self_loops=False)
+                return GATConv(a, b, heads=1, concat=False, dropout=dropout)
             if model == "gat":
-                return GATConv(a, b // heads, heads=heads, dropout=dropout, add_self_loops=False)
+                return GATConv(a, b // heads, heads=heads, dropout=dropout)
             raise ValueError(f"no PyG model {model!r}")
 
         self.convs = nn.ModuleList(conv(i, a, b)
@@ -100,33 +99,26 @@ class PyGNet(nn.Module):
         return x
 
 
-def _with_self_loops(graph: CSRGraph) -> tuple[np.ndarray, np.ndarray]:
-    """CSR ``indptr`` and int64 ``indices`` of ``A + I``: one more entry per row, the vertex
-    itself (kept beside a stored loop, as this project's layers count it)."""
-    n, indptr = graph.num_nodes, graph.indptr
-    rows = np.concatenate([csr_rows(indptr), np.arange(n)])
-    cols = np.concatenate([graph.indices.astype(np.int64), np.arange(n)])
-    return indptr + np.arange(n + 1), cols[np.lexsort((cols, rows))]
-
-
 def adjacency(graph: CSRGraph, model: str, device: torch.device | str = "cpu") -> torch.Tensor:
     """What :class:`PyGNet`'s layers take for ``model``, on ``device``: the CSR ``adj_t`` of
     ``A + I`` (SAGE-gcn), of ``A`` (GCN, GIN), of ``D^-1/2 (A + I) D^-1/2`` (GCNII), or the
-    ``[2, E + N]`` ``edge_index`` of ``A + I`` (GAT)."""
-    n = graph.num_nodes
-    if model in ("sage", "gat"):
-        indptr, indices = _with_self_loops(graph)
-    else:
-        indptr, indices = graph.indptr, graph.indices.astype(np.int64)
+    ``[2, E]`` ``edge_index`` of ``A`` (GAT)."""
+    n, indptr, indices = graph.num_nodes, graph.indptr, graph.indices.astype(np.int64)
     if model == "gat":
-        edges = np.stack([indices, csr_rows(indptr)])
-        return torch.from_numpy(edges).to(device)
+        return torch.from_numpy(np.stack([indices, csr_rows(indptr)])).to(device)
+    if model == "sage":  # one more entry per row, the vertex itself (kept beside a stored loop)
+        rows = np.concatenate([csr_rows(indptr), np.arange(n)])
+        cols = np.concatenate([indices, np.arange(n)])
+        indices = cols[np.lexsort((cols, rows))]
+        indptr = indptr + np.arange(n + 1)
     adj_t = csr_tensor(indptr, indices, torch.ones(len(indices), device=device), n, device,
                        torch.int64)
     if model == "gcnii":
         from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
-        adj_t, _ = gcn_norm(adj_t, num_nodes=n)  # adds I itself (beside any stored loop)
+        with warnings.catch_warnings():  # "sparse invariant checks are disabled": as wanted
+            warnings.simplefilter("ignore", UserWarning)
+            adj_t, _ = gcn_norm(adj_t, num_nodes=n)  # adds I itself (beside any stored loop)
     return adj_t
 
 
