@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from .backends import KernelBackend
+from .backends import KernelBackend, NumbaBackend
 from .graph import CSRGraph
 from .timing import PhaseTimer
 
@@ -59,6 +59,64 @@ class HeadsSpMM(torch.autograd.Function):
             grad_alpha, grad_z = ctx.backend.heads_spmm_backward(
                 ctx.graph, alpha, z, grad_y.contiguous().view_as(z))
         return grad_alpha, grad_z, None, None, None
+
+
+class SoftmaxAggregate(torch.autograd.Function):
+    """GAT's edge softmax and aggregation over a neighbourhood in Numba kernels
+    (:mod:`distgnn.kernels.attention`), with the clone exchanges between them: returns the
+    partial ``y`` ``[N, H C]`` over this rank's in-edges (the caller combines it like any
+    aggregate) and the self-loop coefficients ``[N, H]``; the gradients of the loop logits,
+    source and destination scores and ``z``.  The per-edge coefficients are the only
+    ``[E, H]`` tensor kept for the backward pass."""
+
+    @staticmethod
+    def forward(ctx, loop, s, t, z, nbr, slope, p, key):
+        from .kernels import attention as k
+
+        graph, chunks = nbr.graph, NumbaBackend.row_chunks(nbr.graph)
+        arrays = [_array(v) for v in (s, t, z)]
+        s_, t_, z_ = arrays
+        top = torch.from_numpy(k.softmax_max(graph.indptr, graph.indices, s_, t_, slope,
+                                             _array(loop), chunks))
+        top = nbr.combine(top, "max", empty_rows=False)
+        total = torch.from_numpy(k.softmax_sum(graph.indptr, graph.indices, s_, t_, slope,
+                                               _array(top), chunks))
+        loop_weight = torch.exp(loop - top)
+        total = nbr.combine(total, exact=True) + loop_weight
+        edge_keys = nbr.edge_keys()[0]
+        alpha, y = k.softmax_aggregate(graph.indptr, graph.indices, s_, t_, slope,
+                                       _array(top), _array(total), z_, edge_keys, key, p, chunks)
+        loop_alpha = loop_weight / total
+        ctx.nbr, ctx.slope, ctx.p, ctx.key = nbr, slope, p, key
+        ctx.arrays = (*arrays, alpha, edge_keys)
+        ctx.save_for_backward(loop_alpha)
+        return torch.from_numpy(y), loop_alpha
+
+    @staticmethod
+    def backward(ctx, grad_y, grad_loop_alpha):
+        from .kernels import attention as k
+
+        (loop_alpha,) = ctx.saved_tensors
+        s_, t_, z_, alpha, edge_keys = ctx.arrays
+        graph, chunks = ctx.nbr.graph, NumbaBackend.row_chunks(ctx.nbr.graph)
+        g = _array(grad_y).reshape(z_.shape)
+        grad, dot = k.softmax_grad_alpha(graph.indptr, graph.indices, g, z_, alpha, edge_keys,
+                                         ctx.key, ctx.p, chunks)
+        # this clone's share of sum alpha dL/dalpha over the vertex's in-edges and its loop
+        # (the loop's gradient here is this clone's part of it); summed over clones for edges
+        dot = torch.from_numpy(dot) + loop_alpha * grad_loop_alpha
+        grad_loop = loop_alpha * (grad_loop_alpha - dot)
+        dot = ctx.nbr.combine(dot, exact=True)
+        grad_t = k.softmax_grad_logits(graph.indptr, graph.indices, s_, t_, ctx.slope, alpha,
+                                       _array(dot), grad, chunks)
+        grad_s, grad_z = k.softmax_grad_sources(NumbaBackend.transposed(graph), grad, alpha, g,
+                                                edge_keys, ctx.key, ctx.p)
+        return (grad_loop, torch.from_numpy(grad_s), torch.from_numpy(grad_t),
+                torch.from_numpy(grad_z), None, None, None, None)
+
+
+def _array(t: torch.Tensor) -> np.ndarray:
+    return t.detach().contiguous().numpy()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,19 +174,21 @@ class Neighbourhood:
             return self.reduce(h, "sum") / self.degree.clamp(min=1)
         return self.combine(SpMM.apply(h, self.graph, self.backend, reduce, self.timer), reduce)
 
-    def combine(self, y: torch.Tensor, reduce: str = "sum", exact: bool = False
-                ) -> torch.Tensor:
+    def combine(self, y: torch.Tensor, reduce: str = "sum", exact: bool = False,
+                empty_rows: bool = True) -> torch.Tensor:
         """Partial per-vertex results ``y`` ``[N, d]`` (over this rank's in-edges) combined over
         every clone of each vertex: summed (through cd-0 or cd-r as configured; always cd-0
-        when ``exact``) or, for ``max``/``min``, the extreme (cd-0; rows without local
-        in-edges take no part, and rows without any stay 0).  The identity on a whole graph
-        or under 0c."""
+        when ``exact``) or, for ``max``/``min``, the extreme (cd-0; with ``empty_rows``, rows
+        without local in-edges take no part, and rows without any stay 0).  The identity on
+        a whole graph or under 0c."""
         if self.exchange is None:
             return y
         if reduce != "sum":
-            if "local_empty" not in self.graph.cache:
-                self.graph.cache["local_empty"] = torch.from_numpy(self.graph.in_degrees() == 0)
-            return self.exchange.extreme(y, reduce, self.graph.cache["local_empty"].to(y.device))
+            key = ("local_empty", empty_rows)
+            if key not in self.graph.cache:
+                empty = self.graph.in_degrees() == 0
+                self.graph.cache[key] = torch.from_numpy(empty if empty_rows else np.zeros_like(empty))
+            return self.exchange.extreme(y, reduce, self.graph.cache[key].to(y.device))
         if exact:
             return self.exchange.exact(y)
         c = self.context
@@ -162,6 +222,16 @@ class Neighbourhood:
             g = self.global_ids
             self.graph.cache["edge_keys"] = ((g[src] << 32) | g[dst], (g << 32) | g)
         return self.graph.cache["edge_keys"]
+
+    def attend(self, loop: torch.Tensor, s: torch.Tensor, t: torch.Tensor, z: torch.Tensor,
+               slope: float, p: float, key: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAT's softmax over in-edges and aggregation (:class:`SoftmaxAggregate`, Numba on CPU):
+        for loop logits ``loop``, source and destination scores ``s``, ``t`` ``[N, H]`` and
+        ``z`` ``[N, H, C]``, returns ``sum_{e=(u,v)} alpha_e k_e z_u`` over all clones
+        (:meth:`combine`; ``k``: dropout ``p`` keyed by ``key`` and the edge keys) and the
+        undropped loop coefficients ``[N, H]``."""
+        y, loop_alpha = SoftmaxAggregate.apply(loop, s, t, z, self, slope, p, key)
+        return self.combine(y).view_as(z), loop_alpha
 
     def weighted_heads(self, alpha: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """``y[v, h] = sum_{e=(u,v)} alpha[e, h] z[u, h]`` over all clones (:meth:`combine`);

@@ -221,6 +221,17 @@ class NumbaBackend:
             graph.cache["row-chunks"] = balanced_chunks(graph.indptr)
         return graph.cache["row-chunks"]
 
+    @staticmethod
+    def transposed(graph: CSRGraph) -> tuple[np.ndarray, ...]:
+        """The CSR by source with each edge's position in the graph's CSR, and its row
+        chunks: ``(indptr_t, dst_t, position, chunks_t)`` (made once, then cached)."""
+        if "edge-transpose" not in graph.cache:
+            indptr_t, dst_t, position = transposed_order(graph.indptr, graph.indices,
+                                                         graph.num_nodes)
+            graph.cache["edge-transpose"] = (indptr_t, dst_t, position,
+                                             balanced_chunks(indptr_t))
+        return graph.cache["edge-transpose"]
+
     def heads_spmm(self, graph, alpha, z):
         y = weighted_heads(graph.indptr, graph.indices, _array(alpha), _array(z),
                            self.row_chunks(graph))
@@ -229,16 +240,12 @@ class NumbaBackend:
     def heads_spmm_backward(self, graph, alpha, z, grad_y):
         """``grad_alpha`` by rows of the graph, ``grad_z`` by rows of its transpose (``alpha``
         put in the transpose's edge order)."""
-        if "heads-transpose" not in graph.cache:
-            indptr_t, dst_t, position = transposed_order(graph.indptr, graph.indices,
-                                                         graph.num_nodes)
-            graph.cache["heads-transpose"] = (indptr_t, dst_t, torch.from_numpy(position),
-                                              balanced_chunks(indptr_t))
-        indptr_t, dst_t, position, chunks_t = graph.cache["heads-transpose"]
+        indptr_t, dst_t, position, chunks_t = self.transposed(graph)
         g = _array(grad_y)
         grad_alpha = head_dots(graph.indptr, graph.indices, g, _array(z),
                                self.row_chunks(graph))
-        grad_z = weighted_heads(indptr_t, dst_t, _array(alpha[position]), g, chunks_t)
+        grad_z = weighted_heads(indptr_t, dst_t, _array(alpha[torch.from_numpy(position)]), g,
+                                chunks_t)
         return torch.from_numpy(grad_alpha), torch.from_numpy(grad_z)
 
 

@@ -26,7 +26,7 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 
 
 @numba.njit(cache=True, inline="always")
-def _splitmix64(x):
+def splitmix64(x):
     z = x + _GAMMA
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
@@ -40,13 +40,13 @@ def _masked_scale(x, global_ids, key, threshold, scale, out):
     for i in numba.prange(x.shape[0]):
         base = key + np.uint64(global_ids[i]) * width
         for f in range(x.shape[1]):
-            keep = (_splitmix64(base + np.uint64(f)) >> np.uint64(40)) >= threshold
+            keep = (splitmix64(base + np.uint64(f)) >> np.uint64(40)) >= threshold
             out[i, f] = x[i, f] * scale if keep else 0.0
 
 
 def dropout_key(seed: int, step: int, layer: int) -> int:
     """64-bit key for one (seed, step, layer) draw."""
-    mix = _splitmix64.py_func
+    mix = splitmix64.py_func
     with np.errstate(over="ignore"):
         k = mix(np.uint64(seed & 0xFFFFFFFFFFFFFFFF))
         k = mix(k ^ np.uint64(step & 0xFFFFFFFFFFFFFFFF))
@@ -72,7 +72,7 @@ def _shift_right(z: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def _splitmix64_torch_(z: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
-    """:func:`_splitmix64` in place on int64 tensors holding uint64 bit patterns (products
+    """:func:`splitmix64` in place on int64 tensors holding uint64 bit patterns (products
     wrap); ``tmp`` is scratch of the same shape."""
     z.add_(_as_int64(int(_GAMMA)))
     for bits, mix in ((30, _MIX1), (27, _MIX2), (31, None)):

@@ -283,30 +283,40 @@ class GATConv(nn.Module):
         z = self.lin(h).view(-1, self.heads, self.out_channels)
         score_src = (z * self.att_src).sum(-1)  # [N, H]
         score_dst = (z * self.att_dst).sum(-1)
+        loop = F.leaky_relu(score_src + score_dst, self.negative_slope)  # the self-loops' logits
+        p = self.dropout if self.training else 0.0
+        # layer ~l (-l-1): apart from the keys of the vertex dropout before layer l
+        key = dropout_key(self.seed, step, ~nbr.context.layer) if p else 0
+        if nbr.backend.name == "numba":
+            out, loop_alpha = nbr.attend(loop, score_src, score_dst, z, self.negative_slope, p,
+                                         key)
+        else:
+            out, loop_alpha = self.attend(nbr, loop, score_src, score_dst, z, p, key)
+        if p:
+            loop_alpha = vertex_dropout(loop_alpha, nbr.edge_keys()[1], p, key)
+        out = out + loop_alpha.unsqueeze(-1) * z
+        out = out.flatten(1) if self.concat else out.mean(1)
+        return out if self.bias is None else out + self.bias
+
+    def attend(self, nbr: Neighbourhood, loop, score_src, score_dst, z, p: float, key: int):
+        """:meth:`Neighbourhood.attend` in torch operations (any device): the aggregate over
+        in-edges and the undropped loop coefficients."""
         src, dst = nbr.edge_index()
         logits = F.leaky_relu(score_src[src] + score_dst[dst], self.negative_slope)  # [E, H]
         loops = nbr.loop_edges()
-        if loops is not None:  # the self-loop is added once below, as PyG replaces stored ones
+        if loops is not None:  # the self-loop is added once, as PyG replaces stored ones
             logits = logits.masked_fill(loops.unsqueeze(1), -torch.inf)
-        self_logits = F.leaky_relu(score_src + score_dst, self.negative_slope)  # [N, H]
         with torch.no_grad():  # a per-vertex shift of the softmax: any value gives its result
-            top = self_logits.scatter_reduce(0, dst.unsqueeze(1).expand_as(logits), logits,
-                                             "amax")
-            top = nbr.combine(top, "max")
+            top = loop.scatter_reduce(0, dst.unsqueeze(1).expand_as(logits), logits, "amax")
+            top = nbr.combine(top, "max", empty_rows=False)
         weight = torch.exp(logits - top[dst])
-        self_weight = torch.exp(self_logits - top)
-        total = nbr.combine(torch.zeros_like(self_weight).index_add(0, dst, weight),
-                            exact=True) + self_weight
-        alpha, self_alpha = weight / total[dst], self_weight / total
-        if self.training and self.dropout:
-            # layer ~l (-l-1): apart from the keys of the vertex dropout before layer l
-            key = dropout_key(self.seed, step, ~nbr.context.layer)
-            edge_keys, loop_keys = nbr.edge_keys()
-            alpha = vertex_dropout(alpha, edge_keys, self.dropout, key)
-            self_alpha = vertex_dropout(self_alpha, loop_keys, self.dropout, key)
-        out = nbr.weighted_heads(alpha, z) + self_alpha.unsqueeze(-1) * z
-        out = out.flatten(1) if self.concat else out.mean(1)
-        return out if self.bias is None else out + self.bias
+        loop_weight = torch.exp(loop - top)
+        total = nbr.combine(torch.zeros_like(loop_weight).index_add(0, dst, weight),
+                            exact=True) + loop_weight
+        alpha = weight / total[dst]
+        if p:
+            alpha = vertex_dropout(alpha, nbr.edge_keys()[0], p, key)
+        return nbr.weighted_heads(alpha, z), loop_weight / total
 
 
 class GCN2Conv(nn.Module):

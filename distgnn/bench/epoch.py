@@ -36,10 +36,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ..backends import BACKENDS
 from ..cli_common import comma_list
@@ -127,16 +129,24 @@ def train_ours(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tup
 
 def train_pyg(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tuple[list, list]:
     """Losses and epoch seconds of the same model in PyG, from the same initial weights."""
+    return pyg_run(data, _config(job, dropout, epochs), torch.device(job["device"]))
+
+
+def pyg_run(data: NodeDataset, cfg, device: torch.device,
+            on_epoch: Callable[[nn.Module, torch.Tensor, object], None] | None = None
+            ) -> tuple[list, list]:
+    """Losses and epoch seconds of ``cfg``'s model (a :class:`~distgnn.config.TrainConfig`)
+    built in PyG from this project's initial weights for ``cfg.seed``, trained for
+    ``cfg.epochs`` with ``cfg.lr`` and ``cfg.weight_decay`` on ``device``.  After each timed
+    epoch, ``on_epoch(net, x, adj)`` (untimed) may evaluate it."""
     from ..shard import normalize_features
     from ..train import build_model, configure_threads
 
-    cfg = _config(job, dropout, epochs)
-    device = torch.device(job["device"])
     configure_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     ours = build_model(cfg, data.num_features, data.num_classes)
     net = pyg.PyGNet(cfg.model, data.num_features, cfg.hidden, data.num_classes, cfg.layers,
-                     dropout, heads=cfg.heads, alpha=cfg.alpha, theta=cfg.theta)
+                     cfg.dropout, heads=cfg.heads, alpha=cfg.alpha, theta=cfg.theta)
     pyg.copy_weights(ours, net)
     net.to(device)
     x = torch.from_numpy(normalize_features(data.x, cfg.feature_norm)).to(device)
@@ -145,7 +155,7 @@ def train_pyg(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tupl
     adj_t = pyg.adjacency(data.graph, cfg.model, device)
     optimizer = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     losses, times = [], []
-    for _ in range(epochs):
+    for _ in range(cfg.epochs):
         start = time.perf_counter()
         net.train()
         out = net(x, adj_t)
@@ -156,6 +166,8 @@ def train_pyg(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tupl
         synchronize(device)
         times.append(time.perf_counter() - start)
         losses.append(loss.item())
+        if on_epoch is not None:
+            on_epoch(net, x, adj_t)
     return losses, times
 
 

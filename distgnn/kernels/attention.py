@@ -14,12 +14,32 @@ Each is one pass over the edges with one row of output per thread-owned destinat
 last on the transposed CSR), so nothing ``[E, H, C]`` is ever materialised: what a
 message-passing implementation (PyG's ``propagate``) allocates and writes for the gathered
 ``z_u`` and the weighted messages is never written here.
+
+The ``softmax_*`` kernels compute GAT's whole edge softmax and aggregation in the same way,
+from per-vertex scores ``s`` (sources) and ``t`` (destinations), ``[N, H]``:
+
+.. math::
+    e_{uv} = \operatorname{LeakyReLU}(s_u + t_v),\quad
+    m_v = \max(\ell_v, \max_{u} e_{uv}),\quad
+    S_v = \sum_u \exp(e_{uv} - m_v),\quad
+    \alpha_{uv} = \exp(e_{uv} - m_v) / S_v,\quad
+    y_v = \sum_u \alpha_{uv} k_{uv} z_u
+
+(stored self-loops ``u = v`` take no part: the caller adds the loop, logit ``l_v``, once).
+``k`` is dropout's keep-and-scale factor, a hash of ``(key, edge key, head)`` recomputed
+where it is needed (:mod:`distgnn.dropout`'s formula).  Between the kernels the caller
+combines ``m``, ``S`` and ``y`` over the clones of split vertices.  In the backward pass,
+with ``g = dL/dy`` and ``a_e = dL/d alpha_e = k_e <g_v, z_u>``,
+``dL/de_{uv} = alpha_{uv} (a_{uv} - D_v)`` where ``D_v = sum alpha a`` over every in-edge
+(again combined over clones), and ``dL/ds``, ``dL/dt`` follow through the LeakyReLU.  The
+``[E, H]`` coefficients are the only per-edge values kept between passes.
 """
 from __future__ import annotations
 
 import numba
 import numpy as np
 
+from ..dropout import splitmix64
 from .blocking import balanced_chunks
 
 
@@ -55,6 +75,139 @@ def _head_dots(chunks, indptr, indices, g, z, out):
                     out[e, h] = s
 
 
+@numba.njit(inline="always")
+def _keep_scale(key, edge_key, heads, h, threshold, scale):
+    """Dropout's factor for head ``h`` of the edge keyed ``edge_key`` (1 without dropout)."""
+    if threshold == 0:
+        return scale
+    c = key + np.uint64(edge_key) * np.uint64(heads) + np.uint64(h)
+    return scale if (splitmix64(c) >> np.uint64(40)) >= threshold else 0.0
+
+
+@numba.njit(inline="always")
+def _leaky(x, slope):
+    return x if x > 0 else slope * x
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def _softmax_max(chunks, indptr, indices, s, t, slope, loop, top):
+    """``top[v] = max(loop[v], max_u LeakyReLU(s_u + t_v))`` (stored loops skipped)."""
+    heads = s.shape[1]
+    for c in numba.prange(len(chunks) - 1):
+        for v in range(chunks[c], chunks[c + 1]):
+            for h in range(heads):
+                top[v, h] = loop[v, h]
+            for e in range(indptr[v], indptr[v + 1]):
+                u = indices[e]
+                if u == v:
+                    continue
+                for h in range(heads):
+                    top[v, h] = max(top[v, h], _leaky(s[u, h] + t[v, h], slope))
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def _softmax_sum(chunks, indptr, indices, s, t, slope, top, total):
+    """``total[v] = sum_u exp(LeakyReLU(s_u + t_v) - top[v])`` (stored loops skipped)."""
+    heads = s.shape[1]
+    for c in numba.prange(len(chunks) - 1):
+        for v in range(chunks[c], chunks[c + 1]):
+            for h in range(heads):
+                total[v, h] = 0.0
+            for e in range(indptr[v], indptr[v + 1]):
+                u = indices[e]
+                if u == v:
+                    continue
+                for h in range(heads):
+                    total[v, h] += np.exp(_leaky(s[u, h] + t[v, h], slope) - top[v, h])
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def _softmax_aggregate(chunks, indptr, indices, s, t, slope, top, total, z, edge_keys, key,
+                       threshold, scale, alpha, out):
+    """``alpha[e]`` (0 on stored loops) and ``out[v] = sum_e alpha_e k_e z_u``."""
+    heads, width = z.shape[1], z.shape[2]
+    for c in numba.prange(len(chunks) - 1):
+        acc = np.empty((heads, width), z.dtype)
+        for v in range(chunks[c], chunks[c + 1]):
+            acc[:] = 0.0
+            for e in range(indptr[v], indptr[v + 1]):
+                u = indices[e]
+                for h in range(heads):
+                    if u == v:
+                        alpha[e, h] = 0.0
+                        continue
+                    a = np.exp(_leaky(s[u, h] + t[v, h], slope) - top[v, h]) / total[v, h]
+                    alpha[e, h] = a
+                    a *= _keep_scale(key, edge_keys[e], heads, h, threshold, scale)
+                    for f in range(width):
+                        acc[h, f] += a * z[u, h, f]
+            out[v] = acc
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def _softmax_grad_alpha(chunks, indptr, indices, g, z, alpha, edge_keys, key, threshold, scale,
+                        grad_alpha, dot):
+    """``grad_alpha[e] = k_e <g_v, z_u>`` and ``dot[v] = sum_e alpha_e grad_alpha_e``."""
+    heads, width = z.shape[1], z.shape[2]
+    for c in numba.prange(len(chunks) - 1):
+        for v in range(chunks[c], chunks[c + 1]):
+            for h in range(heads):
+                dot[v, h] = 0.0
+            for e in range(indptr[v], indptr[v + 1]):
+                u = indices[e]
+                for h in range(heads):
+                    k = _keep_scale(key, edge_keys[e], heads, h, threshold, scale)
+                    acc = 0.0
+                    if k != 0.0:
+                        for f in range(width):
+                            acc += g[v, h, f] * z[u, h, f]
+                    grad_alpha[e, h] = k * acc
+                    dot[v, h] += alpha[e, h] * k * acc
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def _softmax_grad_logits(chunks, indptr, indices, s, t, slope, alpha, dot, grad, grad_t):
+    """In place, ``grad[e] <- dL/d(s_u + t_v) = alpha_e (grad_e - dot_v) LeakyReLU'``; and
+    ``grad_t[v] = sum_e grad[e]``."""
+    heads = s.shape[1]
+    for c in numba.prange(len(chunks) - 1):
+        for v in range(chunks[c], chunks[c + 1]):
+            for h in range(heads):
+                grad_t[v, h] = 0.0
+            for e in range(indptr[v], indptr[v + 1]):
+                u = indices[e]
+                for h in range(heads):
+                    d = alpha[e, h] * (grad[e, h] - dot[v, h])
+                    if s[u, h] + t[v, h] <= 0:
+                        d *= slope
+                    grad[e, h] = d
+                    grad_t[v, h] += d
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+def _softmax_grad_sources(chunks, indptr_t, dst_t, position, grad_logits, alpha, g, edge_keys,
+                          key, threshold, scale, grad_s, grad_z):
+    """By source ``u`` (transposed CSR): ``grad_s[u] = sum_e grad_logits[e]`` and
+    ``grad_z[u] = sum_e alpha_e k_e g_v`` over ``u``'s out-edges."""
+    heads, width = g.shape[1], g.shape[2]
+    for c in numba.prange(len(chunks) - 1):
+        acc = np.empty((heads, width), g.dtype)
+        for u in range(chunks[c], chunks[c + 1]):
+            acc[:] = 0.0
+            for h in range(heads):
+                grad_s[u, h] = 0.0
+            for k in range(indptr_t[u], indptr_t[u + 1]):
+                e = position[k]
+                v = dst_t[k]
+                for h in range(heads):
+                    grad_s[u, h] += grad_logits[e, h]
+                    a = alpha[e, h] * _keep_scale(key, edge_keys[e], heads, h, threshold,
+                                                  scale)
+                    for f in range(width):
+                        acc[h, f] += a * g[v, h, f]
+            grad_z[u] = acc
+
+
 def transposed_order(indptr: np.ndarray, indices: np.ndarray, num_sources: int):
     """The CSR by source: ``(indptr_t, dst_t, position)`` with ``position[k]`` the original
     CSR position of the ``k``-th transposed edge (a stable sort, so rows keep their order)."""
@@ -82,3 +235,64 @@ def head_dots(indptr, indices, g: np.ndarray, z: np.ndarray,
     chunks = balanced_chunks(indptr) if chunks is None else chunks
     _head_dots(chunks, indptr, indices, g, z, out)
     return out
+
+
+def dropout_args(p: float, dtype) -> tuple[np.uint64, object]:
+    """``(threshold, scale)`` of dropout probability ``p`` as the kernels take them."""
+    return np.uint64(int(p * (1 << 24))), np.dtype(dtype).type(1.0 / (1.0 - p))
+
+
+def softmax_max(indptr, indices, s, t, slope: float, loop, chunks) -> np.ndarray:
+    """``m`` ``[N, H]`` of the module docstring over this CSR's edges and the loop logits."""
+    top = np.empty_like(s)
+    _softmax_max(chunks, indptr, indices, s, t, s.dtype.type(slope), loop, top)
+    return top
+
+
+def softmax_sum(indptr, indices, s, t, slope: float, top, chunks) -> np.ndarray:
+    """``S`` ``[N, H]`` of the module docstring over this CSR's edges (no loop)."""
+    total = np.empty_like(s)
+    _softmax_sum(chunks, indptr, indices, s, t, s.dtype.type(slope), top, total)
+    return total
+
+
+def softmax_aggregate(indptr, indices, s, t, slope: float, top, total, z, edge_keys,
+                      key: int, p: float, chunks) -> tuple[np.ndarray, np.ndarray]:
+    """``(alpha [E, H], y [N, H C])`` of the module docstring, dropout ``p`` keyed by
+    ``key`` and ``edge_keys`` applied to ``y`` (``alpha`` is kept undropped)."""
+    alpha = np.empty((len(indices), s.shape[1]), s.dtype)
+    out = np.empty((len(indptr) - 1, z.shape[1], z.shape[2]), z.dtype)
+    _softmax_aggregate(chunks, indptr, indices, s, t, s.dtype.type(slope), top, total, z,
+                       edge_keys, np.uint64(key), *dropout_args(p, z.dtype), alpha, out)
+    return alpha, out.reshape(len(out), -1)
+
+
+def softmax_grad_alpha(indptr, indices, g, z, alpha, edge_keys, key: int, p: float, chunks
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """``(dL/dalpha [E, H], sum_e alpha dL/dalpha [N, H])`` for ``g = dL/dy``."""
+    grad = np.empty_like(alpha)
+    dot = np.empty((len(indptr) - 1, z.shape[1]), z.dtype)
+    _softmax_grad_alpha(chunks, indptr, indices, g, z, alpha, edge_keys, np.uint64(key),
+                        *dropout_args(p, z.dtype), grad, dot)
+    return grad, dot
+
+
+def softmax_grad_logits(indptr, indices, s, t, slope: float, alpha, dot, grad, chunks
+                        ) -> np.ndarray:
+    """``grad`` (``dL/dalpha``) becomes ``dL/d(s_u + t_v)`` in place; returns ``dL/dt``."""
+    grad_t = np.empty_like(t)
+    _softmax_grad_logits(chunks, indptr, indices, s, t, s.dtype.type(slope), alpha, dot, grad,
+                         grad_t)
+    return grad_t
+
+
+def softmax_grad_sources(transposed, grad_logits, alpha, g, edge_keys, key: int, p: float
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """``(dL/ds [N, H], dL/dz [N, H, C])`` by sources; ``transposed`` is
+    :func:`transposed_order`'s result plus its row chunks."""
+    indptr_t, dst_t, position, chunks = transposed
+    grad_s = np.empty((len(indptr_t) - 1, g.shape[1]), g.dtype)
+    grad_z = np.empty((len(indptr_t) - 1, g.shape[1], g.shape[2]), g.dtype)
+    _softmax_grad_sources(chunks, indptr_t, dst_t, position, grad_logits, alpha, g, edge_keys,
+                          np.uint64(key), *dropout_args(p, g.dtype), grad_s, grad_z)
+    return grad_s, grad_z
