@@ -187,7 +187,7 @@ class Neighbourhood:
             key = ("local_empty", empty_rows)
             if key not in self.graph.cache:
                 empty = self.graph.in_degrees() == 0
-                self.graph.cache[key] = torch.from_numpy(empty if empty_rows else np.zeros_like(empty))
+                self.graph.cache[key] = torch.from_numpy(empty & empty_rows)
             return self.exchange.extreme(y, reduce, self.graph.cache[key].to(y.device))
         if exact:
             return self.exchange.exact(y)
