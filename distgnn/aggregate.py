@@ -39,28 +39,6 @@ class SpMM(torch.autograd.Function):
         return grad_x, None, None, None, None
 
 
-class HeadsSpMM(torch.autograd.Function):
-    """Differentiable ``y[v, h] = sum_{e=(u,v)} alpha[e, h] z[u, h]`` (attention's
-    aggregation) through a kernel backend; ``alpha`` ``[E, H]``, ``z`` ``[N, H, C]``, ``y``
-    returned flat, ``[N, H C]`` (what the exchange takes)."""
-
-    @staticmethod
-    def forward(ctx, alpha, z, graph, backend, timer):
-        with timer("aggregation_forward"):
-            y = backend.heads_spmm(graph, alpha, z)
-        ctx.graph, ctx.backend, ctx.timer = graph, backend, timer
-        ctx.save_for_backward(alpha, z)
-        return y
-
-    @staticmethod
-    def backward(ctx, grad_y):
-        alpha, z = ctx.saved_tensors
-        with ctx.timer("aggregation_backward"):
-            grad_alpha, grad_z = ctx.backend.heads_spmm_backward(
-                ctx.graph, alpha, z, grad_y.contiguous().view_as(z))
-        return grad_alpha, grad_z, None, None, None
-
-
 class SoftmaxAggregate(torch.autograd.Function):
     """GAT's edge softmax and aggregation over a neighbourhood in Numba kernels
     (:mod:`distgnn.kernels.attention`), with the clone exchanges between them: returns the
@@ -233,9 +211,3 @@ class Neighbourhood:
         y, loop_alpha = SoftmaxAggregate.apply(loop, s, t, z, self, slope, p, key)
         return self.combine(y).view_as(z), loop_alpha
 
-    def weighted_heads(self, alpha: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """``y[v, h] = sum_{e=(u,v)} alpha[e, h] z[u, h]`` over all clones (:meth:`combine`);
-        ``alpha`` ``[E, H]`` in CSR order, ``z`` and ``y`` ``[N, H, C]``."""
-        y = HeadsSpMM.apply(alpha.contiguous(), z.contiguous(), self.graph, self.backend,
-                            self.timer)
-        return self.combine(y).view_as(z)

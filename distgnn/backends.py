@@ -27,7 +27,7 @@ import torch
 from .errors import DistGNNError
 from .graph import CSRGraph
 from .kernels import inverse_degree, spmm
-from .kernels.attention import head_dots, transposed_order, weighted_heads
+from .kernels.attention import transposed_order
 from .kernels.autotune import autotune_plan
 from .kernels.blocking import balanced_chunks
 from .kernels.spmm import empty_aligned
@@ -40,11 +40,7 @@ class KernelBackend(Protocol):
     ``[N_dst, d]`` and, for max/min, ``arg`` ``[N_dst, d]`` int64 positions in ``indices`` of
     the edge that attains the extreme (-1 for empty rows), else ``None``.
     ``spmm_backward(graph, grad_y, reduce, arg)`` returns ``grad_x`` ``[N_src, d]``.
-    ``heads_spmm(graph, alpha, z)`` is attention's aggregation (:mod:`distgnn.kernels.attention`):
-    ``y[v, h] = sum_{e=(u,v)} alpha[e, h] z[u, h]`` for ``alpha`` ``[E, H]`` (in CSR order,
-    edge weights not applied) and ``z`` ``[N_src, H, C]``, returned flat, ``[N_dst, H C]``
-    (a tensor of its own, not a view); ``heads_spmm_backward(graph,
-    alpha, z, grad_y)`` returns ``(grad_alpha, grad_z)``.  None records autograd history.
+    Neither records autograd history.
     """
 
     name: str
@@ -54,12 +50,6 @@ class KernelBackend(Protocol):
 
     def spmm_backward(self, graph: CSRGraph, grad_y: torch.Tensor, reduce: str,
                       arg: torch.Tensor | None) -> torch.Tensor: ...
-
-    def heads_spmm(self, graph: CSRGraph, alpha: torch.Tensor, z: torch.Tensor
-                   ) -> torch.Tensor: ...
-
-    def heads_spmm_backward(self, graph: CSRGraph, alpha: torch.Tensor, z: torch.Tensor,
-                            grad_y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 def scatter_argreduce_grad(grad_y: torch.Tensor, arg: torch.Tensor, src: torch.Tensor,
@@ -155,27 +145,14 @@ class TorchSparseBackend:
         weight = None if graph.edge_weight is None else t["weight"]
         return scatter_argreduce_grad(grad_y, arg, t["src"], weight, graph.num_nodes)
 
-    def heads_spmm(self, graph, alpha, z):
-        t = self.tensors(graph, z.device)
-        y = torch.zeros(graph.num_nodes, z.shape[1] * z.shape[2], dtype=z.dtype,
-                        device=z.device)
-        y.view(-1, *z.shape[1:]).index_add_(0, t["dst"], alpha.unsqueeze(-1) * z[t["src"]])
-        return y
-
-    def heads_spmm_backward(self, graph, alpha, z, grad_y):
-        t = self.tensors(graph, z.device)
-        at_dst = grad_y[t["dst"]]
-        grad_alpha = (at_dst * z[t["src"]]).sum(-1)
-        return grad_alpha, torch.zeros_like(z).index_add_(0, t["src"], alpha.unsqueeze(-1) * at_dst)
-
 
 class NumbaBackend:
     """Cache-blocked, nnz-balanced Numba SpMM on CPU tensors (float32 or float64).
 
     Tensors are handed to the kernels as ``.numpy()`` views of their memory (no copies).
     Per graph it caches (in ``graph.cache``, beside the graph's own transpose) the per-edge
-    source ids for the max/min backward and an autotuned plan per feature width and
-    direction.
+    source ids for the max/min backward, an autotuned plan per feature width and direction,
+    and the row chunks and edge transpose of the attention kernels.
     """
 
     name = "numba"
@@ -231,27 +208,6 @@ class NumbaBackend:
             graph.cache["edge-transpose"] = (indptr_t, dst_t, position,
                                              balanced_chunks(indptr_t))
         return graph.cache["edge-transpose"]
-
-    def heads_spmm(self, graph, alpha, z):
-        y = weighted_heads(graph.indptr, graph.indices, _array(alpha), _array(z),
-                           self.row_chunks(graph))
-        return torch.from_numpy(y.reshape(len(y), -1))
-
-    def heads_spmm_backward(self, graph, alpha, z, grad_y):
-        """``grad_alpha`` by rows of the graph, ``grad_z`` by rows of its transpose (``alpha``
-        put in the transpose's edge order)."""
-        indptr_t, dst_t, position, chunks_t = self.transposed(graph)
-        g = _array(grad_y)
-        grad_alpha = head_dots(graph.indptr, graph.indices, g, _array(z),
-                               self.row_chunks(graph))
-        grad_z = weighted_heads(indptr_t, dst_t, _array(alpha[torch.from_numpy(position)]), g,
-                                chunks_t)
-        return torch.from_numpy(grad_alpha), torch.from_numpy(grad_z)
-
-
-def _array(t: torch.Tensor) -> np.ndarray:
-    """A contiguous numpy view (or copy, when not contiguous) of a CPU tensor."""
-    return t.detach().contiguous().numpy()
 
 
 BACKENDS = ("numba", "torch")

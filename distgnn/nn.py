@@ -299,8 +299,9 @@ class GATConv(nn.Module):
         return out if self.bias is None else out + self.bias
 
     def attend(self, nbr: Neighbourhood, loop, score_src, score_dst, z, p: float, key: int):
-        """:meth:`Neighbourhood.attend` in torch operations (any device): the aggregate over
-        in-edges and the undropped loop coefficients."""
+        """:meth:`Neighbourhood.attend` in torch operations (any device, the torch backend's
+        path; it materialises ``[E, H]`` and ``[E, H, C]`` tensors as PyG does): the aggregate
+        over in-edges and the undropped loop coefficients."""
         src, dst = nbr.edge_index()
         logits = F.leaky_relu(score_src[src] + score_dst[dst], self.negative_slope)  # [E, H]
         loops = nbr.loop_edges()
@@ -316,7 +317,8 @@ class GATConv(nn.Module):
         alpha = weight / total[dst]
         if p:
             alpha = vertex_dropout(alpha, nbr.edge_keys()[0], p, key)
-        return nbr.weighted_heads(alpha, z), loop_weight / total
+        y = torch.zeros_like(z).index_add(0, dst, alpha.unsqueeze(-1) * z[src])
+        return nbr.combine(y.view(len(y), -1)).view_as(z), loop_weight / total
 
 
 class GCN2Conv(nn.Module):
