@@ -44,29 +44,26 @@ class SoftmaxAggregate(torch.autograd.Function):
     (:mod:`distgnn.kernels.attention`), with the clone exchanges between them: returns the
     partial ``y`` ``[N, H C]`` over this rank's in-edges (the caller combines it like any
     aggregate) and the self-loop coefficients ``[N, H]``; the gradients of the loop logits,
-    source and destination scores and ``z``.  The per-edge coefficients are the only
-    ``[E, H]`` tensor kept for the backward pass."""
+    source and destination scores and ``z``.  The per-edge coefficients (and, with dropout,
+    the dropped ones) are the only ``[E, H]`` tensors kept for the backward pass."""
 
     @staticmethod
     def forward(ctx, loop, s, t, z, nbr, slope, p, key):
         from .kernels import attention as k
 
         graph, chunks = nbr.graph, NumbaBackend.row_chunks(nbr.graph)
-        arrays = [_array(v) for v in (s, t, z)]
-        s_, t_, z_ = arrays
+        s_, t_, z_ = (_array(v) for v in (s, t, z))
         top = torch.from_numpy(k.softmax_max(graph.indptr, graph.indices, s_, t_, slope,
                                              _array(loop), chunks))
         top = nbr.combine(top, "max", empty_rows=False)
-        total = torch.from_numpy(k.softmax_sum(graph.indptr, graph.indices, s_, t_, slope,
-                                               _array(top), chunks))
+        weight, total = k.softmax_sum(graph.indptr, graph.indices, s_, t_, slope, _array(top),
+                                      chunks)
         loop_weight = torch.exp(loop - top)
-        total = nbr.combine(total, exact=True) + loop_weight
-        edge_keys = nbr.edge_keys()[0]
-        alpha, y = k.softmax_aggregate(graph.indptr, graph.indices, s_, t_, slope,
-                                       _array(top), _array(total), z_, edge_keys, key, p, chunks)
+        total = nbr.combine(torch.from_numpy(total), exact=True) + loop_weight
+        alpha, kept, y = k.softmax_aggregate(graph.indptr, graph.indices, weight, _array(total),
+                                             z_, nbr.edge_keys()[0], key, p, chunks)
         loop_alpha = loop_weight / total
-        ctx.nbr, ctx.slope, ctx.p, ctx.key = nbr, slope, p, key
-        ctx.arrays = (*arrays, alpha, edge_keys)
+        ctx.nbr, ctx.slope, ctx.arrays = nbr, slope, (s_, t_, z_, alpha, kept)
         ctx.save_for_backward(loop_alpha)
         return torch.from_numpy(y), loop_alpha
 
@@ -75,20 +72,18 @@ class SoftmaxAggregate(torch.autograd.Function):
         from .kernels import attention as k
 
         (loop_alpha,) = ctx.saved_tensors
-        s_, t_, z_, alpha, edge_keys = ctx.arrays
+        s_, t_, z_, alpha, kept = ctx.arrays
         graph, chunks = ctx.nbr.graph, NumbaBackend.row_chunks(ctx.nbr.graph)
         g = _array(grad_y).reshape(z_.shape)
-        grad, dot = k.softmax_grad_alpha(graph.indptr, graph.indices, g, z_, alpha, edge_keys,
-                                         ctx.key, ctx.p, chunks)
+        grad, dot = k.softmax_grad_alpha(graph.indptr, graph.indices, g, z_, kept, chunks)
         # this clone's share of sum alpha dL/dalpha over the vertex's in-edges and its loop
         # (the loop's gradient here is this clone's part of it); summed over clones for edges
         dot = torch.from_numpy(dot) + loop_alpha * grad_loop_alpha
-        grad_loop = loop_alpha * (grad_loop_alpha - dot)
+        grad_loop = loop_alpha * grad_loop_alpha - loop_alpha * dot
         dot = ctx.nbr.combine(dot, exact=True)
         grad_t = k.softmax_grad_logits(graph.indptr, graph.indices, s_, t_, ctx.slope, alpha,
                                        _array(dot), grad, chunks)
-        grad_s, grad_z = k.softmax_grad_sources(NumbaBackend.transposed(graph), grad, alpha, g,
-                                                edge_keys, ctx.key, ctx.p)
+        grad_s, grad_z = k.softmax_grad_sources(NumbaBackend.transposed(graph), grad, kept, g)
         return (grad_loop, torch.from_numpy(grad_s), torch.from_numpy(grad_t),
                 torch.from_numpy(grad_z), None, None, None, None)
 

@@ -15,9 +15,10 @@ states ``z`` ``[N, H, C]``:
 where it is needed (:mod:`distgnn.dropout`'s formula).  Between the kernels the caller
 combines ``m``, ``S`` and ``y`` over the clones of split vertices.  In the backward pass,
 with ``g = dL/dy`` and ``a_e = dL/d alpha_e = k_e <g_v, z_u>``,
-``dL/de_{uv} = alpha_{uv} (a_{uv} - D_v)`` where ``D_v = sum alpha a`` over every in-edge
+``dL/de_{uv} = alpha_{uv} a_{uv} - alpha_{uv} D_v`` where ``D_v = sum alpha a`` over every in-edge
 (again combined over clones), and ``dL/ds``, ``dL/dt`` follow through the LeakyReLU.  The
-``[E, H]`` coefficients are the only per-edge values kept between passes.
+``[E, H]`` coefficients (and, with dropout, the dropped ones, ``alpha k``) are the only
+per-edge values kept between passes: the backward pass needs no hash and no exponential.
 
 Each kernel is one pass over the edges, a thread owning whole destination rows (sources, on
 the transposed CSR, for ``dL/ds`` and ``dL/dz``), so nothing ``[E, H, C]`` is materialised,
@@ -64,8 +65,9 @@ def _softmax_max(chunks, indptr, indices, s, t, slope, loop, top):
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def _softmax_sum(chunks, indptr, indices, s, t, slope, top, total):
-    """``total[v] = sum_u exp(LeakyReLU(s_u + t_v) - top[v])`` (stored loops skipped)."""
+def _softmax_sum(chunks, indptr, indices, s, t, slope, top, weight, total):
+    """``weight[e] = exp(LeakyReLU(s_u + t_v) - top[v])`` (0 on stored loops) and
+    ``total[v] = sum_e weight[e]``."""
     heads = s.shape[1]
     for c in numba.prange(len(chunks) - 1):
         for v in range(chunks[c], chunks[c + 1]):
@@ -73,16 +75,17 @@ def _softmax_sum(chunks, indptr, indices, s, t, slope, top, total):
                 total[v, h] = 0.0
             for e in range(indptr[v], indptr[v + 1]):
                 u = indices[e]
-                if u == v:
-                    continue
                 for h in range(heads):
-                    total[v, h] += np.exp(_leaky(s[u, h] + t[v, h], slope) - top[v, h])
+                    w = 0.0 if u == v else np.exp(_leaky(s[u, h] + t[v, h], slope) - top[v, h])
+                    weight[e, h] = w
+                    total[v, h] += w
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def _softmax_aggregate(chunks, indptr, indices, s, t, slope, top, total, z, edge_keys, key,
-                       threshold, scale, alpha, out):
-    """``alpha[e]`` (0 on stored loops) and ``out[v] = sum_e alpha_e k_e z_u``."""
+def _softmax_aggregate(chunks, indptr, indices, total, z, edge_keys, key, threshold, scale,
+                       alpha, kept, out):
+    """``alpha[e] /= total[v]`` in place (it held the weights), ``kept[e] = alpha_e k_e``
+    (when ``kept`` is not ``alpha``: dropout) and ``out[v] = sum_e kept_e z_u``."""
     heads, width = z.shape[1], z.shape[2]
     for c in numba.prange(len(chunks) - 1):
         acc = np.empty((heads, width), z.dtype)
@@ -91,21 +94,19 @@ def _softmax_aggregate(chunks, indptr, indices, s, t, slope, top, total, z, edge
             for e in range(indptr[v], indptr[v + 1]):
                 u = indices[e]
                 for h in range(heads):
-                    if u == v:
-                        alpha[e, h] = 0.0
-                        continue
-                    a = np.exp(_leaky(s[u, h] + t[v, h], slope) - top[v, h]) / total[v, h]
+                    a = alpha[e, h] / total[v, h]
                     alpha[e, h] = a
-                    a *= _keep_scale(key, edge_keys[e], heads, h, threshold, scale)
+                    if threshold > 0:
+                        a *= _keep_scale(key, edge_keys[e], heads, h, threshold, scale)
+                        kept[e, h] = a
                     for f in range(width):
                         acc[h, f] += a * z[u, h, f]
             out[v] = acc
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def _softmax_grad_alpha(chunks, indptr, indices, g, z, alpha, edge_keys, key, threshold, scale,
-                        grad_alpha, dot):
-    """``grad_alpha[e] = k_e <g_v, z_u>`` and ``dot[v] = sum_e alpha_e grad_alpha_e``."""
+def _softmax_grad_alpha(chunks, indptr, indices, g, z, kept, grad, dot):
+    """``grad[e] = kept_e <g_v, z_u>`` (``alpha_e dL/dalpha_e``) and ``dot[v] = sum_e grad[e]``."""
     heads, width = z.shape[1], z.shape[2]
     for c in numba.prange(len(chunks) - 1):
         for v in range(chunks[c], chunks[c + 1]):
@@ -114,18 +115,17 @@ def _softmax_grad_alpha(chunks, indptr, indices, g, z, alpha, edge_keys, key, th
             for e in range(indptr[v], indptr[v + 1]):
                 u = indices[e]
                 for h in range(heads):
-                    k = _keep_scale(key, edge_keys[e], heads, h, threshold, scale)
                     acc = 0.0
-                    if k != 0.0:
-                        for f in range(width):
-                            acc += g[v, h, f] * z[u, h, f]
-                    grad_alpha[e, h] = k * acc
-                    dot[v, h] += alpha[e, h] * k * acc
+                    for f in range(width):
+                        acc += g[v, h, f] * z[u, h, f]
+                    q = kept[e, h] * acc
+                    grad[e, h] = q
+                    dot[v, h] += q
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def _softmax_grad_logits(chunks, indptr, indices, s, t, slope, alpha, dot, grad, grad_t):
-    """In place, ``grad[e] <- dL/d(s_u + t_v) = alpha_e (grad_e - dot_v) LeakyReLU'``; and
+    """In place, ``grad[e] <- dL/d(s_u + t_v) = (grad_e - alpha_e dot_v) LeakyReLU'``; and
     ``grad_t[v] = sum_e grad[e]``."""
     heads = s.shape[1]
     for c in numba.prange(len(chunks) - 1):
@@ -135,7 +135,7 @@ def _softmax_grad_logits(chunks, indptr, indices, s, t, slope, alpha, dot, grad,
             for e in range(indptr[v], indptr[v + 1]):
                 u = indices[e]
                 for h in range(heads):
-                    d = alpha[e, h] * (grad[e, h] - dot[v, h])
+                    d = grad[e, h] - alpha[e, h] * dot[v, h]
                     if s[u, h] + t[v, h] <= 0:
                         d *= slope
                     grad[e, h] = d
@@ -143,10 +143,10 @@ def _softmax_grad_logits(chunks, indptr, indices, s, t, slope, alpha, dot, grad,
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def _softmax_grad_sources(chunks, indptr_t, dst_t, position, grad_logits, alpha, g, edge_keys,
-                          key, threshold, scale, grad_s, grad_z):
+def _softmax_grad_sources(chunks, indptr_t, dst_t, position, grad_logits, kept, g, grad_s,
+                          grad_z):
     """By source ``u`` (transposed CSR): ``grad_s[u] = sum_e grad_logits[e]`` and
-    ``grad_z[u] = sum_e alpha_e k_e g_v`` over ``u``'s out-edges."""
+    ``grad_z[u] = sum_e kept_e g_v`` over ``u``'s out-edges."""
     heads, width = g.shape[1], g.shape[2]
     for c in numba.prange(len(chunks) - 1):
         acc = np.empty((heads, width), g.dtype)
@@ -159,8 +159,7 @@ def _softmax_grad_sources(chunks, indptr_t, dst_t, position, grad_logits, alpha,
                 v = dst_t[k]
                 for h in range(heads):
                     grad_s[u, h] += grad_logits[e, h]
-                    a = alpha[e, h] * _keep_scale(key, edge_keys[e], heads, h, threshold,
-                                                  scale)
+                    a = kept[e, h]
                     for f in range(width):
                         acc[h, f] += a * g[v, h, f]
             grad_z[u] = acc
@@ -188,50 +187,50 @@ def softmax_max(indptr, indices, s, t, slope: float, loop, chunks) -> np.ndarray
     return top
 
 
-def softmax_sum(indptr, indices, s, t, slope: float, top, chunks) -> np.ndarray:
-    """``S`` ``[N, H]`` of the module docstring over this CSR's edges (no loop)."""
+def softmax_sum(indptr, indices, s, t, slope: float, top, chunks
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """``(exp(e - m) [E, H], S [N, H])`` of the module docstring over this CSR's edges."""
+    weight = np.empty((len(indices), s.shape[1]), s.dtype)
     total = np.empty_like(s)
-    _softmax_sum(chunks, indptr, indices, s, t, s.dtype.type(slope), top, total)
-    return total
+    _softmax_sum(chunks, indptr, indices, s, t, s.dtype.type(slope), top, weight, total)
+    return weight, total
 
 
-def softmax_aggregate(indptr, indices, s, t, slope: float, top, total, z, edge_keys,
-                      key: int, p: float, chunks) -> tuple[np.ndarray, np.ndarray]:
-    """``(alpha [E, H], y [N, H C])`` of the module docstring, dropout ``p`` keyed by
-    ``key`` and ``edge_keys`` applied to ``y`` (``alpha`` is kept undropped)."""
-    alpha = np.empty((len(indices), s.shape[1]), s.dtype)
+def softmax_aggregate(indptr, indices, weight, total, z, edge_keys, key: int, p: float,
+                      chunks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(alpha, kept, y)``: the coefficients ``[E, H]`` (made in place from ``weight``), the
+    same after dropout ``p`` keyed by ``key`` and ``edge_keys`` (``alpha`` itself when
+    ``p = 0``) and ``y`` ``[N, H C]`` of the module docstring."""
+    kept = np.empty_like(weight) if p else weight
     out = np.empty((len(indptr) - 1, z.shape[1], z.shape[2]), z.dtype)
-    _softmax_aggregate(chunks, indptr, indices, s, t, s.dtype.type(slope), top, total, z,
-                       edge_keys, np.uint64(key), *dropout_args(p, z.dtype), alpha, out)
-    return alpha, out.reshape(len(out), -1)
+    _softmax_aggregate(chunks, indptr, indices, total, z, edge_keys, np.uint64(key),
+                       *dropout_args(p, z.dtype), weight, kept, out)
+    return weight, kept, out.reshape(len(out), -1)
 
 
-def softmax_grad_alpha(indptr, indices, g, z, alpha, edge_keys, key: int, p: float, chunks
-                       ) -> tuple[np.ndarray, np.ndarray]:
-    """``(dL/dalpha [E, H], sum_e alpha dL/dalpha [N, H])`` for ``g = dL/dy``."""
-    grad = np.empty_like(alpha)
+def softmax_grad_alpha(indptr, indices, g, z, kept, chunks) -> tuple[np.ndarray, np.ndarray]:
+    """``(alpha dL/dalpha [E, H], its sum over each row [N, H])`` for ``g = dL/dy``."""
+    grad = np.empty_like(kept)
     dot = np.empty((len(indptr) - 1, z.shape[1]), z.dtype)
-    _softmax_grad_alpha(chunks, indptr, indices, g, z, alpha, edge_keys, np.uint64(key),
-                        *dropout_args(p, z.dtype), grad, dot)
+    _softmax_grad_alpha(chunks, indptr, indices, g, z, kept, grad, dot)
     return grad, dot
 
 
 def softmax_grad_logits(indptr, indices, s, t, slope: float, alpha, dot, grad, chunks
                         ) -> np.ndarray:
-    """``grad`` (``dL/dalpha``) becomes ``dL/d(s_u + t_v)`` in place; returns ``dL/dt``."""
+    """``grad`` (``alpha dL/dalpha``) becomes ``dL/d(s_u + t_v)`` in place; returns ``dL/dt``."""
     grad_t = np.empty_like(t)
     _softmax_grad_logits(chunks, indptr, indices, s, t, s.dtype.type(slope), alpha, dot, grad,
                          grad_t)
     return grad_t
 
 
-def softmax_grad_sources(transposed, grad_logits, alpha, g, edge_keys, key: int, p: float
-                         ) -> tuple[np.ndarray, np.ndarray]:
+def softmax_grad_sources(transposed, grad_logits, kept, g) -> tuple[np.ndarray, np.ndarray]:
     """``(dL/ds [N, H], dL/dz [N, H, C])`` by sources; ``transposed`` is
     :func:`transposed_order`'s result plus its row chunks."""
     indptr_t, dst_t, position, chunks = transposed
     grad_s = np.empty((len(indptr_t) - 1, g.shape[1]), g.dtype)
     grad_z = np.empty((len(indptr_t) - 1, g.shape[1], g.shape[2]), g.dtype)
-    _softmax_grad_sources(chunks, indptr_t, dst_t, position, grad_logits, alpha, g, edge_keys,
-                          np.uint64(key), *dropout_args(p, g.dtype), grad_s, grad_z)
+    _softmax_grad_sources(chunks, indptr_t, dst_t, position, grad_logits, kept, g, grad_s,
+                          grad_z)
     return grad_s, grad_z
