@@ -13,6 +13,7 @@ import signal
 import sys
 
 from .errors import DistGNNError
+from .signals import EARLY_INTERRUPTS
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -39,11 +40,13 @@ def interruptible(prog: str):
     """Decorate a command-line entry point so that Ctrl-C anywhere in it (parsing, imports,
     loading) ends with one line and status 130 instead of a traceback.  Ctrl-C is recorded
     as it arrives, because a C extension being imported (numba's) turns the interrupt into
-    an ``ImportError``."""
+    an ``ImportError`` and other libraries may swallow it (training then stops before its
+    first epoch: :data:`distgnn.signals.EARLY_INTERRUPTS`)."""
     def wrap(main):
         @functools.wraps(main)
         def entry(argv: list[str] | None = None) -> int:
-            pressed = []
+            pressed = EARLY_INTERRUPTS
+            pressed.clear()
 
             def record(signum, frame):
                 pressed.append(signum)
@@ -61,6 +64,7 @@ def interruptible(prog: str):
                       file=sys.stderr)
                 return 128 + signal.SIGINT
             finally:
+                pressed.clear()
                 if installed and signal.getsignal(signal.SIGINT) is record:
                     signal.signal(signal.SIGINT, signal.default_int_handler)
         return entry

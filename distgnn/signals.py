@@ -21,6 +21,10 @@ import signal
 import threading
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+# Ctrl-Cs the command-line entry points saw before training took the signals over.  A
+# library can swallow the KeyboardInterrupt one raises (an import's bare ``except:``), so
+# training checks here before it starts.
+EARLY_INTERRUPTS: list[int] = []
 
 
 def parent_of(pid: int) -> int | None:
@@ -64,6 +68,8 @@ class StopRequests:
         return int(self.received or 0)
 
     def __enter__(self) -> "StopRequests":
+        if EARLY_INTERRUPTS:  # a Ctrl-C during start-up that did not end it
+            raise KeyboardInterrupt
         if threading.current_thread() is threading.main_thread():  # Python's rule for handlers
             for s in STOP_SIGNALS:
                 self._previous[s] = signal.signal(s, self._note)

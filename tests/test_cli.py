@@ -84,3 +84,31 @@ def test_help_explains_every_flag():
                  "--resume", "--nan-policy", "--comm-timeout", "--threads", "--device",
                  "--rank-devices", "--rank-backends", "--comm", "--backend", "--patience"):
         assert flag in out
+
+
+def test_a_swallowed_ctrl_c_during_start_up_still_ends_the_run(capsys):
+    """A library that swallows the KeyboardInterrupt of a Ctrl-C during start-up (a bare
+    ``except:`` around an import) does not make the run go on: training's stop handling
+    notices the recorded Ctrl-C before the first epoch and the entry point ends with its
+    one line and status 130."""
+    import os
+    import signal
+
+    from distgnn.cli_common import interruptible
+    from distgnn.signals import EARLY_INTERRUPTS, StopRequests
+
+    epochs = []
+
+    @interruptible("prog")
+    def main(argv):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+        except BaseException:  # noqa: B036 -- what such a library does
+            pass
+        with StopRequests():
+            epochs.append(1)
+        return 0
+
+    assert main([]) == 130 and not epochs
+    assert "prog: interrupted (Ctrl-C)" in capsys.readouterr().err
+    assert not EARLY_INTERRUPTS  # cleared for the next call
