@@ -109,6 +109,11 @@ def test_a_swallowed_ctrl_c_during_start_up_still_ends_the_run(capsys):
             epochs.append(1)
         return 0
 
-    assert main([]) == 130 and not epochs
+    # as in a fresh process (an earlier test of this session may have left another handler)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert main([]) == 130 and not epochs
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert "prog: interrupted (Ctrl-C)" in capsys.readouterr().err
     assert not EARLY_INTERRUPTS  # cleared for the next call
