@@ -159,6 +159,8 @@ def accuracy(a) -> list[dict]:
                                   roc_auc=data.num_classes == 2)
                 row["ours"].append(best_test(train(data, cfg, log=lambda s: None).history))
                 row["pyg"].append(pyg_best_test(data, cfg))
+                print(f"  {graph} {model} seed {seed} (split {split}): ours "
+                      f"{100 * row['ours'][-1]:.2f}, PyG {100 * row['pyg'][-1]:.2f}", flush=True)
             row["published"] = PUBLISHED.get((model, graph), "")
             rows.append(row)
             print(format_accuracy(row), flush=True)

@@ -478,8 +478,11 @@ def interrupt(signals: list[int], checkpoint: bool, wait_epochs: int = 3,
               nodes: int = 3000):
     def go(tmp, run):
         ck = ["--checkpoint-dir", tmp / "ck", "--checkpoint-every", 10**6] if checkpoint else []
+        # SIGINT as a foreground process has it: a shell that runs the suite in the
+        # background makes its children ignore SIGINT, and Python keeps an ignored SIGINT
         proc = run.popen("train", ["--dataset", f"sbm:nodes={nodes}", "--epochs", 100000,
-                                   "--threads", 1, "--no-progress", "--hidden", 64, *ck])
+                                   "--threads", 1, "--no-progress", "--hidden", 64, *ck],
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         seen = 0
         while seen < wait_epochs:
             line = proc.stdout.readline()
