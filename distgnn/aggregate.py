@@ -15,6 +15,7 @@ import torch
 
 from .backends import KernelBackend, NumbaBackend
 from .graph import CSRGraph
+from .kernels import attention as k
 from .timing import PhaseTimer
 
 
@@ -49,8 +50,6 @@ class SoftmaxAggregate(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, loop, s, t, z, nbr, slope, p, key):
-        from .kernels import attention as k
-
         graph, chunks = nbr.graph, NumbaBackend.row_chunks(nbr.graph)
         s_, t_, z_ = (_array(v) for v in (s, t, z))
         top = torch.from_numpy(k.softmax_max(graph.indptr, graph.indices, s_, t_, slope,
@@ -69,8 +68,6 @@ class SoftmaxAggregate(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_y, grad_loop_alpha):
-        from .kernels import attention as k
-
         (loop_alpha,) = ctx.saved_tensors
         s_, t_, z_, alpha, kept = ctx.arrays
         graph, chunks = ctx.nbr.graph, NumbaBackend.row_chunks(ctx.nbr.graph)

@@ -135,8 +135,9 @@ class GCNConv(nn.Module):
         self.project_first = out_channels < in_channels
         glorot(self)
 
-    def aggregate(self, nbr: Neighbourhood, z: torch.Tensor) -> torch.Tensor:
-        """``D^-1/2 (A + I) D^-1/2 z``."""
+    @staticmethod
+    def aggregate(nbr: Neighbourhood, z: torch.Tensor) -> torch.Tensor:
+        """``D^-1/2 (A + I) D^-1/2 z`` (GCN2Conv's propagation too)."""
         scale = (nbr.degree + 1).rsqrt()
         z = scale * z
         return scale * (nbr.reduce(z, "sum") + z)
@@ -357,7 +358,5 @@ class GCN2Conv(nn.Module):
         glorot(self)
 
     def forward(self, nbr: Neighbourhood, x: torch.Tensor, x_0: torch.Tensor) -> torch.Tensor:
-        scale = (nbr.degree + 1).rsqrt()
-        z = scale * x
-        out = (1 - self.alpha) * (scale * (nbr.reduce(z, "sum") + z)) + self.alpha * x_0
+        out = (1 - self.alpha) * GCNConv.aggregate(nbr, x) + self.alpha * x_0
         return torch.addmm(out, out, self.weight1, beta=1.0 - self.beta, alpha=self.beta)
