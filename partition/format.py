@@ -36,7 +36,8 @@ from distgnn.storage import (
 from .layout import Layout, partition_arrays
 from .stats import PartCounts, counts_from_layout, summarize
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1: local ids always in increasing global id
 FORMAT_NAME = "distgnn-partitions"
 PART_FILES = ("global_ids", "indptr", "indices", "x", "y", "train_mask", "val_mask",
               "test_mask", "in_degree", "root_rank", "root_local", "leaf_ptr",
@@ -199,17 +200,19 @@ def write_dataset(out: str | Path, data, layout: Layout, settings: dict, force: 
     """Write the partitions of ``data`` (a NodeDataset) under ``layout`` to ``out``.
 
     ``settings`` (method, seed, order, roots; weights and requested_shares for a weighted
-    cut, which make the edge balance relative to capacity) go into ``meta.json`` beside
-    the sizes and the headline statistics; returns the meta written (without the file
-    list).
+    cut, which make the edge balance relative to capacity; what
+    :func:`~partition.layout.order_layout` returned) go into ``meta.json`` beside the
+    sizes, the headline statistics and ``vertex_order``, the layout's local order; returns
+    the meta written (without the file list).
     """
     graph = data.graph
     clones = layout.clones()
     counts = counts_from_layout(layout)
     stats = summarize(counts, graph.num_nodes, int(np.count_nonzero(clones > 1)),
                       shares=settings.get("requested_shares"))
-    meta = {"dataset": data.name, **settings, "num_parts": layout.num_parts,
-            "num_nodes": graph.num_nodes, "num_edges": graph.num_edges,
+    meta = {"dataset": data.name, **settings, "vertex_order": layout.vertex_order,
+            "num_parts": layout.num_parts, "num_nodes": graph.num_nodes,
+            "num_edges": graph.num_edges,
             "num_features": data.num_features, "num_classes": data.num_classes,
             "multigraph": graph.has_duplicate_edges(),
             "split_vertices": int(np.count_nonzero(clones > 1)),
@@ -241,9 +244,12 @@ def read_meta(directory: str | Path) -> dict:
         raise PartitionFormatError(f"{path}: unreadable: {reason}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         raise PartitionFormatError(f"{path}: not a {FORMAT_NAME} meta.json")
-    if meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format_version") not in READABLE_VERSIONS:
         raise PartitionFormatError(f"{path}: format version {meta.get('format_version')!r}, "
-                                   f"this distgnn reads version {FORMAT_VERSION}")
+                                   "this distgnn reads versions "
+                                   f"{', '.join(map(str, READABLE_VERSIONS))}")
+    if not isinstance(meta.get("vertex_order", "given"), str):
+        raise PartitionFormatError(f"{path}: vertex_order must be a string")
     for key in ("num_parts", "num_nodes", "num_edges", "files"):
         if key not in meta:
             raise PartitionFormatError(f"{path}: missing field {key!r}")
@@ -375,8 +381,10 @@ def _check_arrays(arrays: dict[str, np.ndarray], base: Path, meta: dict) -> None
         if len(a) and bound is not None and a.max() >= bound:
             refuse(name, f"value {a.max()} out of range 0..{bound - 1}")
     ids, ptr = arrays["global_ids"], arrays["leaf_ptr"]
-    if np.any(ids[1:] <= ids[:-1]):
-        refuse("global_ids", "not increasing")
+    if meta["format_version"] == 1 and np.any(ids[1:] <= ids[:-1]):
+        refuse("global_ids", "not increasing (format version 1)")
+    elif len(ids) > 1 and np.any(np.diff(np.sort(ids)) == 0):
+        refuse("global_ids", "repeats a vertex")
     if ptr[0] != 0 or np.any(ptr[1:] < ptr[:-1]) or ptr[-1] != len(arrays["leaf_root_local"]):
         refuse("leaf_ptr", f"not an offset table from 0 to {len(arrays['leaf_root_local'])}")
     problem = nonfinite_problem(x)
@@ -463,7 +471,7 @@ def _consistency(parts: list[Partition], meta: dict, edges) -> list[str]:
                 "some vertices are in no partition"]
     keys, roots, seen = [], np.zeros(n, np.int64), np.zeros(n, np.int64)
     in_degree = np.zeros(n, np.int64)
-    for part in parts:  # load() checked that global ids increase within 0..n-1
+    for part in parts:  # load() checked that global ids are distinct, within 0..n-1
         ids = np.asarray(part.global_ids)
         seen[ids] += 1
         is_root = np.asarray(part.root_rank) == part.rank

@@ -1,8 +1,10 @@
 """From an edge assignment to what each rank holds: local vertices, local CSR, roots, split tables.
 
 Given ``part[e]`` for every CSR entry, partition ``p`` holds the vertices with an edge in
-it (plus the isolated vertices placed on it), numbered locally in increasing global id,
-and its edges as a local CSR (rows = destinations).  Every vertex has exactly one
+it (plus the isolated vertices placed on it), numbered locally in increasing global id
+or, after :func:`order_layout`, in a locality order of its local graph
+(:mod:`distgnn.ordering`), and its edges as a local CSR (rows = destinations, each row's
+sources sorted).  Every vertex has exactly one
 **root** clone; the others are **leaves**.  Roots are chosen at random among the clones,
 or *balanced*: vertices with one clone own it, then split vertices (in a seeded random
 order) go to their clone partition owning the fewest roots so far.
@@ -14,18 +16,20 @@ Split tables, for partition ``p`` with ``n_p`` local vertices:
 - ``leaf_ptr`` int64 ``[P + 1]``, ``leaf_root_local`` and ``leaf_remote_local`` int64
   ``[L_p]``: for peer ``q``, entries ``leaf_ptr[q]:leaf_ptr[q+1]`` list the roots held
   here that have a leaf on ``q`` (local id here) and that leaf's local id on ``q``, in
-  increasing global id, the same order in which ``q`` lists its leaves whose root is on
-  ``p``.  Both sides of an exchange can therefore pack and unpack without sending ids.
+  ``q``'s local order, the order in which ``q`` lists its leaves whose root is on ``p``.
+  Both sides of an exchange can therefore pack and unpack without sending ids.
 """
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Iterator
 
 import numba
 import numpy as np
 
-from distgnn.graph import csr_rows
+from distgnn.graph import CSRGraph, csr_rows
+from distgnn.ordering import CHOICES, choose_order, relabel, vertex_order
 
 from .assign import _has, membership
 
@@ -128,10 +132,13 @@ class Layout:
         num_parts (int): ``P``.
         part (np.ndarray): int32 ``[E]`` partition of each CSR entry.
         vertex_offsets, vertex_ids (np.ndarray): partition ``p`` holds global vertices
-            ``vertex_ids[vertex_offsets[p]:vertex_offsets[p+1]]`` (increasing).
+            ``vertex_ids[vertex_offsets[p]:vertex_offsets[p+1]]``, in its local order
+            (increasing unless reordered by :func:`order_layout`).
         root (np.ndarray): int32 ``[N]`` partition of each vertex's root clone.
         root_local (np.ndarray): int64 ``[N]`` local id of each vertex at its root.
         edge_counts (np.ndarray): int64 ``[P]`` entries per partition.
+        vertex_order (str): the local order, ``"given"`` (increasing global id) or a
+            method of :data:`distgnn.ordering.ORDERS`.
     """
 
     num_parts: int
@@ -141,6 +148,7 @@ class Layout:
     root: np.ndarray
     root_local: np.ndarray
     edge_counts: np.ndarray
+    vertex_order: str = "given"
 
     @property
     def num_nodes(self) -> int:
@@ -165,13 +173,74 @@ def build_layout(indptr: np.ndarray, indices: np.ndarray, part: np.ndarray, num_
     visit = np.random.default_rng(seed + 1).permutation(n)
     root = _choose_roots(member, num_parts, visit, roots == "balanced", seed + 2)
     offsets, flat = _vertex_lists(member, num_parts)
-    root_local = np.empty(n, np.int64)
-    for p in range(num_parts):
-        ids = flat[offsets[p]:offsets[p + 1]]
-        here = root[ids] == p
-        root_local[ids[here]] = np.flatnonzero(here)
     edge_counts = np.bincount(part, minlength=num_parts).astype(np.int64)
-    return Layout(num_parts, part, offsets, flat, root, root_local, edge_counts)
+    layout = Layout(num_parts, part, offsets, flat, root, np.empty(n, np.int64), edge_counts)
+    _set_root_local(layout)
+    return layout
+
+
+def _set_root_local(layout: Layout) -> None:
+    """``root_local`` from the partitions' current local orders."""
+    for p in range(layout.num_parts):
+        ids = layout.vertices(p)
+        here = layout.root[ids] == p
+        layout.root_local[ids[here]] = np.flatnonzero(here)
+
+
+class _LocalGraphs:
+    """Builds each partition's local CSR in increasing global id (the stored order before
+    any reordering), sharing the whole-graph work between partitions."""
+
+    def __init__(self, layout: Layout, indptr: np.ndarray, indices: np.ndarray):
+        self.layout, self.indices = layout, indices
+        self.dst = csr_rows(indptr, indices.dtype)
+        self.by_part = _group_by_part(layout.part, layout.edge_counts)
+        self.edge_offsets = np.zeros(layout.num_parts + 1, np.int64)
+        np.cumsum(layout.edge_counts, out=self.edge_offsets[1:])
+        self.local = np.empty(layout.num_nodes, np.int64)
+
+    def given_order(self, p: int) -> tuple[np.ndarray, np.ndarray, CSRGraph]:
+        """``(ids, edges, graph)``: partition ``p``'s vertices in increasing global id,
+        its edges (positions in the whole CSR, grouped by destination in that order) and
+        its local CSR over those ids."""
+        ids = np.sort(self.layout.vertices(p))
+        self.local[ids] = np.arange(len(ids))
+        edges = self.by_part[self.edge_offsets[p]:self.edge_offsets[p + 1]]
+        indptr = np.zeros(len(ids) + 1, np.int64)
+        np.cumsum(np.bincount(self.local[self.dst[edges]], minlength=len(ids)), out=indptr[1:])
+        return ids, edges, CSRGraph(indptr, self.local[self.indices[edges]], len(ids))
+
+
+def order_layout(layout: Layout, indptr: np.ndarray, indices: np.ndarray, method: str,
+                 progress=None) -> dict:
+    """Renumber every partition's vertices in the locality order ``method`` of
+    :data:`distgnn.ordering.CHOICES`, computed on its local graph; returns what was done
+    (``vertex_order``, ``vertex_order_requested``, ``vertex_order_seconds`` and, for
+    ``auto``, ``vertex_order_trial``: SpMM seconds per order on the largest partition,
+    whose fastest order every partition then gets).  ``progress`` is called per partition.
+    """
+    if method not in CHOICES:
+        raise ValueError(f"vertex order must be one of {', '.join(CHOICES)}, got {method!r}")
+    started = time.perf_counter()
+    graphs = _LocalGraphs(layout, indptr, indices)
+    chosen, trial = method, {}
+    if method == "auto":
+        largest = int(np.argmax(layout.edge_counts))
+        chosen, _, trial = choose_order(graphs.given_order(largest)[2])
+    if chosen != "given" or layout.vertex_order != "given":
+        for p in range(layout.num_parts):
+            ids, _, graph = graphs.given_order(p)
+            layout.vertex_ids[layout.vertex_offsets[p]:layout.vertex_offsets[p + 1]] = \
+                ids[vertex_order(graph, chosen)]
+            if progress:
+                progress(1)
+        _set_root_local(layout)
+    layout.vertex_order = chosen
+    info = {"vertex_order": chosen, "vertex_order_requested": method,
+            "vertex_order_seconds": round(time.perf_counter() - started, 3)}
+    if trial:
+        info["vertex_order_trial"] = {k: round(v, 5) for k, v in trial.items()}
+    return info
 
 
 def leaf_tables(layout: Layout) -> list[dict[str, np.ndarray]]:
@@ -204,26 +273,22 @@ def leaf_tables(layout: Layout) -> list[dict[str, np.ndarray]]:
 def partition_arrays(layout: Layout, indptr: np.ndarray, indices: np.ndarray, dataset
                      ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """Yield ``(p, arrays)`` with every array partition ``p`` stores (see ``format.py``)."""
-    n = layout.num_nodes
-    dst = csr_rows(indptr, indices.dtype)
-    by_part = _group_by_part(layout.part, layout.edge_counts)
-    edge_offsets = np.zeros(layout.num_parts + 1, np.int64)
-    np.cumsum(layout.edge_counts, out=edge_offsets[1:])
+    graphs = _LocalGraphs(layout, indptr, indices)
     in_degree = np.diff(indptr).astype(np.int64)
+    weight = dataset.graph.edge_weight
     tables = leaf_tables(layout)
-    local = np.empty(n, np.int64)
     for p in range(layout.num_parts):
         ids = layout.vertices(p)
-        local[ids] = np.arange(len(ids))
-        edges = by_part[edge_offsets[p]:edge_offsets[p + 1]]
-        rows = local[dst[edges]]
-        part_indptr = np.zeros(len(ids) + 1, np.int64)
-        np.cumsum(np.bincount(rows, minlength=len(ids)), out=part_indptr[1:])
+        sorted_ids, edges, graph = graphs.given_order(p)
+        if weight is not None:
+            graph = CSRGraph(graph.indptr, graph.indices, graph.num_nodes, weight[edges])
+        if layout.vertex_order != "given":
+            graph = relabel(graph, np.searchsorted(sorted_ids, ids))
         is_root = layout.root[ids] == p
         arrays = {
             "global_ids": ids,
-            "indptr": part_indptr,
-            "indices": local[indices[edges]].astype(np.int32 if len(ids) < 2**31 else np.int64),
+            "indptr": graph.indptr,
+            "indices": graph.indices,
             "x": np.ascontiguousarray(dataset.x[ids]),
             "y": np.ascontiguousarray(dataset.y[ids]),
             "train_mask": dataset.train_mask[ids] & is_root,
@@ -234,6 +299,6 @@ def partition_arrays(layout: Layout, indptr: np.ndarray, indices: np.ndarray, da
             "root_local": layout.root_local[ids],
             **tables[p],
         }
-        if dataset.graph.edge_weight is not None:
-            arrays["edge_weight"] = dataset.graph.edge_weight[edges]
+        if weight is not None:
+            arrays["edge_weight"] = graph.edge_weight
         yield p, arrays

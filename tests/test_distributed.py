@@ -28,6 +28,7 @@ from distgnn.graph import NodeDataset
 from partition.cli import main as partition_cli
 from partition.format import load as load_partition
 from partition.format import read_meta, write_dataset
+from partition.layout import order_layout
 from partition.vertex_cut import vertex_cut
 from tests.helpers.cdr_reference import Simulation
 from tests.helpers.graphs import build_random_graph, out_degrees
@@ -53,9 +54,11 @@ def run_command(argv, env=None, timeout=TIMEOUT):
     return proc, time.monotonic() - start
 
 
-def write_parts(ds, out, num_parts, seed=0):
-    write_dataset(out, ds, vertex_cut(ds.graph, num_parts, "libra", seed=seed),
-                  {"method": "libra", "seed": seed})
+def write_parts(ds, out, num_parts, seed=0, order="given"):
+    """Libra partitions of ``ds`` in ``out``, local vertices in locality order ``order``."""
+    layout = vertex_cut(ds.graph, num_parts, "libra", seed=seed)
+    ordering = order_layout(layout, ds.graph.indptr, ds.graph.indices, order)
+    write_dataset(out, ds, layout, {"method": "libra", "seed": seed, **ordering})
     return out
 
 
@@ -79,7 +82,9 @@ def random_parts(tmp_path_factory):
     ds = NodeDataset(graph, x, rng.integers(0, 3, n), np.ones(n, bool), np.zeros(n, bool),
                      np.zeros(n, bool), name="random")
     np.savez(root / "ref.npz", x=x.astype(np.float64), g=g)
-    dirs = {P: write_parts(ds, root / f"p{P}", P) for P in (2, 3, 4)}
+    # the exchange must not depend on the local order: P = 3 and 4 are stored reordered
+    dirs = {P: write_parts(ds, root / f"p{P}", P, order=order)
+            for P, order in ((2, "given"), (3, "rcm"), (4, "degree"))}
     # the references, straight from the edge list (not through CSRGraph or the kernels)
     y_ref = np.zeros((n, 4))
     np.add.at(y_ref, dst, weight[:, None].astype(np.float64) * x[src].astype(np.float64))
@@ -121,9 +126,10 @@ def cora():
 
 @pytest.fixture(scope="module")
 def cora_dirs(tmp_path_factory, cora):
-    """Libra partitions of cora into 1, 2, 3 and 4 parts."""
+    """Libra partitions of cora into 1, 2, 3 and 4 parts (3 and 4 in locality orders)."""
     root = tmp_path_factory.mktemp("cora")
-    return {P: write_parts(cora, root / f"p{P}", P) for P in (1, 2, 3, 4)}
+    orders = {1: "given", 2: "given", 3: "degree", 4: "rcm"}
+    return {P: write_parts(cora, root / f"p{P}", P, order=orders[P]) for P in (1, 2, 3, 4)}
 
 
 def read_metrics(path):

@@ -42,6 +42,26 @@ def test_cli_partitions_and_inspect_reports_the_same_statistics(tmp_path, capsys
         assert made[key] == stats[key], key
 
 
+@pytest.mark.parametrize("order, chosen", [("rcm", "rcm"), ("auto", "given")])
+def test_cli_orders_the_vertices_and_records_the_order(tmp_path, capsys, order, chosen):
+    """``--order-vertices``: the order is applied and recorded; ``auto`` keeps a graph whose
+    features fit in cache (this one) as given, without a trial."""
+    out = tmp_path / order
+    rc = run_cli([SMALL_RMAT, "--parts", 2, "--out", out, "--order-vertices", order,
+                  "--no-progress"])
+    text, err = capsys.readouterr()
+    assert rc == 0, err
+    assert f"vertex order {chosen}" in text
+    meta = partition.read_meta(out)
+    assert (meta["vertex_order"], meta["vertex_order_requested"]) == (chosen, order)
+    assert "vertex_order_trial" not in meta
+    increasing = [bool(np.all(np.diff(np.asarray(p.global_ids)) > 0)) for p in load_all(out)]
+    assert increasing == [chosen == "given"] * 2
+    assert partition.verify(out, load_dataset(SMALL_RMAT).graph.edges()) == []
+    rc = run_cli(["inspect", out])
+    assert f"vertex order {chosen}" in capsys.readouterr().out
+
+
 def test_cli_stats_match_the_layout(small_ds, tmp_path, capsys):
     out = tmp_path / "parts"
     assert run_cli([SMALL_RMAT, "--parts", 4, "--out", out, "--method", "dbh", "--seed", 1,

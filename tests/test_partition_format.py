@@ -55,14 +55,78 @@ def test_round_trip_gives_back_what_was_written(cora_ds, tmp_path):
         assert np.all(np.diff(np.asarray(part.graph.indptr)) <= in_degree[ids])
 
 
-def test_weighted_graph_round_trip(random_graph, tmp_path):
+@pytest.mark.parametrize("order", ["degree", "rcm"])
+def test_reordered_partitions_hold_the_same_graph_in_a_locality_order(cora_ds, tmp_path, order):
+    """Version 2: local ids follow the order, the split tables follow the local ids, and
+    every check of ``verify`` (edges against the input included) still passes."""
+    g = cora_ds.graph
+    d = tmp_path / order
+    layout = write_dir(cora_ds, d, 3, "libra", seed=2, order_vertices=order)
+    meta = partition.read_meta(d)
+    assert meta["vertex_order"] == order == layout.vertex_order
+    assert meta["vertex_order_requested"] == order
+    assert partition.verify(d, g.edges()) == []
+    src, dst = g.edges()
+    keys = edge_keys(src, dst, g.num_nodes)
+    for p, part in enumerate(load_all(d)):
+        ids = np.asarray(part.global_ids)
+        assert np.any(np.diff(ids) < 0), "a locality order is not the increasing one"
+        np.testing.assert_array_equal(np.sort(ids), np.unique(ids))
+        np.testing.assert_array_equal(part.x, cora_ds.x[ids])
+        lsrc, ldst = part.graph.edges()
+        np.testing.assert_array_equal(np.sort(edge_keys(ids[lsrc], ids[ldst], g.num_nodes)),
+                                      np.sort(keys[layout.part == p]))
+        indptr, indices = np.asarray(part.graph.indptr), np.asarray(part.graph.indices)
+        rows = np.repeat(np.arange(part.num_nodes), np.diff(indptr))
+        assert np.all((np.diff(indices) >= 0) | (np.diff(rows) > 0)), "rows stay sorted"
+        if order == "degree":
+            assert np.all(np.diff(np.bincount(indices, minlength=part.num_nodes)) <= 0)
+
+
+def as_version_1(d):
+    meta = json.loads((d / "meta.json").read_text())
+    meta["format_version"] = 1
+    for key in [k for k in meta if k.startswith("vertex_order")]:
+        del meta[key]
+    (d / "meta.json").write_text(json.dumps(meta))
+
+
+def test_version_1_directories_still_load_and_verify(cora_ds, tmp_path):
+    d = tmp_path / "v1"
+    write_dir(cora_ds, d, 3, "libra", seed=2)
+    as_version_1(d)
+    assert partition.verify(d, cora_ds.graph.edges()) == []
+    assert partition.read_meta(d)["format_version"] == 1
+    assert np.all(np.diff(np.asarray(partition.load(d, 1).global_ids)) > 0)
+    # version 1 promised increasing global ids: a reordered directory is not version 1
+    reordered = tmp_path / "v1-reordered"
+    write_dir(cora_ds, reordered, 3, "libra", seed=2, order_vertices="degree")
+    as_version_1(reordered)
+    with pytest.raises(PartitionFormatError, match="not increasing"):
+        partition.load(reordered, 0)
+
+
+def test_load_refuses_a_vertex_stored_twice(good_dir, tmp_path):
+    d = tmp_path / "twice"
+    shutil.copytree(good_dir, d)
+    path = d / part_dir(0) / "global_ids.npy"
+    ids = np.load(path)
+    ids[1] = ids[0]
+    np.save(path, ids)
+    with pytest.raises(PartitionFormatError, match="repeats a vertex"):
+        partition.load(d, 0)
+
+
+@pytest.mark.parametrize("order", ["given", "rcm"])
+def test_weighted_graph_round_trip(random_graph, tmp_path, order):
     g, *_ = random_graph(seed=3, n=50, e=300, weighted=True, hub_degree=30, duplicates=0)
     g = dedup(CSRGraph.from_edges(*g.edges(), g.num_nodes, g.edge_weight))
     n = g.num_nodes
     rng = np.random.default_rng(0)
     ds = NodeDataset(g, rng.standard_normal((n, 2)).astype(np.float32), rng.integers(0, 3, n),
                      rng.random(n) < 0.3, np.zeros(n, bool), np.zeros(n, bool), name="w")
-    layout = write_dir(ds, tmp_path / "w", 3, "libra", seed=0, keep_pairs=False)
+    layout = write_dir(ds, tmp_path / "w", 3, "libra", seed=0, keep_pairs=False,
+                       order_vertices=order)
     check_layout(g, layout)
     src, dst = g.edges()
     assert partition.verify(tmp_path / "w", edges=(src, dst)) == []
