@@ -17,6 +17,7 @@ from .epoch_log import is_metrics_file
 from .errors import DistGNNError
 from .models import MODELS
 from .nn import SAGE_AGGREGATORS
+from .ordering import CHOICES as ORDER_CHOICES
 from .placement import BACKEND_CHOICES, DEVICES, parse_per_rank
 from .storage import check_output_dir, check_output_file, check_replaceable
 from .wire import PRECISIONS
@@ -80,6 +81,7 @@ class TrainConfig:
     exchange_precision: str = "fp32"
     precompute_first: bool = False
     split: int = 0
+    reorder: str = "given"
 
     def __post_init__(self):
         if self.resume and not self.checkpoint_dir:  # a resumed run goes on checkpointing
@@ -121,7 +123,8 @@ class TrainConfig:
                               ("feature-norm", FEATURE_NORMS), ("dtype", DTYPES),
                               ("nan-policy", NAN_POLICIES),
                               ("backend", BACKEND_CHOICES), ("device", DEVICES),
-                              ("algo", ALGORITHMS), ("comm", COMMUNICATORS)):
+                              ("algo", ALGORITHMS), ("comm", COMMUNICATORS),
+                              ("reorder", ORDER_CHOICES)):
             value = getattr(self, flag.replace("-", "_"))
             need(value in choices, flag, "one of " + ", ".join(choices), value)
         if self.model == "gat" and self.layers > 1 and self.hidden % self.heads:

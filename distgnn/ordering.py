@@ -17,6 +17,10 @@ rows read together, or read often, next to each other lets the caches serve them
   over RCM would be its better treatment of hubs, which ``degree`` already covers.
 - ``given``: as stored.
 
+Single-socket training applies an order once on load (:func:`reorder_dataset`,
+``distgnn-train --reorder``); partitions get theirs from ``distgnn-partition
+--order-vertices``.
+
 ``auto`` picks one per graph by a short measurement (:func:`choose_order`): graphs whose
 ``[N, d]`` features fit in the last-level cache get ``given`` (every order is served from
 cache), larger ones time one SpMM per candidate order and keep the fastest.
@@ -27,6 +31,7 @@ row's sources sorted.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numba
@@ -34,7 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
-from .graph import CSRGraph
+from .graph import CSRGraph, NodeDataset
 
 ORDERS = ("given", "degree", "rcm")
 CHOICES = ("auto",) + ORDERS
@@ -149,3 +154,14 @@ def order_vertices(graph: CSRGraph, method: str, width: int = AUTO_WIDTH
     if method not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(CHOICES)}, got {method!r}")
     return method, vertex_order(graph, method), {}
+
+
+def reorder_dataset(data: NodeDataset, method: str, width: int = AUTO_WIDTH
+                    ) -> tuple[NodeDataset, np.ndarray, str]:
+    """``(reordered data, perm, method chosen)``: graph, features, labels and masks of
+    ``data`` with vertex ``perm[i]`` renamed ``i`` (``perm`` maps back to ``data``'s ids)."""
+    chosen, perm, _ = order_vertices(data.graph, method, width)
+    return dataclasses.replace(
+        data, graph=relabel(data.graph, perm), x=data.x[perm], y=data.y[perm],
+        train_mask=data.train_mask[perm], val_mask=data.val_mask[perm],
+        test_mask=data.test_mask[perm]), perm, chosen

@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -25,6 +27,7 @@ from .config import TrainConfig
 from .drpa import DRPA, SplitIndex
 from .errors import DistGNNError
 from .graph import NodeDataset
+from .ordering import order_vertices, relabel
 from .placement import placement
 from .timing import PhaseTimer
 
@@ -98,8 +101,11 @@ def content_digest(arrays) -> str:
     return h.hexdigest()
 
 
-def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer) -> Shard:
-    """The whole graph of ``data`` as the single rank's shard, on its device."""
+def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
+                  log: Callable[[str], None] = print) -> Shard:
+    """The whole graph of ``data`` as the single rank's shard, on its device; with
+    ``cfg.reorder``, relabelled in that locality order (logged), its global ids being
+    ``data``'s."""
     device, backend = placement(0, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends)
     memory.require(cfg, data.num_nodes, data.graph.num_edges, data.num_features,
                    data.num_classes, device, data.name)
@@ -107,12 +113,22 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer) -> Sha
     x, y, masks = node_tensors(data.x, data.y, masks, cfg.feature_norm)
     origin = (f"dataset {data.name}: {data.num_nodes} nodes, {data.graph.num_edges} edges, "
               f"{data.num_features} features, {data.num_classes} classes")
-    if cfg.checkpoint_dir or cfg.resume:  # what was trained on, as trained on (once)
-        g = data.graph
+    graph = data.graph
+    if cfg.checkpoint_dir or cfg.resume:  # what was trained on, in its own ids (once)
         origin += ", content sha256 " + content_digest(
-            [g.indptr, g.indices, g.edge_weight, x, y, *masks.values()])[:16]
-    nbr = Neighbourhood(data.graph, get_backend(backend), timer=timer, device=device,
-                        dtype=getattr(torch, cfg.dtype))
+            [graph.indptr, graph.indices, graph.edge_weight, x, y, *masks.values()])[:16]
+    global_ids = None
+    if cfg.reorder != "given":
+        started = time.perf_counter()
+        chosen, perm, trial = order_vertices(graph, cfg.reorder, cfg.hidden)
+        if chosen != "given":
+            graph, global_ids, index = relabel(graph, perm), perm, torch.from_numpy(perm)
+            x, y, masks = x[index], y[index], {name: m[index] for name, m in masks.items()}
+        log(f"vertex order {chosen}" + (f" ({cfg.reorder})" if chosen != cfg.reorder else "")
+            + "".join(f", {k} {v:.3f} s" for k, v in trial.items())
+            + f": relabelled in {time.perf_counter() - started:.2f} s")
+    nbr = Neighbourhood(graph, get_backend(backend), timer=timer, device=device,
+                        dtype=getattr(torch, cfg.dtype), global_ids=global_ids)
     x, y = x.to(device, getattr(torch, cfg.dtype)), y.to(device)
     masks = {name: m.to(device) for name, m in masks.items()}
     return Shard(data.name, x, y, masks, nbr, data.num_classes, origin)

@@ -243,5 +243,5 @@ def train(data: NodeDataset, cfg: TrainConfig, log: Callable[[str], None] = prin
     (single-socket mode)."""
     configure_threads(cfg.threads)
     timer = PhaseTimer()
-    return fit(dataset_shard(data, cfg, timer), cfg, SelfCommunicator(), timer, log,
+    return fit(dataset_shard(data, cfg, timer, log), cfg, SelfCommunicator(), timer, log,
                make_model=make_model)

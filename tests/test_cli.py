@@ -53,6 +53,12 @@ def test_bad_flag_value():
     assert_one_line_error(cli("distgnn-train", "--epochs", "many"), "--epochs")
 
 
+def test_reorder_is_for_a_dataset_and_takes_a_known_order(tmp_path):
+    assert_one_line_error(cli("distgnn-train", "--partitions", tmp_path, "--reorder"),
+                          "--reorder applies to --dataset")
+    assert_one_line_error(cli("distgnn-train", "--reorder", "metis"), "--reorder")
+
+
 def test_missing_checkpoint(tmp_path):
     assert_one_line_error(cli("distgnn-train", "--epochs", 1, "--resume", tmp_path / "x"),
                           "--resume", "not a directory of checkpoints")
