@@ -159,8 +159,11 @@ def order_vertices(graph: CSRGraph, method: str, width: int = AUTO_WIDTH
 def reorder_dataset(data: NodeDataset, method: str, width: int = AUTO_WIDTH
                     ) -> tuple[NodeDataset, np.ndarray, str]:
     """``(reordered data, perm, method chosen)``: graph, features, labels and masks of
-    ``data`` with vertex ``perm[i]`` renamed ``i`` (``perm`` maps back to ``data``'s ids)."""
+    ``data`` with vertex ``perm[i]`` renamed ``i`` (``perm`` maps back to ``data``'s ids);
+    ``data`` itself when the order is ``given``."""
     chosen, perm, _ = order_vertices(data.graph, method, width)
+    if chosen == "given":
+        return data, perm, chosen
     return dataclasses.replace(
         data, graph=relabel(data.graph, perm), x=data.x[perm], y=data.y[perm],
         train_mask=data.train_mask[perm], val_mask=data.val_mask[perm],

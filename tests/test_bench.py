@@ -75,20 +75,23 @@ EPOCH_ARGS = ["--dataset", "sbm:nodes=400,features=16", "--hidden", "16", "--epo
 
 
 def test_bench_epoch_checks_the_model_and_writes_json(tmp_path):
-    """GraphSAGE-gcn against PyG: the same-model check passes, every implementation has a
-    time, a range, a peak memory and a speed-up, and the chart is written."""
+    """GraphSAGE-gcn against PyG on a degree-ordered graph: the same-model check passes,
+    every implementation has a time, a range, a peak memory and a speed-up, and the chart
+    is written."""
     pytest.importorskip("torch_geometric")
     pytest.importorskip("matplotlib")
     out = tmp_path / "epoch.json"
     proc = subprocess.run([str(BIN / "distgnn-bench"), "epoch", *EPOCH_ARGS, "--models", "sage",
-                           "--json", str(out), "--plot", str(tmp_path / "plots")],
+                           "--order", "degree", "--json", str(out), "--plot", str(tmp_path / "plots")],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "same-model check" in proc.stdout
     result = json.loads(out.read_text())
     assert result["benchmark"] == "epoch" and result["machine"]["triad_gb_s"] > 0
     assert [r["model"] for r in result["results"]] == ["sage"]
+    assert "vertex order degree" in proc.stdout
     for row in result["results"]:
+        assert row["order"] == "degree" and row["order_s"] > 0
         assert row["same_model_check"]["ok"], row["same_model_check"]
         assert set(row["impls"]) == {"numba", "torch", "pyg"}
         for r in row["impls"].values():
