@@ -222,7 +222,8 @@ def order_layout(layout: Layout, indptr: np.ndarray, indices: np.ndarray, method
     if method not in CHOICES:
         raise ValueError(f"vertex order must be one of {', '.join(CHOICES)}, got {method!r}")
     started = time.perf_counter()
-    graphs = _LocalGraphs(layout, indptr, indices)
+    graphs = None if method == layout.vertex_order == "given" else _LocalGraphs(
+        layout, indptr, indices)
     chosen, trial = method, {}
     if method == "auto":
         largest = int(np.argmax(layout.edge_counts))
