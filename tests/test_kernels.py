@@ -151,7 +151,68 @@ def test_misaligned_and_strided_inputs_give_the_aligned_result(graph):
 
 @pytest.mark.parametrize("width,distance", [(1, 32), (16, 32), (64, 16), (128, 8), (256, 4),
                                             (4096, 4)])
-def test_prefetch_distance_keeps_about_a_thousand_floats_in_flight(width, distance):
+def test_prefetch_distance_keeps_about_four_kilobytes_in_flight(width, distance):
     from distgnn.kernels.spmm import prefetch_distance
 
     assert prefetch_distance(width) == distance
+
+
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    """``x`` rounded to bf16 (to nearest even, by torch), as uint16 bit patterns."""
+    import torch
+
+    return torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+
+
+def bf16_values(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.mark.parametrize("width", [1, 7, 8, 16, 24, 40, 64, 100, 136, 256])
+@pytest.mark.parametrize("reduce,weighted", [("sum", False), ("mean", True)])
+def test_every_width_matches_scipy_in_float32_and_bf16(graph, width, reduce, weighted):
+    """Panels of 64/32/16/8 lanes and the masked tail, over empty rows and a 110,000-edge
+    row (split into many edge runs); bf16 against scipy on the bf16-rounded features."""
+    from distgnn.kernels.spmm import edge_block, panel_lanes
+
+    indptr, indices, data, m = graph
+    assert np.diff(indptr).max() > 10 * edge_block(width, 2)
+    weight = data if weighted else None
+    x = np.random.default_rng(width).standard_normal((m.shape[1], width)).astype(np.float32)
+    bits = bf16_bits(x)
+    exact = reference(m, x, reduce, weighted)
+    rounded = reference(m, bf16_values(bits), reduce, weighted)
+    scale = np.abs(exact).max()
+    y32 = spmm(indptr, indices, x, reduce, weight)
+    y16 = spmm(indptr, indices, bits, reduce, weight)
+    assert y16.dtype == np.float32 and panel_lanes(width) <= max(width, 8)
+    np.testing.assert_allclose(y32, exact, rtol=1e-5, atol=1e-5 * scale)
+    np.testing.assert_allclose(y16, rounded, rtol=1e-5, atol=1e-5 * scale)
+    # bf16 keeps 8 bits of mantissa: each term is off by at most 2^-9 of itself.
+    bound = reference(m, np.abs(x), reduce, weighted=False) * np.abs(data).max() * 2.0**-8
+    assert np.all(np.abs(y16 - y32) <= bound + 1e-5 * scale)
+
+
+def test_bf16_through_a_hub_block_plan_and_into_given_out(graph):
+    indptr, indices, data, m = graph
+    x = np.random.default_rng(4).standard_normal((m.shape[1], 48)).astype(np.float32)
+    bits = bf16_bits(x)
+    plan = plan_spmm(indptr, indices, data, 16, m.shape[1])
+    out = np.full((m.shape[0], 48), np.nan, np.float32)
+    y = spmm(indptr, indices, bits, "mean", data, out=out, plan=plan)
+    assert y is out
+    want = reference(m, bf16_values(bits), "mean", True)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_bf16_max_is_refused():
+    with pytest.raises(ValueError, match="bf16 features aggregate by sum or mean"):
+        spmm(np.array([0, 1]), np.array([0], np.int32), np.ones((1, 4), np.uint16), "max")
+
+
+def test_float64_features_aggregate_in_float64(graph):
+    indptr, indices, data, m = graph
+    x = np.random.default_rng(5).standard_normal((m.shape[1], 40))
+    y = spmm(indptr, indices, x, "mean", data)
+    assert y.dtype == np.float64
+    np.testing.assert_allclose(y, reference(m, x, "mean", True), rtol=1e-10, atol=1e-10)

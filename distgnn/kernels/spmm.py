@@ -1,6 +1,6 @@
 """Numba SpMM kernels over CSR (rows = destinations), forward and backward.
 
-For ``A`` ``[N_dst, N_src]`` with optional edge weights ``w`` and ``x`` float32 ``[N_src, d]``:
+For ``A`` ``[N_dst, N_src]`` with optional edge weights ``w`` and ``x`` ``[N_src, d]``:
 
 .. math::
     \\text{sum: } y_v = \\sum_{e=(u,v)} w_e x_u, \\quad
@@ -10,15 +10,22 @@ For ``A`` ``[N_dst, N_src]`` with optional edge weights ``w`` and ``x`` float32 
 Rows with no entries give 0.  The aggregation is memory-bound (a random gather of one
 ``d``-float row per edge), so the kernels (a) split the rows into chunks of equal
 non-zeros, not equal rows, because power-law rows differ by orders of magnitude; (b)
-accumulate each output row in a private buffer and write it once per pass; (c) prefetch
+accumulate each output row in registers, in panels of a compile-time width
+(:mod:`~distgnn.kernels.lanes`), and write it once per pass; (c) prefetch
 the source row :func:`prefetch_distance` edges ahead, which keeps more cache misses in
 flight than the hardware prefetcher does for random rows; (d) work on 64-byte aligned
 ``x`` and ``y``, so that a row of ``16 k`` floats spans ``k`` cache lines, not ``k + 1``;
 and (e) run over the *source blocks*
 of an :class:`~distgnn.kernels.blocking.SpMMPlan`: the first block holds the highest
 out-degree sources, small enough to stay in L2 while every row reads it.
+
+Sum and mean also gather bf16 features (``x`` as uint16 bit patterns, see
+:func:`~distgnn.kernels.lanes.load`): half the bytes per gathered row, accumulated and
+written in float32.  Max and min take float32/float64 only.
 """
 from __future__ import annotations
+
+import functools
 
 import numba
 import numpy as np
@@ -28,19 +35,24 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .blocking import SpMMPlan, plan_spmm
+from .lanes import BF16, add, load, scale, scaled_add, store, zeros
 
-PREFETCH_FLOATS = 1024
+PREFETCH_BYTES = 4096
 CACHE_LINE = 64
+PANEL_LANES = (8, 16, 32, 64)
+PANEL_BYTES = 256
+NARROW = PANEL_LANES[0]
+EDGE_BLOCK_BYTES = 16 << 10
 
 
-def prefetch_distance(width: int) -> int:
-    """Edges to prefetch ahead: about ``PREFETCH_FLOATS`` floats in flight, 4 to 32 rows.
+def prefetch_distance(width: int, itemsize: int = 4) -> int:
+    """Edges to prefetch ahead: about ``PREFETCH_BYTES`` of rows in flight, 4 to 32 rows.
 
-    Measured on R-MAT 2^20 x 16, 2 threads, aligned rows (distance: seconds): d = 16
-    0: 0.42, 8: 0.24, 32: 0.22; d = 64 0: 0.71, 4: 0.46, 16: 0.34; d = 128 0: 1.13,
+    Measured on R-MAT 2^20 x 16, 2 threads, aligned float32 rows (distance: seconds):
+    d = 16 0: 0.42, 8: 0.24, 32: 0.22; d = 64 0: 0.71, 4: 0.46, 16: 0.34; d = 128 0: 1.13,
     4: 0.56, 16: 0.68.
     """
-    return int(np.clip(PREFETCH_FLOATS // max(width, 1), 4, 32))
+    return int(np.clip(PREFETCH_BYTES // max(width * itemsize, 1), 4, 32))
 
 
 def empty_aligned(shape: tuple[int, int], dtype) -> np.ndarray:
@@ -90,42 +102,77 @@ def prefetch(typingctx, arr, row, col):
     return sig, codegen
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def _sum_block(chunks, indptr, indices, weight, x, out, accumulate, row_scale, distance):
-    """``out[v] (+)= sum_e w_e x[u_e]`` over the rows of one block; then ``*= row_scale[v]``."""
-    d = x.shape[1]
-    nnz = len(indices)
+@numba.njit(fastmath=True, cache=True, nogil=True, inline="always")
+def _panel(indices, weight, x, out, v, start, end, col, n, lanes, keep, factor, distance,
+           line, lines):
+    """``out[v, col:col + n] = factor * (out[v, col:col + n] if keep else 0
+    + sum_{start <= e < end} w_e x[u_e, col:col + n])`` in one register panel of ``lanes``
+    (a compile-time constant).  The panel at ``col == 0`` also prefetches the whole source
+    row ``distance`` edges ahead (``lines`` cache lines of ``line`` elements)."""
+    acc = load(out, v, col, n, lanes) if keep else zeros(out, lanes)
     weighted = len(weight) > 0
-    scaled = len(row_scale) > 0
-    for c in numba.prange(len(chunks) - 1):
-        acc = np.empty(d, x.dtype)
-        for v in range(chunks[c], chunks[c + 1]):
-            if accumulate:
-                for f in range(d):
-                    acc[f] = out[v, f]
-            else:
-                for f in range(d):
-                    acc[f] = 0.0
-            for e in range(indptr[v], indptr[v + 1]):
-                ahead = e + distance
-                if distance > 0 and ahead < nnz:
-                    for f in range(0, d, 16):  # one hint per 64-byte line
-                        prefetch(x, indices[ahead], f)
-                u = indices[e]
-                if weighted:
-                    w = weight[e]
-                    for f in range(d):
-                        acc[f] += w * x[u, f]
-                else:
-                    for f in range(d):
-                        acc[f] += x[u, f]
-            if scaled:
-                s = row_scale[v]
-                for f in range(d):
-                    out[v, f] = acc[f] * s
-            else:
-                for f in range(d):
-                    out[v, f] = acc[f]
+    for e in range(start, end):
+        ahead = e + distance
+        if col == 0 and distance > 0 and ahead < len(indices):
+            for k in range(lines):
+                prefetch(x, indices[ahead], k * line)
+        if weighted:
+            acc = scaled_add(acc, weight[e], load(x, indices[e], col, n, lanes))
+        else:
+            acc = add(acc, load(x, indices[e], col, n, lanes))
+    store(out, v, col, n, scale(acc, factor))
+
+
+@functools.cache
+def sum_kernel(lanes: int):
+    """The sum kernel compiled for panels of ``lanes`` features (see :func:`panel_lanes`).
+
+    ``kernel(chunks, indptr, indices, weight, x, out, accumulate, row_scale, distance,
+    edge_block)`` does ``out[v] (+)= sum_e w_e x[u_e]`` over the rows of one block, then
+    ``out[v] *= row_scale[v]`` (``row_scale`` ``[N_dst]``, or empty for none); ``x`` is
+    float32/float64 or bf16 bits (uint16, gathered as float32).  A row's edges go in runs
+    of ``edge_block``, whose source rows stay in L1 while each run is swept once per
+    panel: panels of ``lanes`` features, then of 8, then one masked panel of the last
+    ``d % 8`` (full panels are plain vector loads; only the last pays for masking).
+    Numba caches each ``lanes`` (and ``x`` type) separately on disk.
+    """
+    @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+    def kernel(chunks, indptr, indices, weight, x, out, accumulate, row_scale, distance,
+               edge_block):
+        d = out.shape[1]
+        wide, narrow = d - d % lanes, d - d % NARROW
+        line = CACHE_LINE // x.itemsize
+        lines = (d + line - 1) // line
+        for c in numba.prange(len(chunks) - 1):
+            for v in range(chunks[c], chunks[c + 1]):
+                first, end = indptr[v], indptr[v + 1]
+                for start in range(first, max(end, first + 1), edge_block):  # empty: once
+                    stop = min(start + edge_block, end)
+                    keep = accumulate or start > first
+                    factor = row_scale[v] if stop == end and len(row_scale) > 0 else 1.0
+                    for col in range(0, wide, lanes):
+                        _panel(indices, weight, x, out, v, start, stop, col, lanes, lanes,
+                               keep, factor, distance, line, lines)
+                    for col in range(wide, narrow, NARROW):
+                        _panel(indices, weight, x, out, v, start, stop, col, NARROW, NARROW,
+                               keep, factor, distance, line, lines)
+                    if narrow < d:
+                        _panel(indices, weight, x, out, v, start, stop, narrow, d - narrow,
+                               NARROW, keep, factor, distance, line, lines)
+
+    return kernel
+
+
+def edge_block(width: int, itemsize: int = 4) -> int:
+    """Edges per run: ``EDGE_BLOCK_BYTES`` of source rows (half of L1), at least 1."""
+    return max(EDGE_BLOCK_BYTES // max(width * itemsize, 1), 1)
+
+
+def panel_lanes(width: int, itemsize: int = 4) -> int:
+    """Features per register panel: the widest of ``PANEL_LANES`` that is at most ``width``
+    and holds at most ``PANEL_BYTES`` of the accumulator (8 of the 16 AVX registers)."""
+    fits = [n for n in PANEL_LANES if n <= width and n * itemsize <= PANEL_BYTES]
+    return max(fits, default=NARROW)
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
@@ -172,10 +219,12 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
     Args:
         indptr (np.ndarray): int64 ``[N_dst + 1]``.
         indices (np.ndarray): int32/int64 ``[E]`` source ids.
-        x (np.ndarray): float32 (or float64) ``[N_src, d]``.
+        x (np.ndarray): float32 (or float64) ``[N_src, d]``; for sum/mean also bf16 as
+            uint16 bit patterns (:data:`~distgnn.kernels.lanes.BF16`), gathered as float32.
         reduce (str): ``"sum"``, ``"mean"``, ``"max"`` or ``"min"``.
         edge_weight (np.ndarray, optional): float32 ``[E]``.
-        out (np.ndarray, optional): ``[N_dst, d]`` of ``x``'s dtype to write into.
+        out (np.ndarray, optional): ``[N_dst, d]`` to write into: of ``x``'s dtype, float32
+            for bf16.
         plan (SpMMPlan, optional): source blocking and row chunks (sum/mean); built
             unblocked when omitted.  Build one with :func:`plan_spmm` and reuse it.
 
@@ -184,10 +233,12 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
         ``[N_dst, d]`` is the position in ``indices`` of the edge attaining the extreme
         (-1 for empty rows).
     """
-    x = as_aligned(np.asarray(x, dtype=x.dtype if x.dtype == np.float64 else np.float32))
+    if x.dtype == BF16 and reduce not in ("sum", "mean"):
+        raise ValueError(f"bf16 features aggregate by sum or mean, not {reduce}")
+    x = as_aligned(np.asarray(x, dtype=x.dtype if x.dtype in (np.float64, BF16) else np.float32))
     n_dst = len(indptr) - 1
     if out is None:
-        out = empty_aligned((n_dst, x.shape[1]), x.dtype)
+        out = empty_aligned((n_dst, x.shape[1]), np.float32 if x.dtype == BF16 else x.dtype)
     if reduce in ("max", "min"):
         plan = plan or plan_spmm(indptr, indices, edge_weight, hub_block=0)
         arg = np.empty(out.shape, np.int64)
@@ -197,11 +248,13 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
     if reduce not in REDUCES:
         raise ValueError(f"reduce must be one of {', '.join(REDUCES)}, got {reduce!r}")
     plan = plan or plan_spmm(indptr, indices, edge_weight, hub_block=0)
-    scale = inverse_degree(indptr, x.dtype) if reduce == "mean" else NO_SCALE
+    row_scale = inverse_degree(indptr, out.dtype) if reduce == "mean" else NO_SCALE
+    kernel = sum_kernel(panel_lanes(x.shape[1], out.itemsize))
     last = len(plan.blocks) - 1
     for i, block in enumerate(plan.blocks):
-        _sum_block(block.chunks, block.indptr, block.indices, block.weight, x, out, i > 0,
-                   scale if i == last else NO_SCALE, prefetch_distance(x.shape[1]))
+        kernel(block.chunks, block.indptr, block.indices, block.weight, x, out, i > 0,
+               row_scale if i == last else NO_SCALE,
+               prefetch_distance(x.shape[1], x.itemsize), edge_block(x.shape[1], x.itemsize))
     if not plan.blocks:  # a graph without rows
         out[:] = 0
     return out

@@ -1,0 +1,187 @@
+"""Feature-row panels as LLVM vectors, for the SpMM kernels.
+
+A :class:`Panel` is ``lanes`` consecutive features of one row held as one LLVM vector
+``<lanes x float>`` (``lanes`` a compile-time constant), so an accumulator lives in
+``lanes / 8`` AVX registers across a row's edges instead of in memory.  Numba's own code
+cannot say this: a loop over a runtime width keeps the accumulator in memory and
+vectorises for 32-float trip counts, leaving a 16-float row to the scalar remainder, and
+a constant width is fully unrolled into scalars (Numba runs no SLP vectoriser).
+
+:func:`load` reads ``arr[row, col:col + n]`` (lanes past ``n`` read as 0, without touching
+memory), widening bf16 to float32 when ``arr`` holds bf16 bit patterns (uint16):
+``float32(bits << 16)`` is exact, so a bf16 gather adds the same values a float32 gather
+of the rounded features would.  :func:`store` writes the first ``n`` lanes back.
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.core.extending import models, register_model
+from numba.extending import intrinsic
+
+BF16 = np.uint16  # bf16 values travel as their bit patterns (the upper half of a float32)
+
+
+class Panel(types.Type):
+    """``lanes`` values of the float type ``dtype`` in one LLVM vector."""
+
+    def __init__(self, dtype: types.Float, lanes: int):
+        self.dtype, self.lanes = dtype, lanes
+        super().__init__(name=f"Panel({dtype}, {lanes})")
+
+
+@register_model(Panel)
+class PanelModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        element = dmm.lookup(fe_type.dtype).get_value_type()
+        super().__init__(dmm, fe_type, ir.VectorType(element, fe_type.lanes))
+
+
+def _value_type(dtype) -> types.Float | None:
+    """The float type a panel of an array of ``dtype`` holds (bf16 widens to float32)."""
+    if dtype == types.uint16:
+        return types.float32
+    return dtype if isinstance(dtype, types.Float) else None
+
+
+def _splat(builder, value: ir.Value, lanes: int) -> ir.Value:
+    vector = ir.VectorType(value.type, lanes)
+    one = builder.insert_element(ir.Constant(vector, ir.Undefined), value, ir.IntType(32)(0))
+    return builder.shuffle_vector(one, ir.Constant(vector, ir.Undefined),
+                                  ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+
+
+def _mask(context, builder, n, nty, lanes: int) -> ir.Value:
+    """``<lanes x i1>``: lane ``i`` is ``i < n``."""
+    n = context.cast(builder, n, nty, types.intp)
+    iota = ir.Constant(ir.VectorType(n.type, lanes), list(range(lanes)))
+    return builder.icmp_signed("<", iota, _splat(builder, n, lanes))
+
+
+def _pointer(context, builder, arrty, arr, row, rowty, col, colty, lanes: int):
+    """``<lanes x element>*`` to ``arr[row, col]``."""
+    ary = context.make_array(arrty)(context, builder, arr)
+    index = [context.cast(builder, row, rowty, types.intp),
+             context.cast(builder, col, colty, types.intp)]
+    ptr = cgutils.get_item_pointer(context, builder, arrty, ary, index, wraparound=False)
+    vector = ir.VectorType(context.get_data_type(arrty.dtype), lanes)
+    return builder.bitcast(ptr, vector.as_pointer()), vector
+
+
+def _masked(builder, op: str, vector: ir.VectorType, args) -> ir.Value:
+    """Call ``llvm.masked.load`` or ``llvm.masked.store`` on ``vector``-typed memory."""
+    element = {ir.FloatType(): "f32", ir.DoubleType(): "f64"}.get(
+        vector.element, f"i{getattr(vector.element, 'width', 0)}")
+    mask = ir.VectorType(ir.IntType(1), vector.count)
+    ptr, i32 = vector.as_pointer(), ir.IntType(32)
+    fnty = (ir.FunctionType(vector, [ptr, i32, mask, vector]) if op == "load"
+            else ir.FunctionType(ir.VoidType(), [vector, ptr, i32, mask]))
+    fn = cgutils.get_or_insert_function(builder.module, fnty,
+                                        f"llvm.masked.{op}.v{vector.count}{element}.p0")
+    return builder.call(fn, args)
+
+
+def _lanes(lanes) -> int | None:
+    return lanes.literal_value if isinstance(lanes, types.IntegerLiteral) else None
+
+
+@intrinsic
+def zeros(typingctx, arr, lanes):
+    """A panel of ``lanes`` (a compile-time constant) zeros of ``arr``'s value type."""
+    count, dtype = _lanes(lanes), _value_type(arr.dtype)
+    if count is None or dtype is None:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return ir.Constant(context.get_value_type(sig.return_type), None)
+
+    return Panel(dtype, count)(arr, lanes), codegen
+
+
+@intrinsic
+def load(typingctx, arr, row, col, n, lanes):
+    """``arr[row, col:col + n]`` as a panel of ``lanes`` (lanes ``>= n`` are 0; bf16 bits
+    widen to float32).  ``n == lanes`` as constants compiles to a plain vector load."""
+    count, dtype = _lanes(lanes), _value_type(arr.dtype)
+    if count is None or dtype is None or arr.ndim != 2:
+        return None
+
+    def codegen(context, builder, sig, args):
+        arrty, rowty, colty, nty = sig.args[:4]
+        ptr, vector = _pointer(context, builder, arrty, args[0], args[1], rowty, args[2],
+                               colty, count)
+        align = ir.IntType(32)(context.get_abi_alignment(vector.element))
+        raw = _masked(builder, "load", vector,
+                      [ptr, align, _mask(context, builder, args[3], nty, count),
+                       ir.Constant(vector, None)])
+        if arrty.dtype != types.uint16:
+            return raw
+        i32 = ir.VectorType(ir.IntType(32), count)
+        wide = builder.shl(builder.zext(raw, i32), ir.Constant(i32, [16] * count))
+        return builder.bitcast(wide, ir.VectorType(ir.FloatType(), count))
+
+    return Panel(dtype, count)(arr, row, col, n, lanes), codegen
+
+
+@intrinsic
+def store(typingctx, arr, row, col, n, panel):
+    """``arr[row, col:col + n] = panel[:n]`` (``arr`` of the panel's float type)."""
+    if not isinstance(panel, Panel) or arr.dtype != panel.dtype or arr.ndim != 2:
+        return None
+
+    def codegen(context, builder, sig, args):
+        arrty, rowty, colty, nty = sig.args[:4]
+        ptr, vector = _pointer(context, builder, arrty, args[0], args[1], rowty, args[2],
+                               colty, panel.lanes)
+        align = ir.IntType(32)(context.get_abi_alignment(vector.element))
+        _masked(builder, "store", vector,
+                [args[4], ptr, align, _mask(context, builder, args[3], nty, panel.lanes)])
+        return context.get_dummy_value()
+
+    return types.void(arr, row, col, n, panel), codegen
+
+
+def _fast(instruction):
+    instruction.flags.extend(("fast",))  # may contract into an FMA, as fastmath=True does
+    return instruction
+
+
+@intrinsic
+def add(typingctx, acc, panel):
+    """``acc + panel`` lane by lane."""
+    if not isinstance(acc, Panel) or acc != panel:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _fast(builder.fadd(args[0], args[1]))
+
+    return acc(acc, panel), codegen
+
+
+@intrinsic
+def scaled_add(typingctx, acc, scale, panel):
+    """``acc + scale * panel`` lane by lane (``scale`` a scalar)."""
+    if not isinstance(acc, Panel) or acc != panel or not isinstance(scale, types.Number):
+        return None
+
+    def codegen(context, builder, sig, args):
+        s = _splat(builder, context.cast(builder, args[1], sig.args[1], acc.dtype), acc.lanes)
+        return _fast(builder.fadd(args[0], _fast(builder.fmul(s, args[2]))))
+
+    return acc(acc, scale, panel), codegen
+
+
+@intrinsic
+def scale(typingctx, panel, factor):
+    """``factor * panel`` lane by lane (``factor`` a scalar)."""
+    if not isinstance(panel, Panel) or not isinstance(factor, types.Number):
+        return None
+
+    def codegen(context, builder, sig, args):
+        s = _splat(builder, context.cast(builder, args[1], sig.args[1], panel.dtype),
+                   panel.lanes)
+        return _fast(builder.fmul(s, args[0]))
+
+    return panel(panel, factor), codegen
