@@ -10,7 +10,14 @@ optional edge weights ``w``,
 
 and the backward of each: ``A^T g`` (scaled by ``1/|N(v)|`` for mean) for the linear
 reduces, and a scatter of ``w g`` to the source of the arg-max edge for max/min.  Rows with
-no entries give 0 and receive no gradient.  A backend is a plain object with two methods
+no entries give 0 and receive no gradient.
+
+With ``aggregation_precision="bf16"``, sum and mean gather ``x`` (and, backward, ``g``)
+rounded to bf16 (to nearest even) and accumulate and return float32: ``y = A bf16(x)``,
+``g_x = A^T bf16(g)``.  The Numba kernels gather the bf16 rows themselves (half the bytes);
+the torch backend computes the same numbers on float32 copies of the rounded values (no
+bandwidth saved, but every rank of a mixed CPU/GPU job rounds alike).  Max and min stay
+exact.  A backend is a plain object with two methods
 (:class:`KernelBackend`); two implement it: :class:`NumbaBackend` (this project's
 cache-blocked CPU kernels, :mod:`distgnn.kernels`) and :class:`TorchSparseBackend`
 (``torch.sparse`` CSR on any device, the one a GPU rank uses).  To add one, implement the
@@ -30,7 +37,11 @@ from .kernels import inverse_degree, spmm
 from .kernels.attention import transposed_order
 from .kernels.autotune import autotune_plan
 from .kernels.blocking import balanced_chunks
+from .kernels.lanes import BF16
 from .kernels.spmm import empty_aligned
+
+AGGREGATION_PRECISIONS = ("fp32", "bf16")
+LINEAR = ("sum", "mean")
 
 
 class KernelBackend(Protocol):
@@ -71,6 +82,19 @@ def scatter_argreduce_grad(grad_y: torch.Tensor, arg: torch.Tensor, src: torch.T
     return grad_x.view(num_src, d)
 
 
+def bf16_bits(x: torch.Tensor) -> np.ndarray:
+    """``x`` (CPU, ``[N, d]``) rounded to bf16 (to nearest even, by torch) as uint16 bit
+    patterns ``[N, d]``, the form the Numba kernels gather."""
+    return x.detach().to(torch.bfloat16).view(torch.int16).numpy().view(BF16)
+
+
+def _check_precision(precision: str) -> str:
+    if precision not in AGGREGATION_PRECISIONS:
+        raise DistGNNError(f"unknown aggregation precision {precision!r}; choose from "
+                           f"{', '.join(AGGREGATION_PRECISIONS)}")
+    return precision
+
+
 def _edge_values(graph: CSRGraph) -> torch.Tensor:
     """float32 ``[E]``: the edge weights, or ones."""
     if graph.edge_weight is None:
@@ -92,10 +116,17 @@ class TorchSparseBackend:
     """Reference backend on ``torch.sparse`` CSR tensors; runs on whatever device ``x`` is on.
 
     The CSR tensor and its transpose are built once per (graph, device) and kept in
-    ``graph.cache``.
+    ``graph.cache``.  ``aggregation_precision`` as in the module docstring.
     """
 
     name = "torch"
+
+    def __init__(self, aggregation_precision: str = "fp32"):
+        self.bf16 = _check_precision(aggregation_precision) == "bf16"
+
+    def rounded(self, x: torch.Tensor, reduce: str) -> torch.Tensor:
+        """``x`` as the sum/mean gathers it: rounded to bf16 when the precision says so."""
+        return x.to(torch.bfloat16).to(x.dtype) if self.bf16 and reduce in LINEAR else x
 
     def tensors(self, graph: CSRGraph, device: torch.device) -> dict:
         """CSR tensors of the graph and its transpose, edge ids and weights on ``device``."""
@@ -120,8 +151,8 @@ class TorchSparseBackend:
 
     def spmm(self, graph, x, reduce):
         t = self.tensors(graph, x.device)
-        if reduce in ("sum", "mean"):
-            y = torch.sparse.mm(t["A"].to(x.dtype), x)
+        if reduce in LINEAR:
+            y = torch.sparse.mm(t["A"].to(x.dtype), self.rounded(x, reduce))
             return (y * t["inv_deg"].to(x.dtype) if reduce == "mean" else y), None
         src, dst = t["src"], t["dst"]
         msg = x[src] * t["weight"].to(x.dtype).unsqueeze(1)
@@ -138,10 +169,10 @@ class TorchSparseBackend:
 
     def spmm_backward(self, graph, grad_y, reduce, arg):
         t = self.tensors(graph, grad_y.device)
-        if reduce in ("sum", "mean"):
+        if reduce in LINEAR:
             if reduce == "mean":
                 grad_y = grad_y * t["inv_deg"].to(grad_y.dtype)
-            return torch.sparse.mm(t["AT"].to(grad_y.dtype), grad_y)
+            return torch.sparse.mm(t["AT"].to(grad_y.dtype), self.rounded(grad_y, reduce))
         weight = None if graph.edge_weight is None else t["weight"]
         return scatter_argreduce_grad(grad_y, arg, t["src"], weight, graph.num_nodes)
 
@@ -149,29 +180,41 @@ class TorchSparseBackend:
 class NumbaBackend:
     """Cache-blocked, nnz-balanced Numba SpMM on CPU tensors (float32 or float64).
 
-    Tensors are handed to the kernels as ``.numpy()`` views of their memory (no copies).
-    Per graph it caches (in ``graph.cache``, beside the graph's own transpose) the per-edge
-    source ids for the max/min backward, an autotuned plan per feature width and direction,
+    Tensors are handed to the kernels as ``.numpy()`` views of their memory (no copies;
+    under bf16 ``aggregation_precision``, sum and mean hand over a bf16 copy of float32
+    ``x`` and ``g`` instead, see the module docstring).  Per graph it caches (in
+    ``graph.cache``, beside the graph's own transpose) the per-edge source ids for the
+    max/min backward, an autotuned plan per feature width, element size and direction,
     and the row chunks and edge transpose of the attention kernels.
     """
 
     name = "numba"
 
-    def plan(self, graph: CSRGraph, width: int, transposed: bool = False):
-        """The autotuned plan for ``width``-wide features (tuned once, then cached)."""
-        key = ("numba-plan", transposed, width)
+    def __init__(self, aggregation_precision: str = "fp32"):
+        self.bf16 = _check_precision(aggregation_precision) == "bf16"
+
+    def gathered(self, x: torch.Tensor, reduce: str) -> np.ndarray:
+        """What the kernels gather for ``x``: its memory, or its bf16 bits (see above)."""
+        if self.bf16 and reduce in LINEAR and x.dtype == torch.float32:
+            return bf16_bits(x)
+        return x.detach().numpy()
+
+    def plan(self, graph: CSRGraph, width: int, transposed: bool = False, dtype=np.float32):
+        """The autotuned plan for ``width``-wide features of ``dtype`` (tuned once, then
+        cached)."""
+        key = ("numba-plan", transposed, width, np.dtype(dtype).itemsize)
         if key not in graph.cache:
             g = graph.transpose() if transposed else graph
             graph.cache[key] = autotune_plan(g.indptr, g.indices, g.edge_weight,
-                                             g.num_nodes, width)[0]
+                                             g.num_nodes, width, dtype=dtype)[0]
         return graph.cache[key]
 
     def spmm(self, graph, x, reduce):
         if x.device.type != "cpu":
             raise ValueError("the numba backend runs on CPU tensors; use the torch backend")
-        xn = x.detach().numpy()
+        xn = self.gathered(x, reduce)
         result = spmm(graph.indptr, graph.indices, xn, reduce, graph.edge_weight,
-                      plan=self.plan(graph, xn.shape[1]))
+                      plan=self.plan(graph, xn.shape[1], dtype=xn.dtype))
         if reduce in ("max", "min"):
             return torch.from_numpy(result[0]), torch.from_numpy(result[1])
         return torch.from_numpy(result), None
@@ -187,9 +230,10 @@ class NumbaBackend:
         if reduce == "mean":
             g = np.multiply(g, inverse_degree(graph.indptr, g.dtype)[:, None],
                             out=empty_aligned(g.shape, g.dtype))
+        g = self.gathered(torch.from_numpy(g), reduce)
         t = graph.transpose()
         return torch.from_numpy(spmm(t.indptr, t.indices, g, "sum", t.edge_weight,
-                                     plan=self.plan(graph, g.shape[1], transposed=True)))
+                                     plan=self.plan(graph, g.shape[1], True, g.dtype)))
 
     @staticmethod
     def row_chunks(graph: CSRGraph) -> np.ndarray:
@@ -213,12 +257,13 @@ class NumbaBackend:
 BACKENDS = ("numba", "torch")
 
 
-def get_backend(name: str) -> KernelBackend:
-    """Instantiate the aggregation backend called ``name`` (one of ``BACKENDS``)."""
+def get_backend(name: str, aggregation_precision: str = "fp32") -> KernelBackend:
+    """Instantiate the aggregation backend called ``name`` (one of ``BACKENDS``), gathering
+    sum/mean operands in ``aggregation_precision`` (one of ``AGGREGATION_PRECISIONS``)."""
     if name == "torch":
-        return TorchSparseBackend()
+        return TorchSparseBackend(aggregation_precision)
     if name == "numba":
-        return NumbaBackend()
+        return NumbaBackend(aggregation_precision)
     raise DistGNNError(f"unknown aggregation backend {name!r}; choose from "
                        f"{', '.join(BACKENDS)}")
 

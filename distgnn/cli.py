@@ -54,6 +54,7 @@ def _data_flags(p: argparse.ArgumentParser, d) -> None:
 
 
 def _model_flags(p: argparse.ArgumentParser, d) -> None:
+    from .backends import AGGREGATION_PRECISIONS
     from .config import DTYPES
     from .models import MODELS
     from .nn import SAGE_AGGREGATORS
@@ -95,6 +96,11 @@ def _model_flags(p: argparse.ArgumentParser, d) -> None:
                    help="floating-point type of features, weights, activations and the "
                         "exchanged partials; float64 is for checking results against a "
                         "reference (about 2x the memory and time)")
+    g.add_argument("--aggregation-precision", choices=AGGREGATION_PRECISIONS,
+                   default=d.aggregation_precision,
+                   help="what sum/mean aggregations gather, forward and backward: fp32, or "
+                        "bf16 (features and gradients rounded to bf16, accumulated in fp32: "
+                        "half the bytes the Numba kernels move; max/min stay fp32)")
 
 
 def _optimisation_flags(p: argparse.ArgumentParser, d) -> None:

@@ -10,6 +10,7 @@ import dataclasses
 import math
 from pathlib import Path
 
+from .backends import AGGREGATION_PRECISIONS
 from .comm import COMMUNICATORS
 from .comm.watchdog import DEFAULT_TIMEOUT_S
 from .drpa import ALGORITHMS
@@ -79,6 +80,7 @@ class TrainConfig:
     smoothing: float = 0.0
     comm_budget: float | None = None
     exchange_precision: str = "fp32"
+    aggregation_precision: str = "fp32"
     precompute_first: bool = False
     split: int = 0
     reorder: str = "given"
@@ -158,6 +160,11 @@ class TrainConfig:
              "one of " + ", ".join(PRECISIONS), self.exchange_precision)
         if self.exchange_precision != "fp32" and self.algo == "0c":
             raise DistGNNError("--exchange-precision applies to cd-0 and cd-r; 0c sends nothing")
+        need(self.aggregation_precision in AGGREGATION_PRECISIONS, "aggregation-precision",
+             "one of " + ", ".join(AGGREGATION_PRECISIONS), self.aggregation_precision)
+        if self.aggregation_precision == "bf16" and self.dtype == "float64":
+            raise DistGNNError("--aggregation-precision bf16 rounds float32 operands; --dtype "
+                               "float64 is for exact checks: use fp32 with it")
         parse_per_rank(self.rank_devices, "--rank-devices", DEVICES)
         parse_per_rank(self.rank_backends, "--rank-backends", BACKEND_CHOICES)
         if self.metrics_out:

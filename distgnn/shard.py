@@ -127,8 +127,8 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
         log(f"vertex order {chosen}" + (f" ({cfg.reorder})" if chosen != cfg.reorder else "")
             + "".join(f", {k} {v:.3f} s" for k, v in trial.items())
             + f": relabelled in {time.perf_counter() - started:.2f} s")
-    nbr = Neighbourhood(graph, get_backend(backend), timer=timer, device=device,
-                        dtype=getattr(torch, cfg.dtype), global_ids=global_ids)
+    nbr = Neighbourhood(graph, get_backend(backend, cfg.aggregation_precision), timer=timer,
+                        device=device, dtype=getattr(torch, cfg.dtype), global_ids=global_ids)
     x, y = x.to(device, getattr(torch, cfg.dtype)), y.to(device)
     masks = {name: m.to(device) for name, m in masks.items()}
     return Shard(data.name, x, y, masks, nbr, data.num_classes, origin)
@@ -167,7 +167,7 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
     exchange = (None if cfg.algo == "0c"
                 else DRPA(index, comm, cfg.algo, delay, timer, cfg.backward_exchange,
                           cfg.smoothing, cfg.exchange_precision, cfg.comm_budget))
-    nbr = Neighbourhood(part.graph, get_backend(backend),
+    nbr = Neighbourhood(part.graph, get_backend(backend, cfg.aggregation_precision),
                         in_degree=None if exchange is None else part.in_degree, timer=timer,
                         device=device, global_ids=part.global_ids, exchange=exchange,
                         dtype=getattr(torch, cfg.dtype))

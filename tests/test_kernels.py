@@ -1,4 +1,5 @@
-"""Numba SpMM kernels against scipy, blocking and threading invariance, autotune."""
+"""Numba SpMM kernels against scipy, blocking and threading invariance, autotune; bf16
+aggregation through the backends and in training."""
 import numba
 import numpy as np
 import pytest
@@ -216,3 +217,60 @@ def test_float64_features_aggregate_in_float64(graph):
     y = spmm(indptr, indices, x, "mean", data)
     assert y.dtype == np.float64
     np.testing.assert_allclose(y, reference(m, x, "mean", True), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+def test_bf16_backends_agree_and_stay_near_fp32(reduce):
+    """Both backends gather the same bf16-rounded operands, forward and backward; max/min
+    ignore the precision."""
+    import torch
+
+    from distgnn.backends import get_backend
+    from distgnn.graph import CSRGraph
+
+    indptr, indices, data, m = skewed_csr(n=3000, e=20_000, hub_degree=2000)
+    graph = CSRGraph(indptr, indices, m.shape[0], np.abs(data))
+    x = torch.randn(m.shape[0], 20, generator=torch.Generator().manual_seed(0))
+    g = torch.randn(m.shape[0], 20, generator=torch.Generator().manual_seed(1))
+    results = {}
+    for name in ("numba", "torch"):
+        for precision in ("fp32", "bf16"):
+            backend = get_backend(name, precision)
+            y, arg = backend.spmm(graph, x, reduce)
+            results[name, precision] = y, backend.spmm_backward(graph, g, reduce, arg)
+    for y, y_ref in zip(results["numba", "bf16"], results["torch", "bf16"]):
+        torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-4 * float(y_ref.abs().max()))
+    for y, y_ref in zip(results["numba", "bf16"], results["numba", "fp32"]):
+        if reduce == "max":
+            assert torch.equal(y, y_ref)
+        else:
+            assert y.dtype == torch.float32
+            torch.testing.assert_close(y, y_ref, rtol=0.02, atol=0.01 * float(y_ref.abs().max()))
+
+
+def test_unknown_aggregation_precision_is_refused():
+    from distgnn.backends import get_backend
+    from distgnn.errors import DistGNNError
+
+    with pytest.raises(DistGNNError, match="unknown aggregation precision 'fp16'"):
+        get_backend("numba", "fp16")
+
+
+def test_bf16_training_follows_the_fp32_loss_curve(cora):
+    from tests.helpers.training import losses, train_quietly
+
+    fp32 = losses(train_quietly(cora, epochs=10, seed=1))
+    bf16 = losses(train_quietly(cora, epochs=10, seed=1, aggregation_precision="bf16"))
+    assert fp32 != bf16  # the rounding happened
+    np.testing.assert_allclose(bf16, fp32, rtol=2e-3)
+
+
+@pytest.mark.parametrize("flags,message", [
+    ({"aggregation_precision": "fp16"}, "--aggregation-precision must be one of fp32, bf16"),
+    ({"aggregation_precision": "bf16", "dtype": "float64"}, "use fp32 with it")])
+def test_aggregation_precision_flags_that_cannot_make_a_run_are_refused(flags, message):
+    from distgnn.config import TrainConfig
+    from distgnn.errors import DistGNNError
+
+    with pytest.raises(DistGNNError, match=message):
+        TrainConfig(**flags)
