@@ -14,20 +14,26 @@ def test_bench_spmm_writes_json(tmp_path):
     out = tmp_path / "spmm.json"
     proc = subprocess.run(
         [str(BIN / "distgnn-bench"), "spmm", "--dataset", "rmat:scale=9,edge_factor=4,features=1",
-         "--widths", "8,32", "--reps", "1", "--threads", "1", "--sweep", "--json", str(out),
-         "--plot", str(tmp_path)],
+         "--widths", "8,32", "--orders", "given,degree", "--reps", "1", "--threads", "1",
+         "--sweep", "--json", str(out), "--plot", str(tmp_path)],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert "fwd x" in proc.stdout and "sweep d=32" in proc.stdout
+    assert "bf16 fwd x" in proc.stdout and "sweep d=32" in proc.stdout
+    assert "order degree: ordering" in proc.stdout
     result = json.loads(out.read_text())
     assert result["benchmark"] == "spmm" and result["num_nodes"] == 512
     assert result["machine"]["triad_gb_s"] > 0
     assert result["machine"]["cached_start_s"] > 0
-    assert [r["width"] for r in result["results"]] == [8, 32]
+    assert [o["order"] for o in result["orders"]] == ["given", "degree"]
+    assert result["orders"][1]["ordering_s"] > 0 and result["orders"][1]["relabel_s"] > 0
+    assert [(r["order"], r["width"]) for r in result["results"]] == [
+        ("given", 8), ("given", 32), ("degree", 8), ("degree", 32)]
     for r in result["results"]:
-        for key in ("numba_fwd", "torch_fwd", "scipy_fwd", "numba_bwd", "torch_bwd"):
+        for key in ("torch_fwd", "scipy_fwd", "torch_bwd", "bf16_convert"):
             assert r[key] > 0
-        assert r["speedup_fwd"] > 0 and r["eff_gb_s_fwd"] > 0
+        for p in ("fp32", "bf16"):
+            assert r[f"numba_fwd_{p}"] > 0 and r[f"numba_bwd_{p}"] > 0
+            assert r[f"speedup_fwd_{p}"] > 0 and r[f"eff_gb_s_fwd_{p}"] > 0
     for s in result["sweep"]:
         assert str(s["chosen"]) in s["times"] and s["chosen_over_best"] >= 1.0
     assert (tmp_path / "spmm.png").read_bytes().startswith(b"\x89PNG")

@@ -135,12 +135,15 @@ def _lines(series: dict[str, list[tuple[float, float]]], title: str, xlabel: str
 
 
 def spmm_chart(result: dict, directory) -> Path:
-    """Speed-up of the Numba kernels over torch.sparse.mm per feature width."""
-    rows = result["results"]
-    return _lines({f"{p} (numba vs torch.sparse)": [(r["width"], r[f"speedup_{p}"]) for r in rows]
-                   for p in ("fwd", "bwd")},
-                  f"SpMM on {result.get('dataset', 'the graph')}", "feature width d",
-                  "speed-up", directory, "spmm.png")
+    """Forward speed-up of the Numba kernels over torch.sparse.mm (same vertex order) per
+    feature width, one line per order and precision."""
+    series: dict[str, list] = {}
+    for r in result["results"]:
+        for key in sorted(k for k in r if k.startswith("speedup_fwd_")):
+            series.setdefault(f"{r['order']} {key.rpartition('_')[2]}", []).append(
+                (r["width"], r[key]))
+    return _lines(series, f"SpMM forward on {result.get('dataset', 'the graph')}",
+                  "feature width d", "speed-up over torch.sparse.mm", directory, "spmm.png")
 
 
 def partition_chart(result: dict, directory) -> Path:

@@ -1,12 +1,17 @@
 """``distgnn-bench spmm``: the Numba kernels against torch.sparse.mm and scipy, same run.
 
-For each feature width ``d`` it times, interleaved and repeated (median): forward
-``y = A x`` and backward ``g_x = A^T g`` of the Numba kernels (autotuned plan), of
-``torch.sparse.mm`` on CSR tensors (same thread count), and of scipy's CSR product (one
-thread).  Effective bandwidth counts the bytes that must move with no reuse: the indices,
-one gathered ``d``-float row per edge and the written output, divided by the time, and is
-compared with the STREAM triad measured in the same run.  ``--sweep`` adds every hub-block
-size tried against the autotuned one.
+For each vertex order of ``--orders`` (:mod:`distgnn.ordering`) the graph is relabelled
+once, and the order's cost (ordering and relabelling seconds) reported once.  Then for
+each feature width ``d`` it times, interleaved and repeated (median): forward ``y = A x``
+and backward ``g_x = A^T g`` of the Numba kernels (autotuned plan) gathering each of
+``--precisions`` (fp32, or bf16 rows accumulated in fp32; the bf16 conversion of ``x`` is
+timed on its own), of ``torch.sparse.mm`` on CSR tensors (same thread count), and of
+scipy's CSR product (one thread), all on the same relabelled graph; speed-ups are over
+torch.sparse.mm in the same order.  Effective bandwidth counts the bytes that must move
+with no reuse: the indices, one gathered ``d``-element row per edge (4 bytes an element in
+fp32, 2 in bf16) and the written float32 output, divided by the time, and is compared with
+the STREAM triad measured in the same run.  ``--sweep`` adds every hub-block size tried
+against the autotuned one (fp32).
 
 ``--device cuda`` compares, on the GPU, this project's torch backend (``torch.sparse`` CSR
 forward and transpose) with PyTorch Geometric's two routes to the same sum: message
@@ -28,12 +33,13 @@ import time
 import numpy as np
 import torch
 
-from ..backends import TorchSparseBackend
+from ..backends import AGGREGATION_PRECISIONS, TorchSparseBackend, bf16_bits
 from ..cli_common import comma_list
 from ..datasets import load
 from ..kernels import plan_spmm, spmm
 from ..kernels.autotune import autotune_plan, time_plan
 from ..kernels.spmm import as_aligned, empty_aligned
+from ..ordering import ORDERS, relabel, vertex_order
 from ..placement import synchronize
 from .machine import machine_info
 from .output import finish, output_arguments
@@ -51,6 +57,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="any --dataset of distgnn-train (only the graph is used)")
     p.add_argument("--widths", default=[16, 64, 128, 256], type=comma_list(int),
                    help="comma-separated feature widths d")
+    p.add_argument("--orders", default=list(ORDERS), type=comma_list(str, ORDERS),
+                   help="comma-separated vertex orders to relabel the graph in, each timed "
+                        "on its own (given: as stored)")
+    p.add_argument("--precisions", default=list(AGGREGATION_PRECISIONS),
+                   type=comma_list(str, AGGREGATION_PRECISIONS),
+                   help="comma-separated precisions the Numba kernels gather in")
     p.add_argument("--reps", type=int, default=5, help="timed repetitions (median reported)")
     p.add_argument("--threads", type=int, default=os.cpu_count(),
                    help="threads for Numba and torch (scipy runs on one)")
@@ -63,8 +75,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "backend on the GPU vs PyTorch Geometric's message passing and spmm")
     output_arguments(p, "spmm.png")
 
-def effective_gb_s(graph, width: int, seconds: float) -> float:
-    moved = graph.indices.nbytes + graph.num_edges * width * 4 + graph.num_nodes * width * 4
+def effective_gb_s(graph, width: int, seconds: float, itemsize: int = 4) -> float:
+    """Bytes that must move (indices, one gathered row of ``itemsize``-byte elements per
+    edge, the float32 output) per second, in GB/s."""
+    moved = (graph.indices.nbytes + graph.num_edges * width * itemsize
+             + graph.num_nodes * width * 4)
     return moved / seconds / 1e9
 
 
@@ -103,45 +118,83 @@ def run(args) -> dict:
 
     numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
     data = load(args.dataset)
-    graph = data.graph
-    t = graph.transpose()
-    print(f"{data.name}: {graph.num_nodes:,} vertices, {graph.num_edges:,} edges; "
+    print(f"{data.name}: {data.graph.num_nodes:,} vertices, {data.graph.num_edges:,} edges; "
           f"{args.threads} threads; THP_MEM_ALLOC_ENABLE="
           f"{os.environ.get('THP_MEM_ALLOC_ENABLE', '')}", flush=True)
     info = machine_info(args.threads)
     info.update(jit_start_times())
     print(f"triad {info['triad_gb_s']} GB/s; JIT first call {info['first_call_compile_s']} s, "
           f"cached {info['cached_start_s']} s", flush=True)
+    rows, sweep, orders = [], [], []
+    for order in args.orders:
+        graph, cost = relabelled(data.graph, order)
+        orders.append(cost)
+        print(f"order {order}: ordering {cost['ordering_s']:.2f} s, relabel "
+              f"{cost['relabel_s']:.2f} s", flush=True)
+        for width in args.widths:
+            rows.append(time_width(graph, order, width, args, info["triad_gb_s"]))
+            print_row(rows[-1], first=len(rows) == 1)
+            if args.sweep:
+                x = as_aligned(np.random.default_rng(width).standard_normal(
+                    (graph.num_nodes, width), dtype=np.float32))
+                sweep.append(sweep_hub_blocks(graph, x, empty_aligned(x.shape, x.dtype),
+                                              rows[-1]["hub_block"], width, args.reps))
+    return {"benchmark": "spmm", "dataset": data.name, "num_nodes": data.graph.num_nodes,
+            "num_edges": data.graph.num_edges, "machine": info, "orders": orders,
+            "results": rows, "sweep": sweep}
+
+
+def relabelled(graph, order: str):
+    """``graph`` in ``order``, and what the order cost: ``{order, ordering_s, relabel_s}``
+    (``given`` is the graph itself, at no cost)."""
+    if order == "given":
+        return graph, {"order": order, "ordering_s": 0.0, "relabel_s": 0.0}
+    start = time.perf_counter()
+    perm = vertex_order(graph, order)
+    ordered = time.perf_counter()
+    graph = relabel(graph, perm)
+    return graph, {"order": order, "ordering_s": ordered - start,
+                   "relabel_s": time.perf_counter() - ordered}
+
+
+def time_width(graph, order: str, width: int, args, triad_gb_s: float) -> dict:
+    """One row of the table: every implementation at ``width`` on ``graph``, interleaved."""
+    t = graph.transpose()
     torch_csr = TorchSparseBackend().tensors(graph, torch.device("cpu"))
-    a, at = torch_csr["A"], torch_csr["AT"]
-    s = graph.to_scipy()
-    rows, sweep = [], []
-    for width in args.widths:
-        x = as_aligned(np.random.default_rng(width).standard_normal((graph.num_nodes, width),
-                                                                    dtype=np.float32))
-        xt = torch.from_numpy(x)
-        out = empty_aligned(x.shape, x.dtype)
-        plan, trial = autotune_plan(graph.indptr, graph.indices, None, graph.num_nodes, width)
-        tplan, _ = autotune_plan(t.indptr, t.indices, None, t.num_nodes, width)
-        runs = {"numba_fwd": lambda: spmm(graph.indptr, graph.indices, x, out=out, plan=plan),
-                "torch_fwd": lambda: torch.sparse.mm(a, xt),
-                "numba_bwd": lambda: spmm(t.indptr, t.indices, x, out=out, plan=tplan),
-                "torch_bwd": lambda: torch.sparse.mm(at, xt)}
-        if args.scipy:
-            runs["scipy_fwd"] = lambda: s @ x
-        med = median_times(runs, args.reps)
-        row = {"width": width, "hub_block": plan.hub_block, "autotune_trial_s": trial,
-               **med,
-               "speedup_fwd": round(med["torch_fwd"] / med["numba_fwd"], 2),
-               "speedup_bwd": round(med["torch_bwd"] / med["numba_bwd"], 2),
-               "eff_gb_s_fwd": round(effective_gb_s(graph, width, med["numba_fwd"]), 2)}
-        row["eff_over_triad"] = round(row["eff_gb_s_fwd"] / info["triad_gb_s"], 2)
-        rows.append(row)
-        print_row(row, first=width == args.widths[0])
-        if args.sweep:
-            sweep.append(sweep_hub_blocks(graph, x, out, plan.hub_block, width, args.reps))
-    return {"benchmark": "spmm", "dataset": data.name, "num_nodes": graph.num_nodes,
-            "num_edges": graph.num_edges, "machine": info, "results": rows, "sweep": sweep}
+    x = as_aligned(np.random.default_rng(width).standard_normal((graph.num_nodes, width),
+                                                                dtype=np.float32))
+    xt = torch.from_numpy(x)
+    out = empty_aligned(x.shape, np.float32)
+    gathered = {"fp32": x, "bf16": bf16_bits(xt)}
+    runs, row = {}, {"order": order, "width": width}
+    for p in args.precisions:
+        xp = gathered[p]
+        plan, trial = autotune_plan(graph.indptr, graph.indices, None, graph.num_nodes, width,
+                                    dtype=xp.dtype)
+        tplan, _ = autotune_plan(t.indptr, t.indices, None, t.num_nodes, width,
+                                 dtype=xp.dtype)
+        row[f"hub_block_{p}"], row[f"autotune_trial_s_{p}"] = plan.hub_block, trial
+        runs[f"numba_fwd_{p}"] = (lambda xp=xp, plan=plan:
+                                  spmm(graph.indptr, graph.indices, xp, out=out, plan=plan))
+        runs[f"numba_bwd_{p}"] = (lambda xp=xp, plan=tplan:
+                                  spmm(t.indptr, t.indices, xp, out=out, plan=plan))
+    if "bf16" in args.precisions:
+        runs["bf16_convert"] = lambda: bf16_bits(xt)
+    runs["torch_fwd"] = lambda: torch.sparse.mm(torch_csr["A"], xt)
+    runs["torch_bwd"] = lambda: torch.sparse.mm(torch_csr["AT"], xt)
+    if args.scipy:
+        s = graph.to_scipy()
+        runs["scipy_fwd"] = lambda: s @ x
+    med = median_times(runs, args.reps)
+    row.update(med)
+    row["hub_block"] = row.get("hub_block_fp32", row.get("hub_block_bf16"))
+    for p in args.precisions:
+        for way in ("fwd", "bwd"):
+            row[f"speedup_{way}_{p}"] = round(med[f"torch_{way}"] / med[f"numba_{way}_{p}"], 2)
+        row[f"eff_gb_s_fwd_{p}"] = round(effective_gb_s(
+            graph, width, med[f"numba_fwd_{p}"], gathered[p].itemsize), 2)
+        row[f"eff_over_triad_{p}"] = round(row[f"eff_gb_s_fwd_{p}"] / triad_gb_s, 2)
+    return row
 
 
 def sweep_hub_blocks(graph, x, out, chosen: int, width: int, reps: int) -> dict:
@@ -217,11 +270,14 @@ def run_device(args) -> dict:
             "num_edges": graph.num_edges, "machine": info, "results": rows}
 
 
-CPU_COLUMNS = [("width", "d"), ("hub_block", "hub B"), ("numba_fwd", "numba fwd s"),
+CPU_COLUMNS = [("order", "order"), ("width", "d"), ("hub_block", "hub B"),
+               ("numba_fwd_fp32", "fp32 fwd s"), ("numba_fwd_bf16", "bf16 fwd s"),
                ("torch_fwd", "torch fwd s"), ("scipy_fwd", "scipy fwd s"),
-               ("speedup_fwd", "fwd x"), ("numba_bwd", "numba bwd s"),
-               ("torch_bwd", "torch bwd s"), ("speedup_bwd", "bwd x"),
-               ("eff_gb_s_fwd", "eff GB/s"), ("eff_over_triad", "/triad")]
+               ("speedup_fwd_fp32", "fp32 fwd x"), ("speedup_fwd_bf16", "bf16 fwd x"),
+               ("numba_bwd_fp32", "fp32 bwd s"), ("numba_bwd_bf16", "bf16 bwd s"),
+               ("torch_bwd", "torch bwd s"), ("speedup_bwd_fp32", "fp32 bwd x"),
+               ("speedup_bwd_bf16", "bf16 bwd x"), ("bf16_convert", "to bf16 s"),
+               ("eff_over_triad_fp32", "fp32/triad"), ("eff_over_triad_bf16", "bf16/triad")]
 DEVICE_COLUMNS = [("width", "d"), ("ours_fwd", "ours fwd s"), ("pyg_mp_fwd", "PyG mp fwd"),
                   ("pyg_spmm_fwd", "PyG spmm"), ("ours_vs_pyg_mp_fwd", "vs mp x"),
                   ("ours_vs_pyg_spmm_fwd", "vs spmm x"), ("ours_bwd", "ours bwd s"),
