@@ -116,10 +116,11 @@ def test_bench_epoch_without_pyg_says_so_and_runs_the_rest(tmp_path, monkeypatch
     monkeypatch.setattr(pyg, "available", lambda: False)
     out = tmp_path / "epoch.json"
     assert bench_main(["epoch", *EPOCH_ARGS, "--models", "gcn", "--impls", "numba,pyg",
-                       "--json", str(out)]) == 0
+                       "--aggregation-precision", "bf16", "--json", str(out)]) == 0
     assert "PyTorch Geometric is not installed" in capsys.readouterr().out
     row = json.loads(out.read_text())["results"][0]
     assert set(row["impls"]) == {"numba"} and "same_model_check" not in row
+    assert row["aggregation_precision"] == "bf16"
 
 
 def test_bench_epoch_refuses_unknown_implementations(capsys):

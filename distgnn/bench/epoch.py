@@ -22,6 +22,10 @@ equivalent to ours):
 :mod:`distgnn.ordering` (its cost is reported once per dataset): every implementation, PyG
 included, then trains on the same reordered graph, so a speed-up is not the order's alone.
 
+``--aggregation-precision bf16`` has this project's timed side gather bf16 rows in sum/mean
+aggregations (PyG stays fp32); the same-model check runs in fp32, since it checks the model,
+not the rounding (whose effect on accuracy is measured by training, not here).
+
 ``--layers`` sets the depth of both sides (GCNII: its ``GCN2Conv`` layers, between the input
 and output projections), ``--heads`` GAT's heads; ``--recompute`` has this project's side
 keep only each layer's input for the backward pass (activation checkpointing; PyG runs
@@ -47,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..backends import BACKENDS
+from ..backends import AGGREGATION_PRECISIONS, BACKENDS
 from ..cli_common import comma_list
 from ..datasets import load
 from ..graph import NodeDataset
@@ -96,6 +100,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="relabel each dataset once in this locality order before timing "
                         "(every implementation, PyG included, trains on the reordered graph): "
                         "degree, rcm, auto (timed trial) or given (default: as loaded)")
+    p.add_argument("--aggregation-precision", choices=AGGREGATION_PRECISIONS, default="fp32",
+                   help="this project's sum/mean aggregations gather fp32 rows or bf16 ones "
+                        "(accumulating in fp32); PyG runs in fp32 either way")
     p.add_argument("--dropout", type=float, default=0.5, help="dropout of the timed epochs")
     p.add_argument("--epochs", type=int, default=3,
                    help="timed epochs per worker run (after one warm-up epoch)")
@@ -126,6 +133,7 @@ def _config(job: dict, dropout: float, epochs: int):
                        epochs=epochs, eval_every=epochs, seed=job["seed"],
                        backend=job["impl"] if job["impl"] in BACKENDS else "numba",
                        device=impl_device(job["impl"], job["device"]),
+                       aggregation_precision=job["aggregation_precision"],
                        threads=job["threads"], progress=False)
 
 
@@ -185,7 +193,8 @@ def worker(job: dict) -> dict:
     """One worker's measurement (``job["impl"] == "check"``: the same-model check)."""
     data = load(job["npz"])
     if job["impl"] == "check":
-        ours, _ = train_ours(data, dict(job, impl="numba"), 0.0, CHECK_EPOCHS)
+        ours, _ = train_ours(data, dict(job, impl="numba", aggregation_precision="fp32"), 0.0,
+                             CHECK_EPOCHS)
         theirs, _ = train_pyg(data, job, 0.0, CHECK_EPOCHS)
         return {"ours": ours, "pyg": theirs}
     rss_loaded = memory_mib("VmRSS")
@@ -219,14 +228,16 @@ def make_job(model: str, args, **more) -> dict:
     """A worker's job for ``model`` under the command's arguments (and ``more``)."""
     return {"model": model, "hidden": args.hidden, "layers": args.layers, "heads": args.heads,
             "recompute": args.recompute, "threads": args.threads, "seed": 0,
-            "epochs": args.epochs, "dropout": args.dropout, "device": args.device, **more}
+            "epochs": args.epochs, "dropout": args.dropout, "device": args.device,
+            "aggregation_precision": args.aggregation_precision, **more}
 
 
 def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
     job = make_job(model, args, npz=str(npz))
     row = {"dataset": name, "model": model, "hidden": args.hidden, "layers": args.layers,
            **({"heads": args.heads} if model == "gat" else {}),
-           "recompute": args.recompute, "threads": args.threads, "epochs": args.epochs,
+           "recompute": args.recompute, "aggregation_precision": args.aggregation_precision,
+           "threads": args.threads, "epochs": args.epochs,
            "rounds": args.rounds, "device": args.device}
     if "pyg" in impls:
         check = run_worker(dict(job, impl="check"))
