@@ -150,12 +150,15 @@ def test_misaligned_and_strided_inputs_give_the_aligned_result(graph):
     np.testing.assert_array_equal(spmm(indptr, indices, strided), expected)
 
 
-@pytest.mark.parametrize("width,distance", [(1, 32), (16, 32), (64, 16), (128, 8), (256, 4),
+@pytest.mark.parametrize("width,distance", [(1, 64), (16, 64), (64, 16), (128, 8), (256, 4),
                                             (4096, 4)])
 def test_prefetch_distance_keeps_about_four_kilobytes_in_flight(width, distance):
     from distgnn.kernels.spmm import prefetch_distance
 
     assert prefetch_distance(width) == distance
+    assert prefetch_distance(2 * width, 2) == distance  # bf16: the same bytes in flight
+    if cache_sizes():
+        assert prefetch_distance(width, 4, rows=1) == 0  # rows in cache need no hints
 
 
 def bf16_bits(x: np.ndarray) -> np.ndarray:

@@ -9,36 +9,17 @@ fastest (best of the two, which filters out a noisy run).  Callers cache the res
 """
 from __future__ import annotations
 
-import glob
-import os
 import time
 
 import numpy as np
 
-from .blocking import SpMMPlan, plan_spmm
+from .blocking import SpMMPlan, cache_sizes, plan_spmm
 from .lanes import BF16
 from .spmm import as_aligned, empty_aligned, spmm
 
 TRIAL_MIN_EDGES = 2_000_000
 L2_FRACTIONS = (0.5, 1.0, 2.0, 4.0)
 DEFAULT_L2 = 1 << 20
-
-
-def cache_sizes() -> dict[str, int]:
-    """Data/unified cache sizes in bytes by level name (``L1``, ``L2``, ``L3``) of CPU 0."""
-    sizes = {}
-    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
-        try:
-            kind = open(os.path.join(index, "type")).read().strip()
-            level = open(os.path.join(index, "level")).read().strip()
-            text = open(os.path.join(index, "size")).read().strip()
-        except OSError:
-            continue
-        if kind == "Instruction":
-            continue
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        sizes[f"L{level}"] = int(text.rstrip("KMG")) * scale
-    return sizes
 
 
 def candidate_hub_blocks(width: int, num_sources: int, itemsize: int = 4) -> list[int]:

@@ -12,6 +12,9 @@ cut into chunks of equal non-zeros, so threads get equal work on skewed degrees.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import glob
+import os
 
 import numpy as np
 
@@ -37,6 +40,24 @@ class SpMMPlan:
     blocks: list[Block]
     chunks_full: np.ndarray
     hub_block: int
+
+
+@functools.cache
+def cache_sizes() -> dict[str, int]:
+    """Data/unified cache sizes in bytes by level name (``L1``, ``L2``, ``L3``) of CPU 0."""
+    sizes = {}
+    for index in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            kind = open(os.path.join(index, "type")).read().strip()
+            level = open(os.path.join(index, "level")).read().strip()
+            text = open(os.path.join(index, "size")).read().strip()
+        except OSError:
+            continue
+        if kind == "Instruction":
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        sizes[f"L{level}"] = int(text.rstrip("KMG")) * scale
+    return sizes
 
 
 def balanced_chunks(indptr: np.ndarray, num_chunks: int = CHUNKS) -> np.ndarray:
