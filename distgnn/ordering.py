@@ -40,6 +40,9 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from .graph import CSRGraph, NodeDataset
+from .kernels import spmm
+from .kernels.blocking import cache_sizes
+from .kernels.spmm import as_aligned, empty_aligned
 
 ORDERS = ("given", "degree", "rcm")
 CHOICES = ("auto",) + ORDERS
@@ -104,8 +107,6 @@ def relabel(graph: CSRGraph, perm: np.ndarray) -> CSRGraph:
 
 def last_level_cache() -> int:
     """Bytes of the largest data cache of CPU 0 (``DEFAULT_LLC`` if unknown)."""
-    from .kernels.autotune import cache_sizes
-
     sizes = cache_sizes()
     return max(sizes.values()) if sizes else DEFAULT_LLC
 
@@ -113,9 +114,6 @@ def last_level_cache() -> int:
 def time_order(graph: CSRGraph, width: int = AUTO_WIDTH, repeats: int = 2) -> float:
     """Seconds of one unblocked sum SpMM of ``graph`` on random ``[N, width]`` features
     (best of ``repeats`` after a warm-up)."""
-    from .kernels import spmm
-    from .kernels.spmm import as_aligned, empty_aligned
-
     x = as_aligned(np.random.default_rng(0).standard_normal((graph.num_nodes, width),
                                                             dtype=np.float32))
     out = empty_aligned(x.shape, np.float32)
