@@ -1,13 +1,13 @@
-"""Vertex-cut edge assignment: Libra (greedy), random (hash) and DBH (degree-based hashing).
+"""Vertex-cut edge assignment: Libra (greedy), HDRF, random (hash) and DBH (degree-based hashing).
 
 A vertex-cut puts every edge in exactly one of ``P`` partitions; a vertex then has a
 *clone* in every partition holding one of its edges.  The cost of a cut is its replication
 factor (mean clones per vertex), which sets the volume of the split-vertex exchange; its
 balance is ``max / mean`` edges per partition, which sets the slowest rank's work.
 
-**Libra** (Xie et al. 2014, as DistGNN Sec. 5.1 uses it) streams the edges once, keeping
-for each vertex the set ``A(v)`` of partitions that hold it and each partition's edge
-load.  Edge ``(u, v)`` goes to the least-loaded partition of
+**Libra** (Xie et al. 2014, as DistGNN Sec. 5.1 and DGL's ``libra_partition`` use it)
+streams the edges once, keeping for each vertex the set ``A(v)`` of partitions that hold
+it and each partition's edge load.  Edge ``(u, v)`` goes to the least-loaded partition of
 
 - all partitions, when neither endpoint is placed;
 - ``A(u)`` (or ``A(v)``), when only that endpoint is placed;
@@ -15,12 +15,45 @@ load.  Edge ``(u, v)`` goes to the least-loaded partition of
 - ``A(w)`` for the endpoint ``w`` of lower (whole-graph) degree otherwise, so that the
   higher-degree endpoint is the one replicated.
 
+Only the last case creates a clone, so the stream order decides the replication.  The
+default order, ``"degree"``, streams the rows in increasing degree, each row's edges
+together: a low-degree vertex is placed whole with its neighbourhood before the hubs
+arrive, and the hubs, streamed last, are the ones replicated.  Replication factor at
+P = 2 / 4 / 8 / 16 (DGL 2.1's own Libra, which streams the CSR entries in order):
+
+================  ===============================  ===============================
+graph             "degree" (default)               DGL Libra
+================  ===============================  ===============================
+tolokers          1.422 / 2.036 / 2.832 / 3.803    1.491 / 2.220 / 3.191 / 4.296
+R-MAT 2^20 x 16   1.285 at P = 4, 1.785 at P = 16  1.337 at P = 4, 1.939 at P = 16
+================  ===============================  ===============================
+
+(``"random"`` gives 2.246 on tolokers at P = 4 and 1.952 on R-MAT at P = 16, ``"given"``
+DGL's figures up to tie-breaking.)  In the degree order, Libra assigns R-MAT 2^20 x 16
+at P = 16 in about 50 ns per CSR entry, one thread, plus about 60 ns per entry for the
+order, the reverse positions and the scatter of the results.
+
+**HDRF** (Petroni et al. 2015) scores every partition ``p`` for edge ``(u, v)`` with the
+*partial* degrees ``d`` (edges of each vertex streamed so far) and
+``theta(u) = d(u) / (d(u) + d(v))``:
+
+    score(p) = g(u, p) + g(v, p) + lambda (maxload - load(p)) / (1 + maxload - minload),
+    g(x, p) = 2 - theta(x) if p in A(x) else 0,
+
+and takes the best, so an edge joins the partitions of its endpoints, preferring to
+replicate the endpoint of higher degree.  ``lambda`` (:data:`HDRF_LAMBDA`, tuned on
+squirrel_filtered at P = 8: replication 2.860 / 2.838 / 2.827 / 2.830 / 3.065 at
+0.1 / 0.5 / 1 / 1.5 / 2) weighs the balance; besides, a partition whose load would pass
+:data:`HDRF_CAP` times its share of the load streamed so far is not a candidate unless it
+is among the least loaded.  Its default order is ``"random"``: in the degree order the
+partial degrees mislead it.
+
 With per-partition *weights* (relative capacities: a rank with weight 2 should hold twice
-the edges of one with weight 1), "least-loaded" means least ``load[p] / weight[p]``; with
-all weights equal the choices, ties and random draws are exactly those of the unweighted
-stream.  Ties go to a seeded random choice among the tied partitions.  With ``keep_pairs`` the
-two directions of an undirected edge are one streamed item and land in the same
-partition (load 2).  The sets are bitsets ``uint64 [N, ceil(P / 64)]``.
+the edges of one with weight 1), "load" means ``load[p] / weight[p]``; with all weights
+equal the choices, ties and random draws are exactly those of the unweighted stream.  Ties
+go to a seeded random choice among the tied partitions.  With ``keep_pairs`` the two
+directions of an undirected edge are one streamed item and land in the same partition
+(load 2).  The sets are bitsets ``uint64 [N, ceil(P / 64)]``.
 
 **Random** sends each edge to a seeded hash of the edge; **DBH** (Xie et al. 2014) to a
 seeded hash of its lower-degree endpoint, which replicates hubs and keeps leaves whole.
@@ -33,6 +66,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 from distgnn.errors import DistGNNError
 from distgnn.graph import csr_rows
@@ -41,8 +75,10 @@ from distgnn.kernels import prefetch
 # a random stream order makes both bitset reads cache misses: hint them this far ahead
 PREFETCH_DISTANCE = 32
 STREAM_CHUNK = 1 << 22  # edges per Numba call, so a progress bar can advance between calls
-METHODS = ("libra", "random", "dbh")
-ORDERS = ("given", "random")
+METHODS = ("libra", "hdrf", "random", "dbh")
+ORDERS = ("degree", "random", "given")
+HDRF_LAMBDA = 1.0  # balance weight; see the module docstring for the tuning
+HDRF_CAP = 1.05  # no partition passes this many times its share of the streamed load
 
 
 class PartitionError(DistGNNError, ValueError):
@@ -85,6 +121,94 @@ def _has(member, v, p):
 
 
 @numba.njit(cache=True)
+def _next(state):
+    """xorshift64 step: the next state of the tie-breaking generator (never 0 from non-0)."""
+    state ^= state << np.uint64(13)
+    state ^= state >> np.uint64(7)
+    return state ^ (state << np.uint64(17))
+
+
+@numba.njit(cache=True)
+def _keep_tie(state, ties):
+    """``(keep, state)``: ``keep`` with probability ``1 / ties``, for reservoir sampling (the
+    ``ties``-th of ``ties`` equal candidates replaces the pick with that probability, so each
+    is kept with probability ``1 / ties`` in one pass)."""
+    state = _next(state)
+    return ((state >> np.uint64(32)) * np.uint64(ties)) >> np.uint64(32) == 0, state
+
+
+@numba.njit(cache=True)
+def _candidates(member, a, b, mode, w, num_parts):
+    """Word ``w`` of the candidate set: all partitions (mode 0), ``A(a)`` (1) or
+    ``A(a) & A(b)`` (2)."""
+    if mode == 1:
+        return member[a, w]
+    if mode == 2:
+        return member[a, w] & member[b, w]
+    rest = num_parts - 64 * w
+    return ~np.uint64(0) if rest >= 64 else (np.uint64(1) << np.uint64(rest)) - np.uint64(1)
+
+
+@numba.njit(cache=True)
+def _least_loaded(key, member, a, b, mode, state):
+    """``(p, state)``: the partition of least ``key[p]`` among :func:`_candidates`, ties
+    uniformly at random; ``p = -1`` if there is none.
+
+    ``key`` is the int64 load itself when unweighted, else the float64 ``load / weight``
+    (scaled), which equals the load exactly when the weights are equal.  The set bits are
+    visited with trailing-zero counts, so a vertex on 2 of 16 partitions costs 2 steps;
+    loads move in steps of 1 or 2, so most calls see ties: one draw picks among them all.
+    """
+    ties, best = 0, key[0]
+    for w in range(member.shape[1]):
+        word = _candidates(member, a, b, mode, w, len(key))
+        while word:
+            p = 64 * w + trailing_zeros(word)
+            word &= word - np.uint64(1)
+            if ties == 0 or key[p] < best:
+                ties, best = 1, key[p]
+            elif key[p] == best:
+                ties += 1
+    if ties == 0:
+        return -1, state
+    pick = 0
+    if ties > 1:
+        state = _next(state)
+        pick = ((state >> np.uint64(32)) * np.uint64(ties)) >> np.uint64(32)
+    for w in range(member.shape[1]):
+        word = _candidates(member, a, b, mode, w, len(key))
+        while word:
+            p = 64 * w + trailing_zeros(word)
+            word &= word - np.uint64(1)
+            if key[p] == best:
+                if pick == 0:
+                    return p, state
+                pick -= 1
+    return -1, state
+
+
+@numba.njit(cache=True)
+def _least_loaded_of_all(key, state):
+    """:func:`_least_loaded` over all partitions, in plain (vectorisable) loops."""
+    ties, best = 1, key[0]
+    for p in range(1, len(key)):
+        if key[p] < best:
+            ties, best = 1, key[p]
+        elif key[p] == best:
+            ties += 1
+    pick = 0
+    if ties > 1:
+        state = _next(state)
+        pick = ((state >> np.uint64(32)) * np.uint64(ties)) >> np.uint64(32)
+    for p in range(len(key)):
+        if key[p] == best:
+            if pick == 0:
+                return p, state
+            pick -= 1
+    return -1, state
+
+
+@numba.njit(cache=True)
 def _placed(member, v):
     for w in range(member.shape[1]):
         if member[v, w]:
@@ -93,75 +217,86 @@ def _placed(member, v):
 
 
 @numba.njit(cache=True)
-def _in_set(member, a, b, mode, p):
-    """Whether ``p`` is in: all partitions (mode 0), ``A(a)`` (1), ``A(a) & A(b)`` (2)."""
-    if mode == 0:
-        return True
-    if mode == 1:
-        return _has(member, a, p) != 0
-    return (_has(member, a, p) & _has(member, b, p)) != 0
+def _libra_choice(member, key, degree, u, v, state):
+    """``(p, state)``: Libra's partition for edge ``(u, v)`` (see the module docstring)."""
+    pu, pv = _placed(member, u), _placed(member, v)
+    if pu and pv:
+        p, state = _least_loaded(key, member, u, v, 2, state)
+        if p < 0:
+            low = u if degree[u] <= degree[v] else v
+            p, state = _least_loaded(key, member, low, low, 1, state)
+        return p, state
+    if pu or pv:
+        return _least_loaded(key, member, u if pu else v, 0, 1, state)
+    return _least_loaded_of_all(key, state)
 
 
 @numba.njit(cache=True)
-def _least_loaded(key, member, a, b, mode):
-    """Partition of least ``key[p]`` in the set of ``_in_set``; -1 if the set is empty.
-
-    ``key`` is the int64 load itself when unweighted, else the float64 ``load / weight``
-    (scaled), which equals the load exactly when the weights are equal.
-
-    Ties are broken uniformly at random with one draw per call: loads move in steps of
-    1 or 2, so most calls see ties, and a draw per tied partition cost 4x the time.
-    """
-    best, ties = key[0], 0
+def _hdrf_choice(member, key, scale, partial, u, v, units, cap, lam, state):
+    """``(p, state)``: HDRF's partition for edge ``(u, v)`` of load ``units`` (see the module
+    docstring): the best score among the partitions whose ``key`` stays within ``cap``
+    (the least loaded ones always qualify)."""
+    theta = partial[u] / (partial[u] + partial[v])
+    low, high = key[0], key[0]
+    for p in range(1, len(key)):
+        low, high = min(low, key[p]), max(high, key[p])
+    balance = lam / (1.0 + high - low)
+    pick, ties, best = -1, 0, 0.0
     for p in range(len(key)):
-        if _in_set(member, a, b, mode, p):
-            if ties == 0 or key[p] < best:
-                best, ties = key[p], 1
-            elif key[p] == best:
-                ties += 1
-    if ties == 0:
-        return -1
-    pick = np.random.randint(0, ties) if ties > 1 else 0
-    for p in range(len(key)):
-        if key[p] == best and _in_set(member, a, b, mode, p):
-            if pick == 0:
-                return p
-            pick -= 1
-    return -1
+        if key[p] > low and key[p] + units * scale[p] > cap:
+            continue
+        score = balance * (high - key[p])
+        if _has(member, u, p):
+            score += 2.0 - theta
+        if _has(member, v, p):
+            score += 1.0 + theta
+        if ties == 0 or score > best:
+            pick, ties, best = p, 1, score
+        elif score == best:
+            ties += 1
+            keep, state = _keep_tie(state, ties)
+            if keep:
+                pick = p
+    return pick, state
 
 
 @numba.njit(cache=True)
-def _libra_stream(src, dst, paired, degree, member, load, key, scale, part, seed):
-    """``part[k]`` for the streamed edges ``(src[k], dst[k])``; updates ``member``/``load``
-    and ``key = load * scale`` (int64 with ``scale`` all ones when unweighted, so the
-    comparisons are integer ones; float64 ``max(weight) / weight`` when weighted).
-
-    With ``paired`` an item stands for an entry and its reverse: load 2 (1 for a self-loop).
+def _stream(src, dst, paired, hdrf, degree, partial, member, load, key, scale, cap, lam,
+            part, rng):
+    """``part[k]`` for the streamed edges ``(src[k], dst[k])`` through Libra or (``hdrf``)
+    HDRF; updates ``member``, ``load`` and ``key = load * scale`` (int64 with ``scale`` all
+    ones when unweighted, so the comparisons are integer ones; float64
+    ``max(weight) / weight`` when weighted).  With ``paired`` an item stands for an entry
+    and its reverse: load 2 (1 for a self-loop).  HDRF also updates the partial degrees
+    ``partial`` and ``cap[0]``, the key no partition may pass, by ``cap[1]`` per streamed
+    load unit.  ``rng[0]`` is the tie-breaking state, carried from one call to the next.
+    Returns the number of CSR entries assigned.
     """
-    np.random.seed(seed)
+    state = rng[0]
+    assigned = 0
     for k in range(len(src)):
         if k + PREFETCH_DISTANCE < len(src):
             prefetch(member, src[k + PREFETCH_DISTANCE], 0)
             prefetch(member, dst[k + PREFETCH_DISTANCE], 0)
         u, v = src[k], dst[k]
-        pu, pv = _placed(member, u), _placed(member, v)
-        if not pu and not pv:
-            p = _least_loaded(key, member, u, v, 0)
-        elif pu and not pv:
-            p = _least_loaded(key, member, u, v, 1)
-        elif pv and not pu:
-            p = _least_loaded(key, member, v, u, 1)
+        units = 2 if paired and u != v else 1
+        if hdrf:
+            partial[u] += 1
+            partial[v] += 1
+            cap[0] += units * cap[1]
+            p, state = _hdrf_choice(member, key, scale, partial, u, v, units, cap[0], lam,
+                                    state)
         else:
-            p = _least_loaded(key, member, u, v, 2)
-            if p < 0:
-                low = u if degree[u] <= degree[v] else v
-                p = _least_loaded(key, member, low, low, 1)
+            p, state = _libra_choice(member, key, degree, u, v, state)
         part[k] = p
-        load[p] += 2 if paired and u != v else 1
+        assigned += units
+        load[p] += units
         key[p] = load[p] * scale[p]
         bit = np.uint64(1) << np.uint64(p & 63)
         member[u, p >> 6] |= bit
         member[v, p >> 6] |= bit
+    rng[0] = state
+    return assigned
 
 
 @numba.njit(cache=True)
@@ -261,33 +396,69 @@ def reverse_positions(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray | N
     return rev if ok else None
 
 
+@numba.njit(cache=True)
+def _rows_stream(indptr, indices, visit, rank, paired):
+    """int64 positions of the streamed entries: the rows in ``visit`` order, each row's
+    entries as stored; with ``paired`` only the entries whose source ranks not below the
+    row, so each pair is streamed once, in the row of its lower-ranked endpoint."""
+    items = np.empty(len(indices), np.int64)
+    count = 0
+    for v in visit:
+        for e in range(indptr[v], indptr[v + 1]):
+            if not paired or rank[indices[e]] >= rank[v]:
+                items[count] = e
+                count += 1
+    return items[:count]
+
+
+def stream_order(indptr, indices, degree, order, paired, seed):
+    """int64 CSR positions in stream order (one per pair with ``paired``), see
+    :func:`assign_edges`."""
+    n = len(indptr) - 1
+    rng = np.random.default_rng(seed)
+    if order == "degree":
+        shuffled = rng.permutation(n)
+        visit = shuffled[np.argsort(degree[shuffled], kind="stable")]
+    else:  # "given" visits the rows as stored; its entries come first in CSR order
+        visit = np.arange(n)
+    rank = np.empty(n, np.int32)  # int32: half the cache misses of the lookups below
+    rank[visit] = np.arange(n, dtype=np.int32)
+    items = _rows_stream(indptr, indices, visit, rank, paired)
+    return rng.permutation(items) if order == "random" else items
+
+
 def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
-                 method: str = "libra", seed: int = 0, order: str = "random",
-                 keep_pairs: bool | None = None, progress=None, weights=None) -> np.ndarray:
+                 method: str = "libra", seed: int = 0, order: str | None = None,
+                 keep_pairs: bool | None = None, progress=None, weights=None,
+                 hdrf_lambda: float = HDRF_LAMBDA) -> np.ndarray:
     """Partition of every CSR entry: int32 ``[E]`` in ``0..num_parts-1``.
 
     Args:
         indptr, indices: the CSR (rows = destinations).
         num_parts (int): ``P >= 1``.
-        method (str): ``"libra"``, ``"random"`` or ``"dbh"``.
+        method (str): ``"libra"``, ``"hdrf"``, ``"random"`` or ``"dbh"``.
         seed (int): seeds the stream order, ties and hashes.
-        order (str): ``"random"`` (seeded permutation, default) or ``"given"`` (CSR
-            order); Libra only.  "given" is faster (R-MAT 2^20 x 16, P = 16: replication
-            1.939 in 5.2 s against 1.952 in 11.0 s) but streams each row's edges together,
-            so a hub row fills one partition and on small graphs with many parts some
-            partitions stay empty (R-MAT 2^12 x 8, P = 70).
+        order (str, optional): stream order of Libra and HDRF (default: ``"degree"`` for
+            Libra, ``"random"`` for HDRF).  ``"degree"``: rows in increasing whole-graph
+            degree (seeded random among equal degrees), each row's edges together, a pair
+            streamed in the row of its lower-degree endpoint; ``"random"``: a seeded
+            permutation; ``"given"``: CSR order, a pair at its first entry (DGL's stream
+            without the repeats).  See the module docstring for measurements.
         keep_pairs (bool, optional): both directions of an undirected edge in one
             partition; default: on when the graph is symmetric.  Requested on a graph that
             is not symmetric, it raises ``ValueError``.
         progress (callable, optional): called with the number of edges just streamed.
         weights (sequence of float, optional): relative capacity of each partition (``P``
             finite numbers > 0; default equal): partition ``p`` is asked for a share
-            ``weights[p] / sum(weights)`` of the edges.  Libra balances ``load / weight``;
-            random and DBH hash into buckets of those sizes.  Equal weights give exactly
-            the unweighted assignment.  Bad weights raise :class:`PartitionError`.
+            ``weights[p] / sum(weights)`` of the edges.  Libra and HDRF balance
+            ``load / weight``; random and DBH hash into buckets of those sizes.  Equal
+            weights give exactly the unweighted assignment.  Bad weights raise
+            :class:`PartitionError`.
+        hdrf_lambda (float): HDRF's balance weight ``lambda``.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    order = order or ("degree" if method == "libra" else "random")
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
     w = np.ones(num_parts) if weights is None else check_weights(weights, num_parts)
@@ -295,12 +466,14 @@ def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
     n, num_edges = len(indptr) - 1, len(indices)
     dst = csr_rows(indptr, indices.dtype)
     src = indices
-    degree = (np.diff(indptr) + np.bincount(indices, minlength=n)).astype(np.int64)
     rev = reverse_positions(indptr, indices) if keep_pairs in (None, True) else None
     if keep_pairs and rev is None:
         raise ValueError("keep_pairs needs a symmetric graph with sorted, duplicate-free rows")
+    # in + out degree; symmetric: twice the row length, without counting E sources
+    degree = (2 * np.diff(indptr) if rev is not None else
+              np.diff(indptr) + np.bincount(indices, minlength=n)).astype(np.int64)
     part = np.empty(num_edges, np.int32)
-    if method != "libra":
+    if method in ("random", "dbh"):
         cumulative = np.empty(0) if equal else np.cumsum(requested_shares(w))
         if not equal:
             cumulative[-1] = 1.0  # the last bucket ends at 1 whatever the rounding
@@ -308,29 +481,29 @@ def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
         if progress:
             progress(num_edges)
         return part
-    # one streamed item per undirected pair: the entry with src <= dst; its reverse follows
-    items = np.flatnonzero(src <= dst) if rev is not None else np.arange(num_edges)
-    if order == "random":
-        items = np.random.default_rng(seed).permutation(items)
+    items = stream_order(indptr, indices, degree, order, rev is not None, seed)
     member = np.zeros((n, membership_words(num_parts)), np.uint64)
     load = np.zeros(num_parts, np.int64)
     if weights is None:
         scale, key = np.ones(num_parts, np.int64), np.zeros(num_parts, np.int64)
     else:  # exactly 1.0 everywhere for equal weights: the same choices as unweighted
         scale, key = w.max() / w, np.zeros(num_parts, np.float64)
+    rng = np.array([_hash(seed, 1, 0) | np.uint64(1)], np.uint64)
+    partial = np.zeros(n if method == "hdrf" else 0, np.int64)
+    cap = np.array([0.0, HDRF_CAP * w.max() / w.sum()])
+    # gathered up front (the random reads overlap), so the sequential loop reads in order
+    stream_src, stream_dst = src[items], dst[items]
+    stream_part = np.empty(len(items), np.int32)
     for start in range(0, len(items), STREAM_CHUNK):
-        chunk = items[start:start + STREAM_CHUNK]
-        # gathered up front, so the sequential loop reads them in order
-        chunk_src, chunk_dst = src[chunk], dst[chunk]
-        chunk_part = np.empty(len(chunk), np.int32)
-        _libra_stream(chunk_src, chunk_dst, rev is not None, degree, member, load, key,
-                      scale, chunk_part, (seed * 1_000_003 + start) % (1 << 32))
-        part[chunk] = chunk_part
+        chunk = slice(start, start + STREAM_CHUNK)
+        assigned = _stream(stream_src[chunk], stream_dst[chunk], rev is not None,
+                           method == "hdrf", degree, partial, member, load, key, scale, cap,
+                           hdrf_lambda, stream_part[chunk], rng)
         if progress:
-            progress(len(chunk) if rev is None else
-                     2 * len(chunk) - int(np.count_nonzero(chunk_src == chunk_dst)))
+            progress(assigned)
+    part[items] = stream_part
     if rev is not None:
-        part[rev[items]] = part[items]
+        part[rev[items]] = stream_part
     return part
 
 

@@ -72,7 +72,8 @@ def partition_parser() -> argparse.ArgumentParser:
     p.add_argument("--parts", type=int, required=True, help="number of partitions P (ranks)")
     p.add_argument("--out", required=True, help="partition directory to create")
     p.add_argument("--method", choices=METHODS, default="libra",
-                   help="libra: greedy vertex-cut (default); random: edge hash; "
+                   help="libra: greedy vertex-cut (default); hdrf: greedy scoring of "
+                        "partial degrees and balance (Petroni et al.); random: edge hash; "
                         "dbh: hash of the lower-degree endpoint")
     p.add_argument("--seed", type=int, default=0, help="seeds order, ties, roots (default 0)")
     p.add_argument("--order", choices=ORDERS, default="random",

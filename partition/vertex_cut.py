@@ -6,18 +6,20 @@ from __future__ import annotations
 
 from distgnn.graph import CSRGraph
 
-from .assign import PartitionError, assign_edges, check_weights
+from .assign import HDRF_LAMBDA, PartitionError, assign_edges, check_weights
 from .layout import Layout, build_layout
 
 __all__ = ["PartitionError", "vertex_cut"]
 
 
 def vertex_cut(graph: CSRGraph, num_parts: int, method: str = "libra", seed: int = 0,
-               order: str = "random", roots: str = "balanced", keep_pairs: bool | None = None,
-               progress=None, weights=None) -> Layout:
+               order: str | None = None, roots: str = "balanced",
+               keep_pairs: bool | None = None, progress=None, weights=None,
+               hdrf_lambda: float = HDRF_LAMBDA) -> Layout:
     """Vertex-cut of ``graph`` into ``num_parts`` (see :mod:`partition.assign`).
 
-    ``weights``: relative capacity of each partition (default equal), see
+    ``order`` (default: the method's own), ``weights`` (relative capacity of each
+    partition, default equal) and ``hdrf_lambda``: see
     :func:`~partition.assign.assign_edges`.
     """
     if num_parts < 1:
@@ -29,7 +31,7 @@ def vertex_cut(graph: CSRGraph, num_parts: int, method: str = "libra", seed: int
         weights = check_weights(weights, num_parts)
     try:
         part = assign_edges(graph.indptr, graph.indices, num_parts, method, seed, order,
-                            keep_pairs, progress, weights)
+                            keep_pairs, progress, weights, hdrf_lambda)
         return build_layout(graph.indptr, graph.indices, part, num_parts, roots, seed)
     except ValueError as e:
         raise PartitionError(str(e)) from None

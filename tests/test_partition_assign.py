@@ -124,7 +124,7 @@ def test_assign_rejects_unknown_method_and_order():
         assign_edges(indptr, indices, 2, order="sorted")
 
 
-# ---- 2. keep_pairs --------------------------------------------------------------------------------
+# ---- 2. keep_pairs ----------------------------------------------------------------------------
 def sym_graph(seed=0, n=60, e=200):
     rng = np.random.default_rng(seed)
     return CSRGraph.from_edges_symmetric(rng.integers(0, n, e), rng.integers(0, n, e), n)
@@ -314,3 +314,61 @@ def test_single_partition_holds_everything(small_ds, tmp_path):
     part = partition.load(tmp_path / "one", 0)
     np.testing.assert_array_equal(part.global_ids, np.arange(small_ds.num_nodes))
     assert len(part.leaf_root_local) == 0
+
+
+# ---- 4. HDRF -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("keep_pairs", [None, True, False])
+def test_hdrf_assigns_every_edge_once_and_keeps_pairs(keep_pairs):
+    g = sym_graph(seed=2, n=80, e=400)
+    calls = []
+    part = assign_edges(g.indptr, g.indices, 4, "hdrf", seed=1, keep_pairs=keep_pairs,
+                        progress=calls.append)
+    assert part.dtype == np.int32 and part.shape == (g.num_edges,)
+    assert part.min() >= 0 and part.max() < 4
+    assert sum(calls) == g.num_edges
+    together = np.array_equal(part, part[reverse_by_keys(g)])
+    assert together == (keep_pairs is not False)
+    check_layout(g, vertex_cut(g, 4, "hdrf", seed=1, keep_pairs=keep_pairs))
+
+
+def test_hdrf_is_deterministic_per_seed():
+    g = sym_graph(seed=4)
+    runs = {seed: assign_edges(g.indptr, g.indices, 5, "hdrf", seed=seed) for seed in range(4)}
+    for seed, part in runs.items():
+        np.testing.assert_array_equal(assign_edges(g.indptr, g.indices, 5, "hdrf", seed=seed),
+                                      part)
+    assert len({part.tobytes() for part in runs.values()}) > 1
+
+
+def test_hdrf_weights_set_the_shares_and_equal_weights_change_nothing(rmat_ds):
+    g = rmat_ds.graph
+    plain = assign_edges(g.indptr, g.indices, 4, "hdrf", seed=2)
+    np.testing.assert_array_equal(
+        assign_edges(g.indptr, g.indices, 4, "hdrf", seed=2, weights=[3.0] * 4), plain)
+    weights = np.array([1.0, 1.0, 2.0, 4.0])
+    part = assign_edges(g.indptr, g.indices, 4, "hdrf", seed=2, weights=weights)
+    share = np.bincount(part, minlength=4) / len(part)
+    np.testing.assert_allclose(share, weights / weights.sum(), rtol=0.05)
+
+
+@pytest.mark.parametrize("num_parts", [4, 8])
+def test_hdrf_balances_edges_and_replicates_less_than_random(rmat_ds, num_parts):
+    g = rmat_ds.graph
+    stats = {m: stats_of(vertex_cut(g, num_parts, m, seed=0)) for m in ("hdrf", "random")}
+    assert stats["hdrf"]["edge_balance"] <= 1.05
+    assert 1.0 < stats["hdrf"]["replication_factor"] < stats["random"]["replication_factor"]
+
+
+def test_hdrf_lambda_trades_replication_for_balance(rmat_ds):
+    # lambda 0: only the cap keeps the loads level; a large lambda levels them at every step
+    g = rmat_ds.graph
+    rf = {lam: stats_of(vertex_cut(g, 4, "hdrf", hdrf_lambda=lam))["replication_factor"]
+          for lam in (0.0, 20.0)}
+    assert rf[0.0] < rf[20.0]
+
+
+def test_libra_default_degree_order_replicates_less_than_random_order(rmat_ds):
+    g = rmat_ds.graph
+    rf = {order: stats_of(vertex_cut(g, 8, "libra", order=order))["replication_factor"]
+          for order in ("degree", "random")}
+    assert rf["degree"] < rf["random"], rf
