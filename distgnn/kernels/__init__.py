@@ -1,5 +1,6 @@
-"""Numba aggregation kernels on plain arrays: SpMM forward/backward, source blocking,
-block-size autotune, and the prefetch intrinsic they share with the partitioner."""
+"""Numba aggregation kernels on plain arrays: SpMM forward/backward (float32, float64, and
+bf16 gathers for sum/mean) on register panels, source blocking, block-size autotune, and
+the prefetch intrinsic they share with the partitioner."""
 from .blocking import SpMMPlan, plan_spmm
 from .spmm import REDUCES, inverse_degree, prefetch, spmm
 

@@ -72,8 +72,8 @@ def _pointer(context, builder, arrty, arr, row, rowty, col, colty, lanes: int):
 
 def _masked(builder, op: str, vector: ir.VectorType, args) -> ir.Value:
     """Call ``llvm.masked.load`` or ``llvm.masked.store`` on ``vector``-typed memory."""
-    element = {ir.FloatType(): "f32", ir.DoubleType(): "f64"}.get(
-        vector.element, f"i{getattr(vector.element, 'width', 0)}")
+    name = str(vector.element)  # float, double or i16 in LLVM's intrinsic suffixes
+    element = {"float": "f32", "double": "f64"}.get(name, name)
     mask = ir.VectorType(ir.IntType(1), vector.count)
     ptr, i32 = vector.as_pointer(), ir.IntType(32)
     fnty = (ir.FunctionType(vector, [ptr, i32, mask, vector]) if op == "load"
@@ -144,7 +144,7 @@ def store(typingctx, arr, row, col, n, panel):
 
 
 def _fast(instruction):
-    instruction.flags.extend(("fast",))  # may contract into an FMA, as fastmath=True does
+    instruction.flags.append("fast")  # may contract into an FMA, as fastmath=True does
     return instruction
 
 

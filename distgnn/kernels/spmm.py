@@ -11,8 +11,9 @@ Rows with no entries give 0.  The aggregation is memory-bound (a random gather o
 ``d``-float row per edge), so the kernels (a) split the rows into chunks of equal
 non-zeros, not equal rows, because power-law rows differ by orders of magnitude; (b)
 accumulate each output row in registers, in panels of a compile-time width
-(:mod:`~distgnn.kernels.lanes`), and write it once per pass; (c) prefetch
-the source row :func:`prefetch_distance` edges ahead, which keeps more cache misses in
+(:mod:`~distgnn.kernels.lanes`), over runs of the row's edges whose source rows stay in
+L1 (:func:`edge_block`), writing each panel once per run; (c) prefetch each panel's lines
+of the source :func:`prefetch_distance` edges ahead, which keeps more cache misses in
 flight than the hardware prefetcher does for random rows; (d) work on 64-byte aligned
 ``x`` and ``y``, so that a row of ``16 k`` floats spans ``k`` cache lines, not ``k + 1``;
 and (e) run over the *source blocks*
