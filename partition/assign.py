@@ -19,19 +19,22 @@ Only the last case creates a clone, so the stream order decides the replication.
 default order, ``"degree"``, streams the rows in increasing degree, each row's edges
 together: a low-degree vertex is placed whole with its neighbourhood before the hubs
 arrive, and the hubs, streamed last, are the ones replicated.  Replication factor at
-P = 2 / 4 / 8 / 16 (DGL 2.1's own Libra, which streams the CSR entries in order):
+P = 2 / 4 / 8 / 16, against DGL 2.1's own Libra (``experiments/dgl_libra.py``: the CSR
+entries streamed in order, one at a time):
 
-================  ===============================  ===============================
-graph             "degree" (default)               DGL Libra
-================  ===============================  ===============================
-tolokers          1.422 / 2.036 / 2.832 / 3.803    1.491 / 2.220 / 3.191 / 4.296
-R-MAT 2^20 x 16   1.285 at P = 4, 1.785 at P = 16  1.337 at P = 4, 1.939 at P = 16
-================  ===============================  ===============================
+=================  ===============================  ===============================
+graph              "degree" (default)               DGL Libra
+=================  ===============================  ===============================
+tolokers           1.424 / 2.035 / 2.830 / 3.808    1.491 / 2.220 / 3.191 / 4.296
+squirrel_filtered  1.390 / 1.901 / 2.521 / 3.269    1.395 / 1.954 / 2.487 / 3.077
+R-MAT 2^20 x 16    1.119 / 1.284 / 1.505 / 1.785    1.142 / 1.337 / 1.598 / 1.939
+=================  ===============================  ===============================
 
-(``"random"`` gives 2.246 on tolokers at P = 4 and 1.952 on R-MAT at P = 16, ``"given"``
-DGL's figures up to tie-breaking.)  In the degree order, Libra assigns R-MAT 2^20 x 16
-at P = 16 in about 50 ns per CSR entry, one thread, plus about 60 ns per entry for the
-order, the reverse positions and the scatter of the results.
+``"random"`` gives about DGL's figures with its edges permuted (2.25 on tolokers at
+P = 4, 1.95 on R-MAT at P = 16), ``"given"`` DGL's own up to tie-breaking.  In the degree
+order, R-MAT 2^20 x 16 at P = 16 takes 110 to 130 ns per CSR entry on one thread, of which
+the stream itself is about 45; the reverse positions, the order and the scatter of the
+results are the rest.
 
 **HDRF** (Petroni et al. 2015) scores every partition ``p`` for edge ``(u, v)`` with the
 *partial* degrees ``d`` (edges of each vertex streamed so far) and
@@ -129,12 +132,10 @@ def _next(state):
 
 
 @numba.njit(cache=True)
-def _keep_tie(state, ties):
-    """``(keep, state)``: ``keep`` with probability ``1 / ties``, for reservoir sampling (the
-    ``ties``-th of ``ties`` equal candidates replaces the pick with that probability, so each
-    is kept with probability ``1 / ties`` in one pass)."""
+def _draw(state, n):
+    """``(i, state)``: ``i`` uniform in ``0..n-1`` (``n < 2^32``) from the next state."""
     state = _next(state)
-    return ((state >> np.uint64(32)) * np.uint64(ties)) >> np.uint64(32) == 0, state
+    return ((state >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32), state
 
 
 @numba.njit(cache=True)
@@ -173,8 +174,7 @@ def _least_loaded(key, member, a, b, mode, state):
         return -1, state
     pick = 0
     if ties > 1:
-        state = _next(state)
-        pick = ((state >> np.uint64(32)) * np.uint64(ties)) >> np.uint64(32)
+        pick, state = _draw(state, ties)
     for w in range(member.shape[1]):
         word = _candidates(member, a, b, mode, w, len(key))
         while word:
@@ -184,27 +184,6 @@ def _least_loaded(key, member, a, b, mode, state):
                 if pick == 0:
                     return p, state
                 pick -= 1
-    return -1, state
-
-
-@numba.njit(cache=True)
-def _least_loaded_of_all(key, state):
-    """:func:`_least_loaded` over all partitions, in plain (vectorisable) loops."""
-    ties, best = 1, key[0]
-    for p in range(1, len(key)):
-        if key[p] < best:
-            ties, best = 1, key[p]
-        elif key[p] == best:
-            ties += 1
-    pick = 0
-    if ties > 1:
-        state = _next(state)
-        pick = ((state >> np.uint64(32)) * np.uint64(ties)) >> np.uint64(32)
-    for p in range(len(key)):
-        if key[p] == best:
-            if pick == 0:
-                return p, state
-            pick -= 1
     return -1, state
 
 
@@ -228,7 +207,7 @@ def _libra_choice(member, key, degree, u, v, state):
         return p, state
     if pu or pv:
         return _least_loaded(key, member, u if pu else v, 0, 1, state)
-    return _least_loaded_of_all(key, state)
+    return _least_loaded(key, member, 0, 0, 0, state)
 
 
 @numba.njit(cache=True)
@@ -253,9 +232,9 @@ def _hdrf_choice(member, key, scale, partial, u, v, units, cap, lam, state):
         if ties == 0 or score > best:
             pick, ties, best = p, 1, score
         elif score == best:
-            ties += 1
-            keep, state = _keep_tie(state, ties)
-            if keep:
+            ties += 1  # reservoir sampling: the ties-th tie replaces the pick w.p. 1 / ties
+            draw, state = _draw(state, ties)
+            if draw == 0:
                 pick = p
     return pick, state
 
