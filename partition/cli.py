@@ -1,7 +1,8 @@
 """``distgnn-partition``: partition a dataset to disk, ``inspect`` or ``verify`` a directory.
 
-    distgnn-partition DATASET --parts P --out DIR [--method libra|random|dbh] [--seed S]
-                      [--order given|random] [--roots random|balanced] [--force]
+    distgnn-partition DATASET --parts P --out DIR [--method libra|hdrf|random|dbh]
+                      [--seed S] [--order degree|random|given] [--roots random|balanced]
+                      [--force]
                       [--weights W0,W1,...] [--order-vertices auto|given|degree|rcm]
     distgnn-partition inspect DIR [--width D] [--hidden H] [--layers L] [--json FILE]
     distgnn-partition verify DIR [--dataset SPEC]
@@ -76,10 +77,11 @@ def partition_parser() -> argparse.ArgumentParser:
                         "partial degrees and balance (Petroni et al.); random: edge hash; "
                         "dbh: hash of the lower-degree endpoint")
     p.add_argument("--seed", type=int, default=0, help="seeds order, ties, roots (default 0)")
-    p.add_argument("--order", choices=ORDERS, default="random",
-                   help="Libra stream order: a seeded permutation (random, default) or as "
-                        "stored, row by row (given: about twice as fast, but can leave "
-                        "partitions unbalanced or empty when P is large)")
+    p.add_argument("--order", choices=ORDERS,
+                   help="stream order of libra and hdrf: degree (rows in increasing degree, "
+                        "so low-degree vertices are placed whole before the hubs arrive; "
+                        "libra's default), random (a seeded permutation; hdrf's default) or "
+                        "given (as stored, row by row, a pair at its first entry)")
     p.add_argument("--weights", type=weight_list, metavar="W0,W1,...",
                    help="relative capacity of each rank, one positive number per partition: "
                         "partition p is asked for the share W_p / sum(W) of the edges, e.g. "

@@ -20,7 +20,7 @@ from partition.vertex_cut import vertex_cut
 
 RMAT = "rmat:scale=12,edge_factor=8,features=4,classes=3,seed=1"
 SMALL_RMAT = "rmat:scale=8,edge_factor=4,features=3,classes=2,seed=2"
-METHODS = ("libra", "random", "dbh")
+METHODS = ("libra", "hdrf", "random", "dbh")
 
 from tests.helpers.graphs import out_degrees
 
