@@ -88,7 +88,8 @@ def test_bench_epoch_checks_the_model_and_writes_json(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "epoch.json"
     proc = subprocess.run([str(BIN / "distgnn-bench"), "epoch", *EPOCH_ARGS, "--models", "sage",
-                           "--order", "degree", "--json", str(out), "--plot", str(tmp_path / "plots")],
+                           "--order", "degree", "--json", str(out),
+                           "--plot", str(tmp_path / "plots")],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "same-model check" in proc.stdout
