@@ -406,6 +406,12 @@ def stream_order(indptr, indices, degree, order, paired, seed):
     return rng.permutation(items) if order == "random" else items
 
 
+def stream_order_name(method: str, order: str | None = None) -> str:
+    """The stream order :func:`assign_edges` uses: ``order``, else the method's own
+    (``"degree"`` for libra, ``"random"`` for the others)."""
+    return order or ("degree" if method == "libra" else "random")
+
+
 def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
                  method: str = "libra", seed: int = 0, order: str | None = None,
                  keep_pairs: bool | None = None, progress=None, weights=None,
@@ -437,7 +443,7 @@ def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    order = order or ("degree" if method == "libra" else "random")
+    order = stream_order_name(method, order)
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
     w = np.ones(num_parts) if weights is None else check_weights(weights, num_parts)

@@ -22,7 +22,13 @@ from distgnn.errors import DistGNNError
 from distgnn.ordering import AUTO_WIDTH, CHOICES
 from distgnn.storage import check_json_output, write_json
 
-from .assign import METHODS, ORDERS, check_weights, requested_shares
+from .assign import (
+    METHODS,
+    ORDERS,
+    check_weights,
+    requested_shares,
+    stream_order_name,
+)
 from .format import (
     FORMAT_VERSION,
     PartitionFormatError,
@@ -169,7 +175,8 @@ def partition_main(args) -> int:
                       width=args.width, num_features=data.num_features,
                       num_classes=data.num_classes, hidden=args.hidden, layers=args.layers,
                       shares=shares)
-    settings = {"method": args.method, "seed": args.seed, "order": args.order,
+    settings = {"method": args.method, "seed": args.seed,
+                "order": stream_order_name(args.method, args.order),
                 "roots": args.roots, **ordering}
     if weights is not None:
         settings.update(weights=weights.tolist(), requested_shares=shares.tolist())

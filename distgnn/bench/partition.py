@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from partition.assign import ORDERS, assign_edges
+from partition.assign import ORDERS, assign_edges, stream_order_name
 from partition.layout import build_layout
 from partition.stats import counts_from_layout, summarize
 
@@ -94,6 +94,7 @@ def run(args) -> dict:
                                   int(np.count_nonzero(clones > 1)))
                 row = {"dataset": data.name, "num_nodes": graph.num_nodes,
                        "num_edges": graph.num_edges, "parts": P, "method": method,
+                       "order": stream_order_name(method, args.order),
                        "seconds": done - start, "assign_seconds": assigned - start,
                        "layout_seconds": done - assigned,
                        "ns_per_edge": 1e9 * (assigned - start) / max(graph.num_edges, 1),
