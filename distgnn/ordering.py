@@ -41,13 +41,13 @@ from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from .graph import CSRGraph, NodeDataset
 from .kernels import spmm
-from .kernels.blocking import cache_sizes
+from .kernels.blocking import last_level_cache
 from .kernels.spmm import as_aligned, empty_aligned
 
 ORDERS = ("given", "degree", "rcm")
 CHOICES = ("auto",) + ORDERS
 AUTO_WIDTH = 64  # the feature width the auto measurement times
-DEFAULT_LLC = 32 << 20
+DEFAULT_LLC = 32 << 20  # when the system does not say
 
 
 def vertex_order(graph: CSRGraph, method: str) -> np.ndarray:
@@ -105,12 +105,6 @@ def relabel(graph: CSRGraph, perm: np.ndarray) -> CSRGraph:
                     graph.source)
 
 
-def last_level_cache() -> int:
-    """Bytes of the largest data cache of CPU 0 (``DEFAULT_LLC`` if unknown)."""
-    sizes = cache_sizes()
-    return max(sizes.values()) if sizes else DEFAULT_LLC
-
-
 def time_order(graph: CSRGraph, width: int = AUTO_WIDTH, repeats: int = 2) -> float:
     """Seconds of one unblocked sum SpMM of ``graph`` on random ``[N, width]`` features
     (best of ``repeats`` after a warm-up)."""
@@ -133,7 +127,7 @@ def choose_order(graph: CSRGraph, width: int = AUTO_WIDTH, llc: int | None = Non
     The trial times each order's SpMM at ``width`` on the relabelled graph; the trial is
     skipped (``given``, no times) when ``N * width * 4`` bytes fit in ``llc``.
     """
-    llc = last_level_cache() if llc is None else llc
+    llc = (last_level_cache() or DEFAULT_LLC) if llc is None else llc
     if graph.num_nodes * width * 4 <= llc:
         return "given", vertex_order(graph, "given"), {}
     times, perms = {}, {}

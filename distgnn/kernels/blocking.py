@@ -60,6 +60,11 @@ def cache_sizes() -> dict[str, int]:
     return sizes
 
 
+def last_level_cache() -> int:
+    """Bytes of the largest data cache of CPU 0 (0 when the system does not say)."""
+    return max(cache_sizes().values(), default=0)
+
+
 def balanced_chunks(indptr: np.ndarray, num_chunks: int = CHUNKS) -> np.ndarray:
     """int64 row boundaries ``[0, ..., N]`` splitting the rows into runs of ~equal non-zeros.
 

@@ -35,7 +35,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .blocking import SpMMPlan, cache_sizes, plan_spmm
+from .blocking import SpMMPlan, last_level_cache, plan_spmm
 from .lanes import BF16, add, load, scale, scaled_add, store, zeros
 
 PREFETCH_BYTES = 4096
@@ -56,8 +56,7 @@ def prefetch_distance(width: int, itemsize: int = 4, rows: int | None = None) ->
     64: 0.084, 128: 0.084; d = 64 16: 0.31, 32: 0.31, 64: 0.37.  On tolokers (11,758 rows,
     in cache) the hints only cost: d = 16 0: 0.9 ms, 32: 1.6 ms; d = 128 0: 5.6 ms, 8: 6.4 ms.
     """
-    llc = max(cache_sizes().values(), default=0)
-    if rows is not None and rows * width * itemsize <= llc // 2:
+    if rows is not None and rows * width * itemsize <= last_level_cache() // 2:
         return 0
     return int(np.clip(PREFETCH_BYTES // max(width * itemsize, 1), 4, 64))
 
@@ -258,11 +257,11 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
     row_scale = inverse_degree(indptr, out.dtype) if reduce == "mean" else NO_SCALE
     kernel = sum_kernel(panel_lanes(x.shape[1], out.itemsize))
     last = len(plan.blocks) - 1
+    distance = prefetch_distance(x.shape[1], x.itemsize, len(x))
+    run = edge_block(x.shape[1], x.itemsize)
     for i, block in enumerate(plan.blocks):
         kernel(block.chunks, block.indptr, block.indices, block.weight, x, out, i > 0,
-               row_scale if i == last else NO_SCALE,
-               prefetch_distance(x.shape[1], x.itemsize, len(x)),
-               edge_block(x.shape[1], x.itemsize))
+               row_scale if i == last else NO_SCALE, distance, run)
     if not plan.blocks:  # a graph without rows
         out[:] = 0
     return out
