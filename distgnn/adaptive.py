@@ -37,7 +37,9 @@ def budgeted_rows(n: int, budget: float, row_bytes: int) -> int:
     """``k`` of the module docstring: rows sent per epoch out of a block of ``n``."""
     if n == 0:
         return 0
-    return min(n, max(1, int(budget * n * row_bytes / (row_bytes + POSITION_BYTES))))
+    # the share first, capped at all: a huge budget must not overflow the row count
+    share = min(1.0, budget * row_bytes / (row_bytes + POSITION_BYTES))
+    return min(n, max(1, int(share * n)))
 
 
 class Side:

@@ -9,6 +9,7 @@ state) or skip the step (``--nan-policy skip``).
 """
 from __future__ import annotations
 
+import dataclasses
 import signal
 from typing import Callable
 
@@ -20,14 +21,25 @@ from .config import TrainConfig
 from .errors import DistGNNError, one_line
 from .shard import Shard
 
-# the flags that change what a run computes: a checkpoint continues only a run with the same
-FINGERPRINT_OPTIONS = ("model", "aggregator", "layers", "hidden", "dropout", "residual", "lr",
-                       "weight_decay", "seed", "feature_norm", "split", "precompute_first",
-                       "backward_exchange")
-# options added later, fingerprinted only when not at their default, so checkpoints from
-# before them (which ran at the default) still resume
-LATER_OPTIONS = {"dtype": "float32", "smoothing": 0.0, "exchange_precision": "fp32",
-                 "comm_budget": None}
+# the options that do not change what a run computes (where and how fast it runs, how long,
+# what it evaluates and writes): a checkpoint may be resumed with others.  Every other field
+# of TrainConfig changes the computation and is in the fingerprint.
+RUN_ONLY = frozenset({"epochs", "eval_every", "roc_auc", "patience", "backend", "device",
+                      "rank_devices", "rank_backends", "threads", "metrics_out",
+                      "checkpoint_dir", "checkpoint_every", "keep", "resume", "nan_policy",
+                      "comm_timeout", "progress", "comm", "verify", "recompute", "reorder"})
+# fingerprinted at every value since checkpoint format 2; the others only away from their
+# default, so checkpoints written before they were fingerprinted (at the default) resume
+ALWAYS = ("model", "aggregator", "layers", "hidden", "dropout", "residual", "lr",
+          "weight_decay", "seed", "feature_norm", "split", "precompute_first",
+          "backward_exchange")
+
+
+def fingerprinted(cfg: TrainConfig) -> dict:
+    """``{--flag: value}`` of every option that changes what ``cfg`` computes."""
+    return {"--" + f.name.replace("_", "-"): getattr(cfg, f.name)
+            for f in dataclasses.fields(cfg) if f.name not in RUN_ONLY
+            and (f.name in ALWAYS or getattr(cfg, f.name) != f.default)}
 
 
 class NonFiniteLoss(RankFailed):
@@ -45,15 +57,14 @@ class Stopped(RankFailed):
 def fingerprint(cfg: TrainConfig, model: torch.nn.Module, shard: Shard,
                 comm: Communicator) -> dict:
     """What a checkpoint must share with the run that resumes it: rank count, exchange,
-    every option of ``FINGERPRINT_OPTIONS``, the data (its content) and the parameters."""
+    every option that changes the computation (:func:`fingerprinted`), the data (its
+    content) and the parameters."""
     exchange = shard.nbr.exchange
     return {"ranks": comm.size,
             "exchange": "none" if exchange is None else
                         exchange.algo + (f" delay {exchange.delay}" if exchange.algo == "cd-r"
                                          else ""),
-            "options": {"--" + k.replace("_", "-"): getattr(cfg, k)
-                        for k in FINGERPRINT_OPTIONS
-                        + tuple(k for k, v in LATER_OPTIONS.items() if getattr(cfg, k) != v)},
+            "options": fingerprinted(cfg),
             "data": shard.origin,
             "parameters": {k: list(v.shape) for k, v in model.state_dict().items()}}
 

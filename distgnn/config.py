@@ -17,7 +17,7 @@ from .drpa import ALGORITHMS
 from .epoch_log import is_metrics_file
 from .errors import DistGNNError
 from .models import MODELS
-from .nn import SAGE_AGGREGATORS
+from .nn import LINEAR_AGGREGATORS, SAGE_AGGREGATORS
 from .ordering import CHOICES as ORDER_CHOICES
 from .placement import BACKEND_CHOICES, DEVICES, parse_per_rank
 from .storage import check_output_dir, check_output_file, check_replaceable
@@ -129,6 +129,7 @@ class TrainConfig:
                               ("reorder", ORDER_CHOICES)):
             value = getattr(self, flag.replace("-", "_"))
             need(value in choices, flag, "one of " + ", ".join(choices), value)
+        self.check_model_flags()
         if self.model == "gat" and self.layers > 1 and self.hidden % self.heads:
             raise DistGNNError(f"--hidden {self.hidden} must be a multiple of --heads "
                                f"{self.heads} (GAT concatenates its heads)")
@@ -139,6 +140,10 @@ class TrainConfig:
         if self.recompute and self.algo == "cd-r":
             raise DistGNNError("--recompute runs each layer's exchange again in the backward "
                                "pass, which would advance cd-r's schedule twice: use cd-0 or 0c")
+        if self.recompute and self.exchange_precision != "fp32":
+            raise DistGNNError(f"--recompute runs each layer's exchange again in the backward "
+                               f"pass, which would apply --exchange-precision "
+                               f"{self.exchange_precision}'s error feedback twice: use fp32")
         if self.algo == "cd-r":
             need(self.delay is None or (integer(self.delay) and 1 <= self.delay <= MAX_DELAY),
                  "delay", f"an integer from 1 to {MAX_DELAY} with cd-r", self.delay)
@@ -175,6 +180,33 @@ class TrainConfig:
         if self.resume and not Path(self.resume).is_dir():
             raise DistGNNError(f"--resume {self.resume}: not a directory of checkpoints")
 
+    def check_model_flags(self) -> None:
+        """Refuse a flag away from its default that ``--model`` does not read (it would
+        change nothing), and ``--precompute-first-aggregation`` on a model whose first
+        aggregation is not linear in the features."""
+        for flag, models in MODEL_FLAGS.items():
+            field = flag.replace("-", "_")
+            if self.model not in models and getattr(self, field) != DEFAULTS[field]:
+                raise DistGNNError(f"--{flag} applies to --model {' or '.join(models)}, not "
+                                   f"{self.model}")
+        if self.precompute_first and not (
+                self.model == "gcn" or (self.model == "sage"
+                                        and self.aggregator in LINEAR_AGGREGATORS)):
+            raise DistGNNError("--precompute-first-aggregation needs --model gcn, or sage with "
+                               f"--aggregator {' or '.join(LINEAR_AGGREGATORS)}")
+
+    def check_single_socket(self) -> None:
+        """Refuse, for a run on one socket (no partitions, so no split vertices), every
+        exchange option away from its default: it would change nothing."""
+        for flag in EXCHANGE_FLAGS:
+            field = flag.replace("-", "_")
+            if getattr(self, field) != DEFAULTS[field]:
+                value = getattr(self, field)
+                shown = f"--{flag} {value}" if not isinstance(value, bool) else (
+                    f"--{flag}" if value else f"--no-{flag}")
+                raise DistGNNError(f"{shown} applies to --partitions (split vertices "
+                                   "exchange partials); one socket has none to exchange")
+
     @property
     def delay_epochs(self) -> int:
         """``r`` of cd-r (``DEFAULT_DELAY`` when not given; 1 under ``--comm-budget``, whose
@@ -184,3 +216,13 @@ class TrainConfig:
         if self.comm_budget is not None:
             return 1
         return DEFAULT_DELAY if self.delay is None else self.delay
+
+
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+# the flags one model kind alone reads (their models): elsewhere a value is refused
+MODEL_FLAGS = {"aggregator": ("sage",), "heads": ("gat",), "train-eps": ("gin",),
+               "alpha": ("gcnii",), "theta": ("gcnii",),
+               "residual": ("gcn", "sage", "gin", "gat")}
+# the flags of the split-vertex exchange: meaningful with --partitions only
+EXCHANGE_FLAGS = ("algo", "delay", "smoothing", "comm-budget", "exchange-precision",
+                  "backward-exchange")

@@ -154,13 +154,15 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                 raise PartitionFormatError(f"{problems[0]} (`distgnn-partition verify "
                                            f"{directory}` lists every problem)")
         part = load(directory, comm.rank)
+        index = SplitIndex.from_partition(part)
         memory.require(cfg, part.num_nodes, part.graph.num_edges, part.x.shape[1],
-                       int(meta["num_classes"]), device, f"{directory} partition {comm.rank}")
+                       int(meta["num_classes"]), device, f"{directory} partition {comm.rank}",
+                       len(index.leaf_ids) + len(index.root_ids))
         x, y, masks = node_tensors(part.x, part.y, {"train": part.train_mask,
                                                     "val": part.val_mask,
                                                     "test": part.test_mask}, cfg.feature_norm,
                                   device)
-        return part, delay, x, y, masks, SplitIndex.from_partition(part)
+        return part, delay, x, y, masks, index
 
     part, delay, x, y, masks, index = all_or_none(comm, load_local)
     index.check(comm, part)

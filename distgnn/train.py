@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from scipy.stats import rankdata
 
 from .checkpointer import Checkpointer, NonFiniteLoss, Stopped
-from .comm import Communicator, SelfCommunicator, all_or_none
+from .comm import Communicator, RankFailed, SelfCommunicator, all_or_none
 from .comm.watchdog import Watchdog
 from .config import TrainConfig
 from .epoch_log import EpochLog, epoch_record
@@ -87,8 +87,9 @@ def training_vertices(shard: Shard, comm: Communicator) -> float:
     """The global number of training vertices (refused when there are none)."""
     counts = torch.tensor([float(shard.masks["train"].sum())], dtype=torch.float64)
     comm.allreduce(counts)
-    if counts[0] == 0:
-        raise DistGNNError(f"{shard.name}: no training vertices (train mask is empty)")
+    if counts[0] == 0:  # every rank sees the sum: all raise this together
+        raise RankFailed(f"{shard.name}: no training vertices (train mask is empty)"
+                         if comm.size == 1 else "no training vertices in any partition")
     return float(counts[0])
 
 
@@ -188,10 +189,16 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
     per-epoch history and the best evaluation (the same on every rank).  Checkpoints and
     stops as :class:`~distgnn.checkpointer.Checkpointer` decides; ``watchdog`` is armed
     after the first epoch.  Collective: every rank must call it with the same ``cfg``."""
-    if cfg.roc_auc and shard.num_classes != 2:
-        raise DistGNNError(f"--roc-auc needs a binary task; {shard.name} has "
-                           f"{shard.num_classes} classes")
-    model, optimizer = all_or_none(comm, lambda: model_and_optimizer(cfg, shard, make_model))
+    def start():  # the same data on every rank: the same message, one line
+        if shard.num_classes < 2:
+            raise DistGNNError(f"the data has {shard.num_classes} class; node "
+                               "classification needs at least two")
+        if cfg.roc_auc and shard.num_classes != 2:
+            raise DistGNNError(f"--roc-auc needs a binary task; the data has "
+                               f"{shard.num_classes} classes")
+        return model_and_optimizer(cfg, shard, make_model)
+
+    model, optimizer = all_or_none(comm, start)
     sync = ReplicaSync(model, comm)
     sync.broadcast_parameters()
     checkpoints = Checkpointer(cfg, comm, model, optimizer, shard, log)
@@ -241,6 +248,7 @@ def train(data: NodeDataset, cfg: TrainConfig, log: Callable[[str], None] = prin
           make_model: ModelFactory | None = None) -> TrainResult:
     """Train ``cfg.model`` (or ``make_model``'s) on the whole of ``data`` in this process
     (single-socket mode)."""
+    cfg.check_single_socket()
     configure_threads(cfg.threads)
     timer = PhaseTimer()
     return fit(dataset_shard(data, cfg, timer, log), cfg, SelfCommunicator(), timer, log,

@@ -1,5 +1,6 @@
 """Checkpoints of single-socket runs: exact resume, refusals, retention, disk failures, stop
 signals and the non-finite guard.  (Multi-rank drills are in test_reliability.py.)"""
+import dataclasses
 import functools
 import json
 import os
@@ -198,3 +199,21 @@ def test_sigterm_checkpoints_then_exits_and_resume_matches(cora, tmp_path):
     state = torch.load(checkpoints(ckpt)[0] / "state.pt", weights_only=True)
     assert [r["loss"] for r in state["history"]] == losses(whole)
     assert os.path.exists(checkpoints(ckpt)[0] / "manifest.json")
+
+
+def test_every_option_but_the_run_only_ones_is_fingerprinted():
+    """The fingerprint is derived, not listed: a new TrainConfig field is in it unless it is
+    named run-only; every run-only name is a field; an option away from its default is
+    always there, a later one at its default is not (old checkpoints resume)."""
+    from distgnn.checkpointer import ALWAYS, RUN_ONLY, fingerprinted
+
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    assert RUN_ONLY <= names and set(ALWAYS) <= names - RUN_ONLY
+    changed = object.__new__(TrainConfig)  # every field away from its default
+    for name in names:
+        setattr(changed, name, ("changed", name))
+    assert set(fingerprinted(changed)) == {"--" + n.replace("_", "-") for n in names - RUN_ONLY}
+    default = fingerprinted(TrainConfig())
+    assert set(default) == {"--" + n.replace("_", "-") for n in ALWAYS}
+    for flag in ("--alpha", "--theta", "--aggregation-precision", "--train-eps", "--heads"):
+        assert flag in set(fingerprinted(changed)) - set(default)

@@ -37,3 +37,31 @@ def test_attention_adds_its_per_edge_tensors():
     with pytest.raises(DistGNNError, match="needs about"):
         require(TrainConfig(model="gat", heads=8, hidden=64), 10 ** 4, edges, 8, 2, "cpu",
                 "data")
+
+
+def test_gin_counts_its_mlp_weights():
+    """GIN's MLP has a hidden x hidden weight in every layer: at --hidden 65536 that is 17 GB
+    of weights (86 GB with gradients and Adam), refused on cora's size; the same GCN fits."""
+    plain = estimate(2708, 10556, 1433, 7, 16, 2)
+    gin = estimate(2708, 10556, 1433, 7, 16, 2, mlp=16)
+    # per layer d_in m + m + (m + 1) d_out, five copies of each float
+    assert gin["model"] == 4 * 5 * ((1433 * 16 + 16 + 17 * 16) + (16 * 16 + 16 + 17 * 7))
+    assert gin["activations"] - plain["activations"] == 4 * 2708 * 2 * 3 * 16
+    require(TrainConfig(model="gcn", hidden=65536), 2708, 10556, 1433, 7, "cpu", "cora")
+    with pytest.raises(DistGNNError, match="needs about .*model"):
+        require(TrainConfig(model="gin", hidden=65536), 2708, 10556, 1433, 7, "cpu", "cora")
+
+
+def test_delayed_exchange_counts_its_bins():
+    """cd-r's state grows with --delay (6 KiB of bookkeeping per bin and exchange), and
+    with the split entries at the widest layer."""
+    base = estimate(1000, 5000, 32, 4, 16, 2)
+    cdr = estimate(1000, 5000, 32, 4, 16, 2, exchanges=4, delay=100, split_entries=50)
+    assert cdr["delayed exchange"] == 4 * (6 * 1024 * 100 + 5 * 4 * 50 * 32)
+    assert cdr["total"] - base["total"] == cdr["delayed exchange"]
+    cfg = TrainConfig(algo="cd-r", delay=5)
+    require(cfg, 2708, 10556, 1433, 7, "cpu", "cora", split_entries=500)
+    with pytest.raises(DistGNNError, match="delayed exchange"):
+        # 2 layers x 2 passes x 10^5 bins x 6 KiB = 2.5 GB; x 10 ranks' worth of layers
+        require(TrainConfig(algo="cd-r", delay=100_000, layers=100), 2708, 10556, 1433, 7,
+                "cpu", "cora", split_entries=500)

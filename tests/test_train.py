@@ -87,7 +87,17 @@ def test_roc_auc_is_the_share_of_correctly_ordered_pairs(seed):
     (dict(model="gcnii", alpha=1.5), "--alpha must be in"),
     (dict(model="gcnii", theta=0), "--theta must be"),
     (dict(model="gat", heads=0), "--heads must be an integer >= 1"),
-    (dict(model="gin", precompute_first=True), "precompute_first needs GCN or GraphSAGE"),
+    (dict(model="gin", precompute_first=True), "--precompute-first-aggregation needs"),
+    (dict(model="gcnii", precompute_first=True), "--precompute-first-aggregation needs"),
+    (dict(model="gcnii", residual=True), "--residual applies to --model gcn or"),
+    (dict(model="gcn", heads=4), "--heads applies to --model gat, not gcn"),
+    (dict(model="gat", hidden=8, alpha=0.3), "--alpha applies to --model gcnii, not gat"),
+    (dict(model="sage", train_eps=True), "--train-eps applies to --model gin"),
+    (dict(model="gin", aggregator="mean"), "--aggregator applies to --model sage"),
+    (dict(recompute=True, exchange_precision="bf16"), "error feedback twice"),
+    (dict(algo="cd-r", delay=3), "--algo cd-r applies to --partitions"),
+    (dict(exchange_precision="bf16"), "--exchange-precision bf16 applies to --partitions"),
+    (dict(backward_exchange=False), "--no-backward-exchange applies to --partitions"),
 ])
 def test_model_flags_that_cannot_make_a_run_are_refused(cora, flags, message):
     """Each refused with one line naming the flag, before any training."""

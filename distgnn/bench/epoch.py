@@ -129,7 +129,8 @@ def _config(job: dict, dropout: float, epochs: int):
     from ..config import TrainConfig
 
     return TrainConfig(model=job["model"], hidden=job["hidden"], layers=job["layers"],
-                       heads=job["heads"], recompute=job["recompute"], dropout=dropout,
+                       **({"heads": job["heads"]} if job["model"] == "gat" else {}),
+                       recompute=job["recompute"], dropout=dropout,
                        epochs=epochs, eval_every=epochs, seed=job["seed"],
                        backend=job["impl"] if job["impl"] in BACKENDS else "numba",
                        device=impl_device(job["impl"], job["device"]),

@@ -37,7 +37,13 @@ CLASSES = {1: "--force / overwrite deletes what it did not write",
            8: "checkpoint manifests and states",
            9: "forged partitions that look consistent",
            10: "leftovers and permissions",
-           11: "one line per distinct error; verify exits 1"}
+           11: "one line per distinct error; verify exits 1",
+           12: "a delete removes only what it made, and all of it",
+           13: "an option that changes nothing, or changes the maths unasked",
+           14: "the Python API fed the wrong shapes or graph",
+           15: "a traceback or crash on bad input",
+           16: "a launch or SLURM script that cannot run as written",
+           17: "figures printed that cannot be"}
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
@@ -98,6 +104,26 @@ class Runner:
                 traceback.print_exc(file=err)
                 status = f"raised {type(e).__name__}"
         return Outcome(status, out.getvalue(), err.getvalue())
+
+    @property
+    def root(self) -> Path:
+        """The checkout whose tools run (for its examples and scripts)."""
+        return self.tree if self.tree is not None else Path(__file__).resolve().parents[2]
+
+    def python(self, code: str, timeout: float = 300) -> Outcome:
+        """``code`` run by a new Python process on this tree (a kernel fault then ends that
+        process, not the suite)."""
+        other = ("" if self.tree is None else
+                 f"import sys; sys.path.insert(0, {str(self.tree)!r}); sys.meta_path[:] = "
+                 "[f for f in sys.meta_path if 'editable' not in repr(f)]\n")
+        proc = subprocess.run([sys.executable, "-c", other + code], env=self.env(),
+                              capture_output=True, text=True, timeout=timeout, cwd=self.root)
+        return Outcome(proc.returncode, proc.stdout, proc.stderr)
+
+    def example(self, name: str, argv: list, timeout: float = 300) -> Outcome:
+        """``examples/NAME`` of this tree run as a user runs it (a process of its own)."""
+        return self.python(f"import runpy, sys; sys.argv = {[name, *map(str, argv)]!r}; "
+                           f"runpy.run_path('examples/{name}', run_name='__main__')", timeout)
 
     def popen(self, tool: str, argv: list, **kw) -> subprocess.Popen:
         return subprocess.Popen(self.command(tool, argv), env=self.env(), text=True,
