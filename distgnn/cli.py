@@ -12,7 +12,6 @@ import statistics
 from .cli_common import (
     DefaultsHelpFormatter,
     OneLineParser,
-    fail,
     interruptible,
     run_guarded,
     use_huge_pages,
@@ -237,15 +236,20 @@ def train_main(argv: list[str] | None = None) -> int:
     from .config import TrainConfig
     from .datasets import load
     from .distributed import train_partitions
+    from .errors import DistGNNError
     from .train import train
 
-    if args.partitions and args.dataset:
-        return fail("distgnn-train", "give --dataset or --partitions, not both")
-    if args.partitions and args.reorder != "given":
-        return fail("distgnn-train", "--reorder applies to --dataset; partitions keep the "
-                                     "order distgnn-partition --order-vertices gave them")
-
     def config():
+        if args.partitions:  # what partitions hold already, or what applies to one socket
+            if args.dataset:
+                raise DistGNNError("give --dataset or --partitions, not both")
+            if args.reorder != "given":
+                raise DistGNNError("--reorder applies to --dataset; partitions keep the order "
+                                   "distgnn-partition --order-vertices gave them")
+            for flag in ("features", "labels", "split"):
+                if getattr(args, flag):
+                    raise DistGNNError(f"--{flag} applies to --dataset; partitions hold the "
+                                       "features, labels and split distgnn-partition wrote")
         return TrainConfig(**{f.name: getattr(args, f.name)
                               for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)})
 

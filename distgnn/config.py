@@ -33,6 +33,8 @@ MAX_THREADS = 4096
 MAX_LAYERS = 10_000
 # cd-r keeps buffers per bin: a delay beyond the epochs of any run is a typo.
 MAX_DELAY = 100_000
+# A year: longer than any job; beyond it the watchdog's deadline leaves the clock's range.
+MAX_COMM_TIMEOUT_S = 365 * 24 * 3600
 
 
 @dataclasses.dataclass
@@ -119,8 +121,8 @@ class TrainConfig:
              "in [0, 1]", self.alpha)
         need(isinstance(self.theta, (int, float)) and math.isfinite(self.theta)
              and self.theta > 0, "theta", "a finite number > 0", self.theta)
-        need(math.isfinite(self.comm_timeout) and self.comm_timeout >= 0, "comm-timeout",
-             "a finite number of seconds >= 0", self.comm_timeout)
+        need(0 <= self.comm_timeout <= MAX_COMM_TIMEOUT_S, "comm-timeout",
+             f"a number of seconds from 0 to {MAX_COMM_TIMEOUT_S} (0: none)", self.comm_timeout)
         for flag, choices in (("model", MODELS), ("aggregator", SAGE_AGGREGATORS),
                               ("feature-norm", FEATURE_NORMS), ("dtype", DTYPES),
                               ("nan-policy", NAN_POLICIES),

@@ -43,6 +43,9 @@ for name, flags, says in [
     add(Case(13, name, tool("train", "--dataset", "{tmp}/d.npz", *flags, *TRAIN_QUICK), data(),
              says=says))
 
+add(Case(13, "--split with partitions", mpi_train("--partitions", "{tmp}/p", "--split", 1,
+                                                 *TRAIN_QUICK), partitions(), says="--split"))
+
 # 5. memory that grows with a flag is counted before it is allocated
 for name, flags in [("GIN --hidden 65536", ("--model", "gin", "--hidden", 65536)),
                     ("GIN --hidden 30000", ("--model", "gin", "--hidden", 30000)),
@@ -75,3 +78,7 @@ add(Case(11, "--roc-auc on a one-class task",
 add(Case(15, "--comm-budget 1e308", mpi_train("--partitions", "{tmp}/p", "--algo", "cd-r",
                                               "--comm-budget", "1e308", *TRAIN_QUICK),
          partitions(), status=0))
+add(Case(15, "--comm-timeout 1e308", mpi_train("--partitions", "{tmp}/p", "--comm-timeout",
+                                               "1e308", "--epochs", 3, "--no-progress",
+                                               "--threads", 1),
+         partitions(), says="--comm-timeout"))
