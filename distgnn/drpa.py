@@ -47,6 +47,8 @@ import dataclasses
 import numpy as np
 import torch
 
+from partition.format import row_digests
+
 from .adaptive import AdaptiveExchange
 from .comm import Communicator, Done, Handle, all_or_none
 from .errors import DistGNNError
@@ -96,10 +98,12 @@ class SplitIndex:
 
         1. Each peer sends as many leaf partials as this rank's table expects (else an
            exchange would overrun its buffers).
-        2. Each leaf sends its root its global id, global in-degree and local in-degree:
+        2. Each leaf sends its root its global id, global in-degree, local in-degree and
+           the digest of its feature row and label (:func:`partition.format.row_digests`):
            the root checks that the entry is that vertex (so every cd-r bin matches too),
-           that both store the same global in-degree, and that the local in-degrees of all
-           clones add up to it; a vertex without clones must hold all its in-edges.
+           that both store the same global in-degree, features and label, and that the
+           local in-degrees of all clones add up to it; a vertex without clones must hold
+           all its in-edges.
         """
         sent = torch.tensor(self.leaf_counts, dtype=torch.int64).unsqueeze(1)
         told = torch.empty_like(sent)
@@ -120,8 +124,10 @@ class SplitIndex:
         local_degree = np.diff(np.asarray(part.graph.indptr)).astype(np.int64)
         leaves = self.leaf_ids.numpy()
         up = torch.from_numpy(np.stack([self.leaf_global, in_degree[leaves],
-                                        local_degree[leaves]], axis=1))
-        got = torch.empty(len(self.root_ids), 3, dtype=torch.int64)
+                                        local_degree[leaves],
+                                        row_digests(part.x, part.y, leaves).view(np.int64)],
+                                       axis=1))
+        got = torch.empty(len(self.root_ids), 4, dtype=torch.int64)
         comm.alltoallv(up, self.leaf_counts, got, self.root_counts)
 
         def tables_agree():
@@ -137,6 +143,10 @@ class SplitIndex:
                 v = self.root_global[wrong[0]]
                 raise DistGNNError(f"vertex {v} has global in-degree {in_degree[roots[wrong[0]]]}"
                                    f" here but {g[wrong[0], 1]} on a leaf's rank")
+            wrong = np.flatnonzero(g[:, 3] != row_digests(part.x, part.y, roots).view(np.int64))
+            if len(wrong):
+                raise DistGNNError(f"vertex {self.root_global[wrong[0]]} has other features or "
+                                   "another label on a leaf's rank than at its root here")
             total = local_degree.copy()
             np.add.at(total, roots, g[:, 2])
             is_root = np.asarray(part.root_rank) == part.rank

@@ -59,6 +59,8 @@ def vertex_order(graph: CSRGraph, method: str) -> np.ndarray:
         out_degree = np.bincount(graph.indices, minlength=n)
         return np.argsort(-out_degree, kind="stable").astype(np.int64)
     if method == "rcm":
+        if n == 0:  # scipy's RCM fails on an empty matrix
+            return np.empty(0, np.int64)
         a = sp.csr_matrix((np.ones(graph.num_edges, np.int8), graph.indices, graph.indptr),
                           shape=(n, n))
         return reverse_cuthill_mckee((a + a.T).tocsr(), symmetric_mode=True).astype(np.int64)

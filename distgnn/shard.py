@@ -17,7 +17,13 @@ from typing import Callable
 import numpy as np
 import torch
 
-from partition.format import PartitionFormatError, check_files, load, read_meta
+from partition.format import (
+    PartitionFormatError,
+    check_files,
+    load,
+    read_meta,
+    unchecked_fields_note,
+)
 
 from . import memory
 from .aggregate import Neighbourhood
@@ -137,7 +143,10 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
 def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                     timer: PhaseTimer, device: torch.device, backend: str) -> Shard:
     """Rank ``comm.rank``'s partition of ``directory`` as a shard on ``device``, aggregated
-    by ``backend`` (collective)."""
+    by ``backend`` (collective).  Each rank checks its own partition as it loads it (every
+    check of one partition alone, :func:`partition.format.load`), then, with its peers, the
+    split tables and the leaves' rows (:meth:`SplitIndex.check`); the other checks across
+    partitions are ``distgnn-partition verify``'s."""
     directory = Path(directory)
 
     def load_local():
@@ -166,6 +175,9 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
 
     part, delay, x, y, masks, index = all_or_none(comm, load_local)
     index.check(comm, part)
+    note = unchecked_fields_note(part.meta)
+    if note and comm.rank == 0:
+        print(f"{directory}: {note}", flush=True)
     exchange = (None if cfg.algo == "0c"
                 else DRPA(index, comm, cfg.algo, delay, timer, cfg.backward_exchange,
                           cfg.smoothing, cfg.exchange_precision, cfg.comm_budget))

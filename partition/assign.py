@@ -82,15 +82,27 @@ METHODS = ("libra", "hdrf", "random", "dbh")
 ORDERS = ("degree", "random", "given")
 HDRF_LAMBDA = 1.0  # balance weight; see the module docstring for the tuning
 HDRF_CAP = 1.05  # no partition passes this many times its share of the streamed load
+MAX_SEED = 2**63 - 1
 
 
 class PartitionError(DistGNNError, ValueError):
     """Arguments that no partitioning can satisfy (P < 1, more parts than edges, ...)."""
 
 
-def check_weights(weights, num_parts: int) -> np.ndarray:
+def check_seed(seed) -> int:
+    """``seed`` as an int, or ``PartitionError`` with a one-line message: an integer from 0
+    to 2^63 - 1 (the range of ``distgnn-train --seed``; the hashes take it as 64 bits)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) \
+            or not 0 <= seed <= MAX_SEED:
+        raise PartitionError(f"--seed must be an integer from 0 to 2^63-1, got {seed!r}")
+    return int(seed)
+
+
+def check_weights(weights, num_parts: int, num_edges: int | None = None) -> np.ndarray:
     """float64 ``[P]`` copy of ``weights`` (relative capacity of each partition), or
-    ``PartitionError`` with a one-line message: one per partition, finite, > 0."""
+    ``PartitionError`` with a one-line message: one per partition, finite, > 0, and, given
+    ``num_edges``, none so small beside the others that its share is less than one edge
+    (the partition would be empty; its share error and balance would be near infinite)."""
     try:
         w = np.array(weights, dtype=np.float64)
     except (TypeError, ValueError):
@@ -104,12 +116,23 @@ def check_weights(weights, num_parts: int) -> np.ndarray:
     if len(bad):
         raise PartitionError(f"--weights must be finite and > 0, got {float(w[bad[0]]):g} for "
                              f"partition {bad[0]}")
+    if num_edges is not None:
+        shares = requested_shares(w)
+        small = np.flatnonzero(shares * max(num_edges, 1) < 1)
+        if len(small):
+            p = small[0]
+            raise PartitionError(f"--weights give partition {p} a share of {shares[p]:.3g} of "
+                                 f"the {num_edges:,} edges, less than one edge (it would be "
+                                 "empty)")
     return w
 
 
 def requested_shares(weights) -> np.ndarray:
-    """The edge share each partition is asked for: ``weights / sum(weights)``."""
+    """The edge share each partition is asked for: ``weights / sum(weights)``, computed as
+    ``(w / max w) / sum(w / max w)`` so that weights near the float64 maximum do not make
+    the sum overflow."""
     w = np.asarray(weights, np.float64)
+    w = w / w.max()
     return w / w.sum()
 
 
@@ -422,7 +445,7 @@ def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
         indptr, indices: the CSR (rows = destinations).
         num_parts (int): ``P >= 1``.
         method (str): ``"libra"``, ``"hdrf"``, ``"random"`` or ``"dbh"``.
-        seed (int): seeds the stream order, ties and hashes.
+        seed (int): seeds the stream order, ties and hashes; 0 to 2^63 - 1.
         order (str, optional): stream order of Libra and HDRF (default: ``"degree"`` for
             Libra, ``"random"`` for HDRF).  ``"degree"``: rows in increasing whole-graph
             degree (seeded random among equal degrees), each row's edges together, a pair
@@ -437,8 +460,8 @@ def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
             finite numbers > 0; default equal): partition ``p`` is asked for a share
             ``weights[p] / sum(weights)`` of the edges.  Libra and HDRF balance
             ``load / weight``; random and DBH hash into buckets of those sizes.  Equal
-            weights give exactly the unweighted assignment.  Bad weights raise
-            :class:`PartitionError`.
+            weights give exactly the unweighted assignment.  Bad weights (see
+            :func:`check_weights`) and a bad seed raise :class:`PartitionError`.
         hdrf_lambda (float): HDRF's balance weight ``lambda``.
     """
     if method not in METHODS:
@@ -446,7 +469,9 @@ def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
     order = stream_order_name(method, order)
     if order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
-    w = np.ones(num_parts) if weights is None else check_weights(weights, num_parts)
+    seed = check_seed(seed)
+    w = (np.ones(num_parts) if weights is None
+         else check_weights(weights, num_parts, len(indices)))
     equal = bool(np.all(w == w[0])) if num_parts else True
     n, num_edges = len(indptr) - 1, len(indices)
     dst = csr_rows(indptr, indices.dtype)
@@ -475,7 +500,7 @@ def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
         scale, key = w.max() / w, np.zeros(num_parts, np.float64)
     rng = np.array([_hash(seed, 1, 0) | np.uint64(1)], np.uint64)
     partial = np.zeros(n if method == "hdrf" else 0, np.int64)
-    cap = np.array([0.0, HDRF_CAP * w.max() / w.sum()])
+    cap = np.array([0.0, HDRF_CAP / (w / w.max()).sum()])  # max(w) / sum(w), not overflowing
     # gathered up front (the random reads overlap), so the sequential loop reads in order
     stream_src, stream_dst = src[items], dst[items]
     stream_part = np.empty(len(items), np.int32)

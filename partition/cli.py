@@ -17,6 +17,7 @@ import numpy as np
 from tqdm import tqdm
 
 from distgnn.cli_common import OneLineParser, interruptible, run_guarded
+from distgnn.config import MAX_LAYERS
 from distgnn.datasets import load as load_dataset
 from distgnn.errors import DistGNNError
 from distgnn.ordering import AUTO_WIDTH, CHOICES
@@ -25,16 +26,17 @@ from distgnn.storage import check_json_output, write_json
 from .assign import (
     METHODS,
     ORDERS,
+    check_seed,
     check_weights,
     requested_shares,
     stream_order_name,
 )
 from .format import (
     FORMAT_VERSION,
-    PartitionFormatError,
     check_target,
     load,
     read_meta,
+    unchecked_fields_note,
     verify,
     write_dataset,
 )
@@ -45,12 +47,26 @@ from .vertex_cut import PartitionError, vertex_cut
 PROGRESS_MIN_EDGES = 1_000_000
 
 
+def count(high: int | None = None):
+    """An argparse type: an integer from 1 (to ``high``); anything else is one line."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < 1 or (high is not None and value > high):
+            raise argparse.ArgumentTypeError("must be an integer from 1" + (
+                f" to {high}" if high else "") + f", got {text!r}")
+        return value
+    return parse
+
+
 def _stat_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--width", type=int, default=128,
+    parser.add_argument("--width", type=count(), default=128,
                         help="feature width for the cd-0 exchange volume (default 128)")
-    parser.add_argument("--hidden", type=int, default=256,
+    parser.add_argument("--hidden", type=count(), default=256,
                         help="hidden width for the predicted memory per rank (default 256)")
-    parser.add_argument("--layers", type=int, default=2,
+    parser.add_argument("--layers", type=count(MAX_LAYERS), default=2,
                         help="model layers for the predicted memory per rank (default 2)")
     parser.add_argument("--json", metavar="FILE", help="also write the statistics as JSON")
 
@@ -82,7 +98,8 @@ def partition_parser() -> argparse.ArgumentParser:
                    help="libra: greedy vertex-cut (default); hdrf: greedy scoring of "
                         "partial degrees and balance (Petroni et al.); random: edge hash; "
                         "dbh: hash of the lower-degree endpoint")
-    p.add_argument("--seed", type=int, default=0, help="seeds order, ties, roots (default 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seeds order, ties, roots: 0 to 2^63-1 (default 0)")
     p.add_argument("--order", choices=ORDERS,
                    help="stream order of libra and hdrf: degree (rows in increasing degree, "
                         "so low-degree vertices are placed whole before the hubs arrive; "
@@ -137,7 +154,8 @@ def verify_parser() -> argparse.ArgumentParser:
                                   "Exits 1 on any problem.")
     p.add_argument("directory", help="partition directory")
     p.add_argument("--dataset", help="also check that the partitions hold exactly this "
-                                     "dataset's edges (any DATASET the partitioner accepts)")
+                                     "dataset's edges, and meta.json its sizes and number of "
+                                     "classes (any DATASET the partitioner accepts)")
     return p
 
 
@@ -150,6 +168,7 @@ def _emit(stats: dict, args) -> None:
 def partition_main(args) -> int:
     if args.parts < 1:  # before a load that can take minutes; vertex_cut checks P > E
         raise PartitionError(f"--parts must be at least 1, got {args.parts}")
+    check_seed(args.seed)
     check_target(args.out, args.force)
     check_json_output(args.json)
     weights = None if args.weights is None else check_weights(args.weights, args.parts)
@@ -195,36 +214,30 @@ def partition_main(args) -> int:
     return 0
 
 
-def meta_weights(meta: dict, directory) -> np.ndarray | None:
-    """The checked ``weights`` of a weighted cut's meta.json, None if unweighted."""
-    if meta.get("weights") is None:
-        return None
-    try:
-        return check_weights(meta["weights"], meta["num_parts"])
-    except PartitionError as e:
-        raise PartitionFormatError(f"{directory}/meta.json: {str(e).lstrip('-')}") from None
-
-
 def inspect_main(args) -> int:
     check_json_output(args.json)
     meta = read_meta(args.directory)
-    weights = meta_weights(meta, args.directory)
     # recomputed as at partitioning time, so both print bit-identical statistics
+    weights = meta.get("weights")
     shares = None if weights is None else requested_shares(weights)
-    counts = []
+    counts, split = [], 0
     for rank in range(meta["num_parts"]):
         part = load(args.directory, rank)
         roots = int(np.count_nonzero(np.asarray(part.root_rank) == rank))
         counts.append(PartCounts(part.num_nodes, part.graph.num_edges, roots,
                                  part.num_nodes - roots, int(len(part.leaf_root_local)),
                                  part.graph.indices.itemsize))
-    stats = summarize(counts, meta["num_nodes"], meta.get("split_vertices", 0),
+        split += part.split_roots
+    stats = summarize(counts, meta["num_nodes"], split,
                       width=args.width, num_features=meta.get("num_features", 0),
                       num_classes=meta.get("num_classes", 0), hidden=args.hidden,
                       layers=args.layers, shares=shares)
     print(f"{args.directory}: {meta.get('method')} partitions of {meta.get('dataset')} "
           f"(seed {meta.get('seed')}, vertex order {meta.get('vertex_order', 'given')}, "
           f"format version {meta['format_version']})")
+    note = unchecked_fields_note(meta)
+    if note:
+        print(f"  note: {note}")
     if shares is not None:
         print("  weights " + ",".join(f"{w:g}" for w in weights) + ": requested "
               "edge shares " + " ".join(f"{100 * s:.2f} %" for s in shares))
@@ -234,12 +247,14 @@ def inspect_main(args) -> int:
 
 def verify_main(args) -> int:
     """Exit 1 on any problem of the directory (0: valid; 2: a bad --dataset)."""
-    edges = None
+    edges = sizes = None
     if args.dataset:
-        src, dst = load_dataset(args.dataset).graph.edges()
-        edges = (src, dst)
+        data = load_dataset(args.dataset)
+        edges = data.graph.edges()
+        sizes = {"num_nodes": data.num_nodes, "num_edges": data.graph.num_edges,
+                 "num_features": data.num_features, "num_classes": data.num_classes}
     try:
-        problems = verify(args.directory, edges)
+        problems = verify(args.directory, edges, sizes)
     except DistGNNError as e:  # unreadable before any check could list it
         problems = [str(e)]
     for problem in problems:
@@ -247,8 +262,10 @@ def verify_main(args) -> int:
     if problems:
         return 1
     meta = read_meta(args.directory)
+    note = unchecked_fields_note(meta)
     print(f"{args.directory}: OK ({meta['num_parts']} partitions, {meta['num_nodes']:,} "
-          f"vertices, {meta['num_edges']:,} edges, {len(meta['files'])} files checked)")
+          f"vertices, {meta['num_edges']:,} edges, {len(meta['files'])} files checked)"
+          + (f"; note: {note}" if note else ""))
     return 0
 
 

@@ -133,7 +133,7 @@ def format_summary(stats: dict) -> str:
         f"{100 * stats['max_share_error']:.2f} %",
         f"  cd-0 exchange per layer at d={stats['exchange_width']}: max "
         f"{stats['exchange_floats_per_layer']['max']:,} floats/rank   predicted memory max "
-        f"{stats['predicted_memory_bytes']['max'] / mib:,.0f} MiB/rank "
+        f"{stats['predicted_memory_bytes']['max'] / mib:,.1f} MiB/rank "
         f"(hidden {stats['memory_model']['hidden']}, {stats['memory_model']['layers']} layers)",
         f"  {'rank':>5} {'vertices':>12} {'edges':>13} {'roots':>12} {'leaves':>12} "
         f"{'leaf entries':>12} {'exchange':>13} {'memory MiB':>10} {'share req.':>10} "

@@ -4,9 +4,11 @@
 """
 from __future__ import annotations
 
+import numpy as np
+
 from distgnn.graph import CSRGraph
 
-from .assign import HDRF_LAMBDA, PartitionError, assign_edges, check_weights
+from .assign import HDRF_LAMBDA, PartitionError, assign_edges
 from .layout import Layout, build_layout
 
 __all__ = ["PartitionError", "vertex_cut"]
@@ -20,18 +22,27 @@ def vertex_cut(graph: CSRGraph, num_parts: int, method: str = "libra", seed: int
 
     ``order`` (default: the method's own), ``weights`` (relative capacity of each
     partition, default equal) and ``hdrf_lambda``: see
-    :func:`~partition.assign.assign_edges`.
+    :func:`~partition.assign.assign_edges`.  A cut that leaves a partition without
+    vertices (more partitions than the graph fills) is refused: that rank would have
+    nothing to train on.
     """
     if num_parts < 1:
         raise PartitionError(f"--parts must be at least 1, got {num_parts}")
     if num_parts > max(graph.num_edges, 1):
         raise PartitionError(f"--parts {num_parts} is larger than the number of edges "
                              f"({graph.num_edges}): some partitions would be empty")
-    if weights is not None:
-        weights = check_weights(weights, num_parts)
     try:
         part = assign_edges(graph.indptr, graph.indices, num_parts, method, seed, order,
                             keep_pairs, progress, weights, hdrf_lambda)
-        return build_layout(graph.indptr, graph.indices, part, num_parts, roots, seed)
+        layout = build_layout(graph.indptr, graph.indices, part, num_parts, roots, seed)
     except ValueError as e:
         raise PartitionError(str(e)) from None
+    filled = np.diff(layout.vertex_offsets) > 0
+    if not filled.all():
+        raise PartitionError(
+            f"--parts {num_parts}: partition {np.flatnonzero(~filled)[0]} would hold no "
+            f"vertices ({method} fills only {np.count_nonzero(filled)} of the {num_parts} "
+            f"partitions with the {graph.num_edges:,} edges and {graph.num_nodes:,} "
+            "vertices); use fewer --parts"
+            + (" or less uneven --weights" if weights is not None else ""))
+    return layout

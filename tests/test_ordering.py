@@ -69,6 +69,12 @@ def test_auto_skips_the_trial_when_features_fit_in_cache_and_else_keeps_the_fast
     np.testing.assert_array_equal(perm, vertex_order(g, method))
 
 
+@pytest.mark.parametrize("method", ORDERS)
+def test_an_empty_graph_has_an_empty_order(method):
+    perm = vertex_order(CSRGraph(np.zeros(1, np.int64), np.zeros(0, np.int64), 0), method)
+    assert perm.dtype == np.int64 and perm.shape == (0,)
+
+
 def test_unknown_order_is_refused():
     with pytest.raises(ValueError, match="order must be one of"):
         order_vertices(grid(3, seed=0), "metis")

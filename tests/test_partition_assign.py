@@ -124,6 +124,25 @@ def test_assign_rejects_unknown_method_and_order():
         assign_edges(indptr, indices, 2, order="sorted")
 
 
+@pytest.mark.parametrize("seed", [-1, 2**63, 2**64, 1.5, True])
+def test_seeds_outside_0_to_2_63_are_one_line_errors(seed):
+    indptr, indices = stream_csr([(1, 0), (0, 1)], 2)
+    for method in METHODS:
+        with pytest.raises(PartitionError, match=r"--seed must be an integer from 0 to 2\^63-1"):
+            assign_edges(indptr, indices, 2, method, seed=seed)
+    assign_edges(indptr, indices, 2, seed=2**63 - 1)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_cut_that_leaves_a_partition_without_vertices_is_refused(method):
+    """Six vertices cannot fill eight partitions; the error names the empty one."""
+    g = CSRGraph.from_edges_symmetric(np.arange(6), (np.arange(6) + 1) % 6, 6)
+    with pytest.raises(PartitionError, match=r"--parts 8: partition \d+ would hold no "
+                                             "vertices") as info:
+        vertex_cut(g, 8, method)
+    assert "use fewer --parts" in str(info.value) and "\n" not in str(info.value)
+
+
 # ---- 2. keep_pairs ----------------------------------------------------------------------------
 def sym_graph(seed=0, n=60, e=200):
     rng = np.random.default_rng(seed)

@@ -84,6 +84,53 @@ def test_cli_bad_parts(tmp_path, capsys, parts, fragment):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("seed", [-1, 2**63, 2**64])
+def test_cli_seed_out_of_range(tmp_path, capsys, seed):
+    rc = run_cli(["cora", "--parts", 2, "--out", tmp_path / "o", "--seed", seed])
+    out, err = capsys.readouterr()
+    assert_one_line_error(rc, err, "--seed", str(seed))
+    assert out == "" and not (tmp_path / "o").exists()  # before the dataset is loaded
+
+
+@pytest.mark.parametrize("extra", [[], ["--order-vertices", "rcm"],
+                                   ["--method", "random", "--weights", "1,1,1,1,1,1,1,1e-9"]])
+def test_cli_refuses_partitions_without_vertices(tmp_path, capsys, extra):
+    edges = tmp_path / "g.txt"
+    edges.write_text("".join(f"{i} {(i + 1) % 6}\n{(i + 1) % 6} {i}\n" for i in range(6)))
+    rc = run_cli([edges, "--parts", 8, "--out", tmp_path / "o", *extra])
+    assert_one_line_error(rc, capsys.readouterr().err, "partition", "--")
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("flag, value", [("--width", -5), ("--width", 0), ("--hidden", 0),
+                                         ("--layers", 0), ("--layers", 10**6),
+                                         ("--width", "x")])
+def test_cli_stat_flags_that_cannot_be(good_dir, tmp_path, capsys, flag, value):
+    for argv in (["inspect", good_dir], ["cora", "--parts", 2, "--out", tmp_path / "o"]):
+        rc = run_cli([*argv, flag, value])
+        assert_one_line_error(rc, capsys.readouterr().err, flag, str(value))
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_inspect_counts_split_vertices_itself(good_dir, tmp_path, capsys):
+    """The split fraction comes from the partitions, not from meta.json's record."""
+    assert run_cli(["inspect", good_dir, "--json", tmp_path / "s.json"]) == 0
+    meta = partition.read_meta(good_dir)
+    stats = json.loads((tmp_path / "s.json").read_text())
+    assert meta["split_vertices"] > 0
+    assert stats["split_fraction"] == meta["split_vertices"] / meta["num_nodes"]
+    assert f"predicted memory max {stats['predicted_memory_bytes']['max'] / 2**20:,.1f} MiB" \
+        in capsys.readouterr().out
+
+
+def test_cli_verify_with_the_dataset_checks_meta_json_against_it(good_dir, capsys):
+    assert run_cli(["verify", good_dir, "--dataset", SMALL_RMAT]) == 0
+    capsys.readouterr()
+    other = SMALL_RMAT.replace("classes=2", "classes=3")
+    assert run_cli(["verify", good_dir, "--dataset", other]) == 1
+    assert "meta.json says num_classes 2, the dataset has 3" in capsys.readouterr().err
+
+
 def test_cli_unreadable_dataset(tmp_path, capsys):
     missing = tmp_path / "nope.npz"
     rc = run_cli([missing, "--parts", 2, "--out", tmp_path / "o"])

@@ -11,7 +11,9 @@ from partition.format import (
     FORMAT_VERSION,
     PART_FILES,
     PartitionFormatError,
+    fields_sha256,
     part_dir,
+    row_digests,
     sha256,
     write_partitions,
 )
@@ -318,3 +320,162 @@ def test_write_refuses_existing_directory_without_force(good_dir, small_ds, tmp_
     assert partition.read_meta(out)["num_parts"] == 2
     assert partition.verify(out, small_ds.graph.edges()) == []
     assert [f.name for f in tmp_path.iterdir()] == ["parts"]
+
+
+# ---- 9b. each partition's own checks run at every load (so at training start-up) -------------
+def leaf_and_root(d, p=1):
+    """A leaf's and a root's local id on partition ``p``."""
+    root_rank = np.load(d / part_dir(p) / "root_rank.npy")
+    return int(np.flatnonzero(root_rank != p)[0]), int(np.flatnonzero(root_rank == p)[0])
+
+
+def set_at(d, name, index, value, p=1):
+    a = np.load(d / part_dir(p) / f"{name}.npy").copy()
+    a[index] = value
+    rewrite(d, f"{part_dir(p)}/{name}.npy", a)
+
+
+def mask_at_leaf(d):
+    set_at(d, "val_mask", leaf_and_root(d)[0], True)
+    return "val_mask.npy: set at a leaf clone"
+
+
+def root_elsewhere(d):
+    root = leaf_and_root(d)[1]
+    set_at(d, "root_local", root, root + 1)
+    return "a root does not point at itself"
+
+
+def entries_for_itself(d):
+    ptr = np.load(d / part_dir(1) / "leaf_ptr.npy").copy()
+    assert ptr[1] > 0
+    ptr[1] -= 1  # the last entry for peer 0 becomes one for partition 1 itself
+    rewrite(d, f"{part_dir(1)}/leaf_ptr.npy", ptr)
+    return "leaf entries for partition 1 itself"
+
+
+def entry_names_a_leaf(d):
+    set_at(d, "leaf_root_local", 0, leaf_and_root(d)[0])
+    return "leaf_root_local.npy: names a vertex whose root is not here"
+
+
+@pytest.mark.parametrize("forge", [mask_at_leaf, root_elsewhere, entries_for_itself,
+                                   entry_names_a_leaf])
+def test_load_refuses_a_partition_that_contradicts_itself(good_dir, tmp_path, forge):
+    """What one partition alone can disprove is refused by ``load`` (each rank's start-up),
+    not only by ``verify``; the other partitions still load."""
+    d = tmp_path / "forged"
+    shutil.copytree(good_dir, d)
+    fragment = forge(d)
+    with pytest.raises(PartitionFormatError, match=fragment):
+        partition.load(d, 1)
+    partition.load(d, 0)
+    assert any(fragment in p for p in partition.verify(d))
+
+
+def forge_meta(d, reseal=True, **fields):
+    meta = json.loads((d / "meta.json").read_text())
+    meta.update(fields)
+    if reseal:
+        meta["fields_sha256"] = fields_sha256(meta)
+    (d / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("fields, fragment", [
+    ({"num_classes": 5}, "fields_sha256"), ({"dataset": "other"}, "fields_sha256"),
+    ({"fields_sha256": None}, "fields_sha256")])
+def test_an_edited_field_of_meta_json_is_refused(good_dir, tmp_path, fields, fragment):
+    """Version 3 records the SHA-256 of meta.json's fields: a num_classes raised by one
+    (which no array can disprove: a class may have no vertex) builds no model."""
+    d = tmp_path / "edited"
+    shutil.copytree(good_dir, d)
+    meta = partition.read_meta(d)
+    assert meta["format_version"] == 3 and meta["fields_sha256"] == fields_sha256(meta)
+    forge_meta(d, reseal=False, **fields)
+    with pytest.raises(PartitionFormatError, match=fragment):
+        partition.load(d, 0)
+    assert run_cli(["verify", d]) == 1
+
+
+def test_version_2_directories_load_with_a_note(good_dir, tmp_path, capsys):
+    d = tmp_path / "v2"
+    shutil.copytree(good_dir, d)
+    meta = json.loads((d / "meta.json").read_text())
+    del meta["fields_sha256"]
+    (d / "meta.json").write_text(json.dumps({**meta, "format_version": 2, "num_classes": 9}))
+    partition.load(d, 0)
+    assert run_cli(["verify", d]) == 0
+    out = capsys.readouterr().out
+    assert "OK" in out and "format version 2" in out and "no checksum" in out
+    forge_meta(d, reseal=False, format_version=3)  # version 3 without its checksum
+    with pytest.raises(PartitionFormatError, match="missing field 'fields_sha256'"):
+        partition.read_meta(d)
+
+
+@pytest.mark.parametrize("fields, fragment", [
+    ({"vertex_order": "spiral"}, "vertex_order 'spiral'"),
+    ({"vertex_order": 3}, "vertex_order 3"),
+    ({"vertex_order_requested": "degree"}, "vertex_order_requested"),
+    ({"method": "metis"}, "method 'metis'"),
+    ({"weights": [1.0, -2.0, 1.0]}, "weights must be finite and > 0"),
+    ({"weights": [0.0, 1.0, 1.0]}, "weights must be finite and > 0"),
+    ({"weights": [1.0, 1.0]}, "one weight per partition"),
+    ({"weights": [1.0, 1e-300, 1.0]}, "less than one edge"),
+    ({"split_vertices": 10**6}, "more than num_nodes")])
+def test_meta_json_values_that_cannot_be_are_refused(good_dir, tmp_path, fields, fragment):
+    """Checked even when fields_sha256 agrees (a careful forger), so verify and every load
+    refuse them."""
+    d = tmp_path / "forged"
+    shutil.copytree(good_dir, d)
+    forge_meta(d, **fields)
+    with pytest.raises(PartitionFormatError, match=fragment):
+        partition.read_meta(d)
+    assert run_cli(["verify", d]) == 1
+
+
+@pytest.mark.parametrize("order, claim, fragment", [("degree", "given", "not increasing"),
+                                                    ("rcm", "degree", "not in vertex_order")])
+def test_a_vertex_order_the_ids_do_not_follow_is_refused(cora_ds, tmp_path, order, claim,
+                                                          fragment):
+    d = tmp_path / order
+    write_dir(cora_ds, d, 2, "libra", seed=2, order_vertices=order)
+    forge_meta(d, vertex_order=claim, vertex_order_requested=claim)
+    with pytest.raises(PartitionFormatError, match=fragment):
+        partition.load(d, 0)
+
+
+def test_verify_counts_split_vertices_and_checks_the_sizes_of_the_input(good_dir, small_ds,
+                                                                        tmp_path):
+    d = tmp_path / "forged"
+    shutil.copytree(good_dir, d)
+    split = partition.read_meta(d)["split_vertices"]
+    assert split > 0
+    sizes = {"num_nodes": small_ds.num_nodes, "num_edges": small_ds.graph.num_edges,
+             "num_features": small_ds.num_features, "num_classes": small_ds.num_classes}
+    assert partition.verify(d, small_ds.graph.edges(), sizes) == []
+    assert partition.verify(d, sizes={**sizes, "num_classes": sizes["num_classes"] - 1}) == [
+        f"{d}: meta.json says num_classes {sizes['num_classes']}, the dataset has "
+        f"{sizes['num_classes'] - 1}"]
+    forge_meta(d, split_vertices=split - 1)
+    assert partition.verify(d) == [f"{d}: meta.json says {split - 1} split vertices, the "
+                                   f"partitions have {split}"]
+
+
+def test_row_digests_tell_every_single_change():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((50, 7)).astype(np.float32)
+    y = rng.integers(0, 5, 50)
+    rows = np.arange(50)
+    base = row_digests(x, y, rows)
+    assert len(np.unique(base)) == 50
+    np.testing.assert_array_equal(row_digests(x, y, rows[::-1]), base[::-1])
+    for r, c in [(0, 0), (3, 6), (49, 2)]:
+        for value in (x[r, c] + 1e-7 * abs(x[r, c]), -x[r, c], 0.0):
+            changed = x.copy()
+            changed[r, c] = value
+            assert row_digests(changed, y, rows)[r] != base[r], (r, c, value)
+        other = y.copy()
+        other[r] += 1
+        assert row_digests(x, other, rows)[r] != base[r]
+    zeros = np.zeros((1, 3), np.float32)
+    assert row_digests(zeros, y[:1], [0]) == row_digests(-zeros, y[:1], [0])  # -0 == 0

@@ -7,7 +7,7 @@ import pytest
 
 import partition
 from distgnn.datasets import load as load_dataset
-from partition.assign import assign_edges
+from partition.assign import assign_edges, requested_shares
 from partition.format import (
     PART_FILES,
     PartitionFormatError,
@@ -190,6 +190,23 @@ def test_bad_weights_raise_partition_error(small_ds, weights, fragment, method):
     g = small_ds.graph
     with pytest.raises(PartitionError, match="weights"):
         assign_edges(g.indptr, g.indices, 4, method, weights=weights)
+
+
+def test_weights_near_the_float64_maximum_give_finite_shares(small_ds):
+    assert requested_shares([1e308, 1e308, 5e307]).tolist() == [0.4, 0.4, 0.2]
+    assert requested_shares([1e308, 1e308]).tolist() == [0.5, 0.5]
+    stats = stats_of(vertex_cut(small_ds.graph, 2, weights=[1e308, 1e308]))
+    assert stats["requested_shares"] == [0.5, 0.5]
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("weights", [[1, 1e-300], [1e-320, 1], [1, 1e-9]])
+def test_a_share_of_less_than_one_edge_is_refused(small_ds, method, weights):
+    """A partition asked for less than one edge would be empty, and its share error and
+    balance near infinite."""
+    with pytest.raises(PartitionError, match="partition 1 a share|partition 0 a share") as e:
+        vertex_cut(small_ds.graph, 2, method, weights=weights)
+    assert "less than one edge" in str(e.value)
 
 
 @pytest.mark.parametrize("weights, fragment", [
