@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 
@@ -32,9 +33,23 @@ from .mpirun import (
     plan,
     run,
 )
-from .slurm import is_sbatch_script, sbatch_script
+from .slurm import (
+    DEFAULT_STOP_BEFORE_S,
+    DEFAULT_TIME,
+    MAX_SIGNAL_S,
+    TIME_FORMATS,
+    is_sbatch_script,
+    sbatch_script,
+)
 
 PROG = "distgnn-launch"
+# Options of one way of running the job only (their defaults are None, so that given ones
+# can be told apart): those of running it here, with why each does not apply to --slurm,
+# and those of the sbatch script, which would change nothing here.
+RUN_ONLY = {"hostfile": "SLURM chooses the nodes", "mpirun": "srun starts the ranks",
+            "mpi": "srun starts the ranks", "gpus_per_node": "the script binds no GPUs",
+            "timeout": "give the job's --time", "stop_grace": "give --stop-before"}
+SLURM_ONLY = ("nodes", "time", "partition", "account", "job_name", "stop_before")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,31 +60,34 @@ def parser() -> argparse.ArgumentParser:
         epilog="example: distgnn-launch -n 4 --threads-per-rank 8 -- distgnn-train "
                "--partitions runs/rmat20-4; distgnn-launch cluster --help for an emulated "
                "cluster on this host")
-    p.add_argument("-n", "--ranks", type=int, required=True, metavar="P", help="number of MPI ranks")
+    p.add_argument("-n", "--ranks", type=int, required=True, metavar="P",
+                   help="number of MPI ranks")
     p.add_argument("--threads-per-rank", type=int, default=1, metavar="T",
                    help="torch and Numba threads per rank; each rank is bound to T cores")
     p.add_argument("--hostfile", metavar="H",
                    help="MPI hostfile naming the nodes (None: all ranks on this node)")
-    p.add_argument("--mpi", choices=("auto", *IMPLEMENTATIONS), default="auto",
+    p.add_argument("--mpi", choices=("auto", *IMPLEMENTATIONS),
                    help="MPI implementation: openmpi (Open MPI), mpich (MPICH), impi (Intel "
                         f"MPI); its launcher is looked for in {MPI_HOME}/NAME/bin, next to "
-                        "python, then on PATH, and recognised by its --version; auto: the "
-                        "implementation of --mpirun, or of the first mpirun found")
+                        "python, then on PATH, and recognised by its --version; auto (the "
+                        "default): the implementation of --mpirun, or of the first mpirun "
+                        "found")
     p.add_argument("--mpirun", metavar="PATH",
                    help="the launcher to use (mpirun or mpiexec); its implementation is "
                         "asked with --version unless --mpi names it (None: see --mpi)")
-    p.add_argument("--gpus-per-node", default="auto", metavar="G",
+    p.add_argument("--gpus-per-node", metavar="G",
                    help="GPUs of each node; with G > 0 each rank sees only the GPU of its "
                         "local rank (CUDA_VISIBLE_DEVICES), so distgnn-train's --device auto "
-                        "puts it there; auto: count them with nvidia-smi here")
+                        "puts it there; auto (the default): count them with nvidia-smi here")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="stop the job and its ranks after this long (None: no limit); "
                         "like SIGTERM to distgnn-launch, this first asks distgnn-train to "
                         "checkpoint and exit (see --stop-grace)")
-    p.add_argument("--stop-grace", type=float, default=DEFAULT_STOP_GRACE_S, metavar="SECONDS",
+    p.add_argument("--stop-grace", type=float, metavar="SECONDS",
                    help="on --timeout or SIGTERM: how long the ranks get, after SIGUSR1 "
                         "(forwarded by mpirun), to finish the epoch, write a checkpoint and "
-                        "exit before they are killed (0: kill at once)")
+                        f"exit before they are killed (0: kill at once; default "
+                        f"{DEFAULT_STOP_GRACE_S:g})")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true",
                       help="print the mpirun command line instead of running it")
@@ -77,13 +95,17 @@ def parser() -> argparse.ArgumentParser:
                       help="write an sbatch script for the job to FILE instead of running it")
     g = p.add_argument_group("SLURM (with --slurm)")
     g.add_argument("--nodes", type=int, help="number of nodes (None: as SLURM places the tasks)")
-    g.add_argument("--time", default="01:00:00", help="wall-clock limit of the job, [D-]HH:MM:SS")
-    g.add_argument("--partition", help="partition (queue) to submit to (None: the cluster's default)")
+    g.add_argument("--time", help=f"wall-clock limit of the job: {TIME_FORMATS}, or "
+                                  f"UNLIMITED (default {DEFAULT_TIME})")
+    g.add_argument("--partition",
+                   help="partition (queue) to submit to (None: the cluster's default)")
     g.add_argument("--account", help="account to charge the core hours to")
-    g.add_argument("--job-name", default="distgnn", help="job name shown by squeue")
-    g.add_argument("--stop-before", type=int, default=120, metavar="SECONDS",
+    g.add_argument("--job-name", help="job name shown by squeue (default distgnn)")
+    g.add_argument("--stop-before", type=int, metavar="SECONDS",
                    help="SLURM sends SIGTERM to the ranks this long before --time runs out, "
-                        "so distgnn-train can checkpoint and exit (0: only at the limit)")
+                        "so distgnn-train can checkpoint and exit (0: only at the limit; at "
+                        f"most {MAX_SIGNAL_S}, less than --time; default "
+                        f"{DEFAULT_STOP_BEFORE_S})")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="the program every rank runs, after --")
     return p
@@ -142,9 +164,10 @@ def cluster_main(argv: list[str]) -> int:
             print(f"run jobs with: {PROG} --hostfile {c.state / 'hostfile'} -n {c.nodes} -- "
                   "COMMAND (or mpirun --hostfile with the options of --dry-run)")
         elif args.action == "down":
-            removed = cluster.down(args.name)
-            print(f"cluster {args.name}: " + (f"removed {len(removed)} namespaces, links and "
-                                              "files" if removed else "nothing to remove"))
+            removed = ", ".join(f"{len(items)} {kind}"
+                                for kind, items in cluster.down(args.name).items() if items)
+            print(f"cluster {args.name}: " + (f"removed {removed}" if removed
+                                              else "nothing to remove"))
         elif args.action == "status":
             c = existing()
             print(f"cluster {c.name}: {c.nodes} nodes, links at {c.rate}; {cluster.NO_NETEM}")
@@ -175,37 +198,40 @@ def main(argv: list[str] | None = None) -> int:
         return cluster_main(argv[1:])
     args = parser().parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if args.slurm and args.hostfile:
-        return fail(PROG, "--hostfile does not apply to --slurm (SLURM chooses the nodes)")
-    if args.slurm and args.mpirun:
-        return fail(PROG, "--mpirun does not apply to --slurm (srun starts the ranks)")
+    for dest, why in RUN_ONLY.items():
+        if args.slurm and getattr(args, dest) is not None:
+            return fail(PROG, f"--{dest.replace('_', '-')} does not apply to --slurm ({why})")
+    for dest in SLURM_ONLY:
+        if not args.slurm and getattr(args, dest) is not None:
+            return fail(PROG, f"--{dest.replace('_', '-')} applies only to the sbatch script "
+                              "of --slurm")
 
     def write_slurm():
         out = check_output_file(args.slurm, "--slurm")
         check_replaceable(out, is_sbatch_script, "an sbatch script written by distgnn-launch")
-        script = sbatch_script(args.ranks, command, args.threads_per_rank, nodes=args.nodes,
-                               time=args.time, partition=args.partition,
-                               job_name=args.job_name, account=args.account,
-                               stop_before=args.stop_before)
+        given = {dest: getattr(args, dest) for dest in SLURM_ONLY
+                 if getattr(args, dest) is not None}
+        script = sbatch_script(args.ranks, command, args.threads_per_rank, **given)
         write_atomic(out, script)
         print(f"wrote {out}; submit it with: sbatch {out}")
         return 0
 
     def launch():
-        check_times(args.timeout, args.stop_grace)
-        if args.gpus_per_node != "auto" and not args.gpus_per_node.isdigit():
-            raise LaunchError(f"--gpus-per-node must be a count or auto, got "
-                              f"{args.gpus_per_node!r}")
-        gpus = count_gpus() if args.gpus_per_node == "auto" else int(args.gpus_per_node)
+        stop_grace = DEFAULT_STOP_GRACE_S if args.stop_grace is None else args.stop_grace
+        check_times(args.timeout, stop_grace)
+        given = args.gpus_per_node or "auto"
+        if given != "auto" and not re.fullmatch(r"[0-9]+", given):
+            raise LaunchError(f"--gpus-per-node must be a count or auto, got {given!r}")
+        gpus = count_gpus() if given == "auto" else int(given)
         mpirun = args.mpirun and (shutil.which(args.mpirun) or args.mpirun)
         if mpirun and os.sep in mpirun:  # absolute: the ranks find its library by it
             mpirun = os.path.abspath(mpirun)
         job = plan(args.ranks, command, args.threads_per_rank, hostfile=args.hostfile,
-                   implementation=None if args.mpi == "auto" else args.mpi,
+                   implementation=None if args.mpi in (None, "auto") else args.mpi,
                    mpirun=mpirun, gpus_per_node=gpus)
         if args.dry_run:
             print(job.shell())
             return 0
-        return run(job, timeout=args.timeout, stop_grace=args.stop_grace)
+        return run(job, timeout=args.timeout, stop_grace=stop_grace)
 
     return run_guarded(PROG, write_slurm if args.slurm else launch)

@@ -12,15 +12,23 @@ peer of ``NAME-v<i>`` on bridge ``NAME-br`` (which holds ``10.77.0.254``, the ad
 ``netem``, so bandwidth is emulated and **latency is not** (it is the veth's, microseconds).
 The addresses exist only on these interfaces; nothing is routed elsewhere.
 
-``up`` writes, in the state folder: ``hostfile`` (one line per node, marked as this
-cluster's), ``agent`` (what MPI runs instead of ``ssh``: it starts the command inside the
-node's namespace, with the node's own host name so that MPI does not take two nodes for
-one and share memory between them) and ``cluster.json``.  :func:`mpi_options` gives the
-launcher options that use them; ``distgnn-launch --hostfile`` adds them by itself.
-``down`` removes everything ``up`` made and is idempotent.  Both need CAP_NET_ADMIN.
+``up`` writes, in the state folder ``STATE_ROOT/NAME``: ``hostfile`` (one line per node,
+after a line that marks it as this cluster's), ``agent`` (what MPI runs instead of ``ssh``:
+it starts the command inside the node's namespace, with the node's own host name so that
+MPI does not take two nodes for one and share memory between them; marked the same way)
+and ``cluster.json``.  :func:`mpi_options` gives the launcher options that use them;
+``distgnn-launch --hostfile`` adds them by itself.
+
+``down`` removes everything ``up`` made, and only that, and is idempotent: every process
+in the nodes' namespaces (a job's MPI daemon can outlive its session when a link is cut),
+the links, the namespaces, and of the state folder the files it can prove are this
+cluster's (the mark, or the name in ``cluster.json``); the folder goes only once it is
+empty.  It never follows a symbolic link, and what it could not remove it names in its
+error.  Both need CAP_NET_ADMIN.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -28,11 +36,12 @@ import shutil
 import signal
 import stat
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from distgnn.errors import DistGNNError
-from distgnn.storage import write_atomic
+from distgnn.storage import file_head, remove_leftovers, write_atomic
 
 DEFAULT_NAME = "dgnn"
 STATE_ROOT = Path(os.environ.get("DISTGNN_CLUSTER_DIR", "/run/distgnn-cluster"))
@@ -50,6 +59,9 @@ CAP_NET_ADMIN = 12
 TBF = ("burst", "64kb", "latency", "100ms")
 NO_NETEM = ("bandwidth is shaped with tbf; latency cannot be injected (this kernel has no "
             "netem): links have the microseconds of a veth pair")
+STATE_FILES = ("agent", "hostfile", "cluster.json")
+# how long down and kill wait for the processes of a namespace to end after SIGKILL
+END_WAIT_S = 5.0
 
 
 class ClusterError(DistGNNError):
@@ -111,6 +123,20 @@ def _require_tools() -> None:
                                "util-linux)")
 
 
+def _mark(name: str) -> str:
+    """The line that marks the hostfile and the agent as cluster ``name``'s."""
+    return f"{MARK} {name}: {STATE_ROOT / name}"
+
+
+def check_name(name: str) -> str:
+    """A cluster name: a plain name, which is also the prefix of its interfaces (at most
+    15 characters: ``NAME-v249`` must fit)."""
+    if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", name):
+        raise ClusterError(f"cluster name {name!r} must be 1-8 lower-case letters or digits, "
+                           "starting with a letter")
+    return name
+
+
 def check_rate(rate: str) -> str:
     """A tc rate such as ``10gbit``, ``1gbit``, ``200mbit``."""
     if not re.fullmatch(r"[0-9]+(\.[0-9]+)?([kmg]?bit|[kmg]?bps)", rate):
@@ -127,6 +153,7 @@ def shape(cluster: Cluster, i: int, rate: str) -> None:
 
 
 AGENT = """#!/bin/sh
+{mark}
 # written by distgnn-launch cluster up: what MPI runs instead of ssh to reach a node of
 # the emulated cluster {name}: the command runs in the node's network namespace, with the
 # node's own host name (a UTS namespace).  Like ssh -o ServerAliveInterval=1
@@ -163,12 +190,13 @@ def write_files(cluster: Cluster) -> None:
                       f"node=node{i}; link={cluster.host_link(i)} ;;"
                       for i in range(cluster.nodes))
     agent = cluster.state / "agent"
-    write_atomic(agent, AGENT.format(name=cluster.name, cases=cases, keepalive=KEEPALIVE_S))
+    write_atomic(agent, AGENT.format(name=cluster.name, mark=_mark(cluster.name),
+                                     cases=cases, keepalive=KEEPALIVE_S))
     agent.chmod(agent.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     write_atomic(cluster.state / "hostfile",
-                 f"{MARK} {cluster.name}: {cluster.state}\n"
-                 + "".join(f"{cluster.address(i)} slots={cluster.slots}\n"
-                           for i in range(cluster.nodes)))
+                 f"{_mark(cluster.name)}\n" + "".join(f"{cluster.address(i)} "
+                                                     f"slots={cluster.slots}\n"
+                                                     for i in range(cluster.nodes)))
     write_atomic(cluster.state / "cluster.json",
                  json.dumps({"name": cluster.name, "nodes": cluster.nodes,
                              "rate": cluster.rate, "slots": cluster.slots}, indent=1))
@@ -176,14 +204,12 @@ def write_files(cluster: Cluster) -> None:
 
 def up(nodes: int, rate: str, slots: int = 1, name: str = DEFAULT_NAME) -> Cluster:
     """Make the cluster (replacing one of the same name); returns it."""
-    _require_tools()
     if not 1 <= nodes <= 250:
         raise ClusterError(f"--nodes must be from 1 to 250, got {nodes}")
     if slots < 1:
         raise ClusterError(f"--slots must be >= 1, got {slots}")
-    if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", name):
-        raise ClusterError(f"cluster name {name!r} must be 1-8 lower-case letters or digits")
-    cluster = Cluster(name, nodes, check_rate(rate), slots)
+    cluster = Cluster(check_name(name), nodes, check_rate(rate), slots)
+    _require_tools()
     down(name)
     for line in _run("ip", "-o", "addr", "show").stdout.splitlines():
         if f" {HOST_ADDRESS}/" in line:  # the subnet is in use: one emulated cluster at a time
@@ -206,41 +232,130 @@ def up(nodes: int, rate: str, slots: int = 1, name: str = DEFAULT_NAME) -> Clust
             shape(cluster, i, rate)
         write_files(cluster)
     except BaseException:
-        down(name)
+        with contextlib.suppress(ClusterError):  # the error that stopped up comes first
+            down(name)
         raise
     return cluster
 
 
 def load(name: str = DEFAULT_NAME) -> Cluster | None:
-    """The cluster ``name`` as ``up`` recorded it (``None`` if it is not up)."""
-    try:
-        info = json.loads((STATE_ROOT / name / "cluster.json").read_text())
-        return Cluster(info["name"], info["nodes"], info["rate"], info["slots"])
-    except (OSError, ValueError, KeyError):
+    """The cluster ``name`` as ``up`` recorded it (``None`` if it is not up, or if what is
+    there is not such a record)."""
+    path = STATE_ROOT / check_name(name) / "cluster.json"
+    if path.is_symlink():
         return None
+    try:
+        info = json.loads(file_head(path, 1 << 16))
+        found = Cluster(info["name"], info["nodes"], check_rate(info["rate"]), info["slots"])
+    except (ValueError, KeyError, TypeError, ClusterError):  # JSON, a field, its type
+        return None
+    counts = (found.nodes, found.slots)
+    if found.name != name or not all(type(c) is int for c in counts) \
+            or not (1 <= found.nodes <= 250 and found.slots >= 1):
+        return None
+    return found
 
 
-def down(name: str = DEFAULT_NAME) -> list[str]:
-    """Remove every namespace, link and file of cluster ``name`` (nothing if none);
-    returns what was removed."""
-    _require_tools()
-    removed = []
-    # the host ends of the links first: deleting one end of a veth pair deletes both at
-    # once, while a deleted namespace releases its devices later (an up right after
-    # would find the names taken)
-    for link in _run("ip", "-o", "link", "show").stdout.split("\n"):
-        dev = link.split(": ")[1].split("@")[0] if ": " in link else ""
+def _links(name: str) -> list[str]:
+    """The host's interfaces of cluster ``name``: its bridge and the host ends of its links."""
+    found = []
+    for line in _run("ip", "-o", "link", "show").stdout.split("\n"):
+        dev = line.split(": ")[1].split("@")[0] if ": " in line else ""
         if re.fullmatch(rf"{re.escape(name)}-(v\d+|br)", dev):
-            _run("ip", "link", "delete", dev, check=False)
-            removed.append(dev)
-    for ns in _run("ip", "netns", "list").stdout.split("\n"):
-        ns = ns.split(" ")[0]
-        if re.fullmatch(rf"{re.escape(name)}-n\d+", ns):
-            _run("ip", "netns", "delete", ns, check=False)
-            removed.append(ns)
-    if (STATE_ROOT / name).exists():
-        shutil.rmtree(STATE_ROOT / name, ignore_errors=True)
-        removed.append(str(STATE_ROOT / name))
+            found.append(dev)
+    return found
+
+
+def _namespaces(name: str) -> list[str]:
+    return [ns for ns in (line.split(" ")[0] for line in
+                          _run("ip", "netns", "list").stdout.split("\n"))
+            if re.fullmatch(rf"{re.escape(name)}-n\d+", ns)]
+
+
+def end_processes(namespace: str) -> tuple[list[int], list[int]]:
+    """SIGKILL every process in network namespace ``namespace`` (those it starts meanwhile
+    too) until none is left or :data:`END_WAIT_S` has passed; returns the PIDs killed and
+    those still there."""
+    killed, deadline = set(), time.monotonic() + END_WAIT_S
+    while True:
+        pids = [int(p) for p in _run("ip", "netns", "pids", namespace,
+                                     check=False).stdout.split()]
+        if not pids or time.monotonic() > deadline:
+            return sorted(killed), pids
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+        time.sleep(0.05)
+
+
+def _written_by_up(path: Path, name: str) -> bool:
+    """Whether ``path`` (in the state folder) is a file ``up`` wrote for cluster ``name``:
+    ``cluster.json`` holding the record of ``name``, any other file marked in its first
+    two lines (a link is never one)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    if path.name == "cluster.json":
+        return load(name) is not None
+    return _mark(name) in file_head(path, 1024).decode(errors="replace").split("\n")[:2]
+
+
+def _remove_state(name: str, removed: list[str]) -> str | None:
+    """Remove the files ``up`` wrote for cluster ``name`` and, once empty, its state folder
+    (appending them to ``removed``); returns what was left and why (``None``: nothing)."""
+    state = STATE_ROOT / name
+    if state.is_symlink() or (state.exists() and not state.is_dir()):
+        return f"{state} (not the folder cluster up made: left alone)"
+    if not state.exists():
+        return None
+    for file in STATE_FILES:
+        path = state / file
+        removed += map(str, remove_leftovers(path))  # a killed up's temporary files
+        if _written_by_up(path, name):
+            path.unlink()
+            removed.append(str(path))
+    try:
+        state.rmdir()
+    except OSError:
+        others = ", ".join(sorted(p.name for p in state.iterdir()))
+        return f"{state} (it holds {others}, which cluster up did not write)"
+    removed.append(str(state))
+    return None
+
+
+def down(name: str = DEFAULT_NAME) -> dict[str, list[str]]:
+    """Remove every process, link, namespace and file of cluster ``name``, and only those
+    (see the module docstring); returns what was removed, by kind.  Raises a
+    :class:`ClusterError` naming what it could not remove, after removing the rest."""
+    check_name(name)
+    _require_tools()
+    removed = {"processes": [], "links": [], "namespaces": [], "files": []}
+    left, kept = [], []
+    # the processes first: a deleted namespace lives on, unnamed and out of reach, as long
+    # as a process holds it
+    for ns in _namespaces(name):
+        killed, alive = end_processes(ns)
+        removed["processes"] += map(str, killed)
+        if alive:  # its namespace is kept, where they can still be found
+            kept.append(ns)
+            left.append(f"processes {', '.join(map(str, alive))} in {ns}")
+    # the host ends of the links before the namespaces: deleting one end of a veth pair
+    # deletes both at once, while a deleted namespace releases its devices later (an up
+    # right after would find the names taken)
+    links = _links(name)
+    for dev in links:
+        _run("ip", "link", "delete", dev, check=False)
+    namespaces = [ns for ns in _namespaces(name) if ns not in kept]
+    for ns in namespaces:
+        _run("ip", "netns", "delete", ns, check=False)
+    still = set(_links(name) + _namespaces(name)) - set(kept)
+    removed["links"] = [dev for dev in links if dev not in still]
+    removed["namespaces"] = [ns for ns in namespaces if ns not in still]
+    left += sorted(still)
+    if (problem := _remove_state(name, removed["files"])) is not None:
+        left.append(problem)
+    if left:
+        raise ClusterError(f"cluster {name}: could not remove {'; '.join(left)}")
     return removed
 
 
@@ -258,25 +373,22 @@ def set_link(cluster: Cluster, i: int, state: str) -> None:
 
 def kill_node(cluster: Cluster, i: int) -> int:
     """SIGKILL every process in node ``i``'s namespace (a crashed node); returns how many."""
-    pids = [int(p) for p in _run("ip", "netns", "pids", cluster.namespace(i)).stdout.split()]
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:  # ended meanwhile
-            pass
-    return len(pids)
+    killed, alive = end_processes(cluster.namespace(i))
+    if alive:
+        raise ClusterError(f"node{i}: processes {', '.join(map(str, alive))} did not end")
+    return len(killed)
 
 
 def cluster_of_hostfile(hostfile: str | Path) -> Cluster | None:
     """The emulated cluster a hostfile written by :func:`up` belongs to (``None``: a real
     hostfile)."""
-    try:
-        first = Path(hostfile).read_text().split("\n", 1)[0]
-    except OSError:
-        return None
+    first = file_head(Path(hostfile), 1024).decode(errors="replace").split("\n", 1)[0]
     if not first.startswith(MARK):
         return None
-    return load(first[len(MARK):].split(":", 1)[0].strip())
+    try:
+        return load(first[len(MARK):].split(":", 1)[0].strip())
+    except ClusterError:  # no cluster's name
+        return None
 
 
 def mpi_options(cluster: Cluster, implementation: str) -> list[str]:

@@ -21,6 +21,11 @@ mpi4py's wheel loads whichever ``libmpi`` it finds first (the virtual environmen
 MPI's, before anything else), and a rank started by another implementation's launcher then
 runs as a singleton: P jobs of size 1.  The plan therefore names the launcher's own library
 in ``MPI4PY_LIBMPI`` for every rank (:func:`libmpi_of`).
+
+Every rank runs :mod:`launch.rank` before its command, by absolute path with this
+Python (as the library path, they must be the same on every node): it says that the rank
+started, so that :func:`run` can tell a job that ran from a launcher that exited 0 without
+starting it, gives the rank its GPU, and under Hydra names a rank killed by a signal.
 """
 from __future__ import annotations
 
@@ -41,6 +46,7 @@ from pathlib import Path
 from distgnn.errors import DistGNNError
 
 from .cluster import Cluster, cluster_of_hostfile, mpi_options
+from .rank import STARTED
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,8 @@ ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"
 DEFAULT_STOP_GRACE_S = 60.0
 # Time mpirun gets after SIGTERM to take its ranks down before it is killed outright.
 KILL_GRACE_S = 10
+# what every rank runs first (-P: launch/ must not come first on the rank's sys.path)
+RANK_WRAPPER = ("-P", str(Path(__file__).with_name("rank.py")))
 
 
 class LaunchError(DistGNNError):
@@ -93,10 +101,12 @@ class LaunchError(DistGNNError):
 
 @dataclass
 class LaunchPlan:
-    """The launcher's argv and the variables to add to its environment."""
+    """The launcher's argv, the variables to add to its environment, and how many ranks it
+    must start."""
 
     argv: list[str]
     env: dict[str, str]
+    ranks: int
 
     def shell(self) -> str:
         """One copy-pasteable line: ``NAME=value ... mpirun ...``."""
@@ -247,8 +257,8 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
     Parameters
     ----------
     gpus_per_node
-        With ``G > 0``, each rank's command runs under :mod:`launch.gpu_bind`, which gives
-        local rank ``i`` GPU ``i mod G`` alone in ``CUDA_VISIBLE_DEVICES``.
+        With ``G > 0``, :mod:`launch.rank`, which every rank runs first, gives local
+        rank ``i`` GPU ``i mod G`` alone in ``CUDA_VISIBLE_DEVICES``.
     implementation
         A key of :data:`IMPLEMENTATIONS`; ``None`` asks the launcher (``--version``).
     mpirun
@@ -262,10 +272,8 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
     command = rank_command(ranks, command, threads_per_rank)
     if gpus_per_node < 0:
         raise LaunchError(f"GPUs per node must be >= 0, got {gpus_per_node}")
-    if gpus_per_node:
-        command = [sys.executable, "-m", "launch.gpu_bind", str(gpus_per_node), *command]
-    if hostfile is not None and not Path(hostfile).is_file():
-        raise LaunchError(f"hostfile {hostfile} does not exist")
+    if hostfile is not None:
+        read_hostfile(hostfile)
     if implementation is not None and implementation not in IMPLEMENTATIONS:
         raise LaunchError(f"unknown MPI implementation {implementation!r}; "
                           f"choose from {', '.join(IMPLEMENTATIONS)}")
@@ -288,7 +296,9 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
     compose = _hydra if impl.hydra else _openmpi
     argv, launcher_env = compose(impl, ranks, threads_per_rank, hostfile, emulated,
                                  oversubscribed, env)
-    return LaunchPlan([mpirun, *argv, *command], launcher_env)
+    wrapper = [sys.executable, *RANK_WRAPPER, *(["--watch"] if impl.hydra else []),
+               str(gpus_per_node)]
+    return LaunchPlan([mpirun, *argv, *wrapper, *command], launcher_env, ranks)
 
 
 def _openmpi(impl: Implementation, ranks: int, threads: int, hostfile: str | None,
@@ -339,6 +349,19 @@ def _hydra(impl: Implementation, ranks: int, threads: int, hostfile: str | None,
     return argv, {}
 
 
+def read_hostfile(hostfile: str) -> str:
+    """The text of ``hostfile``, or a :class:`LaunchError` saying why there is none."""
+    path = Path(hostfile)
+    if not path.is_file():
+        raise LaunchError(f"hostfile {hostfile} " + ("is not a file" if path.exists()
+                                                      else "does not exist"))
+    try:
+        return path.read_bytes().decode()
+    except UnicodeDecodeError as e:
+        raise LaunchError(f"hostfile {hostfile} is not text: byte {e.start} is not "
+                          "UTF-8") from None
+
+
 def hydra_hosts(hostfile: str, implementation: str = "mpich") -> list[str]:
     """Hydra's options naming the nodes of ``hostfile``: ``-f FILE`` for a file in Hydra's
     syntax (``host[:slots]`` lines), ``-hosts host:slots,...`` for one in Open MPI's
@@ -346,7 +369,7 @@ def hydra_hosts(hostfile: str, implementation: str = "mpich") -> list[str]:
     ignores the ``:slots`` of ``-hosts`` (it fills the first node up to its cores), so it
     gets ``-ppn N`` too, which needs every node to have the same slots."""
     hosts, slots = [], []
-    for line in Path(hostfile).read_text().splitlines():
+    for line in read_hostfile(hostfile).splitlines():
         fields = line.split("#", 1)[0].split()
         if not fields:
             continue
@@ -390,14 +413,16 @@ def run(plan: LaunchPlan, timeout: float | None = None,
     then finishes its epoch, writes a checkpoint and exits; Open MPI would answer a
     SIGTERM by killing the ranks at once); after ``stop_grace`` seconds SIGTERM to the
     launcher's whole session, which mpirun answers by taking its ranks down; SIGKILL last.
+
+    A launcher that ends by itself before every rank said it started (:mod:`launch.rank`)
+    is an error: with status 0, the job did not run; with another, it could not start.
     """
     check_times(timeout, stop_grace)
     proc = subprocess.Popen(plan.argv, env={**os.environ, **plan.env}, start_new_session=True,
                             stderr=subprocess.PIPE)
-    watch = threading.Thread(target=_copy_stderr, args=(proc.stderr, lost := []),
-                             name="mpirun-stderr", daemon=True)
-    watch.start()
-    handler = None
+    copy = StderrCopy(proc.stderr)
+    copy.start()
+    handler, stopped = None, False
     if threading.current_thread() is threading.main_thread():
         handler = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
@@ -407,18 +432,25 @@ def run(plan: LaunchPlan, timeout: float | None = None,
         raise LaunchError(f"{plan.argv[0]} did not finish within {timeout:g} s; "
                           "stopped it and its ranks") from None
     except _Terminated:
-        status = _stop(proc, stop_grace)
+        status, stopped = _stop(proc, stop_grace), True
     finally:
         if handler is not None:
             signal.signal(signal.SIGTERM, handler)
         if proc.poll() is None:  # Ctrl-C or another exception on the way out
             _stop(proc, 0)
-        watch.join(timeout=STDERR_DRAIN_S)
-    if status == 0 and lost:
-        raise LaunchError(f"{Path(plan.argv[0]).name} lost the daemon of {', '.join(lost)} "
-                          "(node down or its processes killed) and ended the job early, yet "
-                          "exited 0: the job did not finish")
-    return status if status >= 0 else 128 - status
+        copy.join(timeout=STDERR_DRAIN_S)
+    status = status if status >= 0 else 128 - status
+    if status == 0 and copy.lost:
+        raise LaunchError(f"{Path(plan.argv[0]).name} lost the daemon of "
+                          f"{', '.join(copy.lost)} (node down or its processes killed) and "
+                          "ended the job early, yet exited 0: the job did not finish")
+    if status == 0 and copy.started < plan.ranks:
+        raise LaunchError(f"{plan.argv[0]} exited 0 having started {copy.started} of the "
+                          f"{plan.ranks} ranks: the job did not run (is it an MPI launcher?)")
+    if status and not copy.started and not stopped:
+        raise LaunchError(f"{plan.argv[0]} exited with status {status} before any rank "
+                          "started")
+    return status
 
 
 # Open MPI 5.0's prterun exits 0 after it loses a node's daemon (a crashed node) and takes
@@ -428,17 +460,35 @@ LOST_DAEMON = re.compile(rb"Remote daemon: \S+ on node (\S+)")
 STDERR_DRAIN_S = 5.0
 
 
-def _copy_stderr(stream, lost: list[str]) -> None:
-    """Copy mpirun's stderr to ours as it comes (a partial line too: no progress display is
-    held back), noting the nodes whose daemon it lost."""
-    tail = b""
-    while chunk := os.read(stream.fileno(), 1 << 16):
-        sys.stderr.buffer.write(chunk)
-        sys.stderr.buffer.flush()
-        lines = (tail + chunk).split(b"\n")
-        tail = lines.pop()[-4096:]  # an unfinished line: searched once it ends
-        lost += [m.group(1).decode(errors="replace") for line in lines
-                 if (m := LOST_DAEMON.search(line))]
+class StderrCopy(threading.Thread):
+    """Copies the launcher's stderr to ours as it comes (a partial line too: no progress
+    display is held back), counting and removing the ranks' :data:`STARTED` lines, and
+    noting the nodes whose daemon it lost (``lost``)."""
+
+    def __init__(self, stream):
+        super().__init__(name="mpirun-stderr", daemon=True)
+        self.stream, self.started, self.lost = stream, 0, []
+
+    def run(self) -> None:
+        tail = held = b""
+        while chunk := os.read(self.stream.fileno(), 1 << 16):
+            data = held + chunk
+            # a STARTED line cut by the end of this read waits for the rest
+            cut = data.rfind(STARTED[:1])
+            unfinished = cut >= 0 and len(data) - cut < len(STARTED)
+            held = data[cut:] if unfinished and STARTED.startswith(data[cut:]) else b""
+            data = data[:len(data) - len(held)]
+            self.started += data.count(STARTED)
+            data = data.replace(STARTED, b"")
+            sys.stderr.buffer.write(data)
+            sys.stderr.buffer.flush()
+            lines = (tail + data).split(b"\n")
+            tail = lines.pop()[-4096:]  # an unfinished line: searched once it ends
+            self.lost += [m.group(1).decode(errors="replace") for line in lines
+                          if (m := LOST_DAEMON.search(line))]
+        if held:  # the launcher ended within what looked like a STARTED line
+            sys.stderr.buffer.write(held)
+            sys.stderr.buffer.flush()
 
 
 def _stop(proc: subprocess.Popen, grace: float) -> int:

@@ -23,6 +23,14 @@ pytestmark = pytest.mark.skipif(
     reason="the emulated cluster needs CAP_NET_ADMIN and ip, tc, unshare")
 
 
+def alive(pid):
+    """Whether ``pid`` runs (a zombie, dead and waiting for its parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def launch(*argv):
     return subprocess.run([str(BIN / "distgnn-launch"), *map(str, argv)], capture_output=True,
                           text=True, timeout=300)
@@ -38,7 +46,10 @@ def two_nodes(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr
     assert "latency cannot be injected" in proc.stdout
     yield cluster.load(NAME)
+    pids = [int(p) for i in range(2) for p in subprocess.run(
+        ["ip", "netns", "pids", f"{NAME}-n{i}"], capture_output=True, text=True).stdout.split()]
     assert launch("cluster", "down", "--name", NAME).returncode == 0
+    assert not any(map(alive, pids))  # what the jobs left in the nodes (a daemon past a cut)
     assert launch("cluster", "down", "--name", NAME).returncode == 0  # idempotent
     left = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert f"{NAME}-" not in left and not (state / NAME).exists()
@@ -154,3 +165,66 @@ def test_cluster_refuses_bad_input(two_nodes):
         proc = launch("cluster", *argv)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    """An empty state root, and a victim folder of the user's beside it."""
+    monkeypatch.setattr(cluster, "STATE_ROOT", tmp_path / "state")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "victim" / "thesis.tex").write_text("the user's")
+    return tmp_path / "state"
+
+
+@pytest.mark.parametrize("name", ["../victim", "/tmp", "Dgnn", "dg-1", ""])
+def test_down_takes_plain_names_only(state, name):
+    with pytest.raises(cluster.ClusterError, match="must be 1-8 lower-case letters"):
+        cluster.down(name)
+    assert (state.parent / "victim" / "thesis.tex").exists()
+
+
+def test_down_leaves_what_up_did_not_make(state):
+    """A link in place of the state folder, a file in it that up did not write, a file of
+    up's name that is not up's: left, and named; up's own files removed."""
+    (state / "dglink").symlink_to(state.parent / "victim")
+    with pytest.raises(cluster.ClusterError, match=r"dglink \(not the folder cluster up made"):
+        cluster.down("dglink")
+    assert (state.parent / "victim" / "thesis.tex").exists()
+    cluster.write_files(cluster.Cluster("dgfiles", 2, "1gbit", 1))
+    (state / "dgfiles" / "notes.txt").write_text("mine")
+    with pytest.raises(cluster.ClusterError, match="it holds notes.txt, which cluster up did"):
+        cluster.down("dgfiles")
+    assert os.listdir(state / "dgfiles") == ["notes.txt"]
+    (state / "dgmine").mkdir()
+    (state / "dgmine" / "hostfile").write_text("node1 slots=4\n")
+    (state / "dgmine" / "cluster.json").write_text('{"name": "other"}')
+    with pytest.raises(cluster.ClusterError, match="it holds cluster.json, hostfile, which"):
+        cluster.down("dgmine")
+    cluster.write_files(cluster.Cluster("dgall", 2, "1gbit", 1))
+    mine = state / "dgall"
+    assert cluster.down("dgall") == {"processes": [], "links": [], "namespaces": [], "files": [
+        str(mine / "agent"), str(mine / "hostfile"), str(mine / "cluster.json"), str(mine)]}
+    assert sorted(os.listdir(state)) == ["dgfiles", "dglink", "dgmine"]
+
+
+def test_down_ends_every_process_of_the_namespaces(state):
+    """A process that outlived its session in a node's namespace (an MPI daemon after a
+    link cut) ends with down, which says so; down then finds nothing."""
+    subprocess.run(["ip", "netns", "add", "dgleft-n0"], check=True)
+    try:
+        sleeper = subprocess.Popen(["ip", "netns", "exec", "dgleft-n0", "sleep", "300"])
+        deadline = time.monotonic() + 10
+        while not (pids := subprocess.run(["ip", "netns", "pids", "dgleft-n0"],
+                                          capture_output=True, text=True).stdout.split()):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        removed = cluster.down("dgleft")
+        assert removed["processes"] == pids == [str(sleeper.pid)]
+        assert removed["namespaces"] == ["dgleft-n0"]
+        sleeper.wait(timeout=10)
+        assert not any(alive(int(p)) for p in pids)
+        assert cluster.down("dgleft") == {"processes": [], "links": [], "namespaces": [],
+                                          "files": []}
+    finally:
+        subprocess.run(["ip", "netns", "delete", "dgleft-n0"], capture_output=True)

@@ -1,6 +1,8 @@
 """distgnn-launch: mpirun / mpiexec command lines, finding each MPI implementation's
 launcher and library, SLURM scripts, and real runs under Open MPI, MPICH and Intel MPI."""
 import os
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -10,11 +12,24 @@ import pytest
 from launch import LaunchError, LaunchPlan, cluster, plan, run, sbatch_script
 from launch import mpirun as mpirun_module
 from launch.cli import main
-from launch.mpirun import detect_implementation, find_launcher, find_mpirun
+from launch.rank import STARTED
+from launch.mpirun import (
+    RANK_WRAPPER,
+    StderrCopy,
+    detect_implementation,
+    find_launcher,
+    find_mpirun,
+)
+from launch.slurm import time_limit_s
 from tests.helpers.mpi import installed
 
 BIN = Path(sys.executable).parent
 MPIRUN = str(BIN / "mpirun")
+
+
+def wrapper(hydra=False, gpus=0):
+    """What every rank runs before its command (launch.rank)."""
+    return [sys.executable, *RANK_WRAPPER, *(["--watch"] if hydra else []), str(gpus)]
 
 
 def flags(argv, *expected):
@@ -109,13 +124,13 @@ def test_plan_names_the_launchers_own_library(tmp_path):
     (tmp_path / "mpich" / "lib" / "libmpi.so.12").touch()
     p = plan(2, ["prog"], implementation="mpich", mpirun=str(hydra), cores=4)
     assert flags(p.argv, "-genv", "MPI4PY_LIBMPI", str(tmp_path / "mpich/lib/libmpi.so.12"),
-                 "prog")
+                 *wrapper(hydra=True), "prog")
     ompi = fake_launcher(tmp_path / "ompi" / "bin", "mpirun (Open MPI) 5.0.3", "mpirun")
     (tmp_path / "ompi" / "lib64").mkdir()
     (tmp_path / "ompi" / "lib64" / "libmpi.so.40").touch()
     p = plan(2, ["prog"], mpirun=str(ompi), cores=4)  # implementation asked
     assert p.env["MPI4PY_LIBMPI"] == str(tmp_path / "ompi/lib64/libmpi.so.40")
-    assert flags(p.argv, "-x", "MPI4PY_LIBMPI", "prog")
+    assert flags(p.argv, "-x", "MPI4PY_LIBMPI", *wrapper(), "prog")
     assert "MPI4PY_LIBMPI" not in mpich(2).env and "MPI4PY_LIBMPI" not in mpich(2).argv
 
 
@@ -124,7 +139,8 @@ def test_openmpi_one_thread_per_rank_binds_to_cores():
     assert p.argv[:3] == ["mpirun", "-np", "4"]
     assert flags(p.argv, "--bind-to", "core", "--map-by", "core")
     assert "--oversubscribe" not in p.argv
-    assert flags(p.argv, "-x", "OMP_NUM_THREADS", "-x", "NUMBA_NUM_THREADS", "prog", "x")
+    assert flags(p.argv, "-x", "OMP_NUM_THREADS", "-x", "NUMBA_NUM_THREADS", *wrapper(),
+                 "prog", "x")
     assert p.env["OMP_NUM_THREADS"] == p.env["NUMBA_NUM_THREADS"] == "1"
 
 
@@ -162,7 +178,7 @@ def test_mpich_flags(tmp_path):
     hosts.write_text("node1:64\n")
     assert mpich(4).argv == ["mpiexec", "-n", "4", "-bind-to", "core",
                              "-genv", "OMP_NUM_THREADS", "1",
-                             "-genv", "NUMBA_NUM_THREADS", "1", "prog"]
+                             "-genv", "NUMBA_NUM_THREADS", "1", *wrapper(hydra=True), "prog"]
     assert flags(mpich(2, threads=2).argv, "-bind-to", "core:2")
     assert flags(mpich(3, threads=2).argv, "-bind-to", "none")
     assert flags(mpich(8, hostfile=str(hosts), cores=1).argv, "-f", str(hosts),
@@ -250,7 +266,7 @@ def test_plan_rejects_unknown_implementation():
 
 def test_shell_line_quotes_what_the_shell_would_split():
     p = LaunchPlan(["mpirun", "-np", "2", "python", "-c", "print('a b')"],
-                   {"OMP_NUM_THREADS": "2"})
+                   {"OMP_NUM_THREADS": "2"}, 2)
     assert p.shell() == "OMP_NUM_THREADS=2 mpirun -np 2 python -c 'print('\"'\"'a b'\"'\"')'"
 
 
@@ -275,14 +291,57 @@ def test_sbatch_script():
 @pytest.mark.parametrize("kw, message", [
     (dict(ranks=0), "ranks must be >= 1"),
     (dict(command=[]), "no command"),
-    (dict(nodes=0), "nodes must be >= 1"),
+    (dict(nodes=0), "--nodes must be from 1 to the 2 ranks, got 0"),
+    (dict(nodes=3), "--nodes must be from 1 to the 2 ranks, got 3"),
     (dict(job_name="two words"), "--job-name"),
     (dict(partition="cpu\nrm -rf /"), "--partition"),
-    (dict(stop_before=-1), "stop_before must be >= 0"),
+    (dict(stop_before=-1), "--stop-before must be from 0 to 65535 seconds"),
+    (dict(stop_before=65536, time="2-00"), "--stop-before must be from 0 to 65535 seconds"),
+    (dict(stop_before=120, time="2"), "--stop-before 120 s must be shorter than --time 2 "
+                                      "(120 s)"),
+    (dict(time="garbage"), "--time 'garbage' is not a SLURM time limit"),
 ])
 def test_sbatch_script_rejects_bad_input(kw, message):
-    with pytest.raises(LaunchError, match=message):
+    with pytest.raises(LaunchError, match=re.escape(message)):
         sbatch_script(**{"ranks": 2, "command": ["prog"], **kw})
+
+
+@pytest.mark.parametrize("time, seconds", [
+    ("90", 5400), ("90:30", 5430), ("1:00:00", 3600), ("01:02:03", 3723), ("2-12", 216000),
+    ("2-12:30", 217800), ("2-12:30:15", 217815), ("unlimited", None), ("INFINITE", None),
+    ("0", None),
+])
+def test_time_limit_takes_slurms_formats(time, seconds):
+    assert time_limit_s(time) == seconds
+
+
+@pytest.mark.parametrize("time", ["garbage", "", "1:2:3:4", "1-2-3", "-5", "1h", "１0", "1.5",
+                                  "99999999-00"])
+def test_time_limit_refuses_what_sbatch_would(time):
+    with pytest.raises(LaunchError, match="--time"):
+        time_limit_s(time)
+
+
+def test_sbatch_signal_fits_the_time_limit():
+    """--signal=TERM@S: S at most 65535 and shorter than --time; none at 0 or no limit."""
+    lines = sbatch_script(2, ["prog"], time="2-00", stop_before=65535).splitlines()
+    assert "#SBATCH --signal=TERM@65535" in lines and "#SBATCH --time=2-00" in lines
+    assert "#SBATCH --signal=TERM@119" in sbatch_script(2, ["prog"], time="2", stop_before=119)
+    assert "--signal" not in sbatch_script(2, ["prog"], time="1", stop_before=0)
+    assert "#SBATCH --signal=TERM@600" in sbatch_script(2, ["prog"], time="UNLIMITED",
+                                                        stop_before=600)
+
+
+def test_cli_refuses_a_hostfile_that_is_not_text(tmp_path, capsys):
+    hosts = tmp_path / "hosts"
+    hosts.write_bytes(b"node\xff1 slots=2\n")
+    for mpi in ("openmpi", "mpich"):
+        assert main(["--mpi", mpi, "--mpirun", "mpirun", "-n", "2", "--dry-run", "--hostfile",
+                     str(hosts), "--", "prog"]) == 2
+        assert capsys.readouterr().err == (f"distgnn-launch: error: hostfile {hosts} is not "
+                                           "text: byte 4 is not UTF-8\n")
+    assert main(["-n", "2", "--dry-run", "--hostfile", str(tmp_path), "--", "prog"]) == 2
+    assert f"hostfile {tmp_path} is not a file" in capsys.readouterr().err
 
 
 def test_cli_dry_run_prints_the_plan(capsys):
@@ -316,6 +375,17 @@ def test_cli_slurm_writes_the_script_atomically(tmp_path, capsys):
      "not the launcher of Open MPI, MPICH or Intel MPI"),
     (["-n", "2", "--timeout", "0", "--", "prog"], "timeout must be a finite number of seconds > 0"),
     (["--dry-run", "--", "prog"], "--ranks"),
+    (["-n", "2", "--slurm", "x", "--timeout", "60", "--", "prog"],
+     "--timeout does not apply to --slurm (give the job's --time)"),
+    (["-n", "2", "--slurm", "x", "--stop-grace", "5", "--", "prog"], "--stop-grace"),
+    (["-n", "2", "--slurm", "x", "--mpi", "mpich", "--", "prog"], "--mpi"),
+    (["-n", "2", "--slurm", "x", "--gpus-per-node", "1", "--", "prog"], "--gpus-per-node"),
+    (["-n", "2", "--dry-run", "--time", "10:00", "--", "prog"],
+     "--time applies only to the sbatch script of --slurm"),
+    (["-n", "2", "--stop-before", "10", "--", "prog"], "--stop-before applies only"),
+    (["-n", "2", "--dry-run", "--gpus-per-node", "²", "--", "prog"],
+     "--gpus-per-node must be a count or auto, got '²'"),
+    (["-n", "2", "--slurm", "x", "--time", "soon", "--", "prog"], "--time 'soon'"),
 ])
 def test_cli_errors_are_one_line(capsys, args, message):
     try:
@@ -371,3 +441,66 @@ def running(pid):
     except FileNotFoundError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_launcher_that_starts_no_rank_is_an_error(capfd):
+    """Every rank says it started (launch.rank); a launcher that exits 0 before all of
+    them did ran no job, one that fails before any did could not start it."""
+    for launcher, message in [("/bin/true", "/bin/true exited 0 having started 0 of the 2 "
+                                            "ranks: the job did not run"),
+                              ("/bin/false", "/bin/false exited with status 1 before any "
+                                             "rank started")]:
+        job = plan(2, ["prog"], implementation="openmpi", mpirun=launcher)
+        with pytest.raises(LaunchError, match=re.escape(message)):
+            run(job)
+    one = [sys.executable, *RANK_WRAPPER, "0", "true"]  # a "launcher" that starts one rank
+    with pytest.raises(LaunchError, match="started 1 of the 2 ranks"):
+        run(LaunchPlan(one, {}, 2))
+    assert run(LaunchPlan(one, {}, 1)) == 0
+    assert capfd.readouterr().err == ""  # the rank's STARTED line removed
+
+
+def test_stderr_copy_removes_started_lines_cut_anywhere(capfdbinary):
+    """What the launcher writes comes out as written, less the STARTED lines, wherever the
+    pipe cuts them (here within, between and across reads)."""
+    pieces = [b"epoch 1", STARTED[:5], STARTED[5:] + b" done\n" + STARTED, b"\x1eraw\n",
+              STARTED[:-1], STARTED[-1:] + b"last \x1edist"]
+    read, write = os.pipe()
+    with os.fdopen(read, "rb") as stream:
+        copy = StderrCopy(stream)
+        copy.start()
+        for piece in pieces:
+            os.write(write, piece)
+            time.sleep(0.02)
+        os.close(write)
+        copy.join(timeout=10)
+    assert copy.started == 3
+    assert capfdbinary.readouterr().err == b"epoch 1 done\n\x1eraw\nlast \x1edist"
+
+
+def test_rank_wrapper_usage():
+    proc = subprocess.run([sys.executable, *RANK_WRAPPER, "two", "prog"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: ")
+
+
+KILL_RANK_1 = ("import os, time\n"
+               "time.sleep(1)\n"
+               "if os.environ.get('PMI_RANK', os.environ.get('OMPI_COMM_WORLD_RANK')) == '1':\n"
+               "    os.kill(os.getpid(), 9)\n"
+               "time.sleep(5)")
+
+
+@pytest.mark.parametrize("mpi", MPIS)
+def test_a_killed_rank_is_named(mpi):
+    """Open MPI's mpirun names a rank killed by a signal; under Hydra (MPICH, Intel MPI),
+    whose own message names a PID, often another rank's, the rank's watcher does, in one
+    line."""
+    proc = subprocess.run([str(BIN / "distgnn-launch"), "--mpi", mpi, "-n", "2", "--",
+                           sys.executable, "-c", KILL_RANK_1], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode != 0
+    assert "process rank 1 with PID" in proc.stderr and "signal 9" in proc.stderr, proc.stderr
+    if mpi != "openmpi":
+        assert re.fullmatch(r"distgnn-launch: error: process rank 1 with PID \d+ on node \S+ "
+                            r"exited on signal 9 \(Killed\)\n", proc.stderr), proc.stderr

@@ -12,7 +12,7 @@ import torch
 import launch
 from distgnn.errors import DistGNNError
 from distgnn.placement import parse_per_rank, placement, rank_backend
-from launch.gpu_bind import gpu_for
+from launch.rank import gpu_for
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 
@@ -64,7 +64,7 @@ def test_gpu_for_shares_the_visible_gpus_round_robin():
 
 @pytest.mark.parametrize("given, expected", [(None, ["0", "1", "2"]), ("5,6", ["5", "6", "5"])])
 def test_launcher_gives_each_local_rank_its_gpu(given, expected):
-    """A real 3-rank mpirun job under launch.gpu_bind (no GPU needed to set the variable)."""
+    """A real 3-rank mpirun job under launch.rank (no GPU needed to set the variable)."""
     show = ("import json, os; print(json.dumps([os.environ['OMPI_COMM_WORLD_RANK'], "
             "os.environ['CUDA_VISIBLE_DEVICES']]))")
     job = launch.plan(3, [sys.executable, "-c", show], gpus_per_node=3)
