@@ -13,8 +13,8 @@ import dataclasses
 import numpy as np
 import torch
 
-from .backends import KernelBackend, NumbaBackend
-from .graph import CSRGraph
+from .backends import NUMBA_DTYPES, KernelBackend, NumbaBackend, check_tensor
+from .graph import CSRGraph, GraphError, check_count
 from .kernels import attention as k
 from .timing import PhaseTimer
 
@@ -51,6 +51,10 @@ class SoftmaxAggregate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, loop, s, t, z, nbr, slope, p, key):
         graph, chunks = nbr.graph, NumbaBackend.row_chunks(nbr.graph)
+        heads = z.shape[1] if z.ndim == 3 else None
+        check_tensor("z", z, (graph.num_nodes, heads, None), NUMBA_DTYPES, "cpu")
+        for name, v in (("loop", loop), ("s", s), ("t", t)):
+            check_tensor(name, v, (graph.num_nodes, heads), (z.dtype,), "cpu")
         s_, t_, z_ = (_array(v) for v in (s, t, z))
         top = torch.from_numpy(k.softmax_max(graph.indptr, graph.indices, s_, t_, slope,
                                              _array(loop), chunks))
@@ -116,6 +120,8 @@ class Neighbourhood:
         dtype (torch.dtype, optional): floating type of ``degree`` (the features' type).
 
     Shapes: ``h`` is ``[N, d]``; every reduction returns ``[N, d]``; ``degree`` is ``[N, 1]``.
+    Inputs of another shape (another graph's rows), and per-vertex arrays of another length,
+    are refused with :class:`~distgnn.graph.GraphError` before any kernel reads them.
     """
 
     def __init__(self, graph: CSRGraph, backend: KernelBackend, in_degree=None,
@@ -129,14 +135,47 @@ class Neighbourhood:
         self.backend = backend
         self.timer = timer if timer is not None else PhaseTimer()
         deg = graph.in_degrees() if in_degree is None else np.asarray(in_degree)
+        for name, a in (("in_degree", deg), ("global_ids", self.global_ids)):
+            if a.shape != (graph.num_nodes,):
+                raise GraphError(f"{name} has shape {list(a.shape)}, expected "
+                                 f"[{graph.num_nodes}] (one per vertex of the graph)")
         self.degree = torch.from_numpy(deg.astype(np.float64)).to(device, dtype).unsqueeze(1)
+        # layer index -> (step, layer module) of its last training use; shared by every view
+        self.users: dict[int, tuple[int, object]] = {}
 
     def at(self, layer: int, step: int, training: bool) -> "Neighbourhood":
-        """This neighbourhood as layer ``layer`` of epoch ``step`` sees it (the exchange keeps
-        state per layer: cd-r's bins and stale partials; a layer may key its dropout by it)."""
+        """This neighbourhood as layer ``layer`` of epoch ``step`` sees it (integers >= 0; the
+        exchange keeps state per layer: cd-r's bins and stale partials; a layer may key its
+        dropout by it)."""
         view = copy.copy(self)
-        view.context = LayerContext(layer, step, training)
+        view.context = LayerContext(check_count(layer, "layer"), check_count(step, "step"),
+                                    bool(training))
         return view
+
+    @property
+    def num_nodes(self) -> int:
+        """``N``: the rows of every ``h`` this neighbourhood takes."""
+        return self.graph.num_nodes
+
+    def enter(self, layer, weight: torch.Tensor, **inputs: torch.Tensor | None) -> None:
+        """What every layer of :mod:`distgnn.nn` calls first, with its input weight
+        ``[d_out, d_in]``: each of ``inputs`` (``None``: absent) must be ``[N, d_in]`` of the
+        weight's dtype.  On a partition, while training, no other layer may have used this
+        view's index in this step: the exchange keeps its state per index (cd-r's delayed
+        partials, a bf16 wire's error feedback), so two layers would share one.  The same
+        layer again (``--recompute`` runs it in the backward pass) is allowed.  O(1)."""
+        for name, h in inputs.items():
+            if h is not None:
+                check_tensor(f"{type(layer).__name__} input {name}", h,
+                             (self.num_nodes, weight.shape[1]), (weight.dtype,))
+        c = self.context
+        if c.training and self.exchange is not None:
+            step, user = self.users.get(c.layer, (None, layer))
+            if step == c.step and user is not layer:
+                raise GraphError(f"layer index {c.layer} is used by two layers in step {c.step} "
+                                 f"({type(user).__name__} and {type(layer).__name__}): give "
+                                 "each layer its own index, nbr.at(index, step, training)")
+            self.users[c.layer] = (c.step, layer)
 
     def reduce(self, h: torch.Tensor, reduce: str) -> torch.Tensor:
         """``reduce`` over in-neighbours (``sum``, ``max`` or ``min``; ``mean`` uses ``degree``)."""
@@ -153,6 +192,7 @@ class Neighbourhood:
         a whole graph or under 0c."""
         if self.exchange is None:
             return y
+        check_tensor("y", y, (self.num_nodes, None))
         if reduce != "sum":
             key = ("local_empty", empty_rows)
             if key not in self.graph.cache:

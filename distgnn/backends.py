@@ -32,8 +32,8 @@ import numpy as np
 import torch
 
 from .errors import DistGNNError
-from .graph import CSRGraph
-from .kernels import inverse_degree, spmm
+from .graph import CSRGraph, GraphError
+from .kernels import REDUCES, inverse_degree, spmm
 from .kernels.attention import transposed_order
 from .kernels.autotune import autotune_plan
 from .kernels.blocking import balanced_chunks
@@ -42,6 +42,7 @@ from .kernels.spmm import empty_aligned
 
 AGGREGATION_PRECISIONS = ("fp32", "bf16")
 LINEAR = ("sum", "mean")
+NUMBA_DTYPES = (torch.float32, torch.float64)  # what the Numba kernels compute in
 
 
 class KernelBackend(Protocol):
@@ -61,6 +62,45 @@ class KernelBackend(Protocol):
 
     def spmm_backward(self, graph: CSRGraph, grad_y: torch.Tensor, reduce: str,
                       arg: torch.Tensor | None) -> torch.Tensor: ...
+
+
+def check_tensor(name: str, x, shape: tuple, dtypes: tuple | None = None,
+                 device: str | None = None) -> None:
+    """Refuse, in one line naming what was expected and what was given, an ``x`` that is
+    not a floating-point tensor of ``shape`` (``None``: any size in that dimension) and, when
+    given, of one of ``dtypes`` and on a ``device`` of that type.  The kernels index rows by
+    vertex id without bounds checks, so every public entry point calls this first; O(1), no
+    element is read."""
+    if not isinstance(x, torch.Tensor):
+        raise GraphError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.ndim != len(shape) or any(e is not None and n != e for n, e in zip(x.shape, shape)):
+        expected = ", ".join("d" if e is None else str(e) for e in shape)
+        raise GraphError(f"{name} has shape [{', '.join(map(str, x.shape))}], expected "
+                         f"[{expected}]")
+    if not (x.is_floating_point() if dtypes is None else x.dtype in dtypes):
+        expected = "a floating-point type" if dtypes is None else " or ".join(map(str, dtypes))
+        raise GraphError(f"{name} has dtype {x.dtype}, expected {expected}")
+    if device is not None and x.device.type != device:
+        raise GraphError(f"{name} is on {x.device}, expected {device} (the numba backend runs "
+                         "on CPU tensors; use the torch backend)")
+
+
+def check_operand(graph: CSRGraph, x: torch.Tensor, reduce: str, name: str = "x",
+                  dtypes: tuple | None = None, device: str | None = None) -> None:
+    """What every backend checks before its kernels: ``x`` is ``[N, d]`` for the graph's
+    ``N`` vertices (:func:`check_tensor`), ``reduce`` is one of ``REDUCES``, and the graph's
+    arrays still agree in length (``indptr`` ``[N + 1]`` ending at ``E``, ``edge_weight``
+    ``[E]``; their values were checked when the graph was built).  O(1)."""
+    check_tensor(name, x, (graph.num_nodes, None), dtypes, device)
+    if reduce not in REDUCES:
+        raise GraphError(f"reduce must be one of {', '.join(REDUCES)}, got {reduce!r}")
+    if len(graph.indptr) != graph.num_nodes + 1 or graph.indptr[-1] != graph.num_edges:
+        raise GraphError(f"the graph's indptr has {len(graph.indptr)} entries ending at "
+                         f"{graph.indptr[-1]}, expected {graph.num_nodes + 1} ending at "
+                         f"{graph.num_edges}")
+    if graph.edge_weight is not None and graph.edge_weight.shape != (graph.num_edges,):
+        raise GraphError(f"the graph's edge_weight has shape {list(graph.edge_weight.shape)}, "
+                         f"expected [{graph.num_edges}] (one per edge)")
 
 
 def scatter_argreduce_grad(grad_y: torch.Tensor, arg: torch.Tensor, src: torch.Tensor,
@@ -150,6 +190,7 @@ class TorchSparseBackend:
         return graph.cache[key]
 
     def spmm(self, graph, x, reduce):
+        check_operand(graph, x, reduce)
         t = self.tensors(graph, x.device)
         if reduce in LINEAR:
             y = torch.sparse.mm(t["A"].to(x.dtype), self.rounded(x, reduce))
@@ -168,6 +209,7 @@ class TorchSparseBackend:
         return y, torch.where(first == len(src), -1, first)
 
     def spmm_backward(self, graph, grad_y, reduce, arg):
+        check_operand(graph, grad_y, reduce, "grad_y")
         t = self.tensors(graph, grad_y.device)
         if reduce in LINEAR:
             if reduce == "mean":
@@ -210,8 +252,7 @@ class NumbaBackend:
         return graph.cache[key]
 
     def spmm(self, graph, x, reduce):
-        if x.device.type != "cpu":
-            raise ValueError("the numba backend runs on CPU tensors; use the torch backend")
+        check_operand(graph, x, reduce, dtypes=NUMBA_DTYPES, device="cpu")
         xn = self.gathered(x, reduce)
         result = spmm(graph.indptr, graph.indices, xn, reduce, graph.edge_weight,
                       plan=self.plan(graph, xn.shape[1], dtype=xn.dtype))
@@ -220,6 +261,7 @@ class NumbaBackend:
         return torch.from_numpy(result), None
 
     def spmm_backward(self, graph, grad_y, reduce, arg):
+        check_operand(graph, grad_y, reduce, "grad_y", NUMBA_DTYPES, "cpu")
         g = grad_y.numpy()
         if reduce in ("max", "min"):
             if "src" not in graph.cache:

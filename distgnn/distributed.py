@@ -36,11 +36,13 @@ def threads_per_rank(comm: Communicator) -> int:
 
 def train_partitions(directory: str, config: Callable[[], TrainConfig],
                      report: Callable[[TrainResult], None],
-                     make_model: ModelFactory | None = None) -> int:
+                     make_model: ModelFactory | None = None,
+                     prog: str = "distgnn-train") -> int:
     """One rank of ``mpirun -np P distgnn-train --partitions DIR``: ``config()`` makes the
     run's configuration (checked on every rank), rank 0 hands the result to ``report``;
     ``make_model`` builds a user's model instead of ``cfg.model`` (see
-    :func:`~distgnn.train.model_and_optimizer`).  Returns the rank's exit status."""
+    :func:`~distgnn.train.model_and_optimizer`); errors are printed as ``prog``'s.
+    Returns the rank's exit status."""
     world = MPICommunicator()  # the job itself: agreement on set-up errors, and abort
 
     def main():
@@ -51,7 +53,7 @@ def train_partitions(directory: str, config: Callable[[], TrainConfig],
         comm = all_or_none(world, lambda: get_communicator(cfg.comm, device))
         timer = PhaseTimer()
         heartbeat = Heartbeat.start(world) if cfg.comm_timeout and world.size > 1 else None
-        watchdog = Watchdog(comm, cfg.comm_timeout, "distgnn-train", heartbeat)
+        watchdog = Watchdog(comm, cfg.comm_timeout, prog, heartbeat)
         shard = partition_shard(directory, cfg, watchdog, timer, device, backend)
         places = torch.tensor([float(device.type == "cuda"), float(backend == "torch")])
         world.allreduce(places)
@@ -66,7 +68,7 @@ def train_partitions(directory: str, config: Callable[[], TrainConfig],
             report(result)
         return 0
 
-    return run_rank("distgnn-train", world, main)
+    return run_rank(prog, world, main)
 
 
 def run_rank(prog: str, comm: Communicator, main: Callable[[], int]) -> int:

@@ -20,6 +20,8 @@ import numba
 import numpy as np
 import torch
 
+from .graph import GraphError
+
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
@@ -53,8 +55,20 @@ def dropout_key(seed: int, step: int, layer: int) -> int:
         return int(mix(k ^ np.uint64(layer & 0xFFFFFFFFFFFFFFFF)))
 
 
+def check_dropout(x, global_ids, p: float) -> None:
+    """Refuse ``p`` outside ``[0, 1)`` and an ``x`` (array or tensor) that is not
+    ``[len(global_ids), d]``: the kernel reads ``global_ids[i]`` for every row ``i`` of ``x``
+    without bounds checks.  O(1)."""
+    if not 0 <= p < 1:  # also NaN
+        raise GraphError(f"dropout probability must be in [0, 1), got {p}")
+    if x.ndim != 2 or x.shape[0] != len(global_ids):
+        raise GraphError(f"dropout input has shape [{', '.join(map(str, x.shape))}], expected "
+                         f"[{len(global_ids)}, d] (one row per vertex)")
+
+
 def apply_dropout_mask(x: np.ndarray, global_ids: np.ndarray, p: float, key: int) -> np.ndarray:
     """``x * mask`` for ``x`` float ``[len(global_ids), d]``; the mask is ``0`` or ``1/(1-p)``."""
+    check_dropout(x, global_ids, p)
     out = np.empty_like(x)
     _masked_scale(x, np.ascontiguousarray(global_ids, dtype=np.int64), np.uint64(key),
                   np.uint64(int(p * (1 << 24))), x.dtype.type(1.0 / (1.0 - p)), out)
@@ -138,6 +152,7 @@ class VertexDropout(torch.autograd.Function):
 
 def vertex_dropout(h: torch.Tensor, global_ids: np.ndarray, p: float, key: int) -> torch.Tensor:
     """Dropout of ``h`` ``[N, d]`` (on any device) with the mask of the module docstring."""
+    check_dropout(h, global_ids, p)
     if p == 0.0:
         return h
     return VertexDropout.apply(h, global_ids, p, key)

@@ -8,7 +8,9 @@ inside ``nbr`` (the exchange of :mod:`distgnn.drpa`), so the same model code tra
 socket and on many.  Under ``--algo cd-0`` a partitioned layer computes what the whole-graph
 layer computes.  A model gives each layer its own exchange state by calling it with
 ``nbr.at(layer, step, self.training)`` (the layer's index and the epoch: what cd-r keeps
-per layer, and what the dropout masks are keyed by).
+per layer, and what the dropout masks are keyed by); on a partition, a second layer at an
+index already used in the training step is refused.  Every layer checks its input against
+the neighbourhood (``[N, d_in]`` of its weights' dtype) before it aggregates anything.
 
 Argument names and defaults follow PyTorch Geometric's layers of the same name.  Linear
 aggregations commute with the projection, ``A (H W) = (A H) W``, so the GCN, GraphSAGE and
@@ -24,7 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .aggregate import Neighbourhood
-from .dropout import dropout_key, vertex_dropout
+from .backends import check_tensor
+from .dropout import check_dropout, dropout_key, vertex_dropout
 
 SAGE_AGGREGATORS = ("gcn", "mean", "sum", "max", "min")
 LINEAR_AGGREGATORS = ("gcn", "mean", "sum")
@@ -99,6 +102,7 @@ class SAGEConv(nn.Module):
     def forward(self, nbr: Neighbourhood, h: torch.Tensor,
                 aggregated: torch.Tensor | None = None) -> torch.Tensor:
         """``aggregated``: ``aggregate(nbr, h)`` computed earlier (constant input features)."""
+        nbr.enter(self, self.lin_neigh.weight, h=h, aggregated=aggregated)
         out = aggregate_and_project(self, self.lin_neigh, nbr, h, aggregated)
         if self.lin_root is not None:
             out = out + self.lin_root(h)
@@ -145,6 +149,7 @@ class GCNConv(nn.Module):
     def forward(self, nbr: Neighbourhood, h: torch.Tensor,
                 aggregated: torch.Tensor | None = None) -> torch.Tensor:
         """``aggregated``: ``aggregate(nbr, h)`` computed earlier (constant input features)."""
+        nbr.enter(self, self.lin.weight, h=h, aggregated=aggregated)
         out = aggregate_and_project(self, self.lin, nbr, h, aggregated)
         return out if self.bias is None else out + self.bias
 
@@ -155,6 +160,7 @@ def keyed_dropout(h: torch.Tensor, nbr: Neighbourhood, p: float, training: bool,
     step, layer, global vertex id, column)`` (:mod:`distgnn.dropout`): every clone of a vertex
     draws the mask the whole graph draws, so a partitioned run trains the same model.  Use it
     between layers instead of ``F.dropout``, whose masks differ from rank to rank."""
+    check_dropout(h, nbr.global_ids, p)
     if not training or not p:
         return h
     return vertex_dropout(h, nbr.global_ids, p, dropout_key(seed, step, layer))
@@ -210,6 +216,7 @@ class GINConv(nn.Module):
         return nbr.reduce(z, "sum") + (1 + self.eps) * z
 
     def forward(self, nbr: Neighbourhood, h: torch.Tensor) -> torch.Tensor:
+        nbr.enter(self, self.lin1.weight, h=h)
         hidden = aggregate_and_project(self, self.lin1, nbr, h, None)
         return self.lin2(F.relu(hidden + self.bias1))
 
@@ -281,6 +288,12 @@ class GATConv(nn.Module):
         glorot(self)
 
     def forward(self, nbr: Neighbourhood, h: torch.Tensor, step: int = 0) -> torch.Tensor:
+        nbr.enter(self, self.lin.weight, h=h)
+        heads, width = self.heads, self.out_channels  # a [1, 1, C] att_* would broadcast
+        for name, param, shape in (("att_src", self.att_src, (1, heads, width)),
+                                   ("att_dst", self.att_dst, (1, heads, width)),
+                                   ("lin.weight", self.lin.weight, (heads * width, None))):
+            check_tensor(f"GATConv {name}", param, shape)
         z = self.lin(h).view(-1, self.heads, self.out_channels)
         score_src = (z * self.att_src).sum(-1)  # [N, H]
         score_dst = (z * self.att_dst).sum(-1)
@@ -358,5 +371,6 @@ class GCN2Conv(nn.Module):
         glorot(self)
 
     def forward(self, nbr: Neighbourhood, x: torch.Tensor, x_0: torch.Tensor) -> torch.Tensor:
+        nbr.enter(self, self.weight1, x=x, x_0=x_0)
         out = (1 - self.alpha) * GCNConv.aggregate(nbr, x) + self.alpha * x_0
         return torch.addmm(out, out, self.weight1, beta=1.0 - self.beta, alpha=self.beta)

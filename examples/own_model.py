@@ -1,5 +1,7 @@
-"""Train a model defined in this file, built from distgnn's layers, on one socket or on a
-partitioned graph under MPI; the same code runs both ways.
+"""Train a model defined in this file, built from distgnn's layers, on one socket or under MPI.
+
+The same code trains on a whole graph in one process and on a partitioned graph, one rank
+per partition:
 
     python examples/own_model.py --dataset cora
     distgnn-partition cora --parts 2 --out /tmp/cora-p2
@@ -10,14 +12,18 @@ layer with ``nbr.at(i, step, self.training)``: ``nbr`` is the whole graph in one
 and this rank's partition under ``mpirun``, where the layers exchange what the split
 vertices need inside.  Dropout between layers is :func:`distgnn.nn.keyed_dropout`, whose
 masks every rank draws alike, so under ``--algo cd-0`` both runs give the same losses.
+
+Bad flags and data end as in ``distgnn-train``: one line on stderr and exit status 2.
 """
-import argparse
+import functools
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from distgnn.cli import report
+from distgnn.cli_common import OneLineParser, interruptible, run_guarded
 from distgnn.config import TrainConfig
 from distgnn.datasets import load
 from distgnn.distributed import train_partitions
@@ -49,8 +55,12 @@ class AttentionThenGIN(nn.Module):
         return self.readout(drop(torch.cat([h1, h2], dim=1), 2))
 
 
+PROG = "own_model.py"
+
+
+@interruptible(PROG)
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--dataset", help="train on this dataset in one process")
     source.add_argument("--partitions", help="train on these partitions (one rank each)")
@@ -58,21 +68,24 @@ def main(argv=None) -> int:
     p.add_argument("--dropout", type=float, default=0.5, help="dropout probability")
     p.add_argument("--metrics-out", help="write one JSON line per epoch here")
     args = p.parse_args(argv)
-    cfg = TrainConfig(epochs=args.epochs, lr=0.005, dropout=args.dropout,
-                      metrics_out=args.metrics_out, progress=False)
+
+    @functools.cache  # checked once (on every rank under MPI), before any data is read
+    def config() -> TrainConfig:
+        return TrainConfig(epochs=args.epochs, lr=0.005, dropout=args.dropout,
+                           metrics_out=args.metrics_out, progress=False)
 
     def make_model(in_channels: int, num_classes: int) -> nn.Module:
+        cfg = config()
         return AttentionThenGIN(in_channels, num_classes, dropout=cfg.dropout, seed=cfg.seed)
 
-    def report(result) -> None:
-        best = result.best
-        print(f"best validation accuracy {best['val_acc']:.4f} at epoch {best['epoch']}, "
-              f"test accuracy there {best['test_acc']:.4f}")
+    def one_process() -> int:
+        cfg = config()
+        report(train(load(args.dataset), cfg, make_model=make_model))
+        return 0
 
-    if args.partitions:
-        return train_partitions(args.partitions, lambda: cfg, report, make_model)
-    report(train(load(args.dataset), cfg, make_model=make_model))
-    return 0
+    if args.partitions:  # every rank checks the flags and the files; rank 0 reports once
+        return train_partitions(args.partitions, config, report, make_model, PROG)
+    return run_guarded(PROG, one_process)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import torch
 from distgnn.aggregate import Neighbourhood, SpMM
 from distgnn.backends import BACKENDS, TorchSparseBackend, get_backend
 from distgnn.errors import DistGNNError
-from distgnn.graph import CSRGraph
+from distgnn.graph import CSRGraph, GraphError
 from distgnn.kernels import REDUCES
 from distgnn.timing import PhaseTimer
 
@@ -152,3 +152,83 @@ def test_get_backend():
     assert isinstance(get_backend("torch"), TorchSparseBackend)
     with pytest.raises(DistGNNError, match="nope"):
         get_backend("nope")
+
+
+@pytest.mark.parametrize("shape, says", [((20, 4), r"\[20, 4\], expected \[40, d\]"),
+                                         ((40, 2, 2), r"\[40, 2, 2\], expected \[40, d\]")])
+def test_features_of_another_shape_are_refused_before_the_kernels(backend, random_graph,
+                                                                 shape, says):
+    g, *_ = random_graph(**GRAPHS["random"])
+    nbr = Neighbourhood(g, backend)
+    with pytest.raises(GraphError, match=says):
+        nbr.reduce(torch.rand(shape), "sum")
+    with pytest.raises(GraphError, match="expected \\[40, d\\]"):
+        backend.spmm_backward(g, torch.rand(39, 4), "sum", None)
+
+
+def test_numba_kernels_refuse_integer_features_and_a_graph_whose_weights_lost_edges(
+        random_graph):
+    g, *_ = random_graph(**GRAPHS["random"])
+    nbr = Neighbourhood(g, get_backend("numba"))
+    with pytest.raises(GraphError, match="dtype torch.int64, expected torch.float32 or "):
+        nbr.reduce(torch.ones(40, 3, dtype=torch.int64), "sum")
+    g.edge_weight = np.ones(5, np.float32)  # set after the graph checked its own
+    says = rf"edge_weight has shape \[5\], expected \[{g.num_edges}\]"
+    with pytest.raises(GraphError, match=says):
+        nbr.reduce(torch.rand(40, 3), "sum")
+
+
+def test_neighbourhood_refuses_per_vertex_arrays_of_another_length(backend, random_graph):
+    g, *_ = random_graph(**GRAPHS["random"])
+    with pytest.raises(GraphError, match=r"global_ids has shape \[10\], expected \[40\]"):
+        Neighbourhood(g, backend, global_ids=np.arange(10))
+    with pytest.raises(GraphError, match=r"in_degree has shape \[41\], expected \[40\]"):
+        Neighbourhood(g, backend, in_degree=np.ones(41, np.int64))
+    with pytest.raises(GraphError, match="layer must be an integer"):
+        Neighbourhood(g, backend).at(0.5, 0, True)
+
+
+def test_attention_kernels_refuse_scores_of_another_shape(random_graph):
+    g, *_ = random_graph(**GRAPHS["random"])
+    nbr = Neighbourhood(g, get_backend("numba"))
+    s, z = torch.rand(40, 2), torch.rand(40, 2, 3)
+    nbr.attend(s, s, s, z, 0.2, 0.0, 0)  # the shapes it takes
+    with pytest.raises(GraphError, match=r"t has shape \[30, 2\], expected \[40, 2\]"):
+        nbr.attend(s, s, torch.rand(30, 2), z, 0.2, 0.0, 0)
+    with pytest.raises(GraphError, match=r"z has shape \[20, 2, 3\], expected \[40, 2, d\]"):
+        nbr.attend(s, s, s, torch.rand(20, 2, 3), 0.2, 0.0, 0)
+    with pytest.raises(GraphError, match="s has dtype torch.float64, expected torch.float32"):
+        nbr.attend(s, s.double(), s, z, 0.2, 0.0, 0)
+
+
+class Identity:
+    """An exchange that changes nothing: a partition's neighbourhood on one process."""
+
+    def __call__(self, y, layer, step, training):
+        return y
+
+
+def test_two_layers_at_one_index_are_refused_on_a_partition_but_not_a_recomputed_one(
+        random_graph):
+    """On a partition the exchange keeps state per layer index (cd-r): a second layer at
+    an index in the same training step is an error naming it; the same layer again (as
+    ``--recompute`` runs it), another step, evaluation or one process are not."""
+    from distgnn.models import GNN
+    from distgnn.nn import GCNConv
+
+    g, *_ = random_graph(**GRAPHS["random"])
+    nbr = Neighbourhood(g, get_backend("numba"), exchange=Identity())
+    first, second, x = GCNConv(4, 4), GCNConv(4, 4), torch.rand(40, 4)
+    first(nbr.at(0, 3, True), x)
+    first(nbr.at(0, 3, True), x)
+    second(nbr.at(1, 3, True), x)
+    second(nbr.at(0, 3, False), x)
+    second(nbr.at(0, 4, True), x)
+    with pytest.raises(GraphError, match="layer index 0 is used by two layers in step 4"):
+        first(nbr.at(0, 4, True), x)
+    whole = Neighbourhood(g, get_backend("numba"))
+    first(whole.at(0, 4, True), x)
+    second(whole.at(0, 4, True), x)
+    model = GNN("gcn", 4, 8, 3, num_layers=3, recompute=True).train()
+    model(nbr, x, step=5).sum().backward()
+    assert all(p.grad is not None for p in model.parameters())

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from distgnn.dropout import apply_dropout_mask, dropout_key, vertex_dropout
+from distgnn.graph import GraphError
 
 KEY = dropout_key(seed=7, step=3, layer=1)
 
@@ -78,3 +79,17 @@ def test_torch_mask_has_the_numba_kernel_bits(p):
         expected = apply_dropout_mask(np.ones((len(ids), 37), np.float32), ids, p, key)
         got = dropout_mask_torch(torch.from_numpy(ids), 37, p, key, torch.float32)
         np.testing.assert_array_equal(got.numpy(), expected)
+
+
+def test_rows_without_a_global_id_and_probabilities_out_of_range_are_refused():
+    """The kernel reads ``global_ids[i]`` for every row ``i``: more rows than ids (or not
+    ``[n, d]``) is refused before it runs, as is a ``p`` that is no probability below 1."""
+    ids = np.arange(10)
+    for x in (np.ones((11, 3), np.float32), np.ones((10,), np.float32)):
+        with pytest.raises(GraphError, match=r"expected \[10, d\]"):
+            apply_dropout_mask(x, ids, 0.5, KEY)
+    with pytest.raises(GraphError, match=r"shape \[20, 3\], expected \[10, d\]"):
+        vertex_dropout(torch.ones(20, 3), ids, 0.5, KEY)
+    for p in (1.0, 1.5, -0.5, float("nan")):
+        with pytest.raises(GraphError, match=r"must be in \[0, 1\)"):
+            vertex_dropout(torch.ones(10, 3), ids, p, KEY)

@@ -1,8 +1,10 @@
-"""Every hostile case of tests/helpers/hostile.py: one line and the documented status, nothing of the
-user's deleted or truncated, nothing left behind (see that module for the cases)."""
+"""Every hostile case (tests/helpers/hostile.py and its area modules): one line and the
+documented status, nothing of the user's deleted or truncated, nothing left behind."""
 import pytest
 
-from tests.helpers.hostile import CASES, CLASSES, Runner, run_case
+from tests.helpers.hostile import CLASSES, Runner, all_cases, run_case
+
+CASES = all_cases()
 
 
 def test_every_class_has_at_least_five_cases():

@@ -8,8 +8,9 @@ import torch
 
 from distgnn.aggregate import Neighbourhood
 from distgnn.backends import NumbaBackend, TorchSparseBackend
+from distgnn.graph import GraphError
 from distgnn.models import GCNII, GNN
-from distgnn.nn import GATConv, GCN2Conv, GINConv
+from distgnn.nn import GATConv, GCN2Conv, GCNConv, GINConv, SAGEConv, keyed_dropout
 
 pyg = pytest.importorskip("torch_geometric.nn")
 N = 40
@@ -137,3 +138,48 @@ def test_fused_attention_equals_the_torch_formulation_with_dropout(graph):
     dropped.load_state_dict(conv.state_dict())
     plain = dropped(Neighbourhood(g, BACKENDS[0], dtype=torch.float64), x)
     assert not torch.allclose(plain, results[0][0])  # the dropout did act
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
+@pytest.mark.parametrize("make", [lambda: GCNConv(6, 4), lambda: SAGEConv(6, 4, "max"),
+                                  lambda: GINConv(6, 4), lambda: GATConv(6, 2, heads=2)],
+                         ids=["gcn", "sage", "gin", "gat"])
+def test_layers_refuse_inputs_of_another_shape_or_type(graph, backend, make):
+    """Rows of another graph, another width or dtype: one line naming the layer, the
+    expected and the given shape, before anything is aggregated."""
+    nbr = Neighbourhood(graph[0], backend).at(0, 0, True)
+    conv = make()
+    name = type(conv).__name__
+    assert conv(nbr, torch.rand(N, 6)).shape[0] == N
+    for h, says in [(torch.rand(N - 10, 6), rf"shape \[{N - 10}, 6\], expected \[{N}, 6\]"),
+                    (torch.rand(4 * N, 6), rf"shape \[{4 * N}, 6\], expected \[{N}, 6\]"),
+                    (torch.rand(N, 5), rf"shape \[{N}, 5\], expected \[{N}, 6\]"),
+                    (torch.rand(N, 6, dtype=torch.float64), "dtype torch.float64")]:
+        with pytest.raises(GraphError, match=f"{name} input h has {says}"):
+            conv(nbr, h)
+
+
+def test_gcn2_refuses_an_initial_residual_of_another_graph(graph):
+    nbr = Neighbourhood(graph[0], BACKENDS[0])
+    conv = GCN2Conv(6, alpha=0.1)
+    with pytest.raises(GraphError, match=rf"GCN2Conv input x_0 has shape \[3, 6\], "
+                                         rf"expected \[{N}, 6\]"):
+        conv(nbr, torch.rand(N, 6), torch.rand(3, 6))
+
+
+def test_gat_refuses_attention_vectors_for_other_heads(graph):
+    """A ``[1, 1, C]`` vector would broadcast over the heads (silently other maths)."""
+    nbr = Neighbourhood(graph[0], BACKENDS[0])
+    conv = GATConv(6, 4, heads=2)
+    conv.att_dst = torch.nn.Parameter(torch.rand(1, 1, 4))
+    with pytest.raises(GraphError, match=r"att_dst has shape \[1, 1, 4\], expected \[1, 2, 4\]"):
+        conv(nbr, torch.rand(N, 6))
+
+
+def test_keyed_dropout_refuses_rows_of_another_graph_and_probabilities_out_of_range(graph):
+    nbr = Neighbourhood(graph[0], BACKENDS[0])
+    with pytest.raises(GraphError, match=rf"\[{10 * N}, 3\], expected \[{N}, d\]"):
+        keyed_dropout(torch.rand(10 * N, 3), nbr, 0.5, True, 0, 0, 0)
+    for p in (1.0, 1.5, -0.1, float("nan")):
+        with pytest.raises(GraphError, match=r"must be in \[0, 1\)"):
+            keyed_dropout(torch.rand(N, 3), nbr, p, False, 0, 0, 0)

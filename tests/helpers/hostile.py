@@ -7,6 +7,8 @@ against this tree; ``python -m tests.helpers.hostile --tree DIR`` runs them agai
 checkout (an older commit) and prints the before/after table of the hardening issue.
 
 Tools run in this process where they can (fast); signal and MPI cases run as processes.
+The cases of the first eleven classes are below; those of later classes live by area in
+``tests/helpers/hostile_{training,partition,launch,api}.py`` (:func:`all_cases`).
 """
 from __future__ import annotations
 
@@ -69,14 +71,22 @@ class Runner:
             env["PYTHONPATH"] = str(self.tree)
         return env
 
+    @property
+    def prelude(self) -> str:
+        """What a ``python -c`` program of this runner starts with: ``sys`` imported and,
+        for another tree, that tree first (before this checkout's editable install, whose
+        finder comes first)."""
+        return "import sys\n" + ("" if self.tree is None else
+                                 f"sys.path.insert(0, {str(self.tree)!r}); sys.meta_path[:] = "
+                                 "[f for f in sys.meta_path if 'editable' not in repr(f)]\n")
+
+    def code_command(self, code: str, argv: list = ()) -> list[str]:
+        return [sys.executable, "-c", self.prelude + code, *map(str, argv)]
+
     def command(self, tool: str, argv: list) -> list[str]:
         module, func = ENTRY[tool]
-        # another tree: before this checkout's editable install, whose finder comes first
-        other = ("" if self.tree is None else
-                 f"sys.path.insert(0, {str(self.tree)!r}); sys.meta_path[:] = "
-                 "[f for f in sys.meta_path if 'editable' not in repr(f)]; ")
-        return [sys.executable, "-c", f"import sys; {other}from {module} import {func}; "
-                f"sys.exit({func}(sys.argv[1:]))", *map(str, argv)]
+        return self.code_command(f"from {module} import {func}; "
+                                 f"sys.exit({func}(sys.argv[1:]))", argv)
 
     def __call__(self, tool: str, argv: list, in_process: bool = True,
                  timeout: float = 300) -> Outcome:
@@ -113,11 +123,8 @@ class Runner:
     def python(self, code: str, timeout: float = 300) -> Outcome:
         """``code`` run by a new Python process on this tree (a kernel fault then ends that
         process, not the suite)."""
-        other = ("" if self.tree is None else
-                 f"import sys; sys.path.insert(0, {str(self.tree)!r}); sys.meta_path[:] = "
-                 "[f for f in sys.meta_path if 'editable' not in repr(f)]\n")
-        proc = subprocess.run([sys.executable, "-c", other + code], env=self.env(),
-                              capture_output=True, text=True, timeout=timeout, cwd=self.root)
+        proc = subprocess.run(self.code_command(code), env=self.env(), capture_output=True,
+                              text=True, timeout=timeout, cwd=self.root)
         return Outcome(proc.returncode, proc.stdout, proc.stderr)
 
     def example(self, name: str, argv: list, timeout: float = 300) -> Outcome:
@@ -130,14 +137,23 @@ class Runner:
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
 
     def mpirun(self, ranks: int, tool: str, argv: list, timeout: float = 180) -> Outcome:
-        """``tool`` on ``ranks`` ranks; stderr without Open MPI's own banner (the block
-        between dashed lines that says a rank exited non-zero)."""
+        """``tool`` on ``ranks`` ranks (see :meth:`mpi_command`)."""
+        return self.mpi_command(ranks, self.command(tool, argv), timeout)
+
+    def mpi_python(self, ranks: int, code: str, argv: list, timeout: float = 180) -> Outcome:
+        """``code`` on ``ranks`` ranks, from this tree's root (see :meth:`mpi_command`)."""
+        return self.mpi_command(ranks, self.code_command(code, argv), timeout)
+
+    def mpi_command(self, ranks: int, command: list[str], timeout: float = 180) -> Outcome:
+        """``command`` on ``ranks`` ranks; stderr without Open MPI's own banner (the block
+        between dashed lines that says a rank exited non-zero) and without the NUL byte
+        prterun ends its report of an abort with."""
         mpirun = Path(sys.executable).parent / "mpirun"
         proc = subprocess.run([str(mpirun), "-np", str(ranks), "--oversubscribe", "--bind-to",
-                               "none", *self.command(tool, argv)], env=self.env(),
-                              capture_output=True, text=True, timeout=timeout)
+                               "none", *command], env=self.env(), capture_output=True,
+                              text=True, timeout=timeout, cwd=self.root)
         ours, banner = [], False
-        for line in proc.stderr.splitlines():
+        for line in proc.stderr.replace("\x00", "").splitlines():
             if line.startswith("-" * 20):
                 banner = not banner
             elif not banner:
@@ -770,6 +786,18 @@ add(Case(11, "verify: no such folder", tool("partition", "verify", "{tmp}/absent
          says="absent"))
 
 
+# ---- every case ---------------------------------------------------------------------------------
+AREAS = ("training", "partition", "launch", "api")
+
+
+def all_cases() -> list[Case]:
+    """The cases above, then those of each area's module (they build on this one)."""
+    import importlib
+
+    return CASES + [case for area in AREAS
+                    for case in importlib.import_module(f"tests.helpers.hostile_{area}").CASES]
+
+
 # ---- checking and reporting --------------------------------------------------------------------
 def run_case(case: Case, tmp: Path, runner: Runner) -> tuple[Outcome, list[str]]:
     """The case's outcome and every expectation it breaks (empty: as expected)."""
@@ -812,6 +840,8 @@ def main() -> int:
     import argparse
     import tempfile
 
+    import pytest
+
     p = argparse.ArgumentParser(description="Run the hostile cases against a source tree and "
                                             "print a Markdown table.")
     p.add_argument("--tree", type=Path, help="checkout to run (default: this one)")
@@ -820,13 +850,15 @@ def main() -> int:
     a = p.parse_args()
     runner = Runner(a.tree.resolve() if a.tree else None)
     cells = {}
-    for case in CASES:
+    for case in all_cases():
         if a.only and a.only not in case.id:
             continue
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 outcome, problems = run_case(case, Path(tmp), runner)
                 cells[case.id] = describe(outcome, problems)
+            except pytest.skip.Exception as e:  # a case that needs what this machine lacks
+                cells[case.id] = f"skipped: {e}"
             except Exception as e:  # noqa: BLE001 -- the setup itself failed on that tree
                 cells[case.id] = f"could not run: {type(e).__name__}: {str(e)[:80]}"
         print(f"| {case.klass} | {case.name} | {cells[case.id]} |", flush=True)

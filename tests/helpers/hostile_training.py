@@ -1,8 +1,22 @@
-from tests.helpers.hostile import (Case, TRAIN_QUICK, both, data, mpi_train, partition,
-                                   resume_case, tool, write_npz)
+"""Hostile and careless uses of distgnn-train: resume with an option that changes the
+computation, flags that would change nothing, memory that grows with a flag, refusals
+under MPI, huge values reaching arithmetic."""
+from __future__ import annotations
+
 import numpy as np
 
-CASES = []
+from tests.helpers.hostile import (
+    TRAIN_QUICK,
+    Case,
+    data,
+    mpi_train,
+    partition,
+    resume_case,
+    tool,
+    write_npz,
+)
+
+CASES: list[Case] = []
 add = CASES.append
 
 # 3. resume with an option that changes the computation

@@ -1,0 +1,163 @@
+"""Hostile uses of the Python API (class 14) and of ``examples/own_model.py`` (class 15).
+
+Each API case runs a snippet in a process of its own (a kernel that reads out of bounds may
+end it): the snippet builds a small graph through the public API, makes one call, and
+turns only the library's own error (:class:`~distgnn.errors.DistGNNError`) into one line
+and exit status 2.  A call that returns, NaNs included, exits 0; a crash, an ``IndexError``
+or a Numba error shows as itself: each fails a case that expects status 2.
+"""
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+
+from tests.helpers.hostile import Case, both, data, partition, user_file
+
+PRELUDE = """\
+import sys
+import numpy as np
+import torch
+from distgnn.aggregate import Neighbourhood
+from distgnn.backends import get_backend
+from distgnn.errors import DistGNNError
+from distgnn.graph import CSRGraph
+from distgnn.nn import GATConv, GCNConv, GINConv, keyed_dropout
+
+rng = np.random.default_rng(0)
+
+
+def graph(n):
+    return CSRGraph.from_edges(rng.integers(0, n, 4 * n), rng.integers(0, n, 4 * n), n)
+
+
+g = graph(30)
+nbr = Neighbourhood(g, get_backend("numba"))
+"""
+
+
+def api(body: str):
+    """The snippet ``body`` (which sets ``out``) after :data:`PRELUDE`: exit 2 with the
+    library's one line, or exit 0 saying what came back."""
+    code = (PRELUDE + "try:\n" + textwrap.indent(textwrap.dedent(body), "    ")
+            + "except DistGNNError as e:\n    print(e, file=sys.stderr)\n    sys.exit(2)\n"
+            + "print('returned', tuple(out.shape), 'with NaN' if torch.isnan(out).any() "
+              "else 'without NaN')\n")
+    return lambda tmp, run: run.python(code)
+
+
+def on_ranks(ranks: int, code: str, *argv):
+    """``code`` (``"{root}"``: the tree under test) run by ``ranks`` MPI ranks with ``argv``
+    (``"{tmp}"``: the case directory)."""
+    return lambda tmp, run: run.mpi_python(ranks, code.replace("{root}", str(run.root)),
+                                           [str(a).replace("{tmp}", str(tmp)) for a in argv])
+
+
+CASES: list[Case] = []
+add = CASES.append
+
+# 14. the Python API fed the wrong shapes or graph
+add(Case(14, "Neighbourhood.reduce on 20 rows of 30 vertices (numba)",
+         api("out = nbr.reduce(torch.rand(20, 8), 'sum')\n"), says="expected [30, d]"))
+add(Case(14, "Neighbourhood.reduce on 20 rows of 30 vertices (torch)",
+         api("out = Neighbourhood(g, get_backend('torch')).reduce(torch.rand(20, 8), 'max')\n"),
+         says="expected [30, d]"))
+add(Case(14, "GINConv on 20 rows of 30 vertices",
+         api("out = GINConv(8, 4)(nbr.at(0, 0, True), torch.rand(20, 8))\n"),
+         says="expected [30, 8]"))
+add(Case(14, "GATConv on 20 rows of 30 vertices",
+         api("out = GATConv(8, 4, heads=2)(nbr.at(0, 0, True), torch.rand(20, 8))\n"),
+         says="expected [30, 8]"))
+add(Case(14, "GATConv on another graph's neighbourhood",
+         api("other = Neighbourhood(graph(3000), get_backend('numba'))\n"
+             "out = GATConv(8, 4, heads=2)(other.at(0, 0, True), torch.rand(30, 8))\n"),
+         says="expected [3000, 8]"))
+add(Case(14, "GCNConv on features 5 wide for in_channels 8",
+         api("out = GCNConv(8, 4)(nbr, torch.rand(30, 5))\n"), says="expected [30, 8]"))
+add(Case(14, "GCNConv on float64 features with float32 weights",
+         api("out = GCNConv(8, 4)(nbr, torch.rand(30, 8, dtype=torch.float64))\n"),
+         says="dtype torch.float64"))
+add(Case(14, "three-dimensional features", api("out = nbr.reduce(torch.rand(30, 2, 4), 'sum')\n"),
+         says="expected [30, d]"))
+add(Case(14, "integer features through the numba kernels",
+         api("out = nbr.reduce(torch.ones(30, 8, dtype=torch.int64), 'sum')\n"),
+         says="dtype torch.int64"))
+add(Case(14, "edge weights shorter than the edges",
+         api("g.edge_weight = np.ones(5, np.float32)\n"
+             "out = nbr.reduce(torch.rand(30, 8), 'sum')\n"), says="edge_weight"))
+add(Case(14, "GATConv with one head's attention vector for two heads",
+         api("conv = GATConv(8, 4, heads=2)\n"
+             "conv.att_src = torch.nn.Parameter(torch.rand(1, 1, 4))\n"
+             "out = conv(nbr, torch.rand(30, 8))\n"), says="att_src"))
+add(Case(14, "keyed_dropout on 3000 rows of 30 vertices",
+         api("out = keyed_dropout(torch.rand(3000, 8), nbr, 0.5, True, 0, 0, 0)\n"),
+         says="expected [30, d]"))
+add(Case(14, "keyed_dropout with p 1.5",
+         api("out = keyed_dropout(torch.rand(30, 8), nbr, 1.5, True, 0, 0, 0)\n"),
+         says="[0, 1)"))
+add(Case(14, "global ids shorter than the graph",
+         api("short = Neighbourhood(g, get_backend('numba'), global_ids=np.arange(10))\n"
+             "out = keyed_dropout(torch.rand(30, 8), short, 0.5, True, 0, 0, 0)\n"),
+         says="global_ids"))
+
+SHARED_INDEX = """\
+import sys
+from torch import nn
+from distgnn.config import TrainConfig
+from distgnn.distributed import train_partitions
+from distgnn.nn import GCNConv
+
+
+class SharedIndex(nn.Module):
+    \"\"\"Two layers aggregating as wide (so one delayed state fits both) at index 0.\"\"\"
+
+    def __init__(self, features, classes):
+        super().__init__()
+        self.first, self.second = GCNConv(features, features), GCNConv(features, features)
+        self.readout = nn.Linear(features, classes)
+
+    def forward(self, nbr, x, step=0):
+        view = nbr.at(0, step, self.training)
+        return self.readout(self.second(view, self.first(view, x).relu()))
+
+
+config = lambda: TrainConfig(algo="cd-r", delay=2, epochs=3, threads=1, progress=False)
+sys.exit(train_partitions(sys.argv[1], config, lambda result: None, SharedIndex))
+"""
+add(Case(14, "two layers at one index under cd-r (2 ranks)", on_ranks(2, SHARED_INDEX, "{tmp}/p"),
+         both(data(n=200), lambda t, r: partition(r, t / "d.npz", 2, t / "p")),
+         says="layer index 0", lines=2))
+
+
+# 15. a traceback or crash on bad input: examples/own_model.py
+def example(*argv):
+    return lambda tmp, run: run.example("own_model.py", [str(a).replace("{tmp}", str(tmp))
+                                                         for a in argv])
+
+
+for name, argv, says in [
+        ("--epochs 0", ("--dataset", "{tmp}/d.npz", "--epochs", 0), "--epochs"),
+        ("--dropout 1.5", ("--dataset", "{tmp}/d.npz", "--dropout", 1.5), "--dropout"),
+        ("--dropout nan", ("--dataset", "{tmp}/d.npz", "--dropout", "nan"), "--dropout"),
+        ("--epochs abc", ("--dataset", "{tmp}/d.npz", "--epochs", "abc"), "--epochs"),
+        ("neither --dataset nor --partitions", ("--epochs", 2), "--dataset"),
+        ("a missing dataset", ("--dataset", "{tmp}/absent.npz", "--epochs", 2), "absent.npz"),
+        ("--metrics-out in a missing folder",
+         ("--dataset", "{tmp}/d.npz", "--metrics-out", "{tmp}/no/m.jsonl"), "does not exist")]:
+    add(Case(15, f"own_model.py {name}", example(*argv), data(), says=says))
+add(Case(15, "own_model.py --metrics-out onto a user's notes",
+         example("--dataset", "{tmp}/d.npz", "--epochs", 2, "--metrics-out", "{tmp}/notes.txt"),
+         both(data(), user_file("notes.txt")), says="notes.txt", keep=("notes.txt",)))
+add(Case(15, "own_model.py on a file that is not a dataset",
+         example("--dataset", "{tmp}/notes.txt", "--epochs", 2), user_file("notes.txt"),
+         says="notes.txt", keep=("notes.txt",)))
+for split in ("val", "test"):  # trains, then reports what there is
+    add(Case(15, f"own_model.py on data without {split} vertices",
+             example("--dataset", "{tmp}/d.npz", "--epochs", 2),
+             data(**{f"{split}_mask": np.zeros(60, bool)}), status=0))
+add(Case(15, "own_model.py --dropout 1.5 on 2 ranks",
+         on_ranks(2, "import runpy, sys; sys.argv[0] = 'own_model.py'; "
+                     "runpy.run_path('{root}/examples/own_model.py', run_name='__main__')",
+                  "--partitions", "{tmp}/p", "--dropout", 1.5),
+         both(data(n=200), lambda t, r: partition(r, t / "d.npz", 2, t / "p")),
+         says="--dropout"))
