@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import tempfile
+import tokenize
 from pathlib import Path
 from typing import Iterable
 
@@ -407,7 +408,8 @@ def _load_array(path: Path, mmap: bool) -> np.ndarray:
             array = np.load(path, mmap_mode="r", allow_pickle=False)
     except FileNotFoundError:
         raise PartitionFormatError(f"{path}: missing") from None
-    except (OSError, ValueError, EOFError) as e:
+    except (OSError, ValueError, EOFError, SyntaxError, tokenize.TokenError) as e:
+        # a damaged header reaches numpy's literal parser, which raises the last two
         reason = e.strerror if isinstance(e, OSError) and e.strerror else e
         raise PartitionFormatError(f"{path}: unreadable: {reason}") from None
     if not isinstance(array, np.ndarray):  # a zip archive: np.load returns an NpzFile

@@ -169,3 +169,17 @@ def test_regressions(good_partitions, tmp_path, loader, what, make):
     call, names = make(tmp_path, good_partitions)
     run_case(loader, what, call, refused, names=names)
 
+
+
+def test_a_partition_array_whose_header_does_not_parse_is_one_error(tmp_path):
+    """A flipped byte that breaks the .npy header's dictionary reaches numpy's literal
+    parser, which raises tokenize's TokenError (neither OSError nor ValueError)."""
+    from partition.format import PartitionFormatError, _load_array
+
+    path = tmp_path / "global_ids.npy"
+    np.save(path, np.arange(10))
+    data = bytearray(path.read_bytes())
+    data[data.index(b"}")] = ord("(")
+    path.write_bytes(bytes(data))
+    with pytest.raises(PartitionFormatError, match="global_ids.npy: unreadable"):
+        _load_array(path, mmap=True)
