@@ -16,11 +16,17 @@ from .errors import DistGNNError
 from .signals import EARLY_INTERRUPTS
 
 
+# what MPI launchers and SLURM tell each process of its rank in the job, before MPI starts
+WORLD_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are a single line (argparse prints the whole usage first)."""
+    """argparse whose errors are a single line (argparse prints the whole usage first); in a
+    job of several processes, the first prints it for all (each would print the same)."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        rank = next((os.environ[v] for v in WORLD_RANK_VARIABLES if v in os.environ), "0")
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n" if rank == "0" else None)
 
 
 def fail(prog: str, message: str) -> int:

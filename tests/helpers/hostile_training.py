@@ -88,6 +88,10 @@ add(Case(11, "--roc-auc on a one-class task",
          mpi_train("--partitions", "{tmp}/p", "--roc-auc", *TRAIN_QUICK),
          partitions(y=np.zeros(200, np.int64)), says="at least two"))
 
+add(Case(11, "a flag that does not parse under mpirun",
+         mpi_train("--partitions", "{tmp}/p", "--lr", "fast", *TRAIN_QUICK), partitions(),
+         says="--lr"))
+
 # 15. a huge but finite value reaches arithmetic
 add(Case(15, "--comm-budget 1e308", mpi_train("--partitions", "{tmp}/p", "--algo", "cd-r",
                                               "--comm-budget", "1e308", *TRAIN_QUICK),
