@@ -121,14 +121,41 @@ class Runner:
         return self.tree if self.tree is not None else Path(__file__).resolve().parents[2]
 
     def python(self, code: str, timeout: float = 300) -> Outcome:
-        """``code`` run by a new Python process on this tree (a kernel fault then ends that
-        process, not the suite)."""
+        """``code`` run from this tree's root: in this process for this checkout (fast; a
+        fault of its kernels then fails the suite, as it should), else by a new Python
+        process (another tree's kernels may fault)."""
+        if self.tree is None:
+            return self.in_process_code(code)
         proc = subprocess.run(self.code_command(code), env=self.env(), capture_output=True,
                               text=True, timeout=timeout, cwd=self.root)
         return Outcome(proc.returncode, proc.stdout, proc.stderr)
 
+    def in_process_code(self, code: str) -> Outcome:
+        """``code`` executed here as a program: its exit status, stdout and stderr (a
+        traceback on stderr, as Python prints one, for an exception it lets through)."""
+        out, err = io.StringIO(), io.StringIO()
+        argv, cwd = sys.argv[:], os.getcwd()
+        os.chdir(self.root)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                exec(compile(code, "<program>", "exec"), {"__name__": "__main__"})
+                status = 0
+            except SystemExit as e:
+                status = e.code if isinstance(e.code, int) else int(e.code is not None)
+                if isinstance(e.code, str):
+                    print(e.code, file=sys.stderr)
+            except Exception:  # noqa: BLE001 -- a traceback is what the case looks for
+                import traceback
+
+                traceback.print_exc(file=err)
+                status = 1
+            finally:
+                sys.argv[:] = argv
+                os.chdir(cwd)
+        return Outcome(status, out.getvalue(), err.getvalue())
+
     def example(self, name: str, argv: list, timeout: float = 300) -> Outcome:
-        """``examples/NAME`` of this tree run as a user runs it (a process of its own)."""
+        """``examples/NAME`` of this tree run as a user runs it."""
         return self.python(f"import runpy, sys; sys.argv = {[name, *map(str, argv)]!r}; "
                            f"runpy.run_path('examples/{name}', run_name='__main__')", timeout)
 
