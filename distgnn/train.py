@@ -23,7 +23,6 @@ from typing import Callable
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.stats import rankdata
 
 from .checkpointer import Checkpointer, NonFiniteLoss, Stopped
 from .comm import Communicator, RankFailed, SelfCommunicator, all_or_none
@@ -119,7 +118,10 @@ def roc_auc(scores: np.ndarray, positive: np.ndarray) -> float | None:
     n_neg = len(positive) - n_pos
     if n_pos == 0 or n_neg == 0:
         return None
-    ranks = rankdata(scores)
+    # mean ranks: the distinct scores in order hold ranks end - count + 1 .. end
+    _, which, count = np.unique(scores, return_inverse=True, return_counts=True)
+    end = np.cumsum(count)
+    ranks = (end - (count - 1) / 2)[which]
     return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
