@@ -57,48 +57,48 @@ CASES: list[Case] = []
 add = CASES.append
 
 # 14. the Python API fed the wrong shapes or graph
-add(Case(14, "Neighbourhood.reduce on 20 rows of 30 vertices (numba)",
-         api("out = nbr.reduce(torch.rand(20, 8), 'sum')\n"), says="expected [30, d]"))
-add(Case(14, "Neighbourhood.reduce on 20 rows of 30 vertices (torch)",
-         api("out = Neighbourhood(g, get_backend('torch')).reduce(torch.rand(20, 8), 'max')\n"),
-         says="expected [30, d]"))
-add(Case(14, "GINConv on 20 rows of 30 vertices",
-         api("out = GINConv(8, 4)(nbr.at(0, 0, True), torch.rand(20, 8))\n"),
-         says="expected [30, 8]"))
-add(Case(14, "GATConv on 20 rows of 30 vertices",
-         api("out = GATConv(8, 4, heads=2)(nbr.at(0, 0, True), torch.rand(20, 8))\n"),
-         says="expected [30, 8]"))
-add(Case(14, "GATConv on another graph's neighbourhood",
-         api("other = Neighbourhood(graph(3000), get_backend('numba'))\n"
-             "out = GATConv(8, 4, heads=2)(other.at(0, 0, True), torch.rand(30, 8))\n"),
-         says="expected [3000, 8]"))
-add(Case(14, "GCNConv on features 5 wide for in_channels 8",
-         api("out = GCNConv(8, 4)(nbr, torch.rand(30, 5))\n"), says="expected [30, 8]"))
-add(Case(14, "GCNConv on float64 features with float32 weights",
-         api("out = GCNConv(8, 4)(nbr, torch.rand(30, 8, dtype=torch.float64))\n"),
-         says="dtype torch.float64"))
-add(Case(14, "three-dimensional features", api("out = nbr.reduce(torch.rand(30, 2, 4), 'sum')\n"),
-         says="expected [30, d]"))
-add(Case(14, "integer features through the numba kernels",
-         api("out = nbr.reduce(torch.ones(30, 8, dtype=torch.int64), 'sum')\n"),
-         says="dtype torch.int64"))
-add(Case(14, "edge weights shorter than the edges",
-         api("g.edge_weight = np.ones(5, np.float32)\n"
-             "out = nbr.reduce(torch.rand(30, 8), 'sum')\n"), says="edge_weight"))
-add(Case(14, "GATConv with one head's attention vector for two heads",
-         api("conv = GATConv(8, 4, heads=2)\n"
-             "conv.att_src = torch.nn.Parameter(torch.rand(1, 1, 4))\n"
-             "out = conv(nbr, torch.rand(30, 8))\n"), says="att_src"))
-add(Case(14, "keyed_dropout on 3000 rows of 30 vertices",
-         api("out = keyed_dropout(torch.rand(3000, 8), nbr, 0.5, True, 0, 0, 0)\n"),
-         says="expected [30, d]"))
-add(Case(14, "keyed_dropout with p 1.5",
-         api("out = keyed_dropout(torch.rand(30, 8), nbr, 1.5, True, 0, 0, 0)\n"),
-         says="[0, 1)"))
-add(Case(14, "global ids shorter than the graph",
-         api("short = Neighbourhood(g, get_backend('numba'), global_ids=np.arange(10))\n"
-             "out = keyed_dropout(torch.rand(30, 8), short, 0.5, True, 0, 0, 0)\n"),
-         says="global_ids"))
+for name, body, says in [
+        ("Neighbourhood.reduce on 20 rows of 30 vertices (numba)",
+         "out = nbr.reduce(torch.rand(20, 8), 'sum')\n", "expected [30, d]"),
+        ("Neighbourhood.reduce on 20 rows of 30 vertices (torch)",
+         "out = Neighbourhood(g, get_backend('torch')).reduce(torch.rand(20, 8), 'max')\n",
+         "expected [30, d]"),
+        ("GINConv on 20 rows of 30 vertices",
+         "out = GINConv(8, 4)(nbr.at(0, 0, True), torch.rand(20, 8))\n", "expected [30, 8]"),
+        ("GATConv on 20 rows of 30 vertices",
+         "out = GATConv(8, 4, heads=2)(nbr.at(0, 0, True), torch.rand(20, 8))\n",
+         "expected [30, 8]"),
+        ("GATConv on another graph's neighbourhood",
+         "other = Neighbourhood(graph(3000), get_backend('numba'))\n"
+         "out = GATConv(8, 4, heads=2)(other.at(0, 0, True), torch.rand(30, 8))\n",
+         "expected [3000, 8]"),
+        ("GCNConv on features 5 wide for in_channels 8",
+         "out = GCNConv(8, 4)(nbr, torch.rand(30, 5))\n", "expected [30, 8]"),
+        ("GCNConv on float64 features with float32 weights",
+         "out = GCNConv(8, 4)(nbr, torch.rand(30, 8, dtype=torch.float64))\n",
+         "dtype torch.float64"),
+        ("three-dimensional features", "out = nbr.reduce(torch.rand(30, 2, 4), 'sum')\n",
+         "expected [30, d]"),
+        ("integer features through the numba kernels",
+         "out = nbr.reduce(torch.ones(30, 8, dtype=torch.int64), 'sum')\n",
+         "dtype torch.int64"),
+        ("edge weights shorter than the edges",
+         "g.edge_weight = np.ones(5, np.float32)\nout = nbr.reduce(torch.rand(30, 8), 'sum')\n",
+         "edge_weight"),
+        ("GATConv with one head's attention vector for two heads",
+         "conv = GATConv(8, 4, heads=2)\n"
+         "conv.att_src = torch.nn.Parameter(torch.rand(1, 1, 4))\n"
+         "out = conv(nbr, torch.rand(30, 8))\n", "att_src"),
+        ("keyed_dropout on 3000 rows of 30 vertices",
+         "out = keyed_dropout(torch.rand(3000, 8), nbr, 0.5, True, 0, 0, 0)\n",
+         "expected [30, d]"),
+        ("keyed_dropout with p 1.5",
+         "out = keyed_dropout(torch.rand(30, 8), nbr, 1.5, True, 0, 0, 0)\n", "[0, 1)"),
+        ("global ids shorter than the graph",
+         "short = Neighbourhood(g, get_backend('numba'), global_ids=np.arange(10))\n"
+         "out = keyed_dropout(torch.rand(30, 8), short, 0.5, True, 0, 0, 0)\n",
+         "global_ids")]:
+    add(Case(14, name, api(body), says=says))
 
 SHARED_INDEX = """\
 import sys
