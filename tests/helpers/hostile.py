@@ -59,6 +59,26 @@ class Outcome:
         return [line for line in self.stderr.splitlines() if line.strip()]
 
 
+def captured(call: Callable[[], int]) -> Outcome:
+    """``call()`` as a program run here: its exit status (``SystemExit``'s code, argparse's
+    included; ``"raised NAME"`` with a traceback on stderr for any other exception), stdout
+    and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = call()
+        except SystemExit as e:
+            status = e.code if isinstance(e.code, int) else int(e.code is not None)
+            if isinstance(e.code, str):
+                print(e.code, file=sys.stderr)
+        except Exception as e:  # noqa: BLE001 -- a traceback is what the case looks for
+            import traceback
+
+            traceback.print_exc(file=err)
+            status = f"raised {type(e).__name__}"
+    return Outcome(status, out.getvalue(), err.getvalue())
+
+
 class Runner:
     """Runs a tool of ``tree`` (None: this checkout, in this process where allowed)."""
 
@@ -102,18 +122,7 @@ class Runner:
 
         module, func = ENTRY[tool]
         main = getattr(importlib.import_module(module), func)
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                status = main([str(a) for a in argv])
-            except SystemExit as e:  # argparse
-                status = e.code if isinstance(e.code, int) else 1
-            except Exception as e:  # noqa: BLE001 -- a traceback is what the case looks for
-                import traceback
-
-                traceback.print_exc(file=err)
-                status = f"raised {type(e).__name__}"
-        return Outcome(status, out.getvalue(), err.getvalue())
+        return captured(lambda: main([str(a) for a in argv]))
 
     @property
     def root(self) -> Path:
@@ -131,28 +140,15 @@ class Runner:
         return Outcome(proc.returncode, proc.stdout, proc.stderr)
 
     def in_process_code(self, code: str) -> Outcome:
-        """``code`` executed here as a program: its exit status, stdout and stderr (a
-        traceback on stderr, as Python prints one, for an exception it lets through)."""
-        out, err = io.StringIO(), io.StringIO()
+        """``code`` executed here as a program, from this tree's root (:func:`captured`)."""
         argv, cwd = sys.argv[:], os.getcwd()
         os.chdir(self.root)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                exec(compile(code, "<program>", "exec"), {"__name__": "__main__"})
-                status = 0
-            except SystemExit as e:
-                status = e.code if isinstance(e.code, int) else int(e.code is not None)
-                if isinstance(e.code, str):
-                    print(e.code, file=sys.stderr)
-            except Exception:  # noqa: BLE001 -- a traceback is what the case looks for
-                import traceback
-
-                traceback.print_exc(file=err)
-                status = 1
-            finally:
-                sys.argv[:] = argv
-                os.chdir(cwd)
-        return Outcome(status, out.getvalue(), err.getvalue())
+        try:
+            return captured(lambda: exec(compile(code, "<program>", "exec"),
+                                         {"__name__": "__main__"}) or 0)
+        finally:
+            sys.argv[:] = argv
+            os.chdir(cwd)
 
     def example(self, name: str, argv: list, timeout: float = 300) -> Outcome:
         """``examples/NAME`` of this tree run as a user runs it."""
