@@ -1,3 +1,38 @@
-"""distgnn: full-batch graph neural network training on CPU clusters under MPI."""
+"""distgnn: full-batch graph neural network training on CPU clusters under MPI.
+
+``distgnn.train(source, config, make_model)`` trains a model in one call;
+``distgnn.setup(source, config)`` gives the data, graph and collectives of a training loop
+written by hand (:mod:`distgnn.api`); ``distgnn.nn`` holds the layers and
+:class:`~distgnn.nn.KeyedDropout`.  Names are imported on first use, so that the
+command-line tools that need none of them start without loading torch.
+"""
+import importlib
 
 __version__ = "0.1.0"
+
+# name -> the module that defines it
+EXPORTS = {
+    "train": "distgnn.api",
+    "setup": "distgnn.api",
+    "Run": "distgnn.api",
+    "TrainConfig": "distgnn.config",
+    "TrainResult": "distgnn.training",
+    "load": "distgnn.datasets",
+    "NodeDataset": "distgnn.graph",
+    "CSRGraph": "distgnn.graph",
+    "Neighbourhood": "distgnn.aggregate",
+    "DistGNNError": "distgnn.errors",
+}
+__all__ = [*EXPORTS, "__version__"]
+
+
+def __getattr__(name: str):
+    if name not in EXPORTS:
+        raise AttributeError(f"module 'distgnn' has no attribute {name!r}")
+    value = getattr(importlib.import_module(EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

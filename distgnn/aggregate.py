@@ -8,14 +8,12 @@ partition and adds the split-vertex exchange (:mod:`distgnn.drpa`) to every sum.
 from __future__ import annotations
 
 import copy
-import dataclasses
 
 import numpy as np
 import torch
 
-from .backends import NUMBA_DTYPES, KernelBackend, NumbaBackend, check_tensor
+from .backends import KernelBackend, check_tensor
 from .graph import CSRGraph, GraphError, check_count
-from .kernels import attention as k
 from .timing import PhaseTimer
 
 
@@ -40,71 +38,9 @@ class SpMM(torch.autograd.Function):
         return grad_x, None, None, None, None
 
 
-class SoftmaxAggregate(torch.autograd.Function):
-    """GAT's edge softmax and aggregation over a neighbourhood in Numba kernels
-    (:mod:`distgnn.kernels.attention`), with the clone exchanges between them: returns the
-    partial ``y`` ``[N, H C]`` over this rank's in-edges (the caller combines it like any
-    aggregate) and the self-loop coefficients ``[N, H]``; the gradients of the loop logits,
-    source and destination scores and ``z``.  The per-edge coefficients (and, with dropout,
-    the dropped ones) are the only ``[E, H]`` tensors kept for the backward pass."""
-
-    @staticmethod
-    def forward(ctx, loop, s, t, z, nbr, slope, p, key):
-        graph, chunks = nbr.graph, NumbaBackend.row_chunks(nbr.graph)
-        heads = z.shape[1] if z.ndim == 3 else None
-        check_tensor("z", z, (graph.num_nodes, heads, None), NUMBA_DTYPES, "cpu")
-        for name, v in (("loop", loop), ("s", s), ("t", t)):
-            check_tensor(name, v, (graph.num_nodes, heads), (z.dtype,), "cpu")
-        s_, t_, z_ = (_array(v) for v in (s, t, z))
-        top = torch.from_numpy(k.softmax_max(graph.indptr, graph.indices, s_, t_, slope,
-                                             _array(loop), chunks))
-        top = nbr.combine(top, "max", empty_rows=False)
-        weight, total = k.softmax_sum(graph.indptr, graph.indices, s_, t_, slope, _array(top),
-                                      chunks)
-        loop_weight = torch.exp(loop - top)
-        total = nbr.combine(torch.from_numpy(total), exact=True) + loop_weight
-        alpha, kept, y = k.softmax_aggregate(graph.indptr, graph.indices, weight, _array(total),
-                                             z_, nbr.edge_keys()[0], key, p, chunks)
-        loop_alpha = loop_weight / total
-        ctx.nbr, ctx.slope, ctx.arrays = nbr, slope, (s_, t_, z_, alpha, kept)
-        ctx.save_for_backward(loop_alpha)
-        return torch.from_numpy(y), loop_alpha
-
-    @staticmethod
-    def backward(ctx, grad_y, grad_loop_alpha):
-        (loop_alpha,) = ctx.saved_tensors
-        s_, t_, z_, alpha, kept = ctx.arrays
-        graph, chunks = ctx.nbr.graph, NumbaBackend.row_chunks(ctx.nbr.graph)
-        g = _array(grad_y).reshape(z_.shape)
-        grad, dot = k.softmax_grad_alpha(graph.indptr, graph.indices, g, z_, kept, chunks)
-        # this clone's share of sum alpha dL/dalpha over the vertex's in-edges and its loop
-        # (the loop's gradient here is this clone's part of it); summed over clones for edges
-        dot = torch.from_numpy(dot) + loop_alpha * grad_loop_alpha
-        grad_loop = loop_alpha * grad_loop_alpha - loop_alpha * dot
-        dot = ctx.nbr.combine(dot, exact=True)
-        grad_t = k.softmax_grad_logits(graph.indptr, graph.indices, s_, t_, ctx.slope, alpha,
-                                       _array(dot), grad, chunks)
-        grad_s, grad_z = k.softmax_grad_sources(NumbaBackend.transposed(graph), grad, kept, g)
-        return (grad_loop, torch.from_numpy(grad_s), torch.from_numpy(grad_t),
-                torch.from_numpy(grad_z), None, None, None, None)
-
-
-def _array(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().numpy()
-
-
-@dataclasses.dataclass(frozen=True)
-class LayerContext:
-    """Which aggregation an exchange serves: the model's ``layer``, the epoch (``step``),
-    and whether the model trains (cd-r keeps state per layer and runs only in training)."""
-
-    layer: int = 0
-    step: int = 0
-    training: bool = False
-
-
 class Neighbourhood:
-    """The graph as a layer sees it: reductions over in-neighbours and in-degrees.
+    """The graph a model is called with (``model(g, x)``, ``conv(g, h)``): reductions over
+    in-neighbours, in-degrees, and the epoch the layers run in.
 
     Args:
         graph (CSRGraph): adjacency, rows = destinations.
@@ -114,10 +50,14 @@ class Neighbourhood:
         timer (PhaseTimer, optional): receives ``aggregation_forward``/``_backward`` seconds.
         global_ids (np.ndarray, optional): int64 ``[N]`` global id of each vertex (a
             partition's local -> global map); defaults to ``0..N-1``.
-        exchange (callable, optional): on a partition, the split-vertex exchange
-            (:class:`distgnn.drpa.DRPA`) applied to every sum: ``exchange(y, layer, step,
-            training) -> y``.  Layers see it through :meth:`at`.
+        exchange (optional): on a partition, the split-vertex exchange
+            (:mod:`distgnn.exchange`) applied to every sum: ``exchange(y, key, epoch,
+            training) -> y``.
         dtype (torch.dtype, optional): floating type of ``degree`` (the features' type).
+        seed (int, optional): the run's seed, which keys dropout masks with the epoch.
+
+    ``epoch`` and ``training`` are what the trainer sets once per epoch
+    (:meth:`set_epoch`); layers and :class:`~distgnn.nn.KeyedDropout` read them.
 
     Shapes: ``h`` is ``[N, d]``; every reduction returns ``[N, d]``; ``degree`` is ``[N, 1]``.
     Inputs of another shape (another graph's rows), and per-vertex arrays of another length,
@@ -126,10 +66,12 @@ class Neighbourhood:
 
     def __init__(self, graph: CSRGraph, backend: KernelBackend, in_degree=None,
                  timer: PhaseTimer | None = None, device="cpu", global_ids=None,
-                 exchange=None, dtype: torch.dtype = torch.float32):
+                 exchange=None, dtype: torch.dtype = torch.float32, seed: int = 0):
         self.graph = graph
         self.exchange = exchange
-        self.context = LayerContext()
+        self.seed = seed
+        self.epoch, self.training = 0, False
+        self.key = None  # the exchange key of a layer's view (see enter)
         self.global_ids = (np.arange(graph.num_nodes, dtype=np.int64) if global_ids is None
                            else np.asarray(global_ids, dtype=np.int64))
         self.backend = backend
@@ -140,42 +82,67 @@ class Neighbourhood:
                 raise GraphError(f"{name} has shape {list(a.shape)}, expected "
                                  f"[{graph.num_nodes}] (one per vertex of the graph)")
         self.degree = torch.from_numpy(deg.astype(np.float64)).to(device, dtype).unsqueeze(1)
-        # layer index -> (step, layer module) of its last training use; shared by every view
-        self.users: dict[int, tuple[int, object]] = {}
+        # (kind, key) -> (epoch, module) of its last training use; shared by every view
+        self.users: dict[tuple[str, int], tuple[int, object]] = {}
 
-    def at(self, layer: int, step: int, training: bool) -> "Neighbourhood":
-        """This neighbourhood as layer ``layer`` of epoch ``step`` sees it (integers >= 0; the
-        exchange keeps state per layer: cd-r's bins and stale partials; a layer may key its
-        dropout by it)."""
-        view = copy.copy(self)
-        view.context = LayerContext(check_count(layer, "layer"), check_count(step, "step"),
-                                    bool(training))
-        return view
+    def set_epoch(self, epoch: int, training: bool = True) -> None:
+        """What every layer and dropout of the next forward pass runs in: epoch ``epoch``
+        (an integer >= 0: it keys the dropout masks and cd-r's schedule), training or not
+        (evaluation exchanges exactly and drops nothing)."""
+        self.epoch, self.training = check_count(epoch, "epoch"), bool(training)
+
+    def claim(self, kind: str, module, key: int | None) -> int:
+        """The key ``module`` (a layer, ``kind="layer"``, or a dropout) runs under now: the
+        explicit ``key``, else the one its model gave it (:func:`distgnn.nn.assign_keys`).
+
+        While training, a key is one module's per epoch: two modules on one key, or one
+        module called twice in an epoch (a layer reused with shared weights), would share
+        an exchange's state (cd-r's delayed partials, a bf16 wire's error feedback) or a
+        dropout mask, so that is refused; an explicit ``key`` gives the second call its
+        own.  The same module again inside the backward pass (activation checkpointing
+        runs it again there) is allowed.  O(1)."""
+        if key is None:
+            key = getattr(module, "key", None)
+        else:
+            key = check_count(key, "key")
+        name = type(module).__name__
+        if key is None:
+            raise GraphError(f"{name} has no key: train it inside a model given to "
+                             "distgnn.train or run.place (which number every layer and "
+                             f"dropout), or pass key= when calling it")
+        if self.training:
+            epoch, user = self.users.get((kind, key), (None, None))
+            if epoch == self.epoch and torch._C._current_graph_task_id() == -1:
+                what = (f"{name} ran twice in epoch {self.epoch} under key {key}"
+                        if user is module else f"{type(user).__name__} and {name} both "
+                        f"use key {key} in epoch {self.epoch}")
+                raise GraphError(f"{what}: each call site needs its own key (a module "
+                                 "called at two places: pass key= at the second)")
+            self.users[(kind, key)] = (self.epoch, module)
+        return key
 
     @property
     def num_nodes(self) -> int:
         """``N``: the rows of every ``h`` this neighbourhood takes."""
         return self.graph.num_nodes
 
-    def enter(self, layer, weight: torch.Tensor, **inputs: torch.Tensor | None) -> None:
+    def enter(self, layer, weight: torch.Tensor, key: int | None = None,
+              **inputs: torch.Tensor | None) -> "Neighbourhood":
         """What every layer of :mod:`distgnn.nn` calls first, with its input weight
         ``[d_out, d_in]``: each of ``inputs`` (``None``: absent) must be ``[N, d_in]`` of the
-        weight's dtype.  On a partition, while training, no other layer may have used this
-        view's index in this step: the exchange keeps its state per index (cd-r's delayed
-        partials, a bf16 wire's error feedback), so two layers would share one.  The same
-        layer again (``--recompute`` runs it in the backward pass) is allowed.  O(1)."""
+        weight's dtype.  Returns the view the layer aggregates through: its exchange key
+        (:meth:`claim`; on a whole graph, where nothing is exchanged, an unkeyed layer runs
+        under key 0)."""
         for name, h in inputs.items():
             if h is not None:
                 check_tensor(f"{type(layer).__name__} input {name}", h,
                              (self.num_nodes, weight.shape[1]), (weight.dtype,))
-        c = self.context
-        if c.training and self.exchange is not None:
-            step, user = self.users.get(c.layer, (None, layer))
-            if step == c.step and user is not layer:
-                raise GraphError(f"layer index {c.layer} is used by two layers in step {c.step} "
-                                 f"({type(user).__name__} and {type(layer).__name__}): give "
-                                 "each layer its own index, nbr.at(index, step, training)")
-            self.users[c.layer] = (c.step, layer)
+        view = copy.copy(self)
+        if self.exchange is None and key is None and getattr(layer, "key", None) is None:
+            view.key = 0
+        else:
+            view.key = self.claim("layer", layer, key)
+        return view
 
     def reduce(self, h: torch.Tensor, reduce: str) -> torch.Tensor:
         """``reduce`` over in-neighbours (``sum``, ``max`` or ``min``; ``mean`` uses ``degree``)."""
@@ -201,8 +168,7 @@ class Neighbourhood:
             return self.exchange.extreme(y, reduce, self.graph.cache[key].to(y.device))
         if exact:
             return self.exchange.exact(y)
-        c = self.context
-        return self.exchange(y, c.layer, c.step, c.training)
+        return self.exchange(y, self.key, self.epoch, self.training)
 
     def edge_index(self) -> tuple[torch.Tensor, torch.Tensor]:
         """int64 ``(src, dst)`` ``[E]`` local ids of every in-edge, in CSR order."""
@@ -235,11 +201,11 @@ class Neighbourhood:
 
     def attend(self, loop: torch.Tensor, s: torch.Tensor, t: torch.Tensor, z: torch.Tensor,
                slope: float, p: float, key: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """GAT's softmax over in-edges and aggregation (:class:`SoftmaxAggregate`, Numba on CPU):
-        for loop logits ``loop``, source and destination scores ``s``, ``t`` ``[N, H]`` and
-        ``z`` ``[N, H, C]``, returns ``sum_{e=(u,v)} alpha_e k_e z_u`` over all clones
-        (:meth:`combine`; ``k``: dropout ``p`` keyed by ``key`` and the edge keys) and the
-        undropped loop coefficients ``[N, H]``."""
-        y, loop_alpha = SoftmaxAggregate.apply(loop, s, t, z, self, slope, p, key)
+        """GAT's softmax over in-edges and aggregation through the backend
+        (:meth:`~distgnn.backends.KernelBackend.attend`): for loop logits ``loop``, source and
+        destination scores ``s``, ``t`` ``[N, H]`` and ``z`` ``[N, H, C]``, returns
+        ``sum_{e=(u,v)} alpha_e k_e z_u`` over all clones (:meth:`combine`; ``k``: dropout
+        ``p`` keyed by ``key`` and the edge keys) and the undropped loop coefficients
+        ``[N, H]``."""
+        y, loop_alpha = self.backend.attend(self, loop, s, t, z, slope, p, key)
         return self.combine(y).view_as(z), loop_alpha
-

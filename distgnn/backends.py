@@ -17,11 +17,15 @@ rounded to bf16 (to nearest even) and accumulate and return float32: ``y = A bf1
 ``g_x = A^T bf16(g)``.  The Numba kernels gather the bf16 rows themselves (half the bytes);
 the torch backend computes the same numbers on float32 copies of the rounded values (no
 bandwidth saved, but every rank of a mixed CPU/GPU job rounds alike).  Max and min stay
-exact.  A backend is a plain object with two methods
-(:class:`KernelBackend`); two implement it: :class:`NumbaBackend` (this project's
-cache-blocked CPU kernels, :mod:`distgnn.kernels`) and :class:`TorchSparseBackend`
-(``torch.sparse`` CSR on any device, the one a GPU rank uses).  To add one, implement the
-two methods and name it in :func:`get_backend`.
+exact.
+
+A backend also computes GAT's edge softmax and aggregation (``attend``, see
+:class:`KernelBackend`), so an attention layer never asks which backend it runs on.
+
+A backend is a plain object with three methods (:class:`KernelBackend`); two implement it:
+:class:`NumbaBackend` (this project's cache-blocked CPU kernels, :mod:`distgnn.kernels`)
+and :class:`TorchSparseBackend` (``torch.sparse`` CSR on any device, the one a GPU rank
+uses).  To add one, implement the three methods and name it in :func:`get_backend`.
 """
 from __future__ import annotations
 
@@ -30,10 +34,13 @@ from typing import Protocol
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
+from .dropout import vertex_dropout
 from .errors import DistGNNError
 from .graph import CSRGraph, GraphError
 from .kernels import REDUCES, inverse_degree, spmm
+from .kernels import attention as k
 from .kernels.attention import transposed_order
 from .kernels.autotune import autotune_plan
 from .kernels.blocking import balanced_chunks
@@ -53,6 +60,16 @@ class KernelBackend(Protocol):
     the edge that attains the extreme (-1 for empty rows), else ``None``.
     ``spmm_backward(graph, grad_y, reduce, arg)`` returns ``grad_x`` ``[N_src, d]``.
     Neither records autograd history.
+
+    ``attend(nbr, loop, s, t, z, slope, p, key)`` is GAT's softmax over in-edges and
+    aggregation, differentiable: for the loop logits ``loop``, source and destination
+    scores ``s``, ``t`` ``[N, H]`` and ``z`` ``[N, H, C]`` it returns this rank's partial
+    ``sum_{e=(u,v)} alpha_e k_e z_u`` ``[N, H C]`` over its own in-edges and the undropped
+    self-loop coefficients ``[N, H]``, where ``alpha_e = exp(e_uv - m_v) / (sum over v's
+    in-edges and loop)`` with ``e_uv = LeakyReLU_slope(s_u + t_v)`` and ``k_e`` dropout
+    ``p`` keyed by ``key`` and the edge's global ends.  The maximum ``m`` and the softmax
+    denominator are combined over ``v``'s clones inside (``nbr.combine``: max, and an exact
+    sum), so they are the whole graph's; the caller combines the partial aggregate.
     """
 
     name: str
@@ -62,6 +79,10 @@ class KernelBackend(Protocol):
 
     def spmm_backward(self, graph: CSRGraph, grad_y: torch.Tensor, reduce: str,
                       arg: torch.Tensor | None) -> torch.Tensor: ...
+
+    def attend(self, nbr, loop: torch.Tensor, s: torch.Tensor, t: torch.Tensor,
+               z: torch.Tensor, slope: float, p: float, key: int
+               ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 def check_tensor(name: str, x, shape: tuple, dtypes: tuple | None = None,
@@ -218,6 +239,27 @@ class TorchSparseBackend:
         weight = None if graph.edge_weight is None else t["weight"]
         return scatter_argreduce_grad(grad_y, arg, t["src"], weight, graph.num_nodes)
 
+    def attend(self, nbr, loop, s, t, z, slope, p, key):
+        """In torch operations (any device; it materialises ``[E, H]`` and ``[E, H, C]``
+        tensors, as PyG does)."""
+        src, dst = nbr.edge_index()
+        logits = F.leaky_relu(s[src] + t[dst], slope)  # [E, H]
+        loops = nbr.loop_edges()
+        if loops is not None:  # the self-loop is added once, as PyG replaces stored ones
+            logits = logits.masked_fill(loops.unsqueeze(1), -torch.inf)
+        with torch.no_grad():  # a per-vertex shift of the softmax: any value gives its result
+            top = loop.scatter_reduce(0, dst.unsqueeze(1).expand_as(logits), logits, "amax")
+            top = nbr.combine(top, "max", empty_rows=False)
+        weight = torch.exp(logits - top[dst])
+        loop_weight = torch.exp(loop - top)
+        total = nbr.combine(torch.zeros_like(loop_weight).index_add(0, dst, weight),
+                            exact=True) + loop_weight
+        alpha = weight / total[dst]
+        if p:
+            alpha = vertex_dropout(alpha, nbr.edge_keys()[0], p, key)
+        y = torch.zeros_like(z).index_add(0, dst, alpha.unsqueeze(-1) * z[src])
+        return y.view(len(y), -1), loop_weight / total
+
 
 class NumbaBackend:
     """Cache-blocked, nnz-balanced Numba SpMM on CPU tensors (float32 or float64).
@@ -277,6 +319,10 @@ class NumbaBackend:
         return torch.from_numpy(spmm(t.indptr, t.indices, g, "sum", t.edge_weight,
                                      plan=self.plan(graph, g.shape[1], True, g.dtype)))
 
+    def attend(self, nbr, loop, s, t, z, slope, p, key):
+        """In the Numba kernels of :mod:`distgnn.kernels.attention` (:class:`SoftmaxAggregate`)."""
+        return SoftmaxAggregate.apply(loop, s, t, z, nbr, slope, p, key)
+
     @staticmethod
     def row_chunks(graph: CSRGraph) -> np.ndarray:
         """Thread chunks of equal non-zeros over the graph's rows (made once, then cached)."""
@@ -294,6 +340,59 @@ class NumbaBackend:
             graph.cache["edge-transpose"] = (indptr_t, dst_t, position,
                                              balanced_chunks(indptr_t))
         return graph.cache["edge-transpose"]
+
+
+class SoftmaxAggregate(torch.autograd.Function):
+    """GAT's edge softmax and aggregation over a neighbourhood in Numba kernels
+    (:mod:`distgnn.kernels.attention`), with the clone exchanges between them: returns the
+    partial ``y`` ``[N, H C]`` over this rank's in-edges (the caller combines it like any
+    aggregate) and the self-loop coefficients ``[N, H]``; the gradients of the loop logits,
+    source and destination scores and ``z``.  The per-edge coefficients (and, with dropout,
+    the dropped ones) are the only ``[E, H]`` tensors kept for the backward pass."""
+
+    @staticmethod
+    def forward(ctx, loop, s, t, z, nbr, slope, p, key):
+        graph, chunks = nbr.graph, NumbaBackend.row_chunks(nbr.graph)
+        heads = z.shape[1] if z.ndim == 3 else None
+        check_tensor("z", z, (graph.num_nodes, heads, None), NUMBA_DTYPES, "cpu")
+        for name, v in (("loop", loop), ("s", s), ("t", t)):
+            check_tensor(name, v, (graph.num_nodes, heads), (z.dtype,), "cpu")
+        s_, t_, z_ = (_array(v) for v in (s, t, z))
+        top = torch.from_numpy(k.softmax_max(graph.indptr, graph.indices, s_, t_, slope,
+                                             _array(loop), chunks))
+        top = nbr.combine(top, "max", empty_rows=False)
+        weight, total = k.softmax_sum(graph.indptr, graph.indices, s_, t_, slope, _array(top),
+                                      chunks)
+        loop_weight = torch.exp(loop - top)
+        total = nbr.combine(torch.from_numpy(total), exact=True) + loop_weight
+        alpha, kept, y = k.softmax_aggregate(graph.indptr, graph.indices, weight, _array(total),
+                                             z_, nbr.edge_keys()[0], key, p, chunks)
+        loop_alpha = loop_weight / total
+        ctx.nbr, ctx.slope, ctx.arrays = nbr, slope, (s_, t_, z_, alpha, kept)
+        ctx.save_for_backward(loop_alpha)
+        return torch.from_numpy(y), loop_alpha
+
+    @staticmethod
+    def backward(ctx, grad_y, grad_loop_alpha):
+        (loop_alpha,) = ctx.saved_tensors
+        s_, t_, z_, alpha, kept = ctx.arrays
+        graph, chunks = ctx.nbr.graph, NumbaBackend.row_chunks(ctx.nbr.graph)
+        g = _array(grad_y).reshape(z_.shape)
+        grad, dot = k.softmax_grad_alpha(graph.indptr, graph.indices, g, z_, kept, chunks)
+        # this clone's share of sum alpha dL/dalpha over the vertex's in-edges and its loop
+        # (the loop's gradient here is this clone's part of it); summed over clones for edges
+        dot = torch.from_numpy(dot) + loop_alpha * grad_loop_alpha
+        grad_loop = loop_alpha * grad_loop_alpha - loop_alpha * dot
+        dot = ctx.nbr.combine(dot, exact=True)
+        grad_t = k.softmax_grad_logits(graph.indptr, graph.indices, s_, t_, ctx.slope, alpha,
+                                       _array(dot), grad, chunks)
+        grad_s, grad_z = k.softmax_grad_sources(NumbaBackend.transposed(graph), grad, kept, g)
+        return (grad_loop, torch.from_numpy(grad_s), torch.from_numpy(grad_t),
+                torch.from_numpy(grad_z), None, None, None, None)
+
+
+def _array(t: torch.Tensor) -> np.ndarray:
+    return t.detach().contiguous().numpy()
 
 
 BACKENDS = ("numba", "torch")

@@ -54,7 +54,7 @@ def _data_flags(p: argparse.ArgumentParser, d) -> None:
 
 def _model_flags(p: argparse.ArgumentParser, d) -> None:
     from .backends import AGGREGATION_PRECISIONS
-    from .config import DTYPES
+    from .config import DEFAULT_HIDDEN, DTYPES, GAT_CHANNELS_PER_HEAD
     from .models import MODELS
     from .nn import SAGE_AGGREGATORS
 
@@ -81,7 +81,10 @@ def _model_flags(p: argparse.ArgumentParser, d) -> None:
                    help="keep only each layer's input for the backward pass and run the layer "
                         "again there (activation checkpointing): activation memory of one "
                         "tensor per layer for about a third more compute; cd-0 and 0c only")
-    g.add_argument("--hidden", type=int, default=d.hidden, help="hidden width")
+    g.add_argument("--hidden", type=int,
+                   help=f"hidden width (default: {DEFAULT_HIDDEN}; GAT: "
+                        f"{GAT_CHANNELS_PER_HEAD} per head, {GAT_CHANNELS_PER_HEAD * 8} with "
+                        "8 heads)")
     g.add_argument("--dropout", type=float, default=d.dropout,
                    help="dropout probability before each layer")
     g.add_argument("--residual", action="store_true",
@@ -235,9 +238,9 @@ def train_main(argv: list[str] | None = None) -> int:
     args = train_parser().parse_args(argv)
     from .config import TrainConfig
     from .datasets import load
-    from .distributed import train_partitions
+    from .distributed import run_rank, train_partitions
     from .errors import DistGNNError
-    from .train import train
+    from .training import train
 
     def config():
         if args.partitions:  # what partitions hold already, or what applies to one socket
@@ -254,8 +257,17 @@ def train_main(argv: list[str] | None = None) -> int:
                               for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)})
 
     if args.partitions:  # every rank checks the flags; rank 0 reports once
-        return run_guarded("distgnn-train",
-                           lambda: train_partitions(args.partitions, config, report))
+        from .comm.mpi import MPICommunicator
+
+        world = MPICommunicator()
+
+        def one_rank():
+            result = train_partitions(args.partitions, config, log=say, prog="distgnn-train")
+            if world.rank == 0:
+                report(result)
+            return 0
+
+        return run_guarded("distgnn-train", lambda: run_rank("distgnn-train", one_rank, world))
     cfg = run_guarded("distgnn-train", config)
     if isinstance(cfg, int):
         return cfg
@@ -271,6 +283,11 @@ def train_main(argv: list[str] | None = None) -> int:
         return 0
 
     return run_guarded("distgnn-train", run)
+
+
+def say(line: str) -> None:
+    """A progress line on stdout, at once (ranks' output is interleaved by the launcher)."""
+    print(line, flush=True)
 
 
 def report(result) -> None:

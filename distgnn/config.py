@@ -27,6 +27,9 @@ NAN_POLICIES = ("stop", "skip")
 FEATURE_NORMS = ("row", "none")
 DTYPES = ("float32", "float64")
 DEFAULT_DELAY = 5
+DEFAULT_HIDDEN = 16
+# GAT's hidden layers: 8 channels per head, as Velickovic et al.'s and PyG's Cora model
+GAT_CHANNELS_PER_HEAD = 8
 # More threads than this is a typo, not a machine: torch would try to start them all.
 MAX_THREADS = 4096
 # The deepest published GNNs have about a thousand layers (RevGNN); more is a typo.
@@ -44,7 +47,7 @@ class TrainConfig:
     model: str = "gcn"
     aggregator: str = "gcn"
     layers: int = 2
-    hidden: int = 16
+    hidden: int | None = None  # None: hidden_default(model, heads)
     dropout: float = 0.5
     residual: bool = False
     heads: int = 8
@@ -88,6 +91,8 @@ class TrainConfig:
     reorder: str = "given"
 
     def __post_init__(self):
+        if self.hidden is None:
+            self.hidden = hidden_default(self.model, self.heads)
         if self.resume and not self.checkpoint_dir:  # a resumed run goes on checkpointing
             self.checkpoint_dir = self.resume
         self.validate()
@@ -228,3 +233,10 @@ MODEL_FLAGS = {"aggregator": ("sage",), "heads": ("gat",), "train-eps": ("gin",)
 # the flags of the split-vertex exchange: meaningful with --partitions only
 EXCHANGE_FLAGS = ("algo", "delay", "smoothing", "comm-budget", "exchange-precision",
                   "backward-exchange")
+
+
+def hidden_default(model: str, heads: int) -> int:
+    """The hidden width when none is given: 16, or 8 channels per head for GAT."""
+    if model == "gat" and isinstance(heads, int) and heads >= 1:
+        return GAT_CHANNELS_PER_HEAD * heads
+    return DEFAULT_HIDDEN

@@ -1,15 +1,18 @@
 """A distributed run: one MPI rank per partition, and the guard that never leaves a rank
 waiting for a failed peer.
 
-:func:`train_partitions` is what ``mpirun -np P distgnn-train --partitions DIR`` runs on each
-rank: agree on the configuration, place the rank (device, aggregation backend), open the
-communicator, load the rank's shard (:mod:`distgnn.shard`), and train (:func:`distgnn.train.fit`).
-Set-up failures are agreed on by all ranks (:func:`distgnn.comm.all_or_none`), so every rank
-ends with the same one-line error; a failure later in the run aborts the whole job instead
-of leaving the other ranks blocked in a collective.
+:func:`open_partitions` readies one rank of ``mpirun -np P``: agree on the configuration,
+place the rank (device, aggregation backend), open the communicator and load the rank's
+shard (:mod:`distgnn.shard`); :func:`train_partitions` then trains
+(:func:`distgnn.training.fit`).  Set-up failures are agreed on by all ranks
+(:func:`distgnn.comm.all_or_none`), so every rank raises the same one-line error.  Both
+raise and never abort the job: the command-line tools wrap them in :func:`run_rank`, which
+aborts the whole job on a failure of one rank instead of leaving the others blocked in a
+collective.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import traceback
@@ -24,9 +27,9 @@ from .comm.watchdog import Watchdog
 from .config import TrainConfig
 from .errors import DistGNNError
 from .placement import local_size, placement
-from .shard import partition_shard
+from .shard import Shard, partition_shard
 from .timing import PhaseTimer
-from .train import ModelFactory, TrainResult, configure_threads, fit
+from .training import ModelFactory, TrainResult, configure_threads, fit
 
 
 def threads_per_rank(comm: Communicator) -> int:
@@ -34,50 +37,67 @@ def threads_per_rank(comm: Communicator) -> int:
     return max(1, (os.cpu_count() or 1) // max(local_size(comm.size), 1))
 
 
-def train_partitions(directory: str, config: Callable[[], TrainConfig],
-                     report: Callable[[TrainResult], None],
+@dataclasses.dataclass
+class RankSetup:
+    """One rank of a partitioned run, ready to train: its configuration, shard, the
+    communicator behind its watchdog (``comm``: use it for every collective) and timer."""
+
+    cfg: TrainConfig
+    shard: Shard
+    comm: Watchdog
+    timer: PhaseTimer
+
+
+def open_partitions(directory: str, config: TrainConfig | Callable[[], TrainConfig],
+                    log: Callable[[str], None] = print, prog: str = "distgnn") -> RankSetup:
+    """This rank's part of ``mpirun -np P ...`` on the partitions in ``directory``.
+    ``config`` (or, if a callable, what it returns: then it is made on every rank inside
+    the agreement, so a flag refused on one rank ends all of them with one line) is
+    checked on every rank; rank 0 logs one line describing the run; the watchdog's errors
+    name ``prog``.  Collective; raises :class:`~distgnn.comm.RankFailed` on every rank
+    when set-up fails on any."""
+    world = MPICommunicator()  # the job itself: agreement on set-up errors
+    cfg = all_or_none(world, config if callable(config) else lambda: config)
+    configure_threads(cfg.threads or threads_per_rank(world))
+    device, backend = all_or_none(world, lambda: placement(
+        world.rank, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends))
+    comm = all_or_none(world, lambda: get_communicator(cfg.comm, device))
+    timer = PhaseTimer()
+    heartbeat = Heartbeat.start(world) if cfg.comm_timeout and world.size > 1 else None
+    watchdog = Watchdog(comm, cfg.comm_timeout, prog, heartbeat)
+    shard = partition_shard(directory, cfg, watchdog, timer, device, backend)
+    places = torch.tensor([float(device.type == "cuda"), float(backend == "torch")])
+    world.allreduce(places)
+    if comm.rank == 0:
+        delay = ("" if cfg.algo != "cd-r" else f" (adaptive, budget {cfg.comm_budget})"
+                 if cfg.comm_budget is not None else f" (delay {shard.nbr.exchange.delay})")
+        log(f"{directory}: {comm.size} ranks ({int(places[0])} on GPUs, "
+            f"{int(places[1])} with the torch backend), {cfg.algo}{delay}, "
+            f"{comm.name} communicator")
+    return RankSetup(cfg, shard, watchdog, timer)
+
+
+def train_partitions(directory: str, config: TrainConfig | Callable[[], TrainConfig],
                      make_model: ModelFactory | None = None,
-                     prog: str = "distgnn-train") -> int:
-    """One rank of ``mpirun -np P distgnn-train --partitions DIR``: ``config()`` makes the
-    run's configuration (checked on every rank), rank 0 hands the result to ``report``;
-    ``make_model`` builds a user's model instead of ``cfg.model`` (see
-    :func:`~distgnn.train.model_and_optimizer`); errors are printed as ``prog``'s.
-    Returns the rank's exit status."""
-    world = MPICommunicator()  # the job itself: agreement on set-up errors, and abort
-
-    def main():
-        cfg = all_or_none(world, config)
-        configure_threads(cfg.threads or threads_per_rank(world))
-        device, backend = all_or_none(world, lambda: placement(
-            world.rank, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends))
-        comm = all_or_none(world, lambda: get_communicator(cfg.comm, device))
-        timer = PhaseTimer()
-        heartbeat = Heartbeat.start(world) if cfg.comm_timeout and world.size > 1 else None
-        watchdog = Watchdog(comm, cfg.comm_timeout, prog, heartbeat)
-        shard = partition_shard(directory, cfg, watchdog, timer, device, backend)
-        places = torch.tensor([float(device.type == "cuda"), float(backend == "torch")])
-        world.allreduce(places)
-        if comm.rank == 0:
-            delay = ("" if cfg.algo != "cd-r" else f" (adaptive, budget {cfg.comm_budget})"
-                     if cfg.comm_budget is not None else f" (delay {shard.nbr.exchange.delay})")
-            print(f"{directory}: {comm.size} ranks ({int(places[0])} on GPUs, "
-                  f"{int(places[1])} with the torch backend), {cfg.algo}{delay}, "
-                  f"{comm.name} communicator", flush=True)
-        result = fit(shard, cfg, watchdog, timer, watchdog=watchdog, make_model=make_model)
-        if comm.rank == 0:
-            report(result)
-        return 0
-
-    return run_rank(prog, world, main)
+                     log: Callable[[str], None] = print, prog: str = "distgnn"
+                     ) -> TrainResult:
+    """One rank of ``mpirun -np P`` training on the partitions in ``directory``
+    (:func:`open_partitions`, then :func:`~distgnn.training.fit`); returns the result on
+    every rank.  ``make_model`` builds a user's model instead of ``cfg.model``."""
+    run = open_partitions(directory, config, log, prog)
+    return fit(run.shard, run.cfg, run.comm, run.timer, log, watchdog=run.comm,
+               make_model=make_model)
 
 
-def run_rank(prog: str, comm: Communicator, main: Callable[[], int]) -> int:
-    """``main()``'s exit status on this rank, never a hang of the others.
+def run_rank(prog: str, main: Callable[[], int], comm: Communicator | None = None) -> int:
+    """``main()``'s exit status on this rank of ``comm`` (the MPI job by default), never a
+    hang of the others.
 
     An error all ranks agreed on ends every rank with one line and its exit status (2, or
     128 + N after stop signal N); any other exception (one rank only, mid-run) is printed
     and aborts the whole MPI job.
     """
+    comm = comm if comm is not None else MPICommunicator()
     try:
         return main()
     except RankFailed as e:

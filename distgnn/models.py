@@ -1,8 +1,12 @@
 """The built-in models for full-batch node classification (``distgnn-train --model``):
 :class:`GNN`, a stack of one kind of layer from :mod:`distgnn.nn` (GCN, GraphSAGE, GIN,
-GAT), and :class:`GCNII`, the deep residual network.  Both take a
-:class:`~distgnn.aggregate.Neighbourhood` (the whole graph or a rank's partition)."""
+GAT), and :class:`GCNII`, the deep residual network.  Both are called as ``model(g, x)``
+with the graph ``g`` (:class:`~distgnn.aggregate.Neighbourhood`: the whole graph or a rank's
+partition) and written as a user's own model would be: layers of :mod:`distgnn.nn` called
+as ``conv(g, h)``, a :class:`~distgnn.nn.KeyedDropout` per place that drops."""
 from __future__ import annotations
+
+import copy
 
 import torch
 import torch.nn.functional as F
@@ -10,7 +14,17 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .aggregate import Neighbourhood
-from .nn import LINEAR_AGGREGATORS, GATConv, GCN2Conv, GCNConv, GINConv, SAGEConv, keyed_dropout
+from .nn import (
+    LINEAR_AGGREGATORS,
+    MLP,
+    GATConv,
+    GCN2Conv,
+    GCNConv,
+    GINConv,
+    KeyedDropout,
+    SAGEConv,
+    assign_keys,
+)
 
 MODELS = ("gcn", "sage", "gin", "gat", "gcnii")
 
@@ -33,12 +47,12 @@ class GNN(nn.Module):
 
     with ``sigma = ReLU`` (ELU for GAT, as in its paper) on all but the last layer, which
     returns logits.  Residual connections are added where ``d_in == d_out`` (the hidden-to-
-    hidden layers).  Dropout masks are keyed by ``(seed, step, layer, global vertex id)``
-    (:mod:`distgnn.dropout`), so a partitioned run draws the same masks as the whole graph.
+    hidden layers).  Dropout masks are keyed by ``(seed, epoch, layer, global vertex id)``
+    (:class:`~distgnn.nn.KeyedDropout`), so a partitioned run draws the whole graph's masks.
 
     The layers: ``gcn`` :class:`~distgnn.nn.GCNConv`; ``sage``
     :class:`~distgnn.nn.SAGEConv` with ``aggregator``; ``gin`` :class:`~distgnn.nn.GINConv`
-    with an MLP of width ``hidden_channels``; ``gat`` :class:`~distgnn.nn.GATConv` with
+    with an :class:`~distgnn.nn.MLP` of width ``hidden_channels``; ``gat`` :class:`~distgnn.nn.GATConv` with
     ``heads`` heads of ``hidden_channels / heads`` concatenated on the hidden layers and one
     head on the last (Velickovic et al.'s Cora model), attention dropout ``dropout``.
 
@@ -51,7 +65,6 @@ class GNN(nn.Module):
         dropout (float, optional): dropout probability before each layer. (default: ``0.5``)
         aggregator (str, optional): GraphSAGE aggregator. (default: ``"gcn"``)
         residual (bool, optional): add skip connections. (default: ``False``)
-        seed (int, optional): seed of the dropout masks. (default: ``0``)
         precompute_first (bool, optional): no dropout on the input features, and the first
             layer's aggregation of them (constant: ``x`` needs no gradient) computed once
             and reused every epoch, as SGC and MG-GCN do (when ``F > hidden`` it is
@@ -64,14 +77,13 @@ class GNN(nn.Module):
             run the layer again there (activation checkpointing). (default: ``False``)
 
     Shapes:
-        - **input:** neighbourhood over ``N`` vertices, ``x`` ``[N, F]``, ``step`` (the
-          epoch, which selects the dropout masks)
+        - **input:** graph ``g`` over ``N`` vertices, ``x`` ``[N, F]``
         - **output:** logits ``[N, C]``
     """
 
     def __init__(self, model: str, in_channels: int, hidden_channels: int, out_channels: int,
                  num_layers: int = 2, dropout: float = 0.5, aggregator: str = "gcn",
-                 residual: bool = False, seed: int = 0, precompute_first: bool = False,
+                 residual: bool = False, precompute_first: bool = False,
                  heads: int = 8, train_eps: bool = False, recompute: bool = False):
         super().__init__()
         if model not in ("gcn", "sage", "gin", "gat"):
@@ -92,34 +104,33 @@ class GNN(nn.Module):
             if model == "sage":
                 return SAGEConv(a, b, aggregator)
             if model == "gin":
-                return GINConv(a, b, hidden_channels, train_eps=train_eps)
+                return GINConv(MLP(a, hidden_channels, b), train_eps=train_eps)
             if layer == last:
-                return GATConv(a, b, 1, concat=False, dropout=dropout, seed=seed)
-            return GATConv(a, b // heads, heads, dropout=dropout, seed=seed)
+                return GATConv(a, b, 1, concat=False, dropout=dropout)
+            return GATConv(a, b // heads, heads, dropout=dropout)
 
         self.convs = nn.ModuleList(conv(i, a, b) for i, (a, b) in enumerate(zip(dims[:-1],
                                                                                 dims[1:])))
-        self.model, self.dropout, self.residual, self.seed = model, dropout, residual, seed
-        self.recompute = recompute
+        self.dropouts = nn.ModuleList(KeyedDropout(dropout) for _ in range(num_layers))
+        self.model, self.residual, self.recompute = model, residual, recompute
         first_linear = model == "gcn" or (model == "sage" and aggregator in LINEAR_AGGREGATORS)
         if precompute_first and not first_linear:
             raise ValueError("precompute_first needs GCN or GraphSAGE with a linear "
                              f"aggregator ({', '.join(LINEAR_AGGREGATORS)})")
         self.precompute_first = precompute_first
         self._first: tuple | None = None  # (graph, x, aggregate of x) when precomputed
+        assign_keys(self)
 
-    def forward(self, nbr: Neighbourhood, x: torch.Tensor, step: int = 0) -> torch.Tensor:
+    def forward(self, g: Neighbourhood, x: torch.Tensor) -> torch.Tensor:
         h = x
-        for layer, conv in enumerate(self.convs):
+        for layer, (conv, drop) in enumerate(zip(self.convs, self.dropouts)):
             last = layer == len(self.convs) - 1
             if layer == 0 and self.precompute_first:
-                out = conv(nbr, h, aggregated=self.first_aggregate(nbr, x))
+                out = conv(g, h, aggregated=self.first_aggregate(g, x))
                 out = out if last else F.relu(out)
             else:
-                def block(h, layer=layer, conv=conv, last=last):
-                    h = keyed_dropout(h, nbr, self.dropout, self.training, self.seed, step, layer)
-                    view = nbr.at(layer, step, self.training)
-                    out = conv(view, h, step) if self.model == "gat" else conv(view, h)
+                def block(h, conv=conv, drop=drop, last=last):
+                    out = conv(g, drop(g, h))
                     if last:
                         return out
                     return F.elu(out) if self.model == "gat" else F.relu(out)
@@ -130,11 +141,13 @@ class GNN(nn.Module):
             h = out + h if self.residual and out.shape == h.shape else out
 
     @torch.no_grad()
-    def first_aggregate(self, nbr: Neighbourhood, x: torch.Tensor) -> torch.Tensor:
+    def first_aggregate(self, g: Neighbourhood, x: torch.Tensor) -> torch.Tensor:
         """The first layer's aggregation of ``x``, computed on first use (an exact exchange
         on a partition, whatever the algorithm: it is done once)."""
-        if self._first is None or self._first[0] is not nbr.graph or self._first[1] is not x:
-            self._first = (nbr.graph, x, self.convs[0].aggregate(nbr.at(0, 0, False), x))
+        if self._first is None or self._first[0] is not g.graph or self._first[1] is not x:
+            exact = copy.copy(g)  # evaluation's view: cd-0, whatever the run's algorithm
+            exact.training, exact.key = False, self.convs[0].key
+            self._first = (g.graph, x, self.convs[0].aggregate(exact, x))
         return self._first[2]
 
 
@@ -164,17 +177,16 @@ class GCNII(nn.Module):
         dropout (float, optional): (default: ``0.6``)
         alpha (float, optional): initial-residual weight. (default: ``0.1``)
         theta (float, optional): identity-mapping strength. (default: ``0.5``)
-        seed (int, optional): seed of the dropout masks. (default: ``0``)
         recompute (bool, optional): activation checkpointing per layer. (default: ``False``)
 
     Shapes:
-        - **input:** neighbourhood over ``N`` vertices, ``x`` ``[N, F]``, ``step``
+        - **input:** graph ``g`` over ``N`` vertices, ``x`` ``[N, F]``
         - **output:** logits ``[N, C]``
     """
 
     def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
                  num_layers: int, dropout: float = 0.6, alpha: float = 0.1, theta: float = 0.5,
-                 seed: int = 0, recompute: bool = False):
+                 recompute: bool = False):
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
@@ -187,19 +199,17 @@ class GCNII(nn.Module):
         for lin in (self.lin_in, self.lin_out):
             nn.init.xavier_uniform_(lin.weight)
             nn.init.zeros_(lin.bias)
-        self.dropout, self.seed, self.recompute = dropout, seed, recompute
+        # before the input projection, before each layer, before the output projection
+        self.dropouts = nn.ModuleList(KeyedDropout(dropout) for _ in range(num_layers + 2))
+        self.recompute = recompute
+        assign_keys(self)
 
-    def forward(self, nbr: Neighbourhood, x: torch.Tensor, step: int = 0) -> torch.Tensor:
-        depth = len(self.convs)
-        x_0 = F.relu(self.lin_in(self._drop(x, nbr, step, 0)))
+    def forward(self, g: Neighbourhood, x: torch.Tensor) -> torch.Tensor:
+        x_0 = F.relu(self.lin_in(self.dropouts[0](g, x)))
         h = x_0
-        for layer, conv in enumerate(self.convs):
-            def block(h, x_0, layer=layer, conv=conv):
-                h = self._drop(h, nbr, step, layer + 1)
-                return F.relu(conv(nbr.at(layer, step, self.training), h, x_0))
+        for conv, drop in zip(self.convs, self.dropouts[1:]):
+            def block(h, x_0, conv=conv, drop=drop):
+                return F.relu(conv(g, drop(g, h), x_0))
 
             h = run_layer(block, self.recompute, h, x_0)
-        return self.lin_out(self._drop(h, nbr, step, depth + 1))
-
-    def _drop(self, h, nbr, step, layer):
-        return keyed_dropout(h, nbr, self.dropout, self.training, self.seed, step, layer)
+        return self.lin_out(self.dropouts[-1](g, h))

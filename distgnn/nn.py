@@ -1,33 +1,43 @@
-r"""Graph convolutions as ``torch.nn`` modules, for the built-in models and for your own.
+r"""Graph convolutions and dropout as ``torch.nn`` modules, for the built-in models and your own.
 
-Every layer is called as ``conv(nbr, h, ...)`` with a :class:`~distgnn.aggregate.Neighbourhood`
-``nbr`` and node states ``h`` ``[N, d_in]`` and returns ``[N, d_out]``.  The neighbourhood is
-either the whole graph (one process) or one rank's partition under ``mpirun``; on a
-partition, every aggregation a layer makes is combined over the clones of each split vertex
-inside ``nbr`` (the exchange of :mod:`distgnn.drpa`), so the same model code trains on one
-socket and on many.  Under ``--algo cd-0`` a partitioned layer computes what the whole-graph
-layer computes.  A model gives each layer its own exchange state by calling it with
-``nbr.at(layer, step, self.training)`` (the layer's index and the epoch: what cd-r keeps
-per layer, and what the dropout masks are keyed by); on a partition, a second layer at an
-index already used in the training step is refused.  Every layer checks its input against
-the neighbourhood (``[N, d_in]`` of its weights' dtype) before it aggregates anything.
+A model is called as ``model(g, x)`` and calls each layer as ``conv(g, h)``, as DGL's
+layers are: ``g`` is the graph (a :class:`~distgnn.aggregate.Neighbourhood`), ``h`` the node
+states ``[N, d_in]``, and the layer returns ``[N, d_out]``.  ``g`` is the whole graph in one
+process or one rank's partition under ``mpirun``; on a partition every aggregation a layer
+makes is combined over the clones of each split vertex inside ``g`` (the exchange of
+:mod:`distgnn.exchange`), so the same model code trains on one socket and on many, and under
+``--algo cd-0`` a partitioned layer computes what the whole-graph layer computes.
 
-Argument names and defaults follow PyTorch Geometric's layers of the same name.  Linear
-aggregations commute with the projection, ``A (H W) = (A H) W``, so the GCN, GraphSAGE and
-GIN layers aggregate on the narrower side: they project first when ``d_out < d_in``.  This
-shrinks the SpMM and, in a distributed run, the exchange.
+The exchange keeps state per layer (cd-r's delayed partials) and dropout masks are drawn
+per module, so every layer and :class:`KeyedDropout` has a *key*: its position among the
+model's layers (dropouts) in ``model.modules()`` (:func:`assign_keys`, which the trainer
+calls), the same on every rank.  A layer object called at two places of one forward pass
+(shared weights) passes ``key=`` at the second: ``conv(g, h, key=7)``.  Every layer checks
+its input against the graph (``[N, d_in]`` of its weights' dtype) before it aggregates.
+
+Argument names follow PyTorch Geometric's layers of the same name (a subset of them;
+defaults as there, except where a docstring says otherwise).  Linear aggregations commute
+with the projection, ``A (H W) = (A H) W``, so the GCN, GraphSAGE and GIN layers aggregate
+on the narrower side: they project first when ``d_out < d_in``.  This shrinks the SpMM and,
+in a distributed run, the exchange.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from .aggregate import Neighbourhood
 from .backends import check_tensor
 from .dropout import check_dropout, dropout_key, vertex_dropout
+from .errors import DistGNNError
+
+__all__ = ["GCNConv", "SAGEConv", "GINConv", "GATConv", "GCN2Conv", "KeyedDropout", "MLP",
+           "assign_keys", "prepare"]
 
 SAGE_AGGREGATORS = ("gcn", "mean", "sum", "max", "min")
 LINEAR_AGGREGATORS = ("gcn", "mean", "sum")
@@ -42,7 +52,14 @@ def glorot(layer: nn.Module) -> None:
             nn.init.zeros_(p)
 
 
-def aggregate_and_project(conv, lin: nn.Module, nbr: Neighbourhood, h: torch.Tensor,
+class GraphLayer(nn.Module):
+    """A layer that aggregates over the graph, hence exchanges on a partition: it holds the
+    ``key`` its exchange state is kept under (:func:`assign_keys`)."""
+
+    key: int | None = None
+
+
+def aggregate_and_project(conv, lin, g: Neighbourhood, h: torch.Tensor,
                           aggregated: torch.Tensor | None) -> torch.Tensor:
     """``lin(aggregated)`` when ``agg(h)`` is known; else ``lin`` on the narrower side of
     ``conv.aggregate``: ``agg(lin(h))`` when the layer projects first, else ``lin(agg(h))``
@@ -50,13 +67,13 @@ def aggregate_and_project(conv, lin: nn.Module, nbr: Neighbourhood, h: torch.Ten
     if aggregated is not None:
         return lin(aggregated)
     if conv.project_first:
-        return conv.aggregate(nbr, lin(h))
-    return lin(conv.aggregate(nbr, h))
+        return conv.aggregate(g, lin(h))
+    return lin(conv.aggregate(g, h))
 
 
-class SAGEConv(nn.Module):
+class SAGEConv(GraphLayer):
     r"""GraphSAGE layer (Hamilton et al., *Inductive Representation Learning on Large
-    Graphs*, NeurIPS 2017) with DistGNN's ``gcn`` aggregator as the default.
+    Graphs*, NeurIPS 2017), with DGL's ``gcn`` aggregator besides PyG's.
 
     .. math::
         \text{gcn:}\quad \mathbf{h}'_v = \mathbf{W}\,
@@ -71,45 +88,52 @@ class SAGEConv(nn.Module):
     Args:
         in_channels (int): ``d_in``.
         out_channels (int): ``d_out``.
-        aggregator (str, optional): ``"gcn"``, ``"mean"``, ``"sum"``, ``"max"`` or ``"min"``.
-            (default: ``"gcn"``)
+        aggr (str, optional): ``"mean"``, ``"sum"``, ``"max"``, ``"min"`` or ``"gcn"``.
+            (default: ``"mean"``)
         bias (bool, optional): learn ``b``. (default: ``True``)
 
     Shapes:
-        - **input:** neighbourhood over ``N`` vertices, ``h`` ``[N, d_in]``
+        - **input:** graph ``g`` over ``N`` vertices, ``h`` ``[N, d_in]``, optional ``key``
         - **output:** ``[N, d_out]``
     """
 
-    def __init__(self, in_channels: int, out_channels: int, aggregator: str = "gcn",
+    def __init__(self, in_channels: int, out_channels: int, aggr: str = "mean",
                  bias: bool = True):
         super().__init__()
-        if aggregator not in SAGE_AGGREGATORS:
-            raise ValueError(f"aggregator must be one of {SAGE_AGGREGATORS}, got {aggregator!r}")
-        self.aggregator = aggregator
+        if aggr not in SAGE_AGGREGATORS:
+            raise ValueError(f"aggr must be one of {SAGE_AGGREGATORS}, got {aggr!r}")
+        self.in_channels, self.out_channels, self.aggr = in_channels, out_channels, aggr
         self.lin_neigh = nn.Linear(in_channels, out_channels, bias=False)
-        self.lin_root = (None if aggregator == "gcn"
+        self.lin_root = (None if aggr == "gcn"
                          else nn.Linear(in_channels, out_channels, bias=False))
         self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
-        self.project_first = out_channels < in_channels and aggregator in LINEAR_AGGREGATORS
+        self.project_first = out_channels < in_channels and aggr in LINEAR_AGGREGATORS
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
         glorot(self)
 
-    def aggregate(self, nbr: Neighbourhood, z: torch.Tensor) -> torch.Tensor:
-        """The neighbourhood term before (or, when projecting first, after) ``W``."""
-        if self.aggregator == "gcn":
-            return (nbr.reduce(z, "sum") + z) / (nbr.degree + 1)
-        return nbr.reduce(z, self.aggregator)
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}, aggr={self.aggr!r}"
 
-    def forward(self, nbr: Neighbourhood, h: torch.Tensor,
-                aggregated: torch.Tensor | None = None) -> torch.Tensor:
-        """``aggregated``: ``aggregate(nbr, h)`` computed earlier (constant input features)."""
-        nbr.enter(self, self.lin_neigh.weight, h=h, aggregated=aggregated)
-        out = aggregate_and_project(self, self.lin_neigh, nbr, h, aggregated)
+    def aggregate(self, g: Neighbourhood, z: torch.Tensor) -> torch.Tensor:
+        """The neighbourhood term before (or, when projecting first, after) ``W``."""
+        if self.aggr == "gcn":
+            return (g.reduce(z, "sum") + z) / (g.degree + 1)
+        return g.reduce(z, self.aggr)
+
+    def forward(self, g: Neighbourhood, h: torch.Tensor,
+                aggregated: torch.Tensor | None = None, key: int | None = None
+                ) -> torch.Tensor:
+        """``aggregated``: ``aggregate(g, h)`` computed earlier (constant input features)."""
+        g = g.enter(self, self.lin_neigh.weight, key, h=h, aggregated=aggregated)
+        out = aggregate_and_project(self, self.lin_neigh, g, h, aggregated)
         if self.lin_root is not None:
             out = out + self.lin_root(h)
         return out if self.bias is None else out + self.bias
 
 
-class GCNConv(nn.Module):
+class GCNConv(GraphLayer):
     r"""Graph convolution (Kipf & Welling, *Semi-Supervised Classification with Graph
     Convolutional Networks*, ICLR 2017).
 
@@ -128,100 +152,184 @@ class GCNConv(nn.Module):
         bias (bool, optional): learn ``b``. (default: ``True``)
 
     Shapes:
-        - **input:** neighbourhood over ``N`` vertices, ``h`` ``[N, d_in]``
+        - **input:** graph ``g`` over ``N`` vertices, ``h`` ``[N, d_in]``, optional ``key``
         - **output:** ``[N, d_out]``
     """
 
     def __init__(self, in_channels: int, out_channels: int, bias: bool = True):
         super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
         self.lin = nn.Linear(in_channels, out_channels, bias=False)
         self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
         self.project_first = out_channels < in_channels
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
         glorot(self)
 
-    @staticmethod
-    def aggregate(nbr: Neighbourhood, z: torch.Tensor) -> torch.Tensor:
-        """``D^-1/2 (A + I) D^-1/2 z`` (GCN2Conv's propagation too)."""
-        scale = (nbr.degree + 1).rsqrt()
-        z = scale * z
-        return scale * (nbr.reduce(z, "sum") + z)
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}"
 
-    def forward(self, nbr: Neighbourhood, h: torch.Tensor,
-                aggregated: torch.Tensor | None = None) -> torch.Tensor:
-        """``aggregated``: ``aggregate(nbr, h)`` computed earlier (constant input features)."""
-        nbr.enter(self, self.lin.weight, h=h, aggregated=aggregated)
-        out = aggregate_and_project(self, self.lin, nbr, h, aggregated)
+    @staticmethod
+    def aggregate(g: Neighbourhood, z: torch.Tensor) -> torch.Tensor:
+        """``D^-1/2 (A + I) D^-1/2 z`` (GCN2Conv's propagation too)."""
+        scale = (g.degree + 1).rsqrt()
+        z = scale * z
+        return scale * (g.reduce(z, "sum") + z)
+
+    def forward(self, g: Neighbourhood, h: torch.Tensor,
+                aggregated: torch.Tensor | None = None, key: int | None = None
+                ) -> torch.Tensor:
+        """``aggregated``: ``aggregate(g, h)`` computed earlier (constant input features)."""
+        g = g.enter(self, self.lin.weight, key, h=h, aggregated=aggregated)
+        out = aggregate_and_project(self, self.lin, g, h, aggregated)
         return out if self.bias is None else out + self.bias
 
 
-def keyed_dropout(h: torch.Tensor, nbr: Neighbourhood, p: float, training: bool, seed: int,
-                  step: int, layer: int) -> torch.Tensor:
-    """Dropout of ``h`` ``[N, d]`` (while ``training``) whose mask is a function of ``(seed,
-    step, layer, global vertex id, column)`` (:mod:`distgnn.dropout`): every clone of a vertex
-    draws the mask the whole graph draws, so a partitioned run trains the same model.  Use it
-    between layers instead of ``F.dropout``, whose masks differ from rank to rank."""
-    check_dropout(h, nbr.global_ids, p)
-    if not training or not p:
-        return h
-    return vertex_dropout(h, nbr.global_ids, p, dropout_key(seed, step, layer))
-
-
-class GINConv(nn.Module):
-    r"""Graph isomorphism layer (Xu et al., *How Powerful are Graph Neural Networks?*,
-    ICLR 2019).
+class KeyedDropout(nn.Module):
+    r"""Dropout whose masks every clone of a vertex draws alike: the mask of ``h`` ``[N, d]``
+    is a function of (seed, epoch, this module's key, global vertex id, column)
+    (:mod:`distgnn.dropout`), so a partitioned run drops exactly what the whole graph drops
+    and trains the same model.  Use it where a PyG model uses ``F.dropout``, whose masks
+    differ from rank to rank (in a model trained on partitions, ``torch.nn.Dropout`` and
+    ``F.dropout`` are refused).
 
     .. math::
-        \mathbf{h}'_v = \operatorname{MLP}\Big((1 + \epsilon)\, \mathbf{h}_v +
-            \sum_{u \in N(v)} \mathbf{h}_u\Big),
-        \qquad \operatorname{MLP}(\mathbf{x}) = \mathbf{W}_2\,
-            \operatorname{ReLU}(\mathbf{W}_1 \mathbf{x} + \mathbf{b}_1) + \mathbf{b}_2
+        \mathbf{h}'_{v,f} = rac{m_{v,f}}{1 - p}\, \mathbf{h}_{v,f},\qquad
+        m_{v,f} \sim \operatorname{Bernoulli}(1 - p) 	ext{ keyed by }
+        (	ext{seed}, 	ext{epoch}, 	ext{key}, v, f)
 
-    The MLP has no batch normalisation (PyG's ``GIN`` model adds one): its statistics
-    would need a reduction over all ranks every layer, and a full-batch step sees the whole
-    graph anyway.  The sum commutes with ``W_1``, so the layer aggregates ``W_1 h`` when
-    ``hidden < d_in``.
+    Active while ``g`` trains (:meth:`~distgnn.aggregate.Neighbourhood.set_epoch`); the
+    identity in evaluation.  The seed is the run's (``TrainConfig.seed``).
 
     Args:
-        in_channels (int): ``d_in``.
-        out_channels (int): ``d_out``.
-        hidden_channels (int, optional): width of the MLP's hidden layer.
-            (default: ``out_channels``)
+        p (float, optional): probability of dropping an element. (default: ``0.5``)
+
+    Shapes:
+        - **input:** graph ``g`` over ``N`` vertices, ``h`` ``[N, d]``, optional ``key``
+        - **output:** ``[N, d]``
+    """
+
+    def __init__(self, p: float = 0.5):
+        super().__init__()
+        check_dropout(torch.empty(0, 0), (), p)
+        self.p = p
+        self.key: int | None = None
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+    def forward(self, g: Neighbourhood, h: torch.Tensor, key: int | None = None
+                ) -> torch.Tensor:
+        check_dropout(h, g.global_ids, self.p)
+        if not g.training or not self.p:
+            return h
+        key = g.claim("dropout", self, key)
+        return vertex_dropout(h, g.global_ids, self.p, dropout_key(g.seed, g.epoch, key))
+
+
+class MLP(nn.Sequential):
+    r"""``Linear -> ReLU -> Linear``, Glorot-initialised: the MLP of the built-in GIN.
+
+    .. math::
+        \operatorname{MLP}(\mathbf{x}) = \mathbf{W}_2\,
+            \operatorname{ReLU}(\mathbf{W}_1 \mathbf{x} + \mathbf{b}_1) + \mathbf{b}_2
+
+    Args:
+        in_channels (int): width of ``x``.
+        hidden_channels (int): width of the hidden layer.
+        out_channels (int): width of the output.
+    """
+
+    def __init__(self, in_channels: int, hidden_channels: int, out_channels: int):
+        first = nn.Linear(in_channels, hidden_channels, bias=False)
+        # b_1 made without a random draw (reset_parameters zeroes it anyway), so the seeded
+        # initial weights of the models built from this MLP stay what they were
+        first.bias = nn.Parameter(torch.zeros(hidden_channels))
+        super().__init__(first, nn.ReLU(), nn.Linear(hidden_channels, out_channels))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        glorot(self)
+
+
+class GINConv(GraphLayer):
+    r"""Graph isomorphism layer (Xu et al., *How Powerful are Graph Neural Networks?*,
+    ICLR 2019), as PyG's ``GINConv``.
+
+    .. math::
+        \mathbf{h}'_v = h_{\Theta}\Big((1 + \epsilon)\, \mathbf{h}_v +
+            \sum_{u \in N(v)} \mathbf{h}_u\Big)
+
+    with ``h_Theta`` the module ``nn`` (for example :class:`MLP`).  When ``nn`` is a
+    ``torch.nn.Sequential`` that starts with a ``torch.nn.Linear`` ``W_1 x + b_1``, the sum
+    commutes with ``W_1``: the layer aggregates ``W_1 h`` when ``W_1`` narrows, adds ``b_1``
+    after the sum, and runs the rest of ``nn`` on the result (the same maths, a narrower
+    SpMM and exchange).  The built-in GIN's MLP has no batch normalisation (PyG's ``GIN``
+    model adds one): its statistics would need a reduction over all ranks every layer.
+
+    Args:
+        nn (torch.nn.Module): ``h_Theta``, mapping ``[N, d_in]`` to ``[N, d_out]``.
         eps (float, optional): initial ``epsilon``. (default: ``0.``)
         train_eps (bool, optional): learn ``epsilon``. (default: ``False``)
 
     Shapes:
-        - **input:** neighbourhood over ``N`` vertices, ``h`` ``[N, d_in]``
+        - **input:** graph ``g`` over ``N`` vertices, ``h`` ``[N, d_in]``, optional ``key``
         - **output:** ``[N, d_out]``
     """
 
-    def __init__(self, in_channels: int, out_channels: int, hidden_channels: int | None = None,
-                 eps: float = 0.0, train_eps: bool = False):
+    def __init__(self, nn: torch.nn.Module, eps: float = 0.0, train_eps: bool = False):
         super().__init__()
-        hidden = out_channels if hidden_channels is None else hidden_channels
-        self.lin1 = nn.Linear(in_channels, hidden, bias=False)
-        self.bias1 = nn.Parameter(torch.zeros(hidden))
-        self.lin2 = nn.Linear(hidden, out_channels)
+        self.nn = nn
         self.initial_eps = eps
         if train_eps:
-            self.eps = nn.Parameter(torch.tensor([eps]))
+            self.eps = torch.nn.Parameter(torch.tensor([eps]))
         else:
             self.register_buffer("eps", torch.tensor([eps]))
-        self.project_first = hidden < in_channels
-        glorot(self)
+        first = self.first_linear()
+        self.project_first = first is not None and first.out_features < first.in_features
+
+    def first_linear(self) -> torch.nn.Linear | None:
+        """``nn``'s leading ``Linear`` (``W_1``), which the sum commutes with, if it has one."""
+        if isinstance(self.nn, torch.nn.Sequential) and len(self.nn) and isinstance(
+                self.nn[0], torch.nn.Linear):
+            return self.nn[0]
+        return None
+
+    def reset_parameters(self) -> None:
+        """``epsilon`` to its initial value and ``nn``'s parameters (its own
+        ``reset_parameters``, else each of its layers')."""
         with torch.no_grad():
-            self.eps.fill_(eps)
+            self.eps.fill_(self.initial_eps)
+        layers = [self.nn] if hasattr(self.nn, "reset_parameters") else self.nn.children()
+        for layer in layers:
+            if hasattr(layer, "reset_parameters"):
+                layer.reset_parameters()
 
-    def aggregate(self, nbr: Neighbourhood, z: torch.Tensor) -> torch.Tensor:
+    def extra_repr(self) -> str:
+        return f"eps={self.initial_eps}, train_eps={isinstance(self.eps, torch.nn.Parameter)}"
+
+    def aggregate(self, g: Neighbourhood, z: torch.Tensor) -> torch.Tensor:
         """``(1 + eps) z + sum_{u in N(v)} z_u``."""
-        return nbr.reduce(z, "sum") + (1 + self.eps) * z
+        return g.reduce(z, "sum") + (1 + self.eps) * z
 
-    def forward(self, nbr: Neighbourhood, h: torch.Tensor) -> torch.Tensor:
-        nbr.enter(self, self.lin1.weight, h=h)
-        hidden = aggregate_and_project(self, self.lin1, nbr, h, None)
-        return self.lin2(F.relu(hidden + self.bias1))
+    def forward(self, g: Neighbourhood, h: torch.Tensor, key: int | None = None
+                ) -> torch.Tensor:
+        first = self.first_linear()
+        if first is None:
+            g = g.enter(self, torch.empty(0, h.shape[-1], dtype=self.eps.dtype), key, h=h)
+            return self.nn(self.aggregate(g, h))
+        g = g.enter(self, first.weight, key, h=h)
+        hidden = aggregate_and_project(self, functools.partial(F.linear, weight=first.weight),
+                                       g, h, None)
+        if first.bias is not None:
+            hidden = hidden + first.bias
+        for layer in list(self.nn)[1:]:
+            hidden = layer(hidden)
+        return hidden
 
 
-class GATConv(nn.Module):
+class GATConv(GraphLayer):
     r"""Graph attention layer (Velickovic et al., *Graph Attention Networks*, ICLR 2018),
     multi-head, with self-loops, as PyG's ``GATConv``.
 
@@ -261,34 +369,42 @@ class GATConv(nn.Module):
         negative_slope (float, optional): LeakyReLU slope. (default: ``0.2``)
         dropout (float, optional): dropout on ``alpha``. (default: ``0.``)
         bias (bool, optional): learn a bias. (default: ``True``)
-        seed (int, optional): seed of the dropout masks (not in PyG: masks here are a
-            function of seed, epoch, layer and edge). (default: ``0``)
+
+    The attention dropout masks are a function of the run's seed, the epoch, the layer's key
+    and the edge (PyG draws them from torch's generator).
 
     Shapes:
-        - **input:** neighbourhood over ``N`` vertices, ``h`` ``[N, d_in]``, ``step`` (the
-          epoch: keys the dropout masks)
+        - **input:** graph ``g`` over ``N`` vertices, ``h`` ``[N, d_in]``, optional ``key``
         - **output:** ``[N, H C]`` when ``concat``, else ``[N, C]``
     """
 
     def __init__(self, in_channels: int, out_channels: int, heads: int = 1,
                  concat: bool = True, negative_slope: float = 0.2, dropout: float = 0.0,
-                 bias: bool = True, seed: int = 0):
+                 bias: bool = True):
         super().__init__()
         if heads < 1:
             raise ValueError(f"heads must be >= 1, got {heads}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.heads, self.out_channels, self.concat = heads, out_channels, concat
-        self.negative_slope, self.dropout, self.seed = negative_slope, dropout, seed
+        self.in_channels, self.heads, self.out_channels = in_channels, heads, out_channels
+        self.concat, self.negative_slope, self.dropout = concat, negative_slope, dropout
         self.lin = nn.Linear(in_channels, heads * out_channels, bias=False)
         self.att_src = nn.Parameter(torch.empty(1, heads, out_channels))
         self.att_dst = nn.Parameter(torch.empty(1, heads, out_channels))
         width = heads * out_channels if concat else out_channels
         self.bias = nn.Parameter(torch.zeros(width)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
         glorot(self)
 
-    def forward(self, nbr: Neighbourhood, h: torch.Tensor, step: int = 0) -> torch.Tensor:
-        nbr.enter(self, self.lin.weight, h=h)
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, heads={self.heads}, "
+                f"concat={self.concat}, dropout={self.dropout}")
+
+    def forward(self, g: Neighbourhood, h: torch.Tensor, key: int | None = None
+                ) -> torch.Tensor:
+        g = g.enter(self, self.lin.weight, key, h=h)
         heads, width = self.heads, self.out_channels  # a [1, 1, C] att_* would broadcast
         for name, param, shape in (("att_src", self.att_src, (1, heads, width)),
                                    ("att_dst", self.att_dst, (1, heads, width)),
@@ -298,44 +414,19 @@ class GATConv(nn.Module):
         score_src = (z * self.att_src).sum(-1)  # [N, H]
         score_dst = (z * self.att_dst).sum(-1)
         loop = F.leaky_relu(score_src + score_dst, self.negative_slope)  # the self-loops' logits
-        p = self.dropout if self.training else 0.0
-        # layer ~l (-l-1): apart from the keys of the vertex dropout before layer l
-        key = dropout_key(self.seed, step, ~nbr.context.layer) if p else 0
-        if nbr.backend.name == "numba":
-            out, loop_alpha = nbr.attend(loop, score_src, score_dst, z, self.negative_slope, p,
-                                         key)
-        else:
-            out, loop_alpha = self.attend(nbr, loop, score_src, score_dst, z, p, key)
+        p = self.dropout if g.training else 0.0
+        # key ~k (-k-1): apart from the keys of the KeyedDropouts, which count from 0
+        mask_key = dropout_key(g.seed, g.epoch, ~g.key) if p else 0
+        out, loop_alpha = g.attend(loop, score_src, score_dst, z, self.negative_slope, p,
+                                   mask_key)
         if p:
-            loop_alpha = vertex_dropout(loop_alpha, nbr.edge_keys()[1], p, key)
+            loop_alpha = vertex_dropout(loop_alpha, g.edge_keys()[1], p, mask_key)
         out = out + loop_alpha.unsqueeze(-1) * z
         out = out.flatten(1) if self.concat else out.mean(1)
         return out if self.bias is None else out + self.bias
 
-    def attend(self, nbr: Neighbourhood, loop, score_src, score_dst, z, p: float, key: int):
-        """:meth:`Neighbourhood.attend` in torch operations (any device, the torch backend's
-        path; it materialises ``[E, H]`` and ``[E, H, C]`` tensors as PyG does): the aggregate
-        over in-edges and the undropped loop coefficients."""
-        src, dst = nbr.edge_index()
-        logits = F.leaky_relu(score_src[src] + score_dst[dst], self.negative_slope)  # [E, H]
-        loops = nbr.loop_edges()
-        if loops is not None:  # the self-loop is added once, as PyG replaces stored ones
-            logits = logits.masked_fill(loops.unsqueeze(1), -torch.inf)
-        with torch.no_grad():  # a per-vertex shift of the softmax: any value gives its result
-            top = loop.scatter_reduce(0, dst.unsqueeze(1).expand_as(logits), logits, "amax")
-            top = nbr.combine(top, "max", empty_rows=False)
-        weight = torch.exp(logits - top[dst])
-        loop_weight = torch.exp(loop - top)
-        total = nbr.combine(torch.zeros_like(loop_weight).index_add(0, dst, weight),
-                            exact=True) + loop_weight
-        alpha = weight / total[dst]
-        if p:
-            alpha = vertex_dropout(alpha, nbr.edge_keys()[0], p, key)
-        y = torch.zeros_like(z).index_add(0, dst, alpha.unsqueeze(-1) * z[src])
-        return nbr.combine(y.view(len(y), -1)).view_as(z), loop_weight / total
 
-
-class GCN2Conv(nn.Module):
+class GCN2Conv(GraphLayer):
     r"""GCNII layer (Chen et al., *Simple and Deep Graph Convolutional Networks*, ICML 2020):
     a GCN propagation with an initial residual and an identity mapping, as PyG's
     ``GCN2Conv`` with shared weights.
@@ -356,7 +447,8 @@ class GCN2Conv(nn.Module):
         layer (int, optional): ``ell``. (default: ``None``)
 
     Shapes:
-        - **input:** neighbourhood over ``N`` vertices, ``x`` and ``x_0`` ``[N, channels]``
+        - **input:** graph ``g`` over ``N`` vertices, ``x`` and ``x_0`` ``[N, channels]``,
+          optional ``key``
         - **output:** ``[N, channels]``
     """
 
@@ -365,12 +457,80 @@ class GCN2Conv(nn.Module):
         super().__init__()
         if (theta is None) != (layer is None):
             raise ValueError("give theta and layer together (or neither)")
-        self.alpha = alpha
+        self.channels, self.alpha, self.theta, self.layer = channels, alpha, theta, layer
         self.beta = 1.0 if theta is None else math.log(theta / layer + 1)
         self.weight1 = nn.Parameter(torch.empty(channels, channels))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
         glorot(self)
 
-    def forward(self, nbr: Neighbourhood, x: torch.Tensor, x_0: torch.Tensor) -> torch.Tensor:
-        nbr.enter(self, self.weight1, x=x, x_0=x_0)
-        out = (1 - self.alpha) * GCNConv.aggregate(nbr, x) + self.alpha * x_0
+    def extra_repr(self) -> str:
+        return f"{self.channels}, alpha={self.alpha}, beta={self.beta:.4g}"
+
+    def forward(self, g: Neighbourhood, x: torch.Tensor, x_0: torch.Tensor,
+                key: int | None = None) -> torch.Tensor:
+        g = g.enter(self, self.weight1, key, x=x, x_0=x_0)
+        out = (1 - self.alpha) * GCNConv.aggregate(g, x) + self.alpha * x_0
         return torch.addmm(out, out, self.weight1, beta=1.0 - self.beta, alpha=self.beta)
+
+
+def assign_keys(model: nn.Module) -> None:
+    """Number the graph layers and the :class:`KeyedDropout` modules of ``model`` by their
+    positions in ``model.modules()`` (layers and dropouts counted apart, each from 0): the
+    keys their exchange state and dropout masks are kept under, the same on every rank.
+    Idempotent; a module that appears twice in the model gets one key."""
+    for kind in (GraphLayer, KeyedDropout):
+        for key, module in enumerate(m for m in model.modules() if isinstance(m, kind)):
+            module.key = key
+
+
+TORCH_DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
+                  nn.FeatureAlphaDropout)
+DROPOUT_FUNCTIONS = {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout,
+                     F.feature_alpha_dropout, torch.dropout, torch.alpha_dropout,
+                     torch.feature_dropout, torch.feature_alpha_dropout}
+TORCH_DROPOUT_PROBLEM = ("its masks differ between a vertex's clones on different ranks, so a "
+                         "partitioned run would train another model: use "
+                         "distgnn.nn.KeyedDropout")
+
+
+class _FunctionalDropoutCheck(TorchFunctionMode):
+    """Refuses a torch dropout function that drops something (``training`` true, ``p > 0``)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in DROPOUT_FUNCTIONS:
+            p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+            on = args[2] if len(args) > 2 else kwargs.get("training", kwargs.get("train", True))
+            if on and p:
+                raise DistGNNError(f"the model calls torch's {func.__name__}: "
+                                   f"{TORCH_DROPOUT_PROBLEM}")
+        return func(*args, **kwargs)
+
+
+def prepare(model: nn.Module, g: Neighbourhood) -> None:
+    """Make ``model`` ready to train on ``g``: :func:`assign_keys`, and on a partition
+    refuse torch's own dropout, as a module at once and as a function (``F.dropout``) in
+    the first training forward pass, with one line naming it."""
+    assign_keys(model)
+    if g.exchange is None:
+        return
+    for name, module in model.named_modules():
+        if isinstance(module, TORCH_DROPOUTS) and module.p:
+            raise DistGNNError(f"{name or 'the model'} is a torch.nn.{type(module).__name__}: "
+                               f"{TORCH_DROPOUT_PROBLEM}")
+    check = _FunctionalDropoutCheck()
+
+    def enter(module, inputs):
+        if g.training:
+            check.__enter__()
+
+    def leave(module, inputs, output):
+        if g.training:
+            check.__exit__(None, None, None)
+            for hook in hooks:
+                hook.remove()
+
+    hooks = [model.register_forward_pre_hook(enter),
+             model.register_forward_hook(leave, always_call=True)]

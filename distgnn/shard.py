@@ -134,7 +134,8 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
             + "".join(f", {k} {v:.3f} s" for k, v in trial.items())
             + f": relabelled in {time.perf_counter() - started:.2f} s")
     nbr = Neighbourhood(graph, get_backend(backend, cfg.aggregation_precision), timer=timer,
-                        device=device, dtype=getattr(torch, cfg.dtype), global_ids=global_ids)
+                        device=device, dtype=getattr(torch, cfg.dtype), global_ids=global_ids,
+                        seed=cfg.seed)
     x, y = x.to(device, getattr(torch, cfg.dtype)), y.to(device)
     masks = {name: m.to(device) for name, m in masks.items()}
     return Shard(data.name, x, y, masks, nbr, data.num_classes, origin)
@@ -184,7 +185,7 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
     nbr = Neighbourhood(part.graph, get_backend(backend, cfg.aggregation_precision),
                         in_degree=None if exchange is None else part.in_degree, timer=timer,
                         device=device, global_ids=part.global_ids, exchange=exchange,
-                        dtype=getattr(torch, cfg.dtype))
+                        dtype=getattr(torch, cfg.dtype), seed=cfg.seed)
     x = x.to(dtype=getattr(torch, cfg.dtype))
     name = f"{part.meta.get('dataset', directory.name)} partition {comm.rank}/{comm.size}"
     files = hashlib.sha256(json.dumps(part.meta["files"], sort_keys=True).encode()).hexdigest()

@@ -32,6 +32,7 @@ from .epoch_log import EpochLog, epoch_record
 from .errors import DistGNNError
 from .graph import NodeDataset
 from .models import GCNII, GNN
+from .nn import prepare
 from .placement import synchronize
 from .replicas import ReplicaSync
 from .shard import Shard, dataset_shard
@@ -41,6 +42,11 @@ from .timing import PhaseTimer
 
 @dataclasses.dataclass
 class TrainResult:
+    """What a run returns, the same on every rank: ``history``, one record per epoch (loss,
+    times, bytes and, at evaluations, ``{mask}_acc`` and ``val_loss``); ``best``, the
+    evaluation with the best validation accuracy; ``model``, the trained model (this rank's
+    replica: every rank holds the same weights)."""
+
     history: list[dict]
     best: dict
     model: torch.nn.Module
@@ -61,9 +67,9 @@ def build_model(cfg: TrainConfig, in_channels: int, num_classes: int) -> torch.n
     try:
         if cfg.model == "gcnii":
             return GCNII(in_channels, cfg.hidden, num_classes, cfg.layers, cfg.dropout,
-                         cfg.alpha, cfg.theta, cfg.seed, cfg.recompute)
+                         cfg.alpha, cfg.theta, cfg.recompute)
         return GNN(cfg.model, in_channels, cfg.hidden, num_classes, cfg.layers, cfg.dropout,
-                   cfg.aggregator, cfg.residual, cfg.seed, cfg.precompute_first, cfg.heads,
+                   cfg.aggregator, cfg.residual, cfg.precompute_first, cfg.heads,
                    cfg.train_eps, cfg.recompute)
     except ValueError as e:
         raise DistGNNError(str(e)) from None
@@ -74,12 +80,25 @@ ModelFactory = Callable[[int, int], torch.nn.Module]
 
 def model_and_optimizer(cfg: TrainConfig, shard: Shard, make_model: ModelFactory | None = None):
     """The model (seeded: every rank builds the same) on the shard's device, in its floating
-    type, and its Adam.  ``make_model(in_channels, num_classes)`` builds a user's model
-    (called as ``model(nbr, x, step=epoch)``, returning logits); ``None``: ``cfg.model``."""
+    type, made ready for the shard's graph (:func:`distgnn.nn.prepare`), and its Adam.
+    ``make_model(in_channels, num_classes)`` builds a user's model (called as
+    ``model(g, x)``, returning logits ``[N, C]``); ``None``: ``cfg.model``."""
+    model = place_model(cfg, shard, make_model)
+    return model, torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+def place_model(cfg: TrainConfig, shard: Shard, make_model: ModelFactory | None = None
+                ) -> torch.nn.Module:
+    """The model alone (see :func:`model_and_optimizer`)."""
     torch.manual_seed(cfg.seed)
     make = make_model or (lambda f, c: build_model(cfg, f, c))
-    model = make(shard.num_features, shard.num_classes).to(shard.x.device, shard.x.dtype)
-    return model, torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    model = make(shard.num_features, shard.num_classes)
+    if not isinstance(model, torch.nn.Module):
+        raise DistGNNError(f"make_model returned a {type(model).__name__}, not a "
+                           "torch.nn.Module")
+    model = model.to(shard.x.device, shard.x.dtype)
+    prepare(model, shard.nbr)
+    return model
 
 
 def training_vertices(shard: Shard, comm: Communicator) -> float:
@@ -97,8 +116,9 @@ def step(model: torch.nn.Module, optimizer, shard: Shard, sync: ReplicaSync, num
     """Forward, loss, backward and the gradient allreduce of one epoch; returns the global
     loss and the ranks whose loss or gradients were not finite."""
     model.train()
+    shard.nbr.set_epoch(epoch)
     with timer("forward"):
-        logits = model(shard.nbr, shard.x, step=epoch)
+        logits = model(shard.nbr, shard.x)
     with timer("backward"):
         train = shard.masks["train"]
         loss = F.cross_entropy(logits[train], shard.y[train], reduction="sum") / num_train
@@ -158,6 +178,7 @@ def evaluate(model: torch.nn.Module, shard: Shard, comm: Communicator,
     ``eval_bytes_sent_mean``: the split-vertex bytes a rank sent for it (mean over ranks);
     with ``with_roc_auc`` (binary tasks), also each mask's ROC-AUC."""
     model.eval()
+    shard.nbr.set_epoch(shard.nbr.epoch, training=False)
     exchange = shard.nbr.exchange
     sent = exchange.total_bytes_sent if exchange else 0
     logits = model(shard.nbr, shard.x)
