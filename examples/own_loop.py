@@ -35,7 +35,8 @@ class Net(torch.nn.Module):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("source", help="a dataset (name or path) or a partition directory")
-    p.add_argument("--epochs", type=int, default=50)
+    p.add_argument("--epochs", type=int, default=50, help="training epochs")
+    p.add_argument("--log-every", type=int, default=10, help="print every this many epochs")
     args = p.parse_args()
 
     with distgnn.setup(args.source, distgnn.TrainConfig(seed=0), log=lambda line: None) as run:
@@ -50,7 +51,7 @@ def main() -> None:
             value = run.sync(model, loss)
             optimizer.step()
             schedule.step()
-            if epoch % 10 == 9 or epoch == args.epochs - 1:
+            if (epoch + 1) % args.log_every == 0 or epoch == args.epochs - 1:
                 run.start_epoch(model, epoch, training=False)
                 with torch.no_grad():
                     logits = model(run.g, run.x)

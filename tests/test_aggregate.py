@@ -184,8 +184,8 @@ def test_neighbourhood_refuses_per_vertex_arrays_of_another_length(backend, rand
         Neighbourhood(g, backend, global_ids=np.arange(10))
     with pytest.raises(GraphError, match=r"in_degree has shape \[41\], expected \[40\]"):
         Neighbourhood(g, backend, in_degree=np.ones(41, np.int64))
-    with pytest.raises(GraphError, match="layer must be an integer"):
-        Neighbourhood(g, backend).at(0.5, 0, True)
+    with pytest.raises(GraphError, match="epoch must be an integer"):
+        Neighbourhood(g, backend).set_epoch(0.5)
 
 
 def test_attention_kernels_refuse_scores_of_another_shape(random_graph):
@@ -208,27 +208,33 @@ class Identity:
         return y
 
 
-def test_two_layers_at_one_index_are_refused_on_a_partition_but_not_a_recomputed_one(
+def test_two_layers_on_one_key_are_refused_on_a_partition_but_not_a_recomputed_one(
         random_graph):
-    """On a partition the exchange keeps state per layer index (cd-r): a second layer at
-    an index in the same training step is an error naming it; the same layer again (as
-    ``--recompute`` runs it), another step, evaluation or one process are not."""
+    """On a partition the exchange keeps state per layer key (cd-r): a second layer on a
+    key in the same training pass is an error naming both, and so is an unkeyed layer;
+    the same layer again inside the backward pass (as ``--recompute`` runs it), another
+    epoch, evaluation or one process are not."""
     from distgnn.models import GNN
     from distgnn.nn import GCNConv
 
     g, *_ = random_graph(**GRAPHS["random"])
     nbr = Neighbourhood(g, get_backend("numba"), exchange=Identity())
     first, second, x = GCNConv(4, 4), GCNConv(4, 4), torch.rand(40, 4)
-    first(nbr.at(0, 3, True), x)
-    first(nbr.at(0, 3, True), x)
-    second(nbr.at(1, 3, True), x)
-    second(nbr.at(0, 3, False), x)
-    second(nbr.at(0, 4, True), x)
-    with pytest.raises(GraphError, match="layer index 0 is used by two layers in step 4"):
-        first(nbr.at(0, 4, True), x)
+    with pytest.raises(GraphError, match="GCNConv has no key"):
+        first(nbr, x)
+    nbr.set_epoch(3)
+    first(nbr, x, key=0)
+    second(nbr, x, key=1)
+    nbr.set_epoch(3, training=False)
+    second(nbr, x, key=0)
+    nbr.set_epoch(4)
+    second(nbr, x, key=0)
+    with pytest.raises(GraphError, match="GCNConv and GCNConv both use key 0 in epoch 4"):
+        first(nbr, x, key=0)
     whole = Neighbourhood(g, get_backend("numba"))
-    first(whole.at(0, 4, True), x)
-    second(whole.at(0, 4, True), x)
+    first(whole, x)
+    second(whole, x)
     model = GNN("gcn", 4, 8, 3, num_layers=3, recompute=True).train()
-    model(nbr, x, step=5).sum().backward()
+    nbr.set_epoch(5)
+    model(nbr, x).sum().backward()
     assert all(p.grad is not None for p in model.parameters())

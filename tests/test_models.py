@@ -92,18 +92,25 @@ def test_gnn_output_shape(case, model, num_layers):
     assert net(case[0], torch.randn(N, 6)).shape == (N, 4)
 
 
+def forward(net, g, x, epoch, training=True):
+    """``net(g, x)`` in epoch ``epoch``, training or evaluating, as the trainer runs it."""
+    net.train(training)
+    g.set_epoch(epoch, training)
+    return net(g, x)
+
+
 def test_gnn_without_dropout_is_the_same_in_train_and_eval(case):
     net = GNN("sage", 6, 16, 4, num_layers=3, dropout=0.0)
     x = torch.randn(N, 6)
-    assert torch.equal(net.train()(case[0], x, step=1), net.eval()(case[0], x, step=1))
+    assert torch.equal(forward(net, case[0], x, 1), forward(net, case[0], x, 1, False))
 
 
-def test_gnn_dropout_depends_on_mode_and_step(case):
-    net = GNN("gcn", 6, 16, 4, num_layers=2, dropout=0.5).train()
+def test_gnn_dropout_depends_on_mode_and_epoch(case):
+    net = GNN("gcn", 6, 16, 4, num_layers=2, dropout=0.5)
     x = torch.randn(N, 6)
-    a, b, c = (net(case[0], x, step=s) for s in (1, 1, 2))
+    a, b, c = (forward(net, case[0], x, e) for e in (1, 1, 2))
     assert torch.equal(a, b) and not torch.equal(a, c)
-    assert not torch.equal(a, net.eval()(case[0], x, step=1))
+    assert not torch.equal(a, forward(net, case[0], x, 1, False))
 
 
 @pytest.mark.parametrize("num_layers,d_in,changes",
@@ -142,7 +149,7 @@ def test_precomputed_first_aggregation_is_the_same_model_with_one_aggregation(ca
     grads = []
     for net in (plain, cached):
         net.zero_grad()
-        out = net(nbr, x, step=0)
+        out = forward(net, nbr, x, 0)
         out.square().sum().backward()
         grads.append([p.grad.clone() for p in net.parameters()])
         if net is plain:
@@ -151,9 +158,9 @@ def test_precomputed_first_aggregation_is_the_same_model_with_one_aggregation(ca
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(*grads))
     calls = []
     nbr.backend.spmm = lambda g, h, r, f=nbr.backend.spmm: calls.append(1) or f(g, h, r)
-    plain(nbr, x, step=1)
+    forward(plain, nbr, x, 1)
     plain_calls, calls[:] = len(calls), []
-    cached(nbr, x, step=1)
+    forward(cached, nbr, x, 1)
     assert len(calls) == plain_calls - 1
 
 

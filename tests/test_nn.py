@@ -10,7 +10,16 @@ from distgnn.aggregate import Neighbourhood
 from distgnn.backends import NumbaBackend, TorchSparseBackend
 from distgnn.graph import GraphError
 from distgnn.models import GCNII, GNN
-from distgnn.nn import GATConv, GCN2Conv, GCNConv, GINConv, SAGEConv, keyed_dropout
+from distgnn.nn import (
+    MLP,
+    GATConv,
+    GCN2Conv,
+    GCNConv,
+    GINConv,
+    KeyedDropout,
+    SAGEConv,
+    assign_keys,
+)
 
 pyg = pytest.importorskip("torch_geometric.nn")
 N = 40
@@ -64,19 +73,29 @@ def test_gin_equals_pyg(graph, backend, hidden):
     g, edge_index = graph
     nbr = Neighbourhood(g, backend, dtype=torch.float64)
     torch.manual_seed(0)
-    conv = GINConv(6, 5, hidden, eps=0.3, train_eps=True).double()
+    conv = GINConv(MLP(6, hidden, 5), eps=0.3, train_eps=True).double()
     mlp = torch.nn.Sequential(torch.nn.Linear(6, hidden), torch.nn.ReLU(),
                               torch.nn.Linear(hidden, 5))
     ref = pyg.GINConv(mlp, eps=0.3, train_eps=True).double()
     assert conv.project_first == (hidden < 6)
     with torch.no_grad():
-        conv.bias1.normal_()
-        mlp[0].weight.copy_(conv.lin1.weight)
-        mlp[0].bias.copy_(conv.bias1)
-        mlp[2].weight.copy_(conv.lin2.weight)
-        mlp[2].bias.copy_(conv.lin2.bias)
+        conv.nn[0].bias.normal_()
+        for ours, theirs in zip(conv.nn.parameters(), mlp.parameters()):
+            theirs.copy_(ours)
     compare(lambda x: conv(nbr, x), lambda x: ref(x, edge_index),
-            [(conv.eps, ref.eps), (conv.lin1.weight, mlp[0].weight)])
+            [(conv.eps, ref.eps), (conv.nn[0].weight, mlp[0].weight)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
+def test_gin_with_any_module_equals_pyg(graph, backend):
+    """An ``nn`` that is not a Sequential starting with a Linear: aggregated as given."""
+    g, edge_index = graph
+    nbr = Neighbourhood(g, backend, dtype=torch.float64)
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(6, 3).double()
+    conv, ref = GINConv(lin, eps=0.1).double(), pyg.GINConv(lin, eps=0.1).double()
+    assert not conv.project_first
+    compare(lambda x: conv(nbr, x), lambda x: ref(x, edge_index), [(lin.weight, lin.weight)])
 
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
@@ -111,7 +130,8 @@ def test_recomputed_activations_give_the_stored_gradients(graph, make):
     for recompute in (True, False):
         model.recompute = recompute
         model.zero_grad()
-        loss = model(nbr, x, step=3).square().sum()
+        nbr.set_epoch(3)
+        loss = model(nbr, x).square().sum()
         loss.backward()
         grads.append([loss.detach()] + [p.grad.clone() for p in model.parameters()])
     for u, v in zip(*grads):
@@ -124,11 +144,13 @@ def test_fused_attention_equals_the_torch_formulation_with_dropout(graph):
     and gradients, so both draw the same masks."""
     g, _ = graph
     torch.manual_seed(0)
-    conv = GATConv(6, 4, heads=3, dropout=0.5, seed=9).double().train()
+    conv = GATConv(6, 4, heads=3, dropout=0.5).double().train()
     x = torch.randn(N, 6, dtype=torch.float64, requires_grad=True)
     results = []
     for backend in BACKENDS:
-        out = conv(Neighbourhood(g, backend, dtype=torch.float64).at(2, 5, True), x, step=5)
+        nbr = Neighbourhood(g, backend, dtype=torch.float64, seed=9)
+        nbr.set_epoch(5)
+        out = conv(nbr, x, key=2)
         probe = torch.arange(out.numel(), dtype=torch.float64).view_as(out).sin()
         results.append([out, *torch.autograd.grad((out * probe).sum(),
                                                   [x, conv.att_src, conv.att_dst])])
@@ -142,12 +164,13 @@ def test_fused_attention_equals_the_torch_formulation_with_dropout(graph):
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.name)
 @pytest.mark.parametrize("make", [lambda: GCNConv(6, 4), lambda: SAGEConv(6, 4, "max"),
-                                  lambda: GINConv(6, 4), lambda: GATConv(6, 2, heads=2)],
+                                  lambda: GINConv(MLP(6, 4, 4)), lambda: GATConv(6, 2, heads=2)],
                          ids=["gcn", "sage", "gin", "gat"])
 def test_layers_refuse_inputs_of_another_shape_or_type(graph, backend, make):
     """Rows of another graph, another width or dtype: one line naming the layer, the
     expected and the given shape, before anything is aggregated."""
-    nbr = Neighbourhood(graph[0], backend).at(0, 0, True)
+    nbr = Neighbourhood(graph[0], backend)
+    nbr.set_epoch(0)
     conv = make()
     name = type(conv).__name__
     assert conv(nbr, torch.rand(N, 6)).shape[0] == N
@@ -156,7 +179,7 @@ def test_layers_refuse_inputs_of_another_shape_or_type(graph, backend, make):
                     (torch.rand(N, 5), rf"shape \[{N}, 5\], expected \[{N}, 6\]"),
                     (torch.rand(N, 6, dtype=torch.float64), "dtype torch.float64")]:
         with pytest.raises(GraphError, match=f"{name} input h has {says}"):
-            conv(nbr, h)
+            conv(nbr, h, key=1)
 
 
 def test_gcn2_refuses_an_initial_residual_of_another_graph(graph):
@@ -178,8 +201,86 @@ def test_gat_refuses_attention_vectors_for_other_heads(graph):
 
 def test_keyed_dropout_refuses_rows_of_another_graph_and_probabilities_out_of_range(graph):
     nbr = Neighbourhood(graph[0], BACKENDS[0])
+    nbr.set_epoch(0)
     with pytest.raises(GraphError, match=rf"\[{10 * N}, 3\], expected \[{N}, d\]"):
-        keyed_dropout(torch.rand(10 * N, 3), nbr, 0.5, True, 0, 0, 0)
+        KeyedDropout(0.5)(nbr, torch.rand(10 * N, 3), key=0)
     for p in (1.0, 1.5, -0.1, float("nan")):
         with pytest.raises(GraphError, match=r"must be in \[0, 1\)"):
-            keyed_dropout(torch.rand(N, 3), nbr, p, False, 0, 0, 0)
+            KeyedDropout(p)
+
+
+class TwoLayers(torch.nn.Module):
+    """GCN, dropout, GCN: keys from the modules' positions."""
+
+    def __init__(self, p=0.5):
+        super().__init__()
+        self.conv1, self.conv2 = GCNConv(6, 5), GCNConv(5, 3)
+        self.drop1, self.drop2 = KeyedDropout(p), KeyedDropout(p)
+
+    def forward(self, g, x):
+        return self.conv2(g, self.drop2(g, torch.relu(self.conv1(g, self.drop1(g, x)))))
+
+
+def test_keys_follow_module_positions_and_masks_follow_seed_epoch_and_key(graph):
+    """Layers and dropouts are numbered apart, in ``model.modules()`` order; a dropout's
+    mask depends on the graph's seed and epoch and the module's key, not on the module
+    object (a second model of the same structure draws the same masks)."""
+    model = TwoLayers()
+    assign_keys(model)
+    assert (model.conv1.key, model.conv2.key, model.drop1.key, model.drop2.key) == (0, 1, 0, 1)
+    g = Neighbourhood(graph[0], BACKENDS[0], seed=4)
+    x = torch.rand(N, 6)
+
+    def mask(seed, epoch, drop):
+        g.seed = seed
+        g.set_epoch(epoch)
+        return drop(g, torch.ones(N, 6)) != 0
+
+    base = mask(4, 2, model.drop1)
+    twin = TwoLayers()
+    assign_keys(twin)
+    assert torch.equal(base, mask(4, 2, twin.drop1))
+    for other in (mask(5, 2, model.drop1), mask(4, 3, model.drop1), mask(4, 2, model.drop2)):
+        assert not torch.equal(base, other)
+    g.set_epoch(2, training=False)
+    assert torch.equal(model.drop1(g, x), x)  # evaluation drops nothing
+
+
+def test_a_module_called_twice_in_an_epoch_needs_a_key_of_its_own(graph):
+    """A layer object called at two places of one training pass would share one exchange
+    state (and a dropout one mask): refused, unless the second call names its key; the
+    next epoch may call it again; an unkeyed layer on a partition is refused too."""
+    g = Neighbourhood(graph[0], BACKENDS[0])
+    conv = GCNConv(6, 6)
+    conv.key = 0
+    g.set_epoch(1)
+    h = conv(g, torch.rand(N, 6))
+    with pytest.raises(GraphError, match="GCNConv ran twice in epoch 1 under key 0"):
+        conv(g, h)
+    conv(g, h, key=1)
+    with pytest.raises(GraphError, match="both use key 1 in epoch 1"):
+        GCNConv(6, 6)(g, h, key=1)
+    g.set_epoch(2)
+    conv(g, h)
+    drop = KeyedDropout(0.5)
+    with pytest.raises(GraphError, match="KeyedDropout has no key"):
+        drop(g, h)
+
+
+def test_layers_print_their_arguments_and_reset_their_parameters():
+    """``repr`` names the arguments (as PyG's and DGL's layers do); ``reset_parameters``
+    draws new weights and restores GIN's initial epsilon."""
+    torch.manual_seed(0)
+    assert "6, 4, aggr='max'" in repr(SAGEConv(6, 4, aggr="max"))
+    assert "heads=2" in repr(GATConv(6, 4, heads=2)) and "p=0.3" in repr(KeyedDropout(0.3))
+    for conv in (GCNConv(6, 4), SAGEConv(6, 4), GATConv(6, 4, heads=2), GCN2Conv(6, 0.1),
+                 GINConv(MLP(6, 5, 4), eps=0.2, train_eps=True)):
+        before = [p.detach().clone() for p in conv.parameters()]
+        with torch.no_grad():
+            for p in conv.parameters():
+                p.add_(1.0)
+        conv.reset_parameters()
+        after = list(conv.parameters())
+        assert any(not torch.equal(u, v) for u, v in zip(before, after) if u.dim() > 1)
+        if isinstance(conv, GINConv):
+            assert conv.eps.item() == pytest.approx(0.2)

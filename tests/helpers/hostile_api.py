@@ -22,7 +22,7 @@ from distgnn.aggregate import Neighbourhood
 from distgnn.backends import get_backend
 from distgnn.errors import DistGNNError
 from distgnn.graph import CSRGraph
-from distgnn.nn import GATConv, GCNConv, GINConv, keyed_dropout
+from distgnn.nn import MLP, GATConv, GCNConv, GINConv, KeyedDropout
 
 rng = np.random.default_rng(0)
 
@@ -33,6 +33,7 @@ def graph(n):
 
 g = graph(30)
 nbr = Neighbourhood(g, get_backend("numba"))
+nbr.set_epoch(0)
 """
 
 
@@ -64,13 +65,13 @@ for name, body, says in [
          "out = Neighbourhood(g, get_backend('torch')).reduce(torch.rand(20, 8), 'max')\n",
          "expected [30, d]"),
         ("GINConv on 20 rows of 30 vertices",
-         "out = GINConv(8, 4)(nbr.at(0, 0, True), torch.rand(20, 8))\n", "expected [30, 8]"),
+         "out = GINConv(MLP(8, 4, 4))(nbr, torch.rand(20, 8))\n", "expected [30, 8]"),
         ("GATConv on 20 rows of 30 vertices",
-         "out = GATConv(8, 4, heads=2)(nbr.at(0, 0, True), torch.rand(20, 8))\n",
+         "out = GATConv(8, 4, heads=2)(nbr, torch.rand(20, 8))\n",
          "expected [30, 8]"),
         ("GATConv on another graph's neighbourhood",
          "other = Neighbourhood(graph(3000), get_backend('numba'))\n"
-         "out = GATConv(8, 4, heads=2)(other.at(0, 0, True), torch.rand(30, 8))\n",
+         "out = GATConv(8, 4, heads=2)(other, torch.rand(30, 8))\n",
          "expected [3000, 8]"),
         ("GCNConv on features 5 wide for in_channels 8",
          "out = GCNConv(8, 4)(nbr, torch.rand(30, 5))\n", "expected [30, 8]"),
@@ -89,44 +90,69 @@ for name, body, says in [
          "conv = GATConv(8, 4, heads=2)\n"
          "conv.att_src = torch.nn.Parameter(torch.rand(1, 1, 4))\n"
          "out = conv(nbr, torch.rand(30, 8))\n", "att_src"),
-        ("keyed_dropout on 3000 rows of 30 vertices",
-         "out = keyed_dropout(torch.rand(3000, 8), nbr, 0.5, True, 0, 0, 0)\n",
+        ("KeyedDropout on 3000 rows of 30 vertices",
+         "out = KeyedDropout(0.5)(nbr, torch.rand(3000, 8), key=0)\n",
          "expected [30, d]"),
-        ("keyed_dropout with p 1.5",
-         "out = keyed_dropout(torch.rand(30, 8), nbr, 1.5, True, 0, 0, 0)\n", "[0, 1)"),
+        ("KeyedDropout with p 1.5",
+         "out = KeyedDropout(1.5)(nbr, torch.rand(30, 8))\n", "[0, 1)"),
         ("global ids shorter than the graph",
          "short = Neighbourhood(g, get_backend('numba'), global_ids=np.arange(10))\n"
-         "out = keyed_dropout(torch.rand(30, 8), short, 0.5, True, 0, 0, 0)\n",
+         "out = KeyedDropout(0.5)(short, torch.rand(30, 8), key=0)\n",
          "global_ids")]:
     add(Case(14, name, api(body), says=says))
 
 SHARED_INDEX = """\
 import sys
 from torch import nn
-from distgnn.config import TrainConfig
-from distgnn.distributed import train_partitions
+import distgnn
+from distgnn.distributed import run_rank
 from distgnn.nn import GCNConv
 
 
-class SharedIndex(nn.Module):
-    \"\"\"Two layers aggregating as wide (so one delayed state fits both) at index 0.\"\"\"
+class SharedKey(nn.Module):
+    \"\"\"Two layers aggregating as wide (so one delayed state fits both) on key 0.\"\"\"
 
     def __init__(self, features, classes):
         super().__init__()
         self.first, self.second = GCNConv(features, features), GCNConv(features, features)
         self.readout = nn.Linear(features, classes)
 
-    def forward(self, nbr, x, step=0):
-        view = nbr.at(0, step, self.training)
-        return self.readout(self.second(view, self.first(view, x).relu()))
+    def forward(self, g, x):
+        return self.readout(self.second(g, self.first(g, x, key=0).relu(), key=0))
 
 
-config = lambda: TrainConfig(algo="cd-r", delay=2, epochs=3, threads=1, progress=False)
-sys.exit(train_partitions(sys.argv[1], config, lambda result: None, SharedIndex))
+config = distgnn.TrainConfig(algo="cd-r", delay=2, epochs=3, threads=1, progress=False)
+sys.exit(run_rank("shared", lambda: distgnn.train(sys.argv[1], config, SharedKey) and 0))
 """
-add(Case(14, "two layers at one index under cd-r (2 ranks)", on_ranks(2, SHARED_INDEX, "{tmp}/p"),
+add(Case(14, "two layers on one key under cd-r (2 ranks)", on_ranks(2, SHARED_INDEX, "{tmp}/p"),
          both(data(n=200), lambda t, r: partition(r, t / "d.npz", 2, t / "p")),
-         says="layer index 0", lines=2))
+         says="both use key 0", lines=2))
+
+TORCH_DROPOUT = """\
+import sys
+import torch.nn.functional as F
+from torch import nn
+import distgnn
+from distgnn.distributed import run_rank
+from distgnn.nn import GCNConv
+
+
+class PlainDropout(nn.Module):
+    def __init__(self, features, classes):
+        super().__init__()
+        self.conv = GCNConv(features, classes)
+
+    def forward(self, g, x):
+        return self.conv(g, F.dropout(x, 0.5, self.training))
+
+
+config = distgnn.TrainConfig(epochs=3, threads=1, progress=False)
+sys.exit(run_rank("plain", lambda: distgnn.train(sys.argv[1], config, PlainDropout) and 0))
+"""
+add(Case(14, "F.dropout in a model trained on partitions under cd-0 (2 ranks)",
+         on_ranks(2, TORCH_DROPOUT, "{tmp}/p"),
+         both(data(n=200), lambda t, r: partition(r, t / "d.npz", 2, t / "p")),
+         says="KeyedDropout", lines=2))
 
 
 # 15. a traceback or crash on bad input: examples/own_model.py

@@ -24,7 +24,7 @@ def main():
         print(f"rank {comm.rank}: allreduce returned {t.tolist()}", flush=True)
         return 0
 
-    return run_rank("probe", comm, body)
+    return run_rank("probe", body, comm)
 
 
 if __name__ == "__main__":
