@@ -82,21 +82,24 @@ class Neighbourhood:
                 raise GraphError(f"{name} has shape {list(a.shape)}, expected "
                                  f"[{graph.num_nodes}] (one per vertex of the graph)")
         self.degree = torch.from_numpy(deg.astype(np.float64)).to(device, dtype).unsqueeze(1)
-        # (kind, key) -> (epoch, module) of its last training use; shared by every view
+        # (kind, key) -> (epoch, module) of its training use in this pass; shared by views
         self.users: dict[tuple[str, int], tuple[int, object]] = {}
 
     def set_epoch(self, epoch: int, training: bool = True) -> None:
         """What every layer and dropout of the next forward pass runs in: epoch ``epoch``
         (an integer >= 0: it keys the dropout masks and cd-r's schedule), training or not
-        (evaluation exchanges exactly and drops nothing)."""
+        (evaluation exchanges exactly and drops nothing).  Starts a new forward pass: the keys
+        used so far (see :meth:`claim`) are free again."""
         self.epoch, self.training = check_count(epoch, "epoch"), bool(training)
+        self.users.clear()
 
     def claim(self, kind: str, module, key: int | None) -> int:
         """The key ``module`` (a layer, ``kind="layer"``, or a dropout) runs under now: the
         explicit ``key``, else the one its model gave it (:func:`distgnn.nn.assign_keys`).
 
-        While training, a key is one module's per epoch: two modules on one key, or one
-        module called twice in an epoch (a layer reused with shared weights), would share
+        While training, a key is one module's per pass (:meth:`set_epoch` starts one): two
+        modules on one key, or one module called twice in a pass (a layer reused with
+        shared weights), would share
         an exchange's state (cd-r's delayed partials, a bf16 wire's error feedback) or a
         dropout mask, so that is refused; an explicit ``key`` gives the second call its
         own.  The same module again inside the backward pass (activation checkpointing

@@ -163,7 +163,7 @@ def main() -> int:
     use_huge_pages()  # as distgnn-train does: the rates must be measured the same way
     from distgnn.config import TrainConfig
     from distgnn.datasets import load
-    from distgnn.train import build_model, configure_threads
+    from distgnn.training import build_model, configure_threads
 
     a.work.mkdir(parents=True, exist_ok=True)
     cores = os.cpu_count() or 1

@@ -100,7 +100,7 @@ def pyg_best_test(data, cfg) -> float:
     import torch.nn.functional as F
 
     from distgnn.bench.epoch import pyg_run
-    from distgnn.train import roc_auc
+    from distgnn.training import roc_auc
 
     y = torch.from_numpy(data.y)
     masks = {m: torch.from_numpy(getattr(data, f"{m}_mask")) for m in ("val", "test")}
@@ -130,7 +130,7 @@ def same_model_check(data, model: str, threads: int, epochs: int = 3) -> float:
 
     from distgnn.bench.epoch import pyg_run
     from distgnn.config import TrainConfig
-    from distgnn.train import train
+    from distgnn.training import train
 
     cfg = TrainConfig(**dict(MODELS[model], dropout=0.0), epochs=epochs, threads=threads,
                       progress=False)
@@ -143,7 +143,7 @@ def accuracy(a) -> list[dict]:
     """This project's trainer and PyG's same model, per graph, model and seed."""
     from distgnn.config import TrainConfig
     from distgnn.datasets import load
-    from distgnn.train import train
+    from distgnn.training import train
 
     rows = []
     for graph in a.graphs:

@@ -25,7 +25,7 @@ from distgnn.checkpointer import NonFiniteLoss
 from distgnn.config import TrainConfig
 from distgnn.datasets import load
 from distgnn.errors import DistGNNError
-from distgnn.train import train
+from distgnn.training import train
 
 BIN = Path(sys.executable).parent
 

@@ -8,7 +8,7 @@ import pytest
 from distgnn.epoch_log import PHASES
 from distgnn.errors import DistGNNError
 from distgnn.shard import normalize_features
-from distgnn.train import roc_auc
+from distgnn.training import roc_auc
 from tests.helpers.training import losses
 from tests.helpers.training import train_quietly as run
 

@@ -140,7 +140,7 @@ def _config(job: dict, dropout: float, epochs: int):
 
 def train_ours(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tuple[list, list]:
     """Losses and epoch seconds of this project's trainer."""
-    from ..train import train
+    from ..training import train
 
     result = train(data, _config(job, dropout, epochs), log=lambda s: None)
     return ([r["loss"] for r in result.history], [r["epoch_s"] for r in result.history])
@@ -159,7 +159,7 @@ def pyg_run(data: NodeDataset, cfg, device: torch.device,
     ``cfg.epochs`` with ``cfg.lr`` and ``cfg.weight_decay`` on ``device``.  After each timed
     epoch, ``on_epoch(net, x, adj)`` (untimed) may evaluate it."""
     from ..shard import normalize_features
-    from ..train import build_model, configure_threads
+    from ..training import build_model, configure_threads
 
     configure_threads(cfg.threads)
     torch.manual_seed(cfg.seed)

@@ -173,7 +173,7 @@ def exchange_bytes(leaf_counts: list[int], root_counts: list[int], widths: list[
 
 def measure_rates(data, cfg) -> Rates:
     """Train ``cfg`` on the whole graph for a few epochs; rates from the median phases."""
-    from ..train import train
+    from ..training import train
     from .machine import triad_bandwidth
 
     result = train(data, cfg, log=lambda s: None)
@@ -242,7 +242,7 @@ def format_table(rows: list[dict], delay: int) -> str:
 def main(args) -> int:
     from ..config import TrainConfig
     from ..datasets import load
-    from ..train import build_model, configure_threads
+    from ..training import build_model, configure_threads
     from .machine import machine_info
 
     configure_threads(args.threads)

@@ -35,7 +35,7 @@ from distgnn.aggregate import Neighbourhood
 from distgnn.backends import get_backend
 from distgnn.config import TrainConfig
 from distgnn.shard import node_tensors
-from distgnn.train import build_model
+from distgnn.training import build_model
 
 
 class History:
@@ -161,7 +161,7 @@ class Simulation:
             assert not np.any(np.asarray(part.train_mask) & ~roots), "train mask off a root"
             nbr = Neighbourhood(part.graph, get_backend("torch"), in_degree=part.in_degree,
                                 global_ids=part.global_ids, exchange=ReferenceExchange(self, p),
-                                dtype=torch.float64)
+                                dtype=torch.float64, seed=cfg.seed)
             self.ranks.append((nbr, x.double(), y, masks["train"]))
         self.num_train = sum(int(m.sum()) for *_, m in self.ranks)
         torch.manual_seed(cfg.seed)
@@ -187,7 +187,8 @@ class Simulation:
             self.optimizer.zero_grad(set_to_none=True)
             total = 0.0
             for nbr, x, y, train in self.ranks:
-                logits = self.model(nbr, x, step=epoch)
+                nbr.set_epoch(epoch)
+                logits = self.model(nbr, x)
                 loss = F.cross_entropy(logits[train], y[train], reduction="sum") / self.num_train
                 loss.backward()
                 total += loss.item()

@@ -6,7 +6,7 @@
 Rank ``p`` loads partition ``p`` of ``DIR`` and writes ``OUT/rank-p.npz``:
 
 - with ``--ref`` (an npz holding the whole graph's features ``x`` and loss weights ``g``):
-  the cd-0 aggregate ``y = nbr.at(0, 0, True).reduce(h, "sum")`` of ``h = x[global_ids]``
+  the cd-0 aggregate ``y = nbr.reduce(h, "sum")`` (training, epoch 0, key 0) of ``h = x[global_ids]``
   and the gradient ``h.grad`` of ``sum over root clones of y * g[global_ids]``, once with
   the DRPA exchange (``y``, ``grad``) and once without any exchange (``y_none``,
   ``grad_none``);
@@ -53,7 +53,9 @@ def exchange_check(part, index, comm, ref, dtype, out):
         nbr = Neighbourhood(part.graph, get_backend("torch"), global_ids=gids,
                             exchange=exchange)
         h = x.clone().requires_grad_(True)
-        y = nbr.at(0, 0, True).reduce(h, "sum")
+        nbr.set_epoch(0)
+        nbr.key = 0
+        y = nbr.reduce(h, "sum")
         loss = (y * g)[root].sum()
         loss.backward()
         out["y" + suffix] = y.detach().numpy()

@@ -16,7 +16,7 @@ from distgnn.comm.mpi import MPICommunicator
 from distgnn.config import TrainConfig
 from distgnn.shard import partition_shard
 from distgnn.timing import PhaseTimer
-from distgnn.train import configure_threads, fit
+from distgnn.training import configure_threads, fit
 
 
 def main(directory: str, out: str, configs: str) -> None:
