@@ -44,13 +44,10 @@ from __future__ import annotations
 
 import os
 
+from partition.stats import layer_widths
+
 from .errors import DistGNNError
 from .graph import format_bytes
-
-
-def widths(num_features: int, hidden: int, num_classes: int, layers: int) -> list[int]:
-    """``[d_0, ..., d_L]``."""
-    return [num_features] + [hidden] * (layers - 1) + [num_classes]
 
 
 # bytes of one cd-r bin's index tensors and bookkeeping (measured: 4.3 to 6.3 KiB)
@@ -67,7 +64,7 @@ def estimate(num_nodes: int, num_edges: int, num_features: int, num_classes: int
     is ``s``, ``precompute_first`` makes ``c = 2``, ``heads`` is GAT's ``H`` (0: no
     attention), ``mlp`` GIN's ``m`` (0: no MLP), ``exchanges`` cd-r's ``X``, ``delay`` its
     ``r`` and ``split_entries`` ``S``.  Python ints: no overflow for absurd sizes."""
-    d = widths(num_features, hidden, num_classes, layers)
+    d = layer_widths(num_features, hidden, num_classes, layers)
     k = 2 if two_weights else 1
     s = value_bytes
     weights = (a * mlp + mlp + (mlp + 1) * b if mlp else k * (a + 1) * b

@@ -13,6 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from partition.stats import layer_widths
+
 from .aggregate import Neighbourhood
 from .nn import (
     LINEAR_AGGREGATORS,
@@ -95,7 +97,7 @@ class GNN(nn.Module):
         if model == "gat" and num_layers > 1 and hidden_channels % heads:
             raise ValueError(f"GAT's hidden width {hidden_channels} must be a multiple of "
                              f"its {heads} heads")
-        dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
+        dims = layer_widths(in_channels, hidden_channels, out_channels, num_layers)
         last = num_layers - 1
 
         def conv(layer: int, a: int, b: int) -> nn.Module:

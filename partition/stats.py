@@ -57,10 +57,11 @@ def counts_from_layout(layout) -> list[PartCounts]:
     return result
 
 
-def layer_widths(num_features: int, hidden: int, num_classes: int, layers: int
-                 ) -> list[tuple[int, int]]:
-    dims = [num_features] + [hidden] * (layers - 1) + [num_classes]
-    return list(zip(dims[:-1], dims[1:]))
+def layer_widths(num_features: int, hidden: int, num_classes: int, layers: int) -> list[int]:
+    """``[d_0, ..., d_L] = [F] + [H] * (L - 1) + [C]``: the widths of a stack of ``L`` layers
+    (the built-in models', :mod:`distgnn.models`), what their aggregations and exchanges
+    are sized by.  The one place they are computed."""
+    return [num_features] + [hidden] * (layers - 1) + [num_classes]
 
 
 def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
@@ -85,7 +86,8 @@ def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
         edge_balance = float((achieved / requested).max())
     roots = np.array([c.roots for c in counts], np.float64)
     exchange = [width * (c.leaves + c.leaf_entries) for c in counts]
-    widths = layer_widths(num_features, hidden, num_classes, layers)
+    dims = layer_widths(num_features, hidden, num_classes, layers)
+    widths = list(zip(dims[:-1], dims[1:]))
     act = sum(d_in + 2 * d_out for d_in, d_out in widths)
     widest = max(max(w) for w in widths)
     memory = [2 * (8 * (c.vertices + 1) + c.index_bytes * c.edges) + 4 * c.vertices * num_features

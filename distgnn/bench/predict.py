@@ -38,6 +38,8 @@ import math
 
 import numpy as np
 
+from partition.stats import layer_widths
+
 from ..adaptive import POSITION_BYTES, budgeted_rows
 from ..cli_common import comma_list
 from .output import finish, output_arguments
@@ -135,7 +137,7 @@ def forward_aggregation(per_rank: list[dict], rates: Rates, widths: list[int], a
 def aggregation_widths(num_features: int, hidden: int, num_classes: int, layers: int
                        ) -> list[int]:
     """Width each layer aggregates at: the narrower side (``distgnn.models``)."""
-    dims = [num_features] + [hidden] * (layers - 1) + [num_classes]
+    dims = layer_widths(num_features, hidden, num_classes, layers)
     return [min(a, b) for a, b in zip(dims[:-1], dims[1:])]
 
 

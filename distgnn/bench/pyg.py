@@ -8,8 +8,8 @@ for layer (dropout before each layer, ReLU between them, ELU for GAT, logits out
 - GCN is ``GCNConv(cached=True)`` on ``A`` (it adds the self-loops and the symmetric
   normalisation itself, once);
 - GIN, ``MLP((1 + eps) h_v + sum_{u in N(v)} h_u)``, is ``GINConv(Sequential(Linear,
-  ReLU, Linear), eps=0)`` on ``A`` (sum aggregation; our ``lin1`` and ``bias1`` are its
-  first ``Linear``);
+  ReLU, Linear), eps=0)`` on ``A`` (sum aggregation; our :class:`~distgnn.nn.MLP` is the
+  same ``Sequential``);
 - GAT is ``GATConv(heads=H)`` on the hidden layers (heads concatenated) and
   ``GATConv(heads=1, concat=False)`` on the last, attention dropout the model's, on the
   ``edge_index`` of ``A`` (it replaces any stored self-loop by one of its own every forward
@@ -34,6 +34,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from partition.stats import layer_widths
 
 from ..backends import csr_tensor
 from ..graph import CSRGraph, csr_rows
@@ -64,7 +66,7 @@ class PyGNet(nn.Module):
                          normalize=False) for layer in range(num_layers))
             self.lin_out = nn.Linear(hidden_channels, out_channels)
             return
-        dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
+        dims = layer_widths(in_channels, hidden_channels, out_channels, num_layers)
         last = num_layers - 1
 
         def conv(layer: int, a: int, b: int) -> nn.Module:
@@ -132,10 +134,7 @@ def _pairs(ours: nn.Module, theirs: PyGNet) -> list[tuple[torch.Tensor, torch.Te
     pairs = []
     for mine, conv in zip(ours.convs, theirs.convs):
         if theirs.model == "gin":
-            first, second = conv.nn[0], conv.nn[2]
-            pairs += [(first.weight, mine.lin1.weight), (first.bias, mine.bias1),
-                      (second.weight, mine.lin2.weight), (second.bias, mine.lin2.bias),
-                      (conv.eps, mine.eps)]
+            pairs += [*zip(conv.nn.parameters(), mine.nn.parameters()), (conv.eps, mine.eps)]
         elif theirs.model == "gat":
             pairs += [(conv.lin.weight, mine.lin.weight), (conv.att_src, mine.att_src),
                       (conv.att_dst, mine.att_dst), (conv.bias, mine.bias)]
