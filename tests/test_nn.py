@@ -284,3 +284,46 @@ def test_layers_print_their_arguments_and_reset_their_parameters():
         assert any(not torch.equal(u, v) for u, v in zip(before, after) if u.dim() > 1)
         if isinstance(conv, GINConv):
             assert conv.eps.item() == pytest.approx(0.2)
+
+
+class Identity:
+    """An exchange that changes nothing: a partition's graph in one process."""
+
+    def __call__(self, y, key, epoch, training):
+        return y
+
+
+class WithTorchDropout(torch.nn.Module):
+    def __init__(self, module=None, functional=0.0):
+        super().__init__()
+        self.conv, self.drop, self.functional = GCNConv(6, 3), module, functional
+
+    def forward(self, g, x):
+        x = self.drop(x) if self.drop is not None else x
+        return self.conv(g, torch.nn.functional.dropout(x, self.functional, self.training))
+
+
+def test_torch_dropout_is_refused_on_a_partition_and_allowed_on_one_socket(graph):
+    """torch's dropout draws other masks on every rank: on a partition a ``nn.Dropout``
+    module is refused when the model is prepared, and ``F.dropout`` in its first training
+    pass; with ``p = 0``, in evaluation or on one socket both are allowed."""
+    from distgnn.errors import DistGNNError
+    from distgnn.nn import prepare
+
+    part = Neighbourhood(graph[0], BACKENDS[0], exchange=Identity())
+    whole = Neighbourhood(graph[0], BACKENDS[0])
+    x = torch.rand(N, 6)
+    with pytest.raises(DistGNNError, match="drop is a torch.nn.Dropout: .*KeyedDropout"):
+        prepare(WithTorchDropout(torch.nn.Dropout(0.5)), part)
+    model = WithTorchDropout(functional=0.3)
+    prepare(model, part)
+    part.set_epoch(0, training=False)
+    model.eval()(part, x)
+    part.set_epoch(0)
+    with pytest.raises(DistGNNError, match="calls torch.s dropout: .*KeyedDropout"):
+        model.train()(part, x)
+    for allowed, g in ((WithTorchDropout(torch.nn.Dropout(0.0)), part),
+                       (WithTorchDropout(torch.nn.Dropout(0.5), 0.5), whole)):
+        prepare(allowed, g)
+        g.set_epoch(1)
+        assert allowed.train()(g, x).shape == (N, 3)

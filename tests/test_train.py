@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from distgnn.epoch_log import PHASES
+from distgnn.config import TrainConfig
 from distgnn.errors import DistGNNError
 from distgnn.shard import normalize_features
 from distgnn.training import roc_auc
@@ -121,7 +122,6 @@ def test_reordered_training_follows_the_given_order(cora, flags):
 
 
 def test_reordering_keeps_the_checkpoint_identity_of_the_data(cora, tmp_path):
-    from distgnn.config import TrainConfig
     from distgnn.shard import dataset_shard
     from distgnn.timing import PhaseTimer
 
@@ -134,3 +134,30 @@ def test_reordering_keeps_the_checkpoint_identity_of_the_data(cora, tmp_path):
     ids = degree.nbr.global_ids
     assert np.any(np.diff(ids) < 0)
     np.testing.assert_array_equal(degree.y.numpy(), given.y.numpy()[ids])
+
+
+def test_the_package_exports_the_api_and_train_takes_a_name_or_a_dataset():
+    """``import distgnn`` gives what a user needs; ``distgnn.train`` trains a dataset named
+    or given as an object alike, and refuses a configuration or model of the wrong type in
+    one line."""
+    import distgnn
+
+    for name in ("train", "setup", "TrainConfig", "TrainResult", "load", "NodeDataset",
+                 "CSRGraph", "Neighbourhood", "DistGNNError"):
+        assert name in dir(distgnn) and getattr(distgnn, name) is not None
+    cfg = distgnn.TrainConfig(epochs=3, threads=1, progress=False)
+    quiet = dict(log=lambda line: None)
+    by_name = distgnn.train("cora", cfg, **quiet)
+    by_data = distgnn.train(distgnn.load("cora"), cfg, **quiet)
+    assert [r["loss"] for r in by_name.history] == [r["loss"] for r in by_data.history]
+    assert isinstance(by_name, distgnn.TrainResult) and by_name.best["epoch"] <= 2
+    with pytest.raises(distgnn.DistGNNError, match="must be a distgnn.TrainConfig, got dict"):
+        distgnn.train("cora", {"epochs": 3}, **quiet)
+    with pytest.raises(distgnn.DistGNNError, match="returned a NoneType, not a torch.nn.Module"):
+        distgnn.train("cora", cfg, lambda features, classes: None, **quiet)
+
+
+def test_gat_hidden_width_defaults_to_eight_channels_per_head():
+    assert TrainConfig().hidden == 16 and TrainConfig(model="gat").hidden == 64
+    assert TrainConfig(model="gat", heads=4).hidden == 32
+    assert TrainConfig(model="gat", hidden=16, heads=2).hidden == 16
