@@ -171,6 +171,10 @@ class Neighbourhood:
             return self.exchange.extreme(y, reduce, self.graph.cache[key].to(y.device))
         if exact:
             return self.exchange.exact(y)
+        if self.key is None and self.training:
+            raise GraphError("a training aggregation on a partition outside a layer: the "
+                             "exchange keeps its state per layer, so aggregate through the "
+                             "view a layer's g.enter(...) returns (see distgnn.nn.GraphLayer)")
         return self.exchange(y, self.key, self.epoch, self.training)
 
     def edge_index(self) -> tuple[torch.Tensor, torch.Tensor]:

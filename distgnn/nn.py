@@ -54,7 +54,14 @@ def glorot(layer: nn.Module) -> None:
 
 class GraphLayer(nn.Module):
     """A layer that aggregates over the graph, hence exchanges on a partition: it holds the
-    ``key`` its exchange state is kept under (:func:`assign_keys`)."""
+    ``key`` its exchange state is kept under (:func:`assign_keys`).
+
+    A layer of your own subclasses it and aggregates through the view ``enter`` returns::
+
+        def forward(self, g, h, key=None):
+            g = g.enter(self, self.lin.weight, key, h=h)  # checks h, takes the layer's key
+            return self.lin(g.reduce(h, "mean"))
+    """
 
     key: int | None = None
 

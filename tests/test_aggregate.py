@@ -234,6 +234,8 @@ def test_two_layers_on_one_key_are_refused_on_a_partition_but_not_a_recomputed_o
     whole = Neighbourhood(g, get_backend("numba"))
     first(whole, x)
     second(whole, x)
+    with pytest.raises(GraphError, match="training aggregation on a partition outside a layer"):
+        nbr.reduce(x, "sum")
     model = GNN("gcn", 4, 8, 3, num_layers=3, recompute=True).train()
     nbr.set_epoch(5)
     model(nbr, x).sum().backward()
