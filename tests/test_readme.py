@@ -1,5 +1,5 @@
 """The README's quick examples run as written, in order, on a fresh directory (so that they
-cannot drift from the tools again): the block after the ``readme-test`` marker."""
+cannot drift from the tools): the block after the ``readme-test`` marker."""
 import os
 import re
 import shlex
