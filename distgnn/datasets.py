@@ -103,7 +103,7 @@ def _locate(spec: str) -> Iterator[Path]:
 
 # ---- .npz in the shared format ----------------------------------------------------------------
 def load_npz(path: str | Path, split: int = 0) -> NodeDataset:
-    """Dataset from an ``.npz`` in the shared format (see ``shared/datasets/README.md``).
+    """Dataset from an ``.npz`` in the documented format (``docs/data-formats.md``).
 
     ``split`` selects row ``split`` of ``train_masks``/``val_masks``/``test_masks`` when the
     file has them; otherwise only ``split=0`` (the single ``*_mask`` split) is valid.

@@ -24,13 +24,13 @@ import numpy as np
 
 from distgnn.bench.predict import exchange_bytes, exchange_widths
 from distgnn.bench.validate import train_records
-from distgnn.drpa import SplitIndex
+from distgnn.exchange import SplitIndex
 from distgnn.storage import write_atomic
 from partition.format import load as load_partition
 from partition.format import read_meta
 
 BIN = Path(sys.executable).parent
-# the team checkout beside this repository (README: set-up); --data names another folder
+# the datasets directory beside this repository (docs/data-formats.md); --data names another
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 DATA = DEFAULT_DATA
 
