@@ -13,7 +13,7 @@ rows read together, or read often, next to each other lets the caches serve them
   gathers fall into a few pages and consecutive rows re-read the same lines.  It is the
   order for graphs with locality (meshes, communities, citation graphs).  Chosen over a
   Rabbit-Order-like community order because scipy's implementation is one tested call,
-  and on the graphs measured here (docs/kernels.md) the community order's extra gain
+  and on the graphs measured here the community order's extra gain
   over RCM would be its better treatment of hubs, which ``degree`` already covers.
 - ``given``: as stored.
 
