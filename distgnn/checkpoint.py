@@ -39,7 +39,9 @@ from .errors import DistGNNError, one_line
 from .storage import file_head, free_space_problem, fsync_dir, write_atomic
 
 FORMAT = "distgnn-checkpoint"
-VERSION = 2  # 2: the fingerprint holds the options and the content of the data
+# 2: the fingerprint holds the options and the content of the data; 3: each rank's exchange
+# state is tagged with its kind (older checkpoints are refused, naming their version)
+VERSION = 3
 NAME = re.compile(r"^epoch-(\d{6,})$")
 # Slack over the serialised sizes: the manifest, directory entries, filesystem blocks.
 SPACE_MARGIN = 1 << 20

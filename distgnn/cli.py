@@ -127,8 +127,7 @@ def _optimisation_flags(p: argparse.ArgumentParser, d) -> None:
 def _distributed_flags(p: argparse.ArgumentParser, d) -> None:
     from .comm import COMMUNICATORS
     from .config import DEFAULT_DELAY
-    from .drpa import ALGORITHMS
-    from .wire import PRECISIONS
+    from .exchange import ALGORITHMS, PRECISIONS
 
     g = p.add_argument_group("distributed (with --partitions)")
     g.add_argument("--algo", choices=ALGORITHMS, default=d.algo,

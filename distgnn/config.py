@@ -13,15 +13,14 @@ from pathlib import Path
 from .backends import AGGREGATION_PRECISIONS
 from .comm import COMMUNICATORS
 from .comm.watchdog import DEFAULT_TIMEOUT_S
-from .drpa import ALGORITHMS
 from .epoch_log import is_metrics_file
 from .errors import DistGNNError
+from .exchange import ALGORITHMS, PRECISIONS
 from .models import MODELS
 from .nn import LINEAR_AGGREGATORS, SAGE_AGGREGATORS
 from .ordering import CHOICES as ORDER_CHOICES
 from .placement import BACKEND_CHOICES, DEVICES, parse_per_rank
 from .storage import check_output_dir, check_output_file, check_replaceable
-from .wire import PRECISIONS
 
 NAN_POLICIES = ("stop", "skip")
 FEATURE_NORMS = ("row", "none")

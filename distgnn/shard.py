@@ -3,7 +3,7 @@
 :func:`dataset_shard` and :func:`partition_shard` load the data, check that the run fits in
 memory (:mod:`distgnn.memory`), normalise the features and place the tensors on the rank's
 device, and wire the neighbourhood the layers aggregate over (with the split-vertex
-exchange of :mod:`distgnn.drpa` on a partition).
+exchange of :mod:`distgnn.exchange` on a partition).
 """
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ from .aggregate import Neighbourhood
 from .backends import get_backend
 from .comm import Communicator, all_or_none
 from .config import TrainConfig
-from .drpa import DRPA, SplitIndex
 from .errors import DistGNNError
+from .exchange import Exchange, SplitIndex
 from .graph import NodeDataset
 from .ordering import order_vertices, relabel
 from .placement import placement
@@ -180,8 +180,10 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
     if note and comm.rank == 0:
         print(f"{directory}: {note}", flush=True)
     exchange = (None if cfg.algo == "0c"
-                else DRPA(index, comm, cfg.algo, delay, timer, cfg.backward_exchange,
-                          cfg.smoothing, cfg.exchange_precision, cfg.comm_budget))
+                else Exchange(index=index, comm=comm, timer=timer, algo=cfg.algo, delay=delay,
+                              smoothing=cfg.smoothing, comm_budget=cfg.comm_budget,
+                              exchange_precision=cfg.exchange_precision,
+                              backward_exchange=cfg.backward_exchange))
     nbr = Neighbourhood(part.graph, get_backend(backend, cfg.aggregation_precision),
                         in_degree=None if exchange is None else part.in_degree, timer=timer,
                         device=device, global_ids=part.global_ids, exchange=exchange,

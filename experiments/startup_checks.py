@@ -4,7 +4,7 @@
     distgnn-launch -n 8 -- python experiments/startup_checks.py runs/rmat20-p8
 
 Each rank times, between barriers, (a) loading its partition and building its tensors (what
-``distgnn-train --partitions`` does first) and (b) :meth:`distgnn.drpa.SplitIndex.check`;
+``distgnn-train --partitions`` does first) and (b) :meth:`distgnn.exchange.SplitIndex.check`;
 rank 0 prints the maxima over ranks and their ratio (median of ``--repeats``).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 import torch
 
 from distgnn.comm import get_communicator
-from distgnn.drpa import SplitIndex
+from distgnn.exchange import SplitIndex
 from distgnn.shard import node_tensors
 from partition.format import load
 

@@ -1,6 +1,8 @@
-"""Distributed training under real mpirun jobs: the DRPA exchange against the whole graph,
-the cd-r bin schedule, cd-0 training against single-socket training (under Open MPI, and
-under MPICH and Intel MPI where they are installed), and failure modes.
+"""Distributed training under real mpirun jobs: the split-vertex exchange over each
+transport (against the whole graph, and against the same exchange on threads in one process,
+whose every mode ``tests/test_exchange.py`` checks), cd-0 training against single-socket
+training (under Open MPI, and under MPICH and Intel MPI where they are installed), cd-r
+training against its reference, and failure modes.
 
 Every job is composed by :func:`launch.plan` (which adds the Open MPI flags this machine
 needs) and run with a timeout, so a hang fails the test instead of blocking the suite.
@@ -24,6 +26,7 @@ import torch
 import launch
 from distgnn.config import TrainConfig
 from distgnn.datasets import load as load_dataset
+from distgnn.exchange import SplitIndex
 from distgnn.graph import NodeDataset
 from partition.cli import main as partition_cli
 from partition.format import load as load_partition
@@ -33,11 +36,12 @@ from partition.vertex_cut import vertex_cut
 from tests.helpers.cdr_reference import Simulation
 from tests.helpers.graphs import build_random_graph, out_degrees
 from tests.helpers.mpi import installed
+from tests.helpers.threads_comm import run_ranks
+from tests.mpi import exchange_ranks
 
 RANK_SCRIPTS = Path(__file__).parent / "mpi"
 TRAIN = str(Path(sys.executable).parent / "distgnn-train")
 TIMEOUT = 120
-WIDTH, EPOCHS, DELAYS = 3, 10, (2, 3)
 
 
 def mpirun(ranks, command, timeout=TIMEOUT, mpi=None):
@@ -82,9 +86,9 @@ def random_parts(tmp_path_factory):
     ds = NodeDataset(graph, x, rng.integers(0, 3, n), np.ones(n, bool), np.zeros(n, bool),
                      np.zeros(n, bool), name="random")
     np.savez(root / "ref.npz", x=x.astype(np.float64), g=g)
-    # the exchange must not depend on the local order: P = 3 and 4 are stored reordered
+    # the exchange must not depend on the local order: P = 3 is stored reordered
     dirs = {P: write_parts(ds, root / f"p{P}", P, order=order)
-            for P, order in ((2, "given"), (3, "rcm"), (4, "degree"))}
+            for P, order in ((2, "given"), (3, "rcm"))}
     # the references, straight from the edge list (not through CSRGraph or the kernels)
     y_ref = np.zeros((n, 4))
     np.add.at(y_ref, dst, weight[:, None].astype(np.float64) * x[src].astype(np.float64))
@@ -96,22 +100,18 @@ def random_parts(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exchange_job(random_parts):
-    """``exchange_job(P, comm, dtype, delays=())``: per-rank outputs of
-    ``tests/mpi/drpa_ranks.py`` on the P-partition directory (each job runs once)."""
+    """``exchange_job(P, comm, dtype)``: per-rank outputs of ``tests/mpi/exchange_ranks.py``
+    on the P-partition directory (each job runs once)."""
     cache = {}
 
-    def get(P, comm, dtype, delays=()):
-        key = (P, comm, dtype, delays)
+    def get(P, comm, dtype):
+        key = (P, comm, dtype)
         if key not in cache:
-            out = random_parts["root"] / "-".join(map(str, ("out", *key[:3], *delays)))
+            out = random_parts["root"] / "-".join(map(str, ("out", *key)))
             out.mkdir()
-            command = [sys.executable, RANK_SCRIPTS / "drpa_ranks.py", random_parts["dirs"][P],
-                       out, "--comm", comm, "--dtype", dtype,
-                       "--ref", random_parts["root"] / "ref.npz"]
-            if delays:
-                command += ["--delays", ",".join(map(str, delays)), "--epochs", str(EPOCHS),
-                            "--width", str(WIDTH)]
-            proc, _ = mpirun(P, command)
+            proc, _ = mpirun(P, [sys.executable, RANK_SCRIPTS / "exchange_ranks.py",
+                                 random_parts["dirs"][P], out, random_parts["root"] / "ref.npz",
+                                 "--comm", comm, "--dtype", dtype])
             assert proc.returncode == 0, proc.stdout + proc.stderr
             cache[key] = [dict(np.load(out / f"rank-{p}.npz")) for p in range(P)]
         return cache[key]
@@ -169,7 +169,7 @@ def single_socket(tmp_path_factory):
     return read_metrics(metrics)
 
 
-# ---- 1. cd-0 exchange against the unpartitioned graph -----------------------------------------
+# ---- 1. the exchange over each transport -------------------------------------------------------
 def check_exchange(random_parts, outs, dtype):
     n, y_ref, grad_ref = random_parts["n"], random_parts["y_ref"], random_parts["grad_ref"]
     P = len(outs)
@@ -206,120 +206,39 @@ def check_exchange(random_parts, outs, dtype):
     assert not np.allclose(grad_none, grad_ref, rtol=rtol, atol=atol_g)
 
 
-@pytest.mark.parametrize("P, comm, dtype", [(2, "mpi", "float64"), (3, "mpi", "float64"),
-                                            (4, "mpi", "float32"), (2, "gloo", "float32")])
-def test_cd0_exchange_matches_the_whole_graph(random_parts, exchange_job, P, comm, dtype):
-    """cd-0 forward gives every clone the whole-graph aggregate ``A X``, and its backward
-    makes the clone gradients sum to ``A^T G``; without the exchange both checks fail."""
-    delays = DELAYS if P == 3 else ()  # the cd-r test reads the same job
-    check_exchange(random_parts, exchange_job(P, comm, dtype, delays=delays), dtype)
+def check_cdr_against_threads(random_parts, outs):
+    """cd-r, whose non-blocking alltoallv stay in flight across epochs, gives over the
+    transport the bits (outputs, gradients, bytes) of the same exchange on threads in one
+    process."""
+    parts = load_parts(random_parts["dirs"][len(outs)])
+    want = run_ranks(len(parts), lambda comm: exchange_ranks.delayed_run(
+        parts[comm.rank], SplitIndex.from_partition(parts[comm.rank]), comm))
+    for o, w in zip(outs, want):
+        for name, value in w.items():
+            np.testing.assert_array_equal(o[name], value, err_msg=name)
+    assert want[0]["cdr_bytes"][-1] > 0
 
 
-def test_cd0_exchange_over_ccl(random_parts, exchange_job):
-    """The same exchange check over torch.distributed's oneCCL backend (needs the bindings)."""
+@pytest.mark.parametrize("P, comm, dtype", [(3, "mpi", "float64"), (2, "gloo", "float32")])
+def test_exchange_over_each_transport(random_parts, exchange_job, P, comm, dtype):
+    """Over mpi4py (3 ranks, stored in another local order) and torch.distributed's gloo:
+    cd-0 forward gives every clone the whole-graph aggregate ``A X``, and its backward makes
+    the clone gradients sum to ``A^T G`` (without the exchange both checks fail); cd-r gives
+    what it gives on threads."""
+    outs = exchange_job(P, comm, dtype)
+    check_exchange(random_parts, outs, dtype)
+    check_cdr_against_threads(random_parts, outs)
+
+
+def test_exchange_over_ccl(random_parts, exchange_job):
+    """The same checks over torch.distributed's oneCCL backend (needs the bindings)."""
     pytest.importorskip("oneccl_bindings_for_pytorch")
-    check_exchange(random_parts, exchange_job(2, "ccl", "float32"), "float32")
+    outs = exchange_job(2, "ccl", "float32")
+    check_exchange(random_parts, outs, "float32")
+    check_cdr_against_threads(random_parts, outs)
 
 
-# ---- 2. the cd-r bin schedule -------------------------------------------------------------------
-def partial(rank, epoch, gids, width):
-    """Same formula as ``tests/mpi/drpa_ranks.py``: the partial aggregate of each clone."""
-    base = (epoch + 1) * 10.0 ** rank + np.asarray(gids, np.float64) / 1000
-    return base[:, None] * np.arange(1, width + 1, dtype=np.float64)
-
-
-def upstream(rank, epoch, gids, width):
-    """Same formula as ``tests/mpi/drpa_ranks.py``: the gradient fed to the cd-r backward."""
-    return -2 * partial(rank, epoch, gids, width) + 0.5
-
-
-def delayed_expected(parts, fn, r, epochs, width):
-    """Per rank ``[epochs, n_p, width]``: what cd-r with delay ``r`` makes of the partials
-    ``fn(rank, epoch, gids, width)``, straight from the schedule in ``distgnn/drpa.py``.
-
-    Vertex ``v`` is in bin ``v mod r``, refreshed at epochs ``t = v (mod r)``.  At ``t`` the
-    root stores the leaf partials sent at ``t - r`` (none before epoch ``r``), outputs its
-    fresh partial plus every stored one, and replies to each leaf with that total minus the
-    leaf's stored partial; a reply sent at ``t`` arrives at ``t + r``, and a leaf outputs its
-    fresh partial plus the latest reply it has.
-    """
-    out = [np.stack([fn(p.rank, e, p.global_ids, width) for e in range(epochs)])
-           for p in parts]
-    where = {}
-    for p in parts:
-        for local, v in enumerate(np.asarray(p.global_ids).tolist()):
-            where.setdefault(v, []).append((p.rank, local))
-    for v, clones in where.items():
-        if len(clones) < 2:
-            continue
-        first, local0 = clones[0]
-        root = int(parts[first].root_rank[local0])
-        leaves = [q for q, _ in clones if q != root]
-        b = v % r
-
-        def f(q, e):
-            return fn(q, e, np.array([v]), width)[0]
-
-        def last_refresh(e):
-            return None if e < b else e - (e - b) % r
-
-        def stored(q, e):  # the root's copy of leaf q's partial at epoch e
-            t = last_refresh(e)
-            return f(q, t - r) if t is not None and t >= r else 0.0
-
-        def root_out(e):
-            return f(root, e) + sum(stored(q, e) for q in leaves)
-
-        def complement(q, e):  # the latest reply leaf q has received at epoch e
-            t = last_refresh(e)
-            return root_out(t - r) - stored(q, t - r) if t is not None and t >= r else 0.0
-
-        for q, local in clones:
-            for e in range(epochs):
-                out[q][e, local] = root_out(e) if q == root else f(q, e) + complement(q, e)
-    return out
-
-
-def test_cdr_follows_the_bin_schedule(random_parts, exchange_job):
-    """``DelayedExchange`` (r = 2, 3; P = 3) gives each clone exactly its fresh partial plus
-    the stale complement the schedule predicts, epoch by epoch; ``DRPA(algo="cd-r")`` does
-    the same in its forward and, with its own buffers, to the gradients in its backward;
-    ``bytes_sent`` is one row per leaf and per leaf entry of the epoch's bin."""
-    outs = exchange_job(3, "mpi", "float64", delays=DELAYS)
-    parts = load_parts(random_parts["dirs"][3])
-    for r in DELAYS:
-        expected = delayed_expected(parts, partial, r, EPOCHS, WIDTH)
-        expected_bwd = delayed_expected(parts, upstream, r, EPOCHS, WIDTH)
-        exact = [np.stack([sum(partial(q.rank, e, p.global_ids, WIDTH) for q in parts)
-                           for e in range(EPOCHS)]) for p in parts]
-        stale = False
-        for p, o in zip(parts, outs):
-            np.testing.assert_array_equal(o["global_ids"], p.global_ids)
-            np.testing.assert_allclose(o[f"delayed_{r}"], expected[p.rank], rtol=1e-12,
-                                       err_msg=f"DelayedExchange r={r} rank {p.rank}")
-            np.testing.assert_allclose(o[f"drpa_fwd_{r}"], expected[p.rank], rtol=1e-12,
-                                       err_msg=f"DRPA cd-r forward r={r} rank {p.rank}")
-            np.testing.assert_allclose(o[f"drpa_bwd_{r}"], expected_bwd[p.rank], rtol=1e-12,
-                                       err_msg=f"DRPA cd-r backward r={r} rank {p.rank}")
-            # the check can fail: the schedule is not the exact (cd-0) sum at split vertices
-            split = np.asarray(p.root_rank) != p.rank
-            split[np.asarray(p.leaf_root_local)] = True
-            stale |= not np.allclose(expected[p.rank][:, split], exact[p.rank][:, split])
-            # bytes: per epoch 8 * width * (leaves in the bin + leaf entries in the bin)
-            ids = np.asarray(p.global_ids)
-            leaf_bins = ids[np.asarray(p.root_rank) != p.rank] % r
-            entry_bins = ids[np.asarray(p.leaf_root_local)] % r
-            for b in range(r):
-                assert (leaf_bins == b).any() or (entry_bins == b).any(), \
-                    f"rank {p.rank}: bin {b} of r={r} is empty; pick another graph"
-            per_epoch = [8 * WIDTH * (np.count_nonzero(leaf_bins == e % r)
-                                      + np.count_nonzero(entry_bins == e % r))
-                         for e in range(EPOCHS)]
-            np.testing.assert_array_equal(o[f"bytes_{r}"], np.cumsum(per_epoch))
-        assert stale
-
-
-# ---- 3. training: cd-0 equals single-socket, cd-r its reference; 0c and cd-r run ---------
+# ---- 2. training: cd-0 equals single-socket, cd-r its reference; 0c and cd-r run ---------
 @pytest.mark.parametrize("P, mpi", [(2, None), (3, None), installed("mpich", 2),
                                     installed("impi", 2)])
 def test_cd0_training_follows_the_single_socket_loss_curve(train_job, single_socket, cora, P,
@@ -405,21 +324,19 @@ def split_heavy(tmp_path_factory):
     return directory, n, ds
 
 
-@pytest.mark.parametrize("schedule", [{"delay": 1}, {"delay": 2, "smoothing": 0.6},
-                                      {"comm_budget": 2.0}], ids=["cd-1", "cd-2-smooth",
-                                                                  "adaptive-full-budget"])
-def test_cdr_training_follows_an_independent_reference(split_heavy, schedule, tmp_path):
+def test_cdr_training_follows_an_independent_reference(split_heavy, tmp_path):
     """A whole cd-r training run (float64, P = 4 with almost every vertex split, 3 SAGE
-    layers, dropout 0.5, 20 epochs; plain, smoothed, and the adaptive schedule with a budget
-    that sends every row, which is delay 1) gives the loss curve of
+    layers, dropout 0.5, 20 epochs, delay 2 with smoothing) gives the loss curve of
     :mod:`tests.helpers.cdr_reference`, which simulates the ranks one by one from the
     schedule's definition, to 1e-12 relative; forward and backward staleness both shape the
-    curve, so both are checked.  The same reference with replies that carry the leaf's own
-    partial back misses it by far: the comparison can fail."""
+    curve, so both are checked (every schedule's exchange is checked against the reference
+    in ``tests/test_exchange.py``; this is the trainer's use of it).  The same reference
+    with replies that carry the leaf's own partial back misses it by far: the comparison
+    can fail."""
     directory, n, _ = split_heavy
     epochs = 20
     flags = dict(model="sage", layers=3, hidden=8, dropout=0.5, lr=0.05, epochs=epochs,
-                 algo="cd-r", dtype="float64", feature_norm="none", **schedule)
+                 algo="cd-r", dtype="float64", feature_norm="none", delay=2, smoothing=0.6)
     metrics = tmp_path / "m.jsonl"
     argv = [TRAIN, "--partitions", directory, "--eval-every", epochs, "--threads", "1",
             "--no-progress", "--metrics-out", metrics]
@@ -429,7 +346,7 @@ def test_cdr_training_follows_an_independent_reference(split_heavy, schedule, tm
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = np.array([r["loss"] for r in read_metrics(metrics)])
     parts = load_parts(directory)
-    cfg = TrainConfig(**flags)  # the adaptive schedule at full budget: delay_epochs is 1
+    cfg = TrainConfig(**flags)
     reference = Simulation(parts, n, cfg)
     assert len(reference.clones.split) > 0.9 * n
     expected = np.array(reference.train(epochs))
@@ -567,18 +484,7 @@ def test_bf16_wire_halves_the_bytes_and_keeps_training(train_job, algo, flags):
     assert 0 < max(rel) <= 1e-2, rel
 
 
-def test_adaptive_schedule_keeps_its_budget(train_job):
-    """``--comm-budget 0.2`` sends at most 0.2 x cd-0's bytes per epoch (positions included)
-    and at least 0.15 x, and trains (its loss falls); it is not cd-0."""
-    _, cd0 = train_job(2, "cd-0")
-    _, adaptive = train_job(2, "cd-r", "--comm-budget", "0.2")
-    for a, b in zip(adaptive, cd0):
-        assert 0.15 * b["bytes_sent_max"] <= a["bytes_sent_max"] <= 0.2 * b["bytes_sent_max"]
-    assert adaptive[-1]["loss"] < adaptive[0]["loss"]
-    assert [r["loss"] for r in adaptive] != [r["loss"] for r in cd0]
-
-
-# ---- 4. failures end the job with a clear error, never a hang ------------------------------------
+# ---- 3. failures end the job with a clear error, never a hang ------------------------------------
 def assert_quick(seconds):
     assert seconds < TIMEOUT / 2, f"took {seconds:.0f} s: a rank waited for a failed peer"
 

@@ -1,7 +1,7 @@
 """``distgnn-bench comm``: alltoallv and allreduce of each communicator, under mpirun.
 
 Run as ``distgnn-launch -n P -- distgnn-bench comm``.  Every rank sends ``s`` bytes to every
-other rank in one ``alltoallv`` (the shape of a DRPA exchange: one block per peer), and
+other rank in one ``alltoallv`` (the shape of a split-vertex exchange: one block per peer), and
 allreduces ``s`` bytes (the shape of the gradient sum), for sizes ``s`` from ``--min-bytes``
 to ``--max-bytes``; with ``--partitions DIR`` it also times the exact cd-0 exchange of that
 partitioning at ``--width`` (its per-peer counts).  Reported per communicator and size:
@@ -24,9 +24,9 @@ from .machine import machine_info
 from .output import finish, output_arguments
 
 HELP = "alltoallv and allreduce of each communicator (under mpirun)"
-DESCRIPTION = ("Latency and bandwidth of alltoallv (one block per peer, as DRPA sends) and "
-               "allreduce (as the gradient sum) for each communicator; run it under "
-               "distgnn-launch -n P.")
+DESCRIPTION = ("Latency and bandwidth of alltoallv (one block per peer, as the split-vertex "
+               "exchange sends) and allreduce (as the gradient sum) for each communicator; "
+               "run it under distgnn-launch -n P.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -74,10 +74,12 @@ def fit_alpha_beta(points: list[tuple[int, float]]) -> tuple[float, float]:
     return t0, (b1 - b0) / (t1 - t0) if t1 > t0 else float("inf")
 
 
-def drpa_counts(directory: str, rank: int) -> tuple[list[int], list[int]]:
+def split_counts(directory: str, rank: int) -> tuple[list[int], list[int]]:
+    """Rank ``rank``'s split-vertex rows per peer in partition directory ``directory``:
+    ``(leaves, leaf entries)`` (what its cd-0 exchange sends up, and down)."""
     from partition.format import load
 
-    from ..drpa import SplitIndex
+    from ..exchange import SplitIndex
 
     index = SplitIndex.from_partition(load(directory, rank))
     return index.leaf_counts, index.root_counts
@@ -101,7 +103,7 @@ def run_communicator(comm, args) -> dict:
         result["alltoallv_alpha_s"], result["alltoallv_beta_b_s"] = fit_alpha_beta(
             [(r["bytes"] * (P - 1), r["alltoallv_s"]) for r in rows])
     if args.partitions:
-        up, down = drpa_counts(args.partitions, comm.rank)
+        up, down = split_counts(args.partitions, comm.rank)
         leaf = torch.empty(sum(up), args.width)
         root = torch.empty(sum(down), args.width)
 

@@ -40,8 +40,8 @@ import numpy as np
 
 from partition.stats import layer_widths
 
-from ..adaptive import POSITION_BYTES, budgeted_rows
 from ..cli_common import comma_list
+from ..exchange.adaptive import POSITION_BYTES, budgeted_rows
 from .output import finish, output_arguments
 
 NETWORKS = {  # alpha (s), beta (bytes/s per rank)
@@ -162,7 +162,8 @@ def exchange_bytes(leaf_counts: list[int], root_counts: list[int], widths: list[
     ``d_k``, from its leaves per root rank (``leaf_counts``) and its leaf entries per leaf
     rank (``root_counts``), with ``e`` bytes per value (4, or 2 for bf16):
     cd-0 ``sum_k e d_k (l + L)``; cd-r ``1/r`` of that; the adaptive schedule
-    ``sum_k sum_blocks k_b (e d_k + 4)`` (:func:`distgnn.adaptive.budgeted_rows`); 0c none."""
+    ``sum_k sum_blocks k_b (e d_k + 4)`` (:func:`distgnn.exchange.adaptive.budgeted_rows`);
+    0c none."""
     if algo == "0c":
         return 0.0
     e = 2 if precision == "bf16" else 4

@@ -1,6 +1,6 @@
 """An independent reference for training under cd-r: all ranks of a partitioned run
 simulated one after another in one process, with the delayed exchange written from its
-definition (a history of every clone's partials) rather than from :mod:`distgnn.drpa`'s
+definition (a history of every clone's partials) rather than from :mod:`distgnn.exchange`'s
 bins, buffers and messages.
 
 With delay ``r >= 1`` no clone ever uses a value of the current epoch from another rank,
@@ -22,8 +22,16 @@ applies the same rule to the gradients arriving at each clone's aggregate.  Repl
 one model: the loss is counted at root clones and divided by the global training count,
 and the gradients of all ranks are summed before the Adam step.
 
+On a rounding wire (``wire``: bf16 with error feedback) each entry's send at ``s`` of
+value ``x(s)`` delivers ``W(s) = round(x(s) + E(s - r))`` and carries
+``E(s) = x(s) + E(s - r) - W(s)`` to the entry's next send (``E = 0`` before its first);
+``W`` is the arrival ``m`` above.
+
 ``subtract_own=False`` describes a wrong schedule (a reply that also carries the leaf's own
 partial back), which the tests use to show that the comparison can fail.
+
+:class:`AdaptiveSimulation` is the same kind of reference for the adaptive schedule of
+:mod:`distgnn.exchange.adaptive`.
 """
 from __future__ import annotations
 
@@ -74,12 +82,26 @@ class Clones:
 
 class Kept:
     """The kept values ``K`` and ``L`` of the module docstring, computed on demand (memoised)
-    from the history of fresh values."""
+    from the history of fresh values.  ``wire``: the rounding of what travels (``None``:
+    exact), with error feedback."""
 
-    def __init__(self, hist, clones, r, gamma, subtract_own):
+    def __init__(self, hist, clones, r, gamma, subtract_own, wire=None):
         self.hist, self.clones, self.r, self.gamma = hist, clones, r, gamma
-        self.subtract_own = subtract_own
+        self.subtract_own, self.wire = subtract_own, wire
         self.memo = {}
+
+    def delivered(self, key, s, sent):
+        """What arrives of entry ``key``'s send at epoch ``s``, whose value is ``sent(s)``."""
+        return sent(s) if self.wire is None else self.carried(key, s, sent)[0]
+
+    def carried(self, key, s, sent):
+        """``(W(s), E(s))`` of the module docstring for entry ``key``."""
+        if ("W", key, s) not in self.memo:
+            before = self.carried(key, s - self.r, sent)[1] if s >= self.r else 0.0
+            total = before + sent(s)
+            arrives = self.wire(total)
+            self.memo[("W", key, s)] = (arrives, total - arrives)
+        return self.memo[("W", key, s)]
 
     def smoothed(self, key, e1, arrival):
         """``K`` after the arrival at refresh ``e1`` (``arrival(s)``: what was sent at s)."""
@@ -95,8 +117,9 @@ class Kept:
     def root(self, layer, direction, g, q, e1):
         """``K_q(e1)``: the root's kept partial of leaf ``q`` of vertex ``g``."""
         j = self.clones.local[q, g]
-        return self.smoothed(("K", layer, direction, g, q), e1,
-                             lambda s: self.hist.get(layer, direction, s, q, j))
+        key = ("K", layer, direction, g, q)
+        return self.smoothed(key, e1, lambda s: self.delivered(
+            key, s, lambda t: self.hist.get(layer, direction, t, q, j)))
 
     def reply(self, layer, direction, g, q, e1):
         """``D_q(e1)``: what the root sends leaf ``q`` at refresh ``e1``."""
@@ -108,8 +131,9 @@ class Kept:
 
     def leaf(self, layer, direction, g, q, e1):
         """``L_q(e1)``: leaf ``q``'s kept complement of vertex ``g``."""
-        return self.smoothed(("L", layer, direction, g, q), e1,
-                             lambda s: self.reply(layer, direction, g, q, s))
+        key = ("L", layer, direction, g, q)
+        return self.smoothed(key, e1, lambda s: self.delivered(
+            key, s, lambda t: self.reply(layer, direction, g, q, t)))
 
     def complement(self, layer, direction, epoch, rank):
         """The remote term added at each split clone on ``rank``: ``{local id: [d] or 0}``."""
@@ -195,3 +219,74 @@ class Simulation:
             self.optimizer.step()
             losses.append(total)
         return losses
+
+
+class AdaptiveSimulation:
+    """The adaptive schedule from its definition (:mod:`distgnn.exchange.adaptive`'s module
+    docstring), every rank in one process, for one aggregation (one layer, one pass).
+
+    Entries are keyed by global id.  Per direction (``up``: a leaf to its root, ``down``: a
+    root's reply to a leaf) and ordered pair of ranks, a block lists the sender's entries in
+    the order of the partition's split tables (leaves by increasing local id; a root's
+    entries as ``leaf_root_local`` lists them for that leaf rank); per block of ``n`` the
+    sender sends the ``k = min(n, max(1, floor(F n u / (u + 4))))`` entries whose value moved
+    most (squared distance) from what it last sent, ties to the earlier entry.  What is sent
+    in one :meth:`epoch` (rounded by ``wire``, no error feedback: the sender remembers what
+    it delivered) is kept by the receiver from the next.
+    """
+
+    def __init__(self, parts, budget: float, row_bytes: int, wire=None):
+        self.budget, self.row_bytes, self.wire = budget, row_bytes, wire
+        self.blocks = {}  # (direction, sender, receiver) -> [(local id, global id)]
+        for p, part in enumerate(parts):
+            gids, root_rank = np.asarray(part.global_ids), np.asarray(part.root_rank)
+            ptr, roots = np.asarray(part.leaf_ptr), np.asarray(part.leaf_root_local)
+            for q in range(len(parts)):
+                if q != p:
+                    self.blocks[("up", p, q)] = [(i, gids[i]) for i in
+                                                 np.flatnonzero(root_rank == q)]
+                    self.blocks[("down", p, q)] = [(i, gids[i]) for i in roots[ptr[q]:ptr[q + 1]]]
+        self.ranks = len(parts)
+        self.sent, self.kept, self.pending = {}, {}, []
+
+    def rows(self, n: int) -> int:
+        return 0 if n == 0 else min(n, max(1, int(np.floor(
+            self.budget * n * self.row_bytes / (self.row_bytes + 4)))))
+
+    def send(self, direction, p, q, values) -> int:
+        """Send block ``(direction, p, q)``'s ``values`` (``[(global id, [d])]`` in block
+        order); returns the bytes."""
+        keys = [(direction, p, q, g) for g, _ in values]
+        change = [float(((x - self.sent.get(key, 0.0)) ** 2).sum())
+                  for key, (_, x) in zip(keys, values)]
+        chosen = np.argsort(-np.array(change), kind="stable")[:self.rows(len(values))]
+        for c in chosen:
+            x = values[c][1].copy()  # a row of the sender's array, which it goes on to edit
+            self.sent[keys[c]] = x if self.wire is None else self.wire(x)
+            self.pending.append((keys[c], self.sent[keys[c]]))
+        return len(chosen) * (self.row_bytes + 4)
+
+    def epoch(self, fresh: list[np.ndarray]) -> tuple[list[np.ndarray], list[int]]:
+        """Each rank's output for its fresh ``[n_p, d]`` values, and the bytes it sent."""
+        for key, value in self.pending:
+            self.kept[key] = value
+        self.pending = []
+        outs, sent = [], []
+        for p, a in enumerate(fresh):
+            a, nbytes = a.copy(), 0
+            others = [q for q in range(self.ranks) if q != p]
+            for q in others:
+                nbytes += self.send("up", p, q, [(g, a[i]) for i, g in self.blocks[("up", p, q)]])
+            for q in others:
+                for i, g in self.blocks[("down", p, q)]:
+                    a[i] += self.kept.get(("up", q, p, g), 0.0)
+            for q in others:
+                nbytes += self.send("down", p, q, [
+                    (g, a[i] - self.kept.get(("up", q, p, g), 0.0))
+                    for i, g in self.blocks[("down", p, q)]])
+            for q in others:
+                for i, g in self.blocks[("up", p, q)]:
+                    a[i] += self.kept.get(("down", q, p, g), 0.0)
+            outs.append(a)
+            sent.append(nbytes)
+        return outs, sent

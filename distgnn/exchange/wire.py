@@ -2,7 +2,9 @@
 
 A compressed sender transmits ``q = bf16(x + e)`` and keeps ``e <- x + e - q`` per entry
 (as EC-Graph and AdaQP compensate quantisation), so what is lost to rounding is sent later
-instead of never; bf16 goes in int16 buffers because MPI has no bf16 type.
+instead of never; bf16 goes in int16 buffers because MPI has no bf16 type.  Under cd-0 this
+makes the exchange inexact (by about ``2^-8`` relative per value); evaluation exchanges stay
+exact.
 """
 from __future__ import annotations
 
@@ -12,12 +14,13 @@ PRECISIONS = ("fp32", "bf16")
 
 
 class Wire:
-    """How partials travel: unchanged (``fp32``: the run's own type), or as bf16 bit patterns
-    in int16 buffers (MPI has no bf16 type) with error feedback.
+    """How partials travel: unchanged (``fp32``: the run's own type, whatever it is), or as
+    bf16 bit patterns in int16 buffers (MPI has no bf16 type) with error feedback.
 
     Args:
         precision (str): ``"fp32"`` or ``"bf16"``.
-        dtype (torch.dtype): the run's floating type (what is encoded and decoded).
+        dtype (torch.dtype): the run's type (what is encoded and decoded); ``fp32`` sends
+            any type unchanged, the adaptive schedule's int32 positions too.
     """
 
     def __init__(self, precision: str, dtype: torch.dtype):
@@ -27,6 +30,7 @@ class Wire:
         self.element_size = torch.empty(0, dtype=self.type).element_size()  # bytes per entry
 
     def buffer(self, rows: int, width: int, device) -> torch.Tensor:
+        """A zeroed ``[rows, width]`` buffer of the wire's type (what a receiver gets)."""
         return torch.zeros(rows, width, dtype=self.type, device=device)
 
     def carrier(self, values: torch.Tensor) -> torch.Tensor:
@@ -57,4 +61,6 @@ class Wire:
             residual.index_copy_(0, rows, carried)
 
     def decode(self, received: torch.Tensor) -> torch.Tensor:
+        """What ``received`` (the wire's type) stands for, in the run's type (``received``
+        itself when it travelled unchanged)."""
         return received.view(torch.bfloat16).to(self.dtype) if self.compressed else received

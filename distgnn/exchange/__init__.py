@@ -1,0 +1,211 @@
+"""The split-vertex exchange: how the clones of a vertex cut combine their partial aggregates.
+
+Under a vertex-cut, vertex ``v`` has clones on the ranks ``R(v)``; rank ``p`` computes a
+*partial* aggregate over its own edges, ``a^p_v = sum_{u in N_p(v)} x_u``, and the full
+aggregate is ``a_v = sum_{p in R(v)} a^p_v``.  One clone is the root, the others leaves
+(:mod:`.index`: the tables).  The algorithms (``--algo``):
+
+- **cd-0** (:mod:`.exact`): every layer, every clone gets ``a_v`` exactly; max/min
+  aggregators take the extreme over clones the same way, with the gradient routed to the
+  clone that attained it.
+- **cd-r** (:mod:`.delayed`): bins of split vertices refreshed every ``r`` epochs, partials
+  delayed and overlapped with compute, optionally smoothed; or, under ``--comm-budget``,
+  the adaptive schedule of :mod:`.adaptive`, which sends the rows that moved most.
+- **0c**: no exchange; each rank normalises by its local degrees.
+
+Partials travel as they are or as bf16 with error feedback (:mod:`.wire`); evaluation and
+the sums that must be exact in every epoch (:meth:`Exchange.exact`) use cd-0 in the run's
+type.  Message order follows :mod:`partition.layout`'s split tables (:mod:`.channel`).
+
+Every per-layer exchange implements :class:`LayerExchange`; :class:`Exchange` is what a
+partition's neighbourhood calls, and keeps one per layer and pass.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Protocol
+
+import torch
+
+from ..comm import Communicator
+from ..timing import PhaseTimer
+from .adaptive import AdaptiveSum
+from .channel import expect_kind
+from .delayed import DelayedSum
+from .exact import ExactSum, Extreme, RoundTrip
+from .index import SplitIndex
+from .wire import PRECISIONS
+
+__all__ = ["ALGORITHMS", "PRECISIONS", "Exchange", "LayerExchange", "SplitIndex"]
+
+ALGORITHMS = ("cd-0", "cd-r", "0c")
+
+
+class LayerExchange(Protocol):
+    """The exchange of one aggregation (one layer, one pass: forward on its partial
+    aggregates, backward on their gradients), with the state it keeps between epochs.
+
+    Implementations: :class:`~.exact.ExactSum` (``kind`` ``"exact"``),
+    :class:`~.delayed.DelayedSum` (``"delayed"``), :class:`~.adaptive.AdaptiveSum`
+    (``"adaptive"``).
+    """
+
+    kind: str  # the tag of its state dict
+    bytes_sent: int  # by this rank, since it was made
+
+    def __call__(self, a: torch.Tensor, epoch: int) -> None:
+        """``a`` ``[n, d]`` (this rank's partials of epoch ``epoch``, or their gradients)
+        becomes, in place, each clone's partial plus the remote terms this exchange gives it
+        in that epoch (cd-0: all of them, exactly)."""
+
+    def finish(self) -> None:
+        """Complete every request in flight (before the communicator goes away)."""
+
+    def state_dict(self) -> dict:
+        """What the exchange carries between epochs, requests in flight completed:
+        ``{"kind": kind, "width": d, "dtype": name, ...}`` of tensors and plain values, so a
+        restored exchange continues exactly as this one would."""
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s ``state``; a state of another kind, or of another
+        shape, is refused with one line (:class:`~distgnn.errors.DistGNNError`)."""
+
+
+class Exchange:
+    """The split-vertex exchange of one rank for every layer of a model.
+
+    Keyword-only arguments; those of the run are :class:`~distgnn.config.TrainConfig`'s
+    fields of the same name.
+
+    Args:
+        index (SplitIndex): this rank's split tables.
+        comm (Communicator): the transport.
+        timer (PhaseTimer, optional): receives ``exchange_pre`` (gathers, sends started),
+            ``exchange_wait`` (blocked in the transport) and ``exchange_post`` seconds.
+        algo (str): ``"cd-0"`` or ``"cd-r"`` (0c has no exchange, hence no ``Exchange``).
+        delay (int): ``r`` of cd-r (``TrainConfig.delay_epochs``: ``--delay`` or its
+            default; 1 under a ``comm_budget``).
+        smoothing (float): cd-r's PipeGCN smoothing ``gamma`` in ``[0, 1)`` (0: none).
+        comm_budget (float, optional): cd-r with the adaptive schedule at this fraction of
+            cd-0's bytes, instead of bins.
+        exchange_precision (str): ``"fp32"`` (the run's own type) or ``"bf16"`` with error
+            feedback, for the training exchanges of cd-0 and cd-r.
+        backward_exchange (bool): exchange gradients in the backward pass.  ``False``
+            reproduces DGL's cd-0, whose split-vertex gradients miss the other clones' parts;
+            it exists to show that difference, not for training.
+
+    Called as ``exchange(y, key, epoch, training)`` on the partial aggregates ``y`` ``[n, d]``
+    of the layer under ``key`` (an integer: the exchange keeps state per key and pass);
+    returns ``y`` updated in place (and differentiable).  Training takes the layer's
+    :class:`LayerExchange` of kind :attr:`kind`; evaluation is exact.
+    """
+
+    def __init__(self, *, index: SplitIndex, comm: Communicator, timer: PhaseTimer | None = None,
+                 algo: str = "cd-0", delay: int = 0, smoothing: float = 0.0,
+                 comm_budget: float | None = None, exchange_precision: str = "fp32",
+                 backward_exchange: bool = True):
+        self.index, self.comm, self.algo, self.delay = index, comm, algo, delay
+        self.backward_exchange = backward_exchange
+        self.timer = timer if timer is not None else PhaseTimer()
+        self.trip = RoundTrip(index, comm, self.timer)
+        # what makes a training layer's exchange, given the width, type and device of its
+        # first tensor (so one per layer key and pass, made on first use)
+        if algo == "cd-0":
+            self.make = functools.partial(ExactSum, trip=self.trip,
+                                          exchange_precision=exchange_precision)
+        elif algo == "cd-r" and comm_budget is not None:
+            self.make = functools.partial(AdaptiveSum, index=index, comm=comm, timer=self.timer,
+                                          comm_budget=comm_budget,
+                                          exchange_precision=exchange_precision)
+        elif algo == "cd-r":
+            self.make = functools.partial(DelayedSum, index=index, comm=comm, timer=self.timer,
+                                          delay=delay, smoothing=smoothing,
+                                          exchange_precision=exchange_precision)
+        else:
+            raise ValueError(f"no exchange for algo {algo!r}")
+        self.kind = self.make.func.kind
+        self.layers: dict[tuple[int, str], LayerExchange] = {}
+        self.exact_sums: dict[tuple, ExactSum] = {}  # per width, type and device; no state
+        self.extremes = Extreme(self.trip)
+
+    def __call__(self, y: torch.Tensor, key: int, epoch: int, training: bool) -> torch.Tensor:
+        if self.comm.size == 1:
+            return y
+        return _SumOverClones.apply(y, self, key if training else None, epoch,
+                                    self.backward_exchange)
+
+    def exact(self, y: torch.Tensor) -> torch.Tensor:
+        """cd-0's sum over clones, forward and backward, whatever the algorithm (what must
+        be exact in every epoch, as attention's softmax normaliser)."""
+        if self.comm.size == 1:
+            return y
+        return _SumOverClones.apply(y, self, None, 0, True)
+
+    def extreme(self, y: torch.Tensor, reduce: str, empty: torch.Tensor) -> torch.Tensor:
+        """The element-wise ``max`` (or ``min``) over clones (:class:`~.exact.Extreme`)."""
+        if self.comm.size == 1:
+            return y
+        return self.extremes.apply(y, reduce, empty)
+
+    def layer(self, key: int | None, direction: str, like: torch.Tensor) -> LayerExchange:
+        """The exchange of layer ``key``'s ``direction`` pass for tensors ``like``, made on
+        first use (``key`` ``None``: the exact fp32 sum, which keeps no state)."""
+        if key is None:
+            shape = (like.shape[1], like.dtype, like.device)
+            if shape not in self.exact_sums:
+                self.exact_sums[shape] = ExactSum(trip=self.trip, exchange_precision="fp32",
+                                                  width=like.shape[1], dtype=like.dtype,
+                                                  device=like.device)
+            return self.exact_sums[shape]
+        if (key, direction) not in self.layers:
+            self.layers[(key, direction)] = self.make(width=like.shape[1], dtype=like.dtype,
+                                                      device=like.device)
+        return self.layers[(key, direction)]
+
+    @property
+    def total_bytes_sent(self) -> int:
+        """Bytes this rank has sent, every exchange together."""
+        return sum(e.bytes_sent for e in (*self.layers.values(), *self.exact_sums.values(),
+                                          self.extremes))
+
+    def finish(self) -> None:
+        """Complete the requests still in flight."""
+        for e in self.layers.values():
+            e.finish()
+
+    def state_dict(self) -> dict:
+        """``{"kind": kind, "layers": {"key/direction": that LayerExchange's state}}``."""
+        return {"kind": self.kind,
+                "layers": {f"{key}/{direction}": e.state_dict()
+                           for (key, direction), e in self.layers.items()}}
+
+    def load_state_dict(self, state: dict, device: torch.device | str = "cpu") -> None:
+        """Restore :meth:`state_dict`'s ``state`` onto ``device``; a state of another kind
+        (another algorithm or schedule) is refused with one line."""
+        expect_kind(state, self.kind, "split-vertex exchange")
+        for name, layer_state in state["layers"].items():
+            expect_kind(layer_state, self.kind, f"exchange {name}")
+            key, direction = name.split("/")
+            like = torch.empty(0, layer_state["width"], device=device,
+                               dtype=getattr(torch, layer_state["dtype"]))
+            self.layer(int(key), direction, like).load_state_dict(layer_state)
+
+
+class _SumOverClones(torch.autograd.Function):
+    """``y <-`` the sum over clones as ``exchange``'s layer ``key`` makes it (``None``: exact)
+    in place; the gradient goes through the same layer's backward exchange (made on first
+    use), or is kept as it is without ``backward``."""
+
+    @staticmethod
+    def forward(ctx, y, exchange, key, epoch, backward):
+        ctx.exchange, ctx.key, ctx.epoch, ctx.backward = exchange, key, epoch, backward
+        ctx.mark_dirty(y)
+        exchange.layer(key, "forward", y)(y, epoch)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()  # grad may be shared with other consumers: never edit it in place
+        if ctx.backward:
+            ctx.exchange.layer(ctx.key, "backward", grad)(grad, ctx.epoch)
+        return grad, None, None, None, None
