@@ -3,7 +3,7 @@
 
 :class:`SpMM` is the one autograd function that calls a backend's ``spmm`` forward and
 ``spmm_backward`` backward.  A distributed run wraps the same ``Neighbourhood`` around a
-partition and adds the split-vertex exchange (:mod:`distgnn.drpa`) to every sum.
+partition and adds the split-vertex exchange (:mod:`distgnn.exchange`) to every sum.
 """
 from __future__ import annotations
 

@@ -355,8 +355,8 @@ def resume(directory: str | Path, comm: Communicator, fingerprint: dict,
                 continue
             chosen[0], picked["state"] = manifest["epoch"], state
             return
-        raise CheckpointError(f"{directory}: none of its {len(found)} checkpoints is complete "
-                              f"and intact (newest: {reasons[0]})")
+        raise CheckpointError(f"{directory}: none of its {len(found)} checkpoints can be "
+                              f"resumed (newest: {reasons[0]})")
 
     all_or_none(comm, pick)
     comm.broadcast(chosen, root=0)

@@ -6,7 +6,7 @@ implementation works on the same memory, and a GPU rank can pass ``cuda`` tensor
 torch.distributed implementation (nccl).  ``alltoallv`` sends rows
 ``send[sum(send_counts[:q]) : sum(send_counts[:q+1])]`` to rank ``q`` and receives rank
 ``q``'s rows into the matching block of ``recv``; both buffers are preallocated by the
-caller and reused.  DRPA code talks only to this interface.
+caller and reused.  The split-vertex exchange talks only to this interface.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class Handle(Protocol):
 
 
 class Communicator(Protocol):
-    """What DRPA and the trainer need from a transport (see the module docstring).
+    """What the exchange and the trainer need from a transport (see the module docstring).
 
     ``device`` is where the transport's buffers live (``cpu`` for MPI and gloo, the
     rank's GPU for nccl); :class:`~distgnn.comm.staging.Staged` copies other tensors.

@@ -1,7 +1,7 @@
 """The mpi4py communicator: MPI collectives straight on the numpy view of CPU tensors.
 
 mpi4py's buffer interface passes numpy memory to MPI without a copy, and on this class of
-machine it beats torch.distributed's gloo by 1.2-5x for the DRPA exchanges.
+machine it beats torch.distributed's gloo by 1.2-5x for the split-vertex exchanges.
 
 Open MPI (and MPICH without its asynchronous-progress option) moves the data of a
 non-blocking collective only while some thread of the rank is inside an MPI call; across

@@ -1,13 +1,13 @@
 """Staging of tensors that live elsewhere than the communicator's buffers.
 
-A GPU rank's DRPA buffers live on its GPU; a host transport (MPI, gloo, ccl) needs them in
+A GPU rank's exchange buffers live on its GPU; a host transport (MPI, gloo, ccl) needs them in
 host memory, and nccl needs the trainer's CPU statistics on the GPU.  :class:`Staged`
 wraps a communicator and copies every tensor that is not on ``comm.device`` into a
 staging buffer there (page-locked host memory when staging to the host from CUDA, so
 the copies are DMA transfers), runs the operation, and copies results back.  Buffers are
 kept, so the per-epoch exchanges allocate nothing: per shape and dtype for blocking
 operations, and per source tensor for non-blocking ones (several cd-r exchanges of equal
-shape are in flight at once; DRPA's buffers are long-lived).  Tensors already on
+shape are in flight at once; the exchange's buffers are long-lived).  Tensors already on
 ``comm.device`` pass through untouched.
 """
 from __future__ import annotations
