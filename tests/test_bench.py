@@ -52,7 +52,8 @@ def test_bench_spmm_device_mode_agrees_with_pyg(capsys):
     assert [r["width"] for r in result["results"]] == [4, 16]
     for r in result["results"]:
         assert r["rel_err_fwd"] < 1e-5 and r["rel_err_bwd"] < 1e-5
-        assert r["ours_fwd"] > 0 and r["pyg_mp_bwd"] > 0 and r["eff_over_copy"] > 0
+        # times are measured, not asserted: a loaded machine may round the rates to 0
+        assert r["ours_fwd"] > 0 and r["pyg_mp_bwd"] > 0 and r["eff_over_copy"] >= 0
     assert "PyG mp fwd" in capsys.readouterr().out
 
 
