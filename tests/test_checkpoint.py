@@ -16,7 +16,7 @@ import torch
 from tests.helpers.training import losses, train_quietly
 
 # Bit-identical resume is checked on CPU ranks; on an H100 a resumed GPU run differed from
-# the uninterrupted one at 1e-7 relative from its first epoch (see the README).
+# the uninterrupted one at 1e-7 relative from its first epoch (see docs/reliability.md).
 run = functools.partial(train_quietly, device="cpu")
 
 from distgnn import checkpoint

@@ -4,7 +4,7 @@ Each :class:`Case` sets up files in an empty directory, runs one tool, and state
 careful user expects: the exit status, one line on stderr (never a traceback), and files
 that must come out byte for byte as they went in.  ``tests/test_hostile.py`` runs them
 against this tree; ``python -m tests.helpers.hostile --tree DIR`` runs them against another
-checkout (an older commit) and prints the before/after table of the hardening issue.
+checkout (an older commit) and prints a before/after table of the two trees.
 
 Tools run in this process where they can (fast); signal and MPI cases run as processes.
 The cases of the first eleven classes are below; those of later classes live by area in
