@@ -171,6 +171,7 @@ def test_nan_policy_skip_skips_the_step(cora):
     assert [r.get("skipped_step", False) for r in result.history] == [False, True, True, True]
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_then_exits_and_resume_matches(cora, tmp_path):
     """A real SIGTERM (what SLURM sends at the time limit) mid-run."""
     ckpt = tmp_path / "ck"

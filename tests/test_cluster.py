@@ -63,15 +63,40 @@ def two_nodes(tmp_path_factory):
         os.environ["DISTGNN_CLUSTER_DIR"] = saved[0]
 
 
+def partitioned(out, spec):
+    """``distgnn-partition SPEC --parts 2 --out OUT`` (the tool as a user runs it)."""
+    proc = subprocess.run([str(BIN / "distgnn-partition"), spec, "--parts", "2", "--out",
+                           str(out), "--no-progress"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def cora_p2(tmp_path_factory):
+    """Cora in 2 partitions, read by the jobs of every MPI (none writes into it)."""
+    return partitioned(tmp_path_factory.mktemp("cora") / "p2", "cora")
+
+
+@pytest.fixture(scope="module")
+def rmat_p2(tmp_path_factory):
+    """An R-MAT graph in 2 partitions, for the long runs that are cut."""
+    return partitioned(tmp_path_factory.mktemp("rmat") / "p2",
+                       "rmat:scale=12,edge_factor=8,features=16")
+
+
+@pytest.fixture(scope="module")
+def single_socket_losses(cora):
+    return losses(train_quietly(cora, dropout=0.0, epochs=30, device="cpu"))
+
+
 @pytest.mark.parametrize("mpi", [installed(m) for m in ("openmpi", "mpich", "impi")])
-def test_cd0_across_emulated_nodes_follows_single_socket(two_nodes, cora, tmp_path, mpi):
+def test_cd0_across_emulated_nodes_follows_single_socket(two_nodes, cora_p2,
+                                                         single_socket_losses, tmp_path, mpi):
     """2 ranks on 2 emulated nodes over TCP, under each MPI: the single-socket loss curve
     (<= 1e-4 over 30 epochs), and each link carried the payload the trainer reports
     (training and evaluation exchanges, and the gradient allreduce, which with 2 ranks
     crosses once per step) to within 5 % plus TCP/IP framing."""
-    parts = tmp_path / "p2"
-    assert subprocess.run([str(BIN / "distgnn-partition"), "cora", "--parts", "2", "--out",
-                           str(parts)], capture_output=True).returncode == 0
+    parts = cora_p2
     before = [cluster.link_bytes(two_nodes, i)["tx"] for i in range(2)]
     metrics = tmp_path / "m.jsonl"
     proc = launch("--mpi", mpi, "--hostfile", two_nodes.state / "hostfile", "-n", 2, "--",
@@ -80,7 +105,7 @@ def test_cd0_across_emulated_nodes_follows_single_socket(two_nodes, cora, tmp_pa
     assert proc.returncode == 0, proc.stdout + proc.stderr
     sent = [cluster.link_bytes(two_nodes, i)["tx"] - before[i] for i in range(2)]
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
-    reference = losses(train_quietly(cora, dropout=0.0, epochs=30, device="cpu"))
+    reference = single_socket_losses
     got = np.array([r["loss"] for r in records])
     assert np.max(np.abs(got - reference) / np.abs(reference)) <= 1e-4
     payload = sum(r["bytes_sent_mean"] + r["allreduce_bytes"] + r["eval_bytes_sent_mean"]
@@ -89,13 +114,9 @@ def test_cd0_across_emulated_nodes_follows_single_socket(two_nodes, cora, tmp_pa
         assert 0.95 * payload <= tx <= 1.05 * payload * (1 + cluster.TCP_OVERHEAD), (tx, payload)
 
 
-def checkpointed_run(two_nodes, tmp_path, *flags):
-    """A long 2-node run that checkpoints every 5 epochs, once its 2nd checkpoint exists."""
-    parts = tmp_path / "p2"
-    if not parts.exists():
-        assert subprocess.run([str(BIN / "distgnn-partition"), "rmat:scale=12,edge_factor=8,"
-                               "features=16", "--parts", "2", "--out", str(parts)],
-                              capture_output=True).returncode == 0
+def checkpointed_run(two_nodes, parts, tmp_path, *flags):
+    """A long 2-node run on ``parts`` that checkpoints every 5 epochs, once its 2nd
+    checkpoint exists."""
     proc = subprocess.Popen(
         [str(BIN / "distgnn-launch"), "--hostfile", str(two_nodes.state / "hostfile"), "-n",
          "2", "--", str(BIN / "distgnn-train"), "--partitions", str(parts), "--epochs", "100000",
@@ -105,7 +126,7 @@ def checkpointed_run(two_nodes, tmp_path, *flags):
     while len(list((tmp_path / "ck").glob("epoch-*"))) < 2:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.2)
-    return parts, proc
+    return proc
 
 
 def ended_within(proc, seconds):
@@ -120,12 +141,15 @@ def ended_within(proc, seconds):
     return proc.returncode, out + err
 
 
-def test_link_cut_ends_the_job_and_resume_follows_the_uninterrupted_run(two_nodes, tmp_path):
+@pytest.mark.mpi  # distgnn-launch jobs across the nodes
+def test_link_cut_ends_the_job_and_resume_follows_the_uninterrupted_run(two_nodes, rmat_p2,
+                                                                        tmp_path):
     """Node 1's link goes down mid-run: the job ends within --comm-timeout + 10 s with a
     failure status and a line naming node1; after the link is back, resuming from the
     last checkpoint gives the loss curve of a run that was never cut."""
     timeout = 5
-    parts, proc = checkpointed_run(two_nodes, tmp_path, "--comm-timeout", timeout)
+    parts = rmat_p2
+    proc = checkpointed_run(two_nodes, parts, tmp_path, "--comm-timeout", timeout)
     cluster.set_link(two_nodes, 1, "down")
     try:
         status, output = ended_within(proc, timeout + 10)
@@ -147,10 +171,11 @@ def test_link_cut_ends_the_job_and_resume_follows_the_uninterrupted_run(two_node
     assert all(curves["resumed"][e] == curves["straight"][e] for e in range(last, last + 6))
 
 
-def test_killed_node_ends_the_job_with_a_failure(two_nodes, tmp_path):
+@pytest.mark.mpi  # distgnn-launch jobs across the nodes
+def test_killed_node_ends_the_job_with_a_failure(two_nodes, rmat_p2, tmp_path):
     """Every process of node 1 killed: the job ends at once, with a failure status (Open
     MPI's mpirun itself exits 0 there) and a line naming node1."""
-    _, proc = checkpointed_run(two_nodes, tmp_path, "--comm-timeout", 5)
+    proc = checkpointed_run(two_nodes, rmat_p2, tmp_path, "--comm-timeout", 5)
     assert launch("cluster", "kill", "--node", 1, "--name", NAME).returncode == 0
     status, output = ended_within(proc, 15)
     assert status != 0 and "node1" in output, output

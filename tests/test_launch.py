@@ -81,6 +81,7 @@ def test_detect_implementation(tmp_path, banner, expected):
     assert detect_implementation(str(fake_launcher(tmp_path, banner, "mpirun"))) == expected
 
 
+@pytest.mark.mpi  # asks the installed mpirun its --version
 def test_detect_implementation_of_the_installed_mpirun_and_of_strangers(tmp_path):
     assert detect_implementation(MPIRUN) == "openmpi"
     with pytest.raises(LaunchError, match="not the launcher of Open MPI, MPICH or Intel MPI"):
@@ -89,6 +90,7 @@ def test_detect_implementation_of_the_installed_mpirun_and_of_strangers(tmp_path
         detect_implementation(str(tmp_path / "missing"))
 
 
+@pytest.mark.mpi  # asks the installed mpirun its --version
 def test_find_launcher_asks_each_candidate(tmp_path, monkeypatch):
     """Every implementation's launcher is called mpiexec: the first candidate (its own
     prefix, then next to python, then PATH) whose --version names it wins."""
@@ -344,6 +346,7 @@ def test_cli_refuses_a_hostfile_that_is_not_text(tmp_path, capsys):
     assert f"hostfile {tmp_path} is not a file" in capsys.readouterr().err
 
 
+@pytest.mark.mpi  # asks the installed mpirun its --version
 def test_cli_dry_run_prints_the_plan(capsys):
     assert main(["-n", "2", "--threads-per-rank", "1", "--dry-run", "--",
                  "distgnn-train", "--partitions", "d"]) == 0

@@ -32,6 +32,8 @@ import numba
 import numpy as np
 
 from ..dropout import splitmix64
+from . import jit
+from .jit import readonly
 
 
 @numba.njit(inline="always")
@@ -48,7 +50,7 @@ def _leaky(x, slope):
     return x if x > 0 else slope * x
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+@jit.kernel(parallel=True, fastmath=True, nogil=True)
 def _softmax_max(chunks, indptr, indices, s, t, slope, loop, top):
     """``top[v] = max(loop[v], max_u LeakyReLU(s_u + t_v))`` (stored loops skipped)."""
     heads = s.shape[1]
@@ -64,7 +66,7 @@ def _softmax_max(chunks, indptr, indices, s, t, slope, loop, top):
                     top[v, h] = max(top[v, h], _leaky(s[u, h] + t[v, h], slope))
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+@jit.kernel(parallel=True, fastmath=True, nogil=True)
 def _softmax_sum(chunks, indptr, indices, s, t, slope, top, weight, total):
     """``weight[e] = exp(LeakyReLU(s_u + t_v) - top[v])`` (0 on stored loops) and
     ``total[v] = sum_e weight[e]``."""
@@ -81,7 +83,7 @@ def _softmax_sum(chunks, indptr, indices, s, t, slope, top, weight, total):
                     total[v, h] += w
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+@jit.kernel(parallel=True, fastmath=True, nogil=True)
 def _softmax_aggregate(chunks, indptr, indices, total, z, edge_keys, key, threshold, scale,
                        alpha, kept, out):
     """``alpha[e] /= total[v]`` in place (it held the weights), ``kept[e] = alpha_e k_e``
@@ -104,7 +106,7 @@ def _softmax_aggregate(chunks, indptr, indices, total, z, edge_keys, key, thresh
             out[v] = acc
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+@jit.kernel(parallel=True, fastmath=True, nogil=True)
 def _softmax_grad_alpha(chunks, indptr, indices, g, z, kept, grad, dot):
     """``grad[e] = kept_e <g_v, z_u>`` (``alpha_e dL/dalpha_e``) and ``dot[v] = sum_e grad[e]``."""
     heads, width = z.shape[1], z.shape[2]
@@ -123,7 +125,7 @@ def _softmax_grad_alpha(chunks, indptr, indices, g, z, kept, grad, dot):
                     dot[v, h] += q
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+@jit.kernel(parallel=True, fastmath=True, nogil=True)
 def _softmax_grad_logits(chunks, indptr, indices, s, t, slope, alpha, dot, grad, grad_t):
     """In place, ``grad[e] <- dL/d(s_u + t_v) = (grad_e - alpha_e dot_v) LeakyReLU'``; and
     ``grad_t[v] = sum_e grad[e]``."""
@@ -142,7 +144,7 @@ def _softmax_grad_logits(chunks, indptr, indices, s, t, slope, alpha, dot, grad,
                     grad_t[v, h] += d
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+@jit.kernel(parallel=True, fastmath=True, nogil=True)
 def _softmax_grad_sources(chunks, indptr_t, dst_t, position, grad_logits, kept, g, grad_s,
                           grad_z):
     """By source ``u`` (transposed CSR): ``grad_s[u] = sum_e grad_logits[e]`` and
@@ -175,6 +177,12 @@ def transposed_order(indptr: np.ndarray, indices: np.ndarray, num_sources: int):
     return indptr_t, dst[position], position
 
 
+def _graph(*arrays) -> list[np.ndarray]:
+    """The graph's arrays as the kernels are compiled for them: read-only, whether they
+    come from a partition (memory-mapped) or were built here (see :mod:`~.jit`)."""
+    return [readonly(a) for a in arrays]
+
+
 def dropout_args(p: float, dtype) -> tuple[np.uint64, object]:
     """``(threshold, scale)`` of dropout probability ``p`` as the kernels take them."""
     return np.uint64(int(p * (1 << 24))), np.dtype(dtype).type(1.0 / (1.0 - p))
@@ -183,7 +191,7 @@ def dropout_args(p: float, dtype) -> tuple[np.uint64, object]:
 def softmax_max(indptr, indices, s, t, slope: float, loop, chunks) -> np.ndarray:
     """``m`` ``[N, H]`` of the module docstring over this CSR's edges and the loop logits."""
     top = np.empty_like(s)
-    _softmax_max(chunks, indptr, indices, s, t, s.dtype.type(slope), loop, top)
+    _softmax_max(*_graph(chunks, indptr, indices), s, t, s.dtype.type(slope), loop, top)
     return top
 
 
@@ -192,7 +200,8 @@ def softmax_sum(indptr, indices, s, t, slope: float, top, chunks
     """``(exp(e - m) [E, H], S [N, H])`` of the module docstring over this CSR's edges."""
     weight = np.empty((len(indices), s.shape[1]), s.dtype)
     total = np.empty_like(s)
-    _softmax_sum(chunks, indptr, indices, s, t, s.dtype.type(slope), top, weight, total)
+    _softmax_sum(*_graph(chunks, indptr, indices), s, t, s.dtype.type(slope), top, weight,
+                 total)
     return weight, total
 
 
@@ -203,7 +212,8 @@ def softmax_aggregate(indptr, indices, weight, total, z, edge_keys, key: int, p:
     ``p = 0``) and ``y`` ``[N, H C]`` of the module docstring."""
     kept = np.empty_like(weight) if p else weight
     out = np.empty((len(indptr) - 1, z.shape[1], z.shape[2]), z.dtype)
-    _softmax_aggregate(chunks, indptr, indices, total, z, edge_keys, np.uint64(key),
+    _softmax_aggregate(*_graph(chunks, indptr, indices), total, z, readonly(edge_keys),
+                       np.uint64(key),
                        *dropout_args(p, z.dtype), weight, kept, out)
     return weight, kept, out.reshape(len(out), -1)
 
@@ -212,7 +222,7 @@ def softmax_grad_alpha(indptr, indices, g, z, kept, chunks) -> tuple[np.ndarray,
     """``(alpha dL/dalpha [E, H], its sum over each row [N, H])`` for ``g = dL/dy``."""
     grad = np.empty_like(kept)
     dot = np.empty((len(indptr) - 1, z.shape[1]), z.dtype)
-    _softmax_grad_alpha(chunks, indptr, indices, g, z, kept, grad, dot)
+    _softmax_grad_alpha(*_graph(chunks, indptr, indices), g, z, kept, grad, dot)
     return grad, dot
 
 
@@ -220,8 +230,8 @@ def softmax_grad_logits(indptr, indices, s, t, slope: float, alpha, dot, grad, c
                         ) -> np.ndarray:
     """``grad`` (``alpha dL/dalpha``) becomes ``dL/d(s_u + t_v)`` in place; returns ``dL/dt``."""
     grad_t = np.empty_like(t)
-    _softmax_grad_logits(chunks, indptr, indices, s, t, s.dtype.type(slope), alpha, dot, grad,
-                         grad_t)
+    _softmax_grad_logits(*_graph(chunks, indptr, indices), s, t, s.dtype.type(slope), alpha,
+                         dot, grad, grad_t)
     return grad_t
 
 
@@ -231,6 +241,6 @@ def softmax_grad_sources(transposed, grad_logits, kept, g) -> tuple[np.ndarray, 
     indptr_t, dst_t, position, chunks = transposed
     grad_s = np.empty((len(indptr_t) - 1, g.shape[1]), g.dtype)
     grad_z = np.empty((len(indptr_t) - 1, g.shape[1], g.shape[2]), g.dtype)
-    _softmax_grad_sources(chunks, indptr_t, dst_t, position, grad_logits, kept, g, grad_s,
-                          grad_z)
+    _softmax_grad_sources(*_graph(chunks, indptr_t, dst_t, position), grad_logits, kept, g,
+                          grad_s, grad_z)
     return grad_s, grad_z

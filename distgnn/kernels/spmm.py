@@ -35,7 +35,9 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from . import jit
 from .blocking import SpMMPlan, last_level_cache, plan_spmm
+from .jit import readonly
 from .lanes import BF16, add, load, scale, scaled_add, store, zeros
 
 PREFETCH_BYTES = 4096
@@ -82,8 +84,8 @@ def as_aligned(x: np.ndarray) -> np.ndarray:
     copy[...] = x
     return copy
 REDUCES = ("sum", "mean", "max", "min")
-NO_WEIGHT = np.empty(0, np.float32)
-NO_SCALE = np.empty(0, np.float32)
+NO_WEIGHT = readonly(np.empty(0, np.float32))
+NO_SCALE = readonly(np.empty(0, np.float32))
 
 
 @intrinsic
@@ -140,9 +142,10 @@ def sum_kernel(lanes: int):
     of ``edge_block``, whose source rows stay in L1 while each run is swept once per
     panel: panels of ``lanes`` features, then of 8, then one masked panel of the last
     ``d % 8`` (full panels are plain vector loads; only the last pays for masking).
-    Numba caches each ``lanes`` (and ``x`` type) separately on disk.
+    Numba caches each ``lanes`` (and ``x`` type) separately on disk; every array but ``out``
+    comes read-only (:func:`~distgnn.kernels.jit.readonly`).
     """
-    @numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+    @jit.kernel(parallel=True, fastmath=True, nogil=True)
     def kernel(chunks, indptr, indices, weight, x, out, accumulate, row_scale, distance,
                edge_block):
         d = out.shape[1]
@@ -181,7 +184,7 @@ def panel_lanes(width: int, itemsize: int = 4) -> int:
     return max(fits, default=NARROW)
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True, nogil=True)
+@jit.kernel(parallel=True, fastmath=True, nogil=True)
 def _extreme(chunks, indptr, indices, weight, x, out, arg, is_max):
     """Row-wise max (or min) of ``w_e x[u_e]`` with the position ``e`` that attains it."""
     d = x.shape[1]
@@ -210,7 +213,8 @@ def _extreme(chunks, indptr, indices, weight, x, out, arg, is_max):
 
 
 def _weight_array(edge_weight) -> np.ndarray:
-    return NO_WEIGHT if edge_weight is None else np.ascontiguousarray(edge_weight, np.float32)
+    return NO_WEIGHT if edge_weight is None else \
+        readonly(np.ascontiguousarray(edge_weight, np.float32))
 
 
 def inverse_degree(indptr: np.ndarray, dtype=np.float32) -> np.ndarray:
@@ -248,20 +252,22 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
     if reduce in ("max", "min"):
         plan = plan or plan_spmm(indptr, indices, edge_weight, hub_block=0)
         arg = np.empty(out.shape, np.int64)
-        _extreme(plan.chunks_full, indptr, indices, _weight_array(edge_weight), x, out, arg,
-                 reduce == "max")
+        _extreme(readonly(plan.chunks_full), readonly(indptr), readonly(indices),
+                 _weight_array(edge_weight), readonly(x), out, arg, reduce == "max")
         return out, arg
     if reduce not in REDUCES:
         raise ValueError(f"reduce must be one of {', '.join(REDUCES)}, got {reduce!r}")
     plan = plan or plan_spmm(indptr, indices, edge_weight, hub_block=0)
-    row_scale = inverse_degree(indptr, out.dtype) if reduce == "mean" else NO_SCALE
-    kernel = sum_kernel(panel_lanes(x.shape[1], out.itemsize))
+    row_scale = readonly(inverse_degree(indptr, out.dtype)) if reduce == "mean" else NO_SCALE
+    run_block = sum_kernel(panel_lanes(x.shape[1], out.itemsize))
     last = len(plan.blocks) - 1
     distance = prefetch_distance(x.shape[1], x.itemsize, len(x))
     run = edge_block(x.shape[1], x.itemsize)
+    x = readonly(x)
     for i, block in enumerate(plan.blocks):
-        kernel(block.chunks, block.indptr, block.indices, block.weight, x, out, i > 0,
-               row_scale if i == last else NO_SCALE, distance, run)
+        run_block(readonly(block.chunks), readonly(block.indptr), readonly(block.indices),
+                  readonly(block.weight), x, out, i > 0, row_scale if i == last else NO_SCALE,
+                  distance, run)
     if not plan.blocks:  # a graph without rows
         out[:] = 0
     return out

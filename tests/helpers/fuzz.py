@@ -4,10 +4,9 @@ case's outcome into ``clean`` (a one-line error naming the input), ``accepted`` 
 that passes its invariants) or a failure.
 
 ``tests/conftest.py`` sets :data:`SETTINGS` and :data:`SEED` from the command line before
-the suite is collected, prints :func:`table` at the end of the session and writes
-:func:`write_json` for ``--fuzz-report FILE``.
+the suite is collected, and prints the counts (:mod:`tests.helpers.fuzz_report`) at the end
+of the session.
 """
-import collections
 import contextlib
 import io
 import json
@@ -25,19 +24,15 @@ from distgnn.datasets import load
 from distgnn.errors import DistGNNError
 from distgnn.graph import CSRGraph, NodeDataset
 from partition.format import MASKS, PartitionFormatError, sha256
+from tests.helpers import fuzz_report
 from tests.helpers.datasets import Payload
+from tests.helpers.fuzz_report import COUNTS, FAILURES, OUTCOMES, record  # noqa: F401
 from tests.helpers.partitions import write_dir
-
-OUTCOMES = ("clean", "accepted", "failures")
 
 # hypothesis settings of every fuzz test and the seed of a non-default run (None: the fixed
 # derandomized sequence); replaced by configure()
 SETTINGS = settings()
 SEED: int | None = None
-
-# loader -> outcome -> count; loader -> descriptions of the failures
-COUNTS: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-FAILURES: dict[str, list[str]] = collections.defaultdict(list)
 
 
 def configure(examples: int, seed: int | None) -> None:
@@ -49,40 +44,8 @@ def configure(examples: int, seed: int | None) -> None:
     SETTINGS = settings(max_examples=examples, deadline=None, derandomize=seed is None,
                         database=None, suppress_health_check=[HealthCheck.too_slow])
     SEED = seed
+    fuzz_report.EXAMPLES, fuzz_report.SEED = examples, seed
 
-
-def record(loader: str, outcome: str, detail: str = "") -> None:
-    """Count one case of ``loader`` (``outcome`` one of :data:`OUTCOMES`)."""
-    COUNTS[loader][outcome] += 1
-    if outcome == "failures":
-        FAILURES[loader].append(detail)
-
-
-def rows() -> list[dict]:
-    """One dict per loader: ``loader``, ``tried`` and a count per outcome."""
-    return [{"loader": loader, "tried": sum(counts[o] for o in OUTCOMES),
-             **{o: counts[o] for o in OUTCOMES}} for loader, counts in COUNTS.items()]
-
-
-def table() -> list[str]:
-    """The counts as aligned text lines, a total last."""
-    lines = [f"{'loader':<20} {'tried':>7} {'clean':>7} {'accepted':>9} {'failures':>9}"]
-    total = collections.Counter()
-    for row in rows():
-        total.update({k: row[k] for k in ("tried",) + OUTCOMES})
-        lines.append(f"{row['loader']:<20} {row['tried']:>7} {row['clean']:>7} "
-                     f"{row['accepted']:>9} {row['failures']:>9}")
-    lines.append(f"{'total':<20} {total['tried']:>7} {total['clean']:>7} "
-                 f"{total['accepted']:>9} {total['failures']:>9}")
-    return lines
-
-
-def write_json(path: str) -> None:
-    """``{"settings": ..., "loaders": rows(), "failures": {loader: [case, ...]}}``."""
-    report = {"settings": {"examples_per_test": SETTINGS.max_examples, "seed": SEED},
-              "loaders": rows(), "failures": dict(FAILURES)}
-    with open(path, "w") as f:
-        json.dump(report, f, indent=1)
 
 CASE_TIMEOUT = 20  # seconds; a case still running then is a hang
 

@@ -7,6 +7,10 @@ against this tree; ``python -m tests.helpers.hostile --tree DIR`` runs them agai
 checkout (an older commit) and prints a before/after table of the two trees.
 
 Tools run in this process where they can (fast); signal and MPI cases run as processes.
+Every MPI job goes through a :class:`Runner` method whose name starts with ``mpi``
+(``mpirun``, ``mpi_python``, ``mpi_command``, ``mpi_launch``, ``mpi_popen``): by those
+names ``tests/conftest.py`` marks the case ``mpi``, and a case that starts a job otherwise
+fails (the marker's guard, ``tests/helpers/mpi_guard``).
 The cases of the first eleven classes are below; those of later classes live by area in
 ``tests/helpers/hostile_{training,partition,launch,api}.py`` (:func:`all_cases`).
 """
@@ -167,14 +171,20 @@ class Runner:
         """``code`` on ``ranks`` ranks, from this tree's root (see :meth:`mpi_command`)."""
         return self.mpi_command(ranks, self.code_command(code, argv), timeout)
 
+    @staticmethod
+    def job_line(ranks: int, command: list[str]) -> list[str]:
+        """``mpirun`` (Open MPI's, of this environment) starting ``command`` on ``ranks``
+        ranks, unbound and oversubscribed."""
+        mpirun = Path(sys.executable).parent / "mpirun"
+        return [str(mpirun), "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
+                *command]
+
     def mpi_command(self, ranks: int, command: list[str], timeout: float = 180) -> Outcome:
         """``command`` on ``ranks`` ranks; stderr without Open MPI's own banner (the block
         between dashed lines that says a rank exited non-zero) and without the NUL byte
         prterun ends its report of an abort with."""
-        mpirun = Path(sys.executable).parent / "mpirun"
-        proc = subprocess.run([str(mpirun), "-np", str(ranks), "--oversubscribe", "--bind-to",
-                               "none", *command], env=self.env(), capture_output=True,
-                              text=True, timeout=timeout, cwd=self.root)
+        proc = subprocess.run(self.job_line(ranks, command), env=self.env(),
+                              capture_output=True, text=True, timeout=timeout, cwd=self.root)
         ours, banner = [], False
         for line in proc.stderr.replace("\x00", "").splitlines():
             if line.startswith("-" * 20):
@@ -182,6 +192,18 @@ class Runner:
             elif not banner:
                 ours.append(line)
         return Outcome(proc.returncode, proc.stdout, "\n".join(ours))
+
+    def mpi_launch(self, argv: list, timeout: float = 300) -> Outcome:
+        """``distgnn-launch argv`` starting a job, as a process."""
+        return self("launch", argv, in_process=False, timeout=timeout)
+
+    def mpi_popen(self, argv: list[str], **kw) -> subprocess.Popen:
+        """An MPI job started as a process and left running: ``argv`` is an
+        :meth:`job_line` or a ``distgnn-launch`` :meth:`command` (``kw``: ``Popen``'s,
+        over this runner's environment and text pipes)."""
+        return subprocess.Popen(argv, **{"env": self.env(), "text": True,
+                                         "stdout": subprocess.PIPE, "stderr": subprocess.PIPE,
+                                         **kw})
 
 
 # ---- what the cases build ----------------------------------------------------------------------
@@ -295,6 +317,7 @@ class Case:
     keep: tuple[str, ...] = ()
     check: Callable[[Path, Outcome], None] | None = None
     lines: int = 1  # distinct error lines allowed (one per rank when ranks differ)
+    slow: bool = False  # over about 5 s (marked slow: out of the quick loop)
 
     @property
     def id(self) -> str:
@@ -572,11 +595,11 @@ def checkpointed(tmp, outcome):
 
 
 add(Case(7, "Ctrl-C with checkpoints", interrupt([signal.SIGINT], True), status=130,
-         says="SIGINT received: stopped after epoch", check=checkpointed))
+         says="SIGINT received: stopped after epoch", check=checkpointed, slow=True))
 add(Case(7, "Ctrl-C without checkpoints", interrupt([signal.SIGINT], False), status=130,
-         says="nothing saved"))
+         says="nothing saved", slow=True))
 add(Case(7, "Ctrl-C twice", interrupt([signal.SIGINT, signal.SIGINT], True, nodes=30000),
-         status=130, says="interrupted"))
+         status=130, says="interrupted", slow=True))
 add(Case(7, "Ctrl-C while starting up", interrupt([signal.SIGINT], False, wait_epochs=0),
          status=130, says="interrupted"))
 
@@ -584,14 +607,9 @@ add(Case(7, "Ctrl-C while starting up", interrupt([signal.SIGINT], False, wait_e
 def sigterm_to_mpirun(tmp, run):
     write_npz(tmp / "d.npz", n=400)
     partition(run, tmp / "d.npz", 2, tmp / "p")
-    mpirun = Path(sys.executable).parent / "mpirun"
-    proc = subprocess.Popen([str(mpirun), "-np", "2", "--oversubscribe", "--bind-to", "none",
-                             *run.command("train", ["--partitions", tmp / "p", "--epochs", 10**6,
-                                                    "--threads", 1, "--no-progress",
-                                                    "--checkpoint-dir", tmp / "ck",
-                                                    "--checkpoint-every", 10**6])],
-                            env=run.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = run.mpi_popen(run.job_line(2, run.command(
+        "train", ["--partitions", tmp / "p", "--epochs", 10**6, "--threads", 1, "--no-progress",
+                  "--checkpoint-dir", tmp / "ck", "--checkpoint-every", 10**6])))
     seen = 0
     while seen < 5:
         line = proc.stdout.readline()

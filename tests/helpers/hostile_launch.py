@@ -175,11 +175,11 @@ def link_cut(tmp, run):
     keepalive), then cluster down."""
     cluster_up(tmp, run, nodes=2)
     (tmp / "ranks").mkdir()
-    job = subprocess.Popen(run.command("launch", ["--hostfile", tmp / "state" / NAME /
-                                                  "hostfile", "-n", 2, "--", sys.executable,
-                                                  "-c", CUT_JOB, tmp / "ranks"]),
-                           env={**run.env(), "DISTGNN_CLUSTER_DIR": str(tmp / "state")},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job = run.mpi_popen(run.command("launch", ["--hostfile", tmp / "state" / NAME / "hostfile",
+                                               "-n", 2, "--", sys.executable, "-c", CUT_JOB,
+                                               tmp / "ranks"]),
+                        env={**run.env(), "DISTGNN_CLUSTER_DIR": str(tmp / "state")},
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
         while len(list((tmp / "ranks").iterdir())) < 2:
@@ -272,15 +272,14 @@ KILL_RANK_1 = ("import os, time\n"
 
 def killed_rank(mpi):
     def go(tmp, run):
-        from tests.helpers.mpi import installed
+        from tests.helpers.mpi import installed, skipped
 
-        skip = installed(mpi).marks
-        if skip:
+        reason = skipped(installed(mpi))
+        if reason:
             import pytest
 
-            pytest.skip(skip[0].kwargs["reason"])
-        return run("launch", ["--mpi", mpi, "-n", 2, "--", sys.executable, "-c", KILL_RANK_1],
-                   in_process=False)
+            pytest.skip(reason)
+        return run.mpi_launch(["--mpi", mpi, "-n", 2, "--", sys.executable, "-c", KILL_RANK_1])
     return go
 
 
