@@ -2,7 +2,9 @@
 
 ``distgnn.train(source, config, make_model)`` trains a model in one call;
 ``distgnn.setup(source, config)`` gives the data, graph and collectives of a training loop
-written by hand (:mod:`distgnn.api`); ``distgnn.nn`` holds the layers and
+written by hand (:mod:`distgnn.api`); ``distgnn.load_model(path)`` and
+``distgnn.predict(path, source)`` use a saved model (:mod:`distgnn.prediction`);
+``distgnn.nn`` holds the layers and
 :class:`~distgnn.nn.KeyedDropout`.  Names are imported on first use, so that the
 command-line tools that need none of them start without loading torch.
 """
@@ -15,6 +17,9 @@ EXPORTS = {
     "train": "distgnn.api",
     "setup": "distgnn.api",
     "Run": "distgnn.api",
+    "from_pyg": "distgnn.pyg",
+    "load_model": "distgnn.prediction",
+    "predict": "distgnn.prediction",
     "TrainConfig": "distgnn.config",
     "TrainResult": "distgnn.training",
     "load": "distgnn.datasets",

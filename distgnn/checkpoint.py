@@ -40,8 +40,9 @@ from .storage import file_head, free_space_problem, fsync_dir, write_atomic
 
 FORMAT = "distgnn-checkpoint"
 # 2: the fingerprint holds the options and the content of the data; 3: each rank's exchange
-# state is tagged with its kind (older checkpoints are refused, naming their version)
-VERSION = 3
+# state is tagged with its kind; 4: history records count epochs from 1 (older checkpoints
+# are refused, naming their version)
+VERSION = 4
 NAME = re.compile(r"^epoch-(\d{6,})$")
 # Slack over the serialised sizes: the manifest, directory entries, filesystem blocks.
 SPACE_MARGIN = 1 << 20
@@ -266,7 +267,7 @@ def state_problem(state, epoch: int) -> str | None:
     for i, record in enumerate(history):
         if not isinstance(record, dict) or not set(RECORD_KEYS) <= record.keys():
             return f"history record {i} lacks one of {', '.join(RECORD_KEYS)}"
-        if record["epoch"] != i:
+        if record["epoch"] != i + 1:
             return f"history record {i} is for epoch {record['epoch']!r}"
     if not isinstance(state["best"], dict) or type(state["since_best"]) is not int:
         return "best must be a record and since_best an integer"

@@ -27,7 +27,9 @@ from .shard import Shard
 RUN_ONLY = frozenset({"epochs", "eval_every", "roc_auc", "patience", "backend", "device",
                       "rank_devices", "rank_backends", "threads", "metrics_out",
                       "checkpoint_dir", "checkpoint_every", "keep", "resume", "nan_policy",
-                      "comm_timeout", "progress", "comm", "verify", "recompute", "reorder"})
+                      "comm_timeout", "progress", "comm", "verify", "recompute", "reorder",
+                      "save_model", "final_weights", "predictions_out", "embeddings_out",
+                      "embeddings_layer"})
 # fingerprinted at every value since checkpoint format 2; the others only away from their
 # default, so checkpoints written before they were fingerprinted (at the default) resume
 ALWAYS = ("model", "aggregator", "layers", "hidden", "dropout", "residual", "lr",

@@ -32,7 +32,18 @@ def _data_flags(p: argparse.ArgumentParser, d) -> None:
     g.add_argument("--split", type=int, default=0,
                    help="which fixed split to use when the dataset ships several")
     g.add_argument("--features", help="features file (.npy or text) for an edge-list dataset")
-    g.add_argument("--labels", help="labels file (.npy or text) for an edge-list dataset")
+    g.add_argument("--labels", help="labels file (.npy or text) for an edge-list dataset; "
+                        "-1 (or a vertex absent from a keyed file) marks an unlabelled vertex")
+    g.add_argument("--symmetrize", action="store_true",
+                   help="add the reverse of every edge of a file's graph (an edge list with "
+                        "one line per undirected edge); without it, the summary line counts "
+                        "the edges that have no reverse")
+    g.add_argument("--split-file", metavar="FILE",
+                   help="the train/validation/test split to use instead of the dataset's "
+                        "own (an edge list's default: a seeded random 60/20/20 of the "
+                        "labelled vertices): a text file of 'vertex split' lines (split: "
+                        "train, val or test) in the dataset's vertex ids, or an .npz with "
+                        "bool train_mask/val_mask/test_mask [N]")
     g.add_argument("--partitions", metavar="DIR",
                    help="train under MPI on a directory written by distgnn-partition, one "
                         "rank per partition (instead of --dataset)")
@@ -182,6 +193,35 @@ def _execution_and_output_flags(p: argparse.ArgumentParser, d) -> None:
                    help="a progress bar when stderr is a terminal (log lines otherwise)")
 
 
+def _results_flags(p: argparse.ArgumentParser, d) -> None:
+    from .config import FINAL_WEIGHTS
+
+    g = p.add_argument_group(
+        "results (written when the run ends; under MPI into a directory every rank sees, "
+        "each vertex once, by the rank of its root clone)")
+    g.add_argument("--save-model", metavar="FILE",
+                   help="the trained model: weights and the configuration that rebuilds "
+                        "them, one file torch.load(FILE, weights_only=True) reads; "
+                        "distgnn.load_model(FILE) rebuilds the module, distgnn-predict "
+                        "applies it")
+    g.add_argument("--final-weights", choices=FINAL_WEIGHTS, default=d.final_weights,
+                   help="which weights the model file, predictions and embeddings come "
+                        "from: best (the evaluation of best validation accuracy, whose test "
+                        "accuracy is reported) or last (the last epoch's)")
+    g.add_argument("--predictions-out", metavar="FILE",
+                   help="one row per vertex in the dataset's own vertex ids: the predicted "
+                        "class and the class probabilities; FILE.csv (vertex,"
+                        "predicted_class,p_0,...) or FILE.npz (vertex, predicted_class, "
+                        "probabilities)")
+    g.add_argument("--embeddings-out", metavar="FILE.npy",
+                   help="float32 [N, d]: the input of --embeddings-layer for every vertex, "
+                        "row i for the i-th vertex (the order of --predictions-out's rows)")
+    g.add_argument("--embeddings-layer", type=int, default=d.embeddings_layer, metavar="K",
+                   help="whose input --embeddings-out holds: layer K of the model's graph "
+                        "and linear layers in order, -1 the last (the representation the "
+                        "classifier reads)")
+
+
 def _checkpoints_and_failures_flags(p: argparse.ArgumentParser, d) -> None:
     from .config import NAN_POLICIES
 
@@ -227,6 +267,7 @@ def train_parser() -> argparse.ArgumentParser:
     _optimisation_flags(p, d)
     _distributed_flags(p, d)
     _execution_and_output_flags(p, d)
+    _results_flags(p, d)
     _checkpoints_and_failures_flags(p, d)
     return p
 
@@ -248,10 +289,11 @@ def train_main(argv: list[str] | None = None) -> int:
             if args.reorder != "given":
                 raise DistGNNError("--reorder applies to --dataset; partitions keep the order "
                                    "distgnn-partition --order-vertices gave them")
-            for flag in ("features", "labels", "split"):
+            for flag in ("features", "labels", "split", "symmetrize", "split_file"):
                 if getattr(args, flag):
-                    raise DistGNNError(f"--{flag} applies to --dataset; partitions hold the "
-                                       "features, labels and split distgnn-partition wrote")
+                    raise DistGNNError(f"--{flag.replace('_', '-')} applies to --dataset; "
+                                       "partitions hold the graph, features, labels and "
+                                       "split distgnn-partition wrote")
         return TrainConfig(**{f.name: getattr(args, f.name)
                               for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)})
 
@@ -273,7 +315,8 @@ def train_main(argv: list[str] | None = None) -> int:
     args.dataset = args.dataset or "cora"
 
     def run():
-        data = load(args.dataset, features=args.features, labels=args.labels, split=cfg.split)
+        data = load(args.dataset, features=args.features, labels=args.labels, split=cfg.split,
+                    symmetrize=args.symmetrize, split_file=args.split_file)
         print(data.summary(), flush=True)
         result = train(data, cfg)
         report(result)
@@ -301,8 +344,98 @@ def report(result) -> None:
         print(f"split-vertex exchange: {sent / 1e6:.2f} MB sent per epoch by the busiest rank")
     best = result.best
     if best.get("test_acc") is not None:
-        print(f"test accuracy {best['test_acc'] * 100:.2f} % at epoch {best['epoch'] + 1} "
+        print(f"test accuracy {best['test_acc'] * 100:.2f} % at epoch {best['epoch']} "
               f"(best validation accuracy {best['val_acc'] * 100:.2f} %)")
+    for what, path in result.summary.get("saved", {}).items():
+        print(f"{what} written to {path} ({result.summary['weights']} weights)")
+
+
+def predict_parser() -> argparse.ArgumentParser:
+    """``distgnn-predict``'s flags."""
+    p = OneLineParser(
+        prog="distgnn-predict",
+        description="Apply a model saved by distgnn-train --save-model to a dataset (one "
+                    "process) or to a partition directory (mpirun -np P distgnn-predict "
+                    "MODEL --partitions DIR: exact exchange, whatever the training run's "
+                    "algorithm). The graph may be another than the one trained on, with the "
+                    "same features (new vertices and edges). Prints the accuracy on each "
+                    "labelled split; writes predictions and embeddings as asked.",
+        formatter_class=DefaultsHelpFormatter)
+    p.add_argument("model", metavar="MODEL", help="a model file written by --save-model")
+    g = p.add_argument_group("data (as distgnn-train reads it)")
+    g.add_argument("--dataset", help="bundled name, .npz, edge list, OGB directory or "
+                                     "generator spec (default: cora)")
+    g.add_argument("--partitions", metavar="DIR",
+                   help="a directory written by distgnn-partition, one rank per partition")
+    g.add_argument("--features", help="features file for an edge-list dataset")
+    g.add_argument("--labels", help="labels file for an edge-list dataset (-1: unlabelled)")
+    g.add_argument("--symmetrize", action="store_true",
+                   help="add the reverse of every edge of a file's graph")
+    g.add_argument("--split-file", metavar="FILE",
+                   help="the split whose accuracies to report (as distgnn-train's)")
+    g = p.add_argument_group("results (each vertex once, in the dataset's own ids)")
+    g.add_argument("--predictions-out", metavar="FILE",
+                   help="FILE.csv or FILE.npz: predicted class and class probabilities")
+    g.add_argument("--embeddings-out", metavar="FILE.npy",
+                   help="float32 [N, d]: the input of --embeddings-layer for every vertex")
+    g.add_argument("--embeddings-layer", type=int, default=-1, metavar="K",
+                   help="layer K of the model's graph and linear layers, -1 the last")
+    g.add_argument("--threads", type=int,
+                   help="torch and Numba threads (default: the libraries' own on one "
+                        "socket; under MPI, this node's cores divided by its ranks)")
+    return p
+
+
+@interruptible("distgnn-predict")
+def predict_main(argv: list[str] | None = None) -> int:
+    use_huge_pages()
+    args = predict_parser().parse_args(argv)
+    import resource
+
+    from .datasets import load
+    from .distributed import run_rank
+    from .errors import DistGNNError
+    from .prediction import predict
+
+    def show(result, rank: int) -> None:
+        if rank != 0:
+            return
+        for name in ("train", "val", "test"):
+            acc = result.scores.get(f"{name}_acc")
+            if acc is not None:
+                print(f"{name} accuracy {acc * 100:.2f} %")
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        print(f"inference {result.seconds * 1e3:.1f} ms; peak memory of rank 0 "
+              f"{peak:.2f} GiB")
+        for what, path in result.written.items():
+            print(f"{what} written to {path}")
+
+    options = dict(predictions_out=args.predictions_out, embeddings_out=args.embeddings_out,
+                   embeddings_layer=args.embeddings_layer, threads=args.threads, log=say)
+    if args.partitions:
+        from .comm.mpi import MPICommunicator
+
+        world = MPICommunicator()
+
+        def one_rank():
+            for flag in ("dataset", "features", "labels", "symmetrize", "split_file"):
+                if getattr(args, flag):
+                    raise DistGNNError(f"--{flag.replace('_', '-')} applies to --dataset, "
+                                       "not --partitions")
+            show(predict(args.model, args.partitions, **options), world.rank)
+            return 0
+
+        return run_guarded("distgnn-predict",
+                           lambda: run_rank("distgnn-predict", one_rank, world))
+
+    def run():
+        data = load(args.dataset or "cora", features=args.features, labels=args.labels,
+                    symmetrize=args.symmetrize, split_file=args.split_file)
+        print(data.summary(), flush=True)
+        show(predict(args.model, data, **options), 0)
+        return 0
+
+    return run_guarded("distgnn-predict", run)
 
 
 BENCHMARKS = ("spmm", "epoch", "comm", "predict", "report", "partition", "resume")

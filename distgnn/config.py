@@ -21,8 +21,11 @@ from .nn import LINEAR_AGGREGATORS, SAGE_AGGREGATORS
 from .ordering import CHOICES as ORDER_CHOICES
 from .placement import BACKEND_CHOICES, DEVICES, parse_per_rank
 from .storage import check_output_dir, check_output_file, check_replaceable
+from .model_file import check_model_output
+from .vertex_outputs import check_outputs
 
 NAN_POLICIES = ("stop", "skip")
+FINAL_WEIGHTS = ("best", "last")
 FEATURE_NORMS = ("row", "none")
 DTYPES = ("float32", "float64")
 DEFAULT_DELAY = 5
@@ -88,6 +91,11 @@ class TrainConfig:
     precompute_first: bool = False
     split: int = 0
     reorder: str = "given"
+    save_model: str | None = None
+    final_weights: str = "best"
+    predictions_out: str | None = None
+    embeddings_out: str | None = None
+    embeddings_layer: int = -1
 
     def __post_init__(self):
         if self.hidden is None:
@@ -132,7 +140,8 @@ class TrainConfig:
                               ("nan-policy", NAN_POLICIES),
                               ("backend", BACKEND_CHOICES), ("device", DEVICES),
                               ("algo", ALGORITHMS), ("comm", COMMUNICATORS),
-                              ("reorder", ORDER_CHOICES)):
+                              ("reorder", ORDER_CHOICES),
+                              ("final-weights", FINAL_WEIGHTS)):
             value = getattr(self, flag.replace("-", "_"))
             need(value in choices, flag, "one of " + ", ".join(choices), value)
         self.check_model_flags()
@@ -183,6 +192,10 @@ class TrainConfig:
                               is_metrics_file, "a metrics file written by distgnn-train")
         if self.checkpoint_dir:
             check_output_dir(self.checkpoint_dir, "--checkpoint-dir")
+        need(integer(self.embeddings_layer), "embeddings-layer", "an integer",
+             self.embeddings_layer)
+        check_model_output(self.save_model)
+        check_outputs(self.predictions_out, self.embeddings_out)
         if self.resume and not Path(self.resume).is_dir():
             raise DistGNNError(f"--resume {self.resume}: not a directory of checkpoints")
 

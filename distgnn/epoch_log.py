@@ -1,7 +1,8 @@
 """What a run records of each epoch: the record itself, the history, the best evaluation and
 the patience count, the metrics file, and the progress shown.
 
-One record per epoch: ``epoch``, ``loss``, the accuracies (``None`` between evaluations),
+One record per epoch: ``epoch`` (counted from 1, as on the console and in checkpoint
+names: the record after the first epoch has ``epoch`` 1), ``loss``, the accuracies (``None`` between evaluations),
 ``epoch_s`` and ``phases`` (max over ranks), ``phases_mean``, ``phases_max_rank`` (the rank
 that took longest in each phase: where a slow node or link shows), ``bytes_sent_max`` and
 ``bytes_sent_mean`` (split-vertex exchange of the training step; an evaluated epoch adds
@@ -11,7 +12,11 @@ once per step with 2 ranks), and ``skipped_step`` for a step skipped by ``--nan-
 metrics file holds the records as JSON lines; it is written beside its path while the run
 goes on and replaces it only when the run ends in order (:class:`~distgnn.storage.AtomicStream`).
 The best evaluation is the one with the highest validation accuracy (ties: lower
-validation loss).
+validation loss).  A run that ends in order appends one summary record,
+``{"summary": true, "epochs", "best_epoch", "train_acc", "val_acc", "test_acc",
+"weights", "saved"}``: the epochs run, the best evaluation's epoch and accuracies, which
+weights the results come from and ``{what: path}`` of the model, predictions and embeddings
+written.
 """
 from __future__ import annotations
 
@@ -52,7 +57,7 @@ def epoch_record(comm: Communicator, epoch: int, loss: float, started: float,
     local = {"epoch_s": time.perf_counter() - started, **phase_seconds(timer),
              "bytes_sent": bytes_sent, "stop": float(stop)}
     high, mean, where = rank_statistics(comm, local)
-    record = {"epoch": epoch, "loss": loss, "train_acc": None, "val_acc": None,
+    record = {"epoch": epoch + 1, "loss": loss, "train_acc": None, "val_acc": None,
               "test_acc": None, "epoch_s": high["epoch_s"],
               "phases": {k: high[k] for k in PHASES},
               "phases_mean": {k: mean[k] for k in PHASES},
@@ -69,6 +74,14 @@ def better(record: dict, best: dict) -> bool:
         return False
     key = (record["val_acc"], -(record["val_loss"] or 0.0))
     return not best or key > (best["val_acc"], -(best["val_loss"] or 0.0))
+
+
+def read_metrics(path: str | Path) -> tuple[list[dict], dict]:
+    """``(epoch records, summary record or {})`` of a metrics file."""
+    records = [json.loads(line) for line in Path(path).read_text().splitlines() if line]
+    if records and records[-1].get("summary"):
+        return records[:-1], records[-1]
+    return records, {}
 
 
 def is_metrics_file(path: Path) -> bool:
@@ -104,6 +117,7 @@ class EpochLog:
         self.history, self.best, self.since_best = history or [], best or {}, since_best
         self.metrics_out, self.progress = metrics_out, progress
         self.metrics: AtomicStream | None = None
+        self.summary: dict = {}
         self.bar = None
 
     def open(self) -> None:
@@ -143,8 +157,20 @@ class EpochLog:
             self.bar.update(1)
         elif fmt:
             accs = " ".join(f"{k.removesuffix('_acc')} {v}" for k, v in fmt.items())
-            self.log(f"epoch {record['epoch'] + 1:>4}/{self.epochs}  loss {record['loss']:.4f}"
+            self.log(f"epoch {record['epoch']:>4}/{self.epochs}  loss {record['loss']:.4f}"
                      f"  {accs}  ({record['epoch_s'] * 1e3:.1f} ms)")
+
+    def summarize(self, weights: str, saved: dict) -> dict:
+        """The summary record (see the module docstring), kept as :attr:`summary` and
+        appended to the metrics file."""
+        best = self.best
+        self.summary = {"summary": True, "epochs": self.history[-1]["epoch"],
+                        "best_epoch": best.get("epoch"),
+                        **{k: best.get(k) for k in ("train_acc", "val_acc", "test_acc")},
+                        "weights": weights, "saved": saved}
+        if self.metrics:
+            self.metrics.write(json.dumps(self.summary) + "\n")
+        return self.summary
 
     @property
     def stalled(self) -> bool:

@@ -28,7 +28,9 @@ _GENERATOR_BYTES_PER_EDGE = 80
 
 def random_split(num_nodes: int, rng: np.random.Generator,
                   eligible: np.ndarray | None = None) -> list[np.ndarray]:
-    """Three disjoint bool ``[N]`` masks: a random 60/20/20 split of the eligible nodes."""
+    """Three disjoint bool ``[N]`` masks: a random 60/20/20 split of the eligible nodes
+    (bool ``[N]``; default all).  The masks are those of ``rng.permutation`` of the eligible
+    ids cut at 60 % and 80 %, so an all-true ``eligible`` draws the split of None."""
     ids = np.arange(num_nodes) if eligible is None else np.flatnonzero(eligible)
     ids = rng.permutation(ids)
     cuts = (np.cumsum(_SPLIT_FRACTIONS) * len(ids)).astype(np.int64)
@@ -36,6 +38,11 @@ def random_split(num_nodes: int, rng: np.random.Generator,
     for mask, part in zip(masks, np.split(ids, cuts)):
         mask[part] = True
     return masks
+
+
+def random_split_note(count: int, what: str, seed: int) -> str:
+    """The :attr:`~distgnn.graph.NodeDataset.split_note` of :func:`random_split`."""
+    return f"split: random 60/20/20 of the {count:,} {what} (seed {seed})"
 
 
 # ---- generators ---------------------------------------------------------------------------------
@@ -86,6 +93,7 @@ def rmat(scale: int, edge_factor: int = 16, num_features: int = 128, num_classes
     x = rng.standard_normal((n, num_features), dtype=np.float32)
     y = rng.integers(0, num_classes, n)
     return NodeDataset(graph, x, y, *random_split(n, rng), num_classes=num_classes, name=name,
+                       split_note=random_split_note(n, "vertices", seed),
                        note=f"R-MAT labels are uniform at random: accuracy near 1/{num_classes} "
                             "is chance; use R-MAT to measure speed, not accuracy")
 
@@ -145,7 +153,7 @@ def sbm(num_nodes: int, num_blocks: int = 8, avg_degree: float = 20, p_in: float
         x = noise * rng.standard_normal((n, num_features), dtype=np.float32)
     x[np.arange(n), block] += 1.0
     return NodeDataset(graph, x, block, *random_split(n, rng), num_classes=num_blocks,
-                       name=name)
+                       name=name, split_note=random_split_note(n, "vertices", seed))
 
 
 def _draw_by_weight(cdf: np.ndarray, lo: np.ndarray, hi: np.ndarray,

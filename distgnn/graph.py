@@ -22,6 +22,10 @@ from .errors import DistGNNError
 INT32_MAX = np.iinfo(np.int32).max
 # Edges are keyed as ``dst * N + src`` in one int64; beyond this N the keys overflow.
 MAX_KEYED_NODES = math.isqrt(np.iinfo(np.int64).max)
+# Keys looked up per step by ``unreciprocated_edges``: bounds its temporaries to 64 MiB.
+_LOOKUP_BLOCK = 1 << 22
+# The label of a vertex without one; it belongs to no mask.
+UNLABELLED = -1
 
 
 class GraphError(DistGNNError, ValueError):
@@ -36,7 +40,7 @@ class GraphError(DistGNNError, ValueError):
 def format_bytes(nbytes: float) -> str:
     """``nbytes`` in GiB, MiB or KiB with one decimal, e.g. ``"7450.6 GiB"``."""
     if nbytes >= 1 << 60:  # int arithmetic: an absurd declared size must not overflow a float
-        return f"{nbytes >> 60:,} EiB" if nbytes < 1 << 80 else "over a million EiB"
+        return f"{int(nbytes) >> 60:,} EiB" if nbytes < 1 << 80 else "over a million EiB"
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20)):
         if nbytes >= scale:
             return f"{nbytes / scale:.1f} {unit}"
@@ -284,6 +288,27 @@ class CSRGraph:
         weight = None if self.edge_weight is None else self.edge_weight[keep]
         return CSRGraph.from_edges(src[keep], dst[keep], self.num_nodes, weight, self.source)
 
+    def unreciprocated_edges(self) -> int:
+        """Number of stored edges ``u -> v`` with no stored ``v -> u`` (self-loops are their
+        own reverse; each copy of a repeated edge counts).
+
+        The keys ``dst * N + src`` are sorted already when every row's columns are (what the
+        loaders build); the reverse keys ``src * N + dst`` are sorted once and looked up in
+        them, in blocks that bound the temporaries: O(E log E), no loop over edges.
+        """
+        src, dst = self.edges()
+        keys = _edge_sort_keys(dst, src, self.num_nodes, self.source)
+        if np.any(keys[1:] < keys[:-1]):
+            keys.sort()
+        reverse = _edge_sort_keys(src, dst, self.num_nodes, self.source)
+        reverse.sort()
+        found = 0
+        for start in range(0, len(reverse), _LOOKUP_BLOCK):
+            block = reverse[start:start + _LOOKUP_BLOCK]
+            at = np.minimum(np.searchsorted(keys, block), max(len(keys) - 1, 0))
+            found += int(np.count_nonzero(keys[at] == block))
+        return self.num_edges - found
+
     def symmetrize(self) -> "CSRGraph":
         """Union of the graph and its reverse, deduplicated (weights are dropped)."""
         src, dst = self.edges()
@@ -345,12 +370,17 @@ class NodeDataset:
     Args:
         graph (CSRGraph): adjacency, rows = destinations.
         x (np.ndarray): float32 ``[N, F]`` node features, all finite.
-        y (np.ndarray): int64 ``[N]`` labels in ``0..num_classes-1``.
+        y (np.ndarray): int64 ``[N]`` labels in ``0..num_classes-1``, or ``-1``
+            (:data:`UNLABELLED`) for a vertex without a label, which is in no mask.
         train_mask, val_mask, test_mask (np.ndarray): bool ``[N]``, pairwise disjoint.
-        num_classes (int): ``C``; defaults to ``y.max() + 1``.
+        num_classes (int): ``C``; defaults to ``max(y) + 1`` (at least 1).
         name (str): a label for logs and metrics.
-        note (str): what a user should know of this data (a generator's random labels),
-            printed with its summary and after its results.
+        note (str): what a user should know of this data (a generator's random labels, edges
+            without a reverse), printed with its summary and after its results.
+        split_note (str): which split the masks are and how it was made, printed with the
+            summary (``"split: the dataset's own masks"``).
+        ids (np.ndarray, optional): ``[N]`` distinct int64 or str (numpy ``U``) ids: the
+            user's name of each vertex ``0..N-1``; None when the names are ``0..N-1``.
     """
 
     graph: CSRGraph
@@ -362,6 +392,8 @@ class NodeDataset:
     num_classes: int = 0
     name: str = "graph"
     note: str = ""
+    split_note: str = ""
+    ids: np.ndarray | None = None
 
     def __post_init__(self):
         source = self.graph.source or self.name
@@ -387,10 +419,10 @@ class NodeDataset:
                              source)
         y = y.astype(np.int64, copy=False)
         c = check_count(self.num_classes, "num_classes", source)
-        c = c or (int(y.max()) + 1 if n else 0)
-        if n and (y.min() < 0 or y.max() >= c):
-            raise GraphError(f"labels must lie in 0..{c - 1}, found {int(y.min())}..{int(y.max())}",
-                             source)
+        c = c or (max(int(y.max()) + 1, 1) if n else 0)
+        if n and (y.min() < UNLABELLED or y.max() >= c):
+            raise GraphError(f"labels must lie in 0..{c - 1}, found {int(y.min())}.."
+                             f"{int(y.max())} ({UNLABELLED} marks an unlabelled vertex)", source)
         masks = {}
         for name in ("train_mask", "val_mask", "test_mask"):
             m = np.asarray(getattr(self, name))
@@ -400,9 +432,15 @@ class NodeDataset:
                 raise GraphError(f"{name} has shape {m.shape} but the graph has {n} vertices",
                                  source)
             masks[name] = m
-        problem = overlap_problem(masks)
+        problem = overlap_problem(masks) or self._unlabelled_problem(y, masks, c)
         if problem:
             raise GraphError(problem, source)
+        if self.ids is not None:
+            ids = np.asarray(self.ids)
+            if ids.shape != (n,) or ids.dtype.kind not in "iU":
+                raise GraphError(f"ids must be int64 or str [{n}], got {ids.dtype} "
+                                 f"{ids.shape}", source)
+            self.ids = ids.astype(np.int64) if ids.dtype.kind == "i" else ids
         self.x, self.y, self.num_classes = x, y, c
         self.train_mask, self.val_mask, self.test_mask = (
             masks["train_mask"], masks["val_mask"], masks["test_mask"])
@@ -415,8 +453,34 @@ class NodeDataset:
     def num_features(self) -> int:
         return self.x.shape[1]
 
+    def vertex_name(self, v: int) -> str:
+        """Vertex ``v`` as the user names it: its id, else ``v``."""
+        return str(v) if self.ids is None else repr(self.ids[v].item())
+
+    def _unlabelled_problem(self, y: np.ndarray, masks: dict, c: int) -> str | None:
+        """Why a mask holds a vertex labelled ``-1``, or ``None``."""
+        for name, m in masks.items():
+            bad = np.flatnonzero(m & (y == UNLABELLED))
+            if len(bad):
+                return (f"labels must lie in 0..{c - 1}: vertex {self.vertex_name(bad[0])} "
+                        f"is in {name} but unlabelled ({UNLABELLED}), and an unlabelled vertex "
+                        "belongs to no mask")
+        return None
+
     def summary(self) -> str:
-        return (f"{self.name}: {self.num_nodes:,} vertices, {self.graph.num_edges:,} edges, "
-                f"{self.num_features} features, {self.num_classes} classes, split "
-                f"{int(self.train_mask.sum())}/{int(self.val_mask.sum())}/"
-                f"{int(self.test_mask.sum())}" + (f"\nnote: {self.note}" if self.note else ""))
+        """One line of sizes, then the split note, the vertex ids and the note, if any."""
+        unlabelled = int(np.count_nonzero(self.y == UNLABELLED))
+        lines = [f"{self.name}: {self.num_nodes:,} vertices, {self.graph.num_edges:,} edges, "
+                 f"{self.num_features} features, {self.num_classes} classes"
+                 + (f" ({unlabelled:,} vertices unlabelled)" if unlabelled else "")
+                 + f", split {int(self.train_mask.sum())}/{int(self.val_mask.sum())}/"
+                 f"{int(self.test_mask.sum())}"]
+        if self.split_note:
+            lines.append(self.split_note)
+        if self.ids is not None:
+            kind = "integers" if self.ids.dtype.kind == "i" else "strings"
+            lines.append(f"vertex ids: {self.num_nodes:,} {kind}, numbered 0..{self.num_nodes - 1}"
+                         " in sorted order")
+        if self.note:
+            lines.append(f"note: {self.note}")
+        return "\n".join(lines)

@@ -22,6 +22,7 @@ from partition.format import (
     check_files,
     load,
     read_meta,
+    read_vertex_ids,
     unchecked_fields_note,
 )
 
@@ -45,7 +46,10 @@ class Shard:
     ``x`` ``[n, F]`` of the run's ``--dtype``, ``y`` ``[n]`` int64, ``masks`` bool ``[n]``
     per split name (under MPI true at root clones only, so each vertex counts once), ``nbr`` the
     neighbourhood the layers aggregate over (with the split-vertex exchange under MPI),
-    ``origin`` what the data is (a checkpoint of other data is refused).
+    ``origin`` what the data is (a checkpoint of other data is refused); ``owned`` bool
+    ``[n]``, the vertices whose results this rank writes (its root clones: each vertex on
+    exactly one rank), ``num_vertices`` the whole graph's ``N``, and ``user_ids()`` the
+    user's ids of the ``N`` vertices in global order (``None``: ``0..N-1``).
     """
 
     name: str
@@ -55,6 +59,9 @@ class Shard:
     nbr: Neighbourhood
     num_classes: int
     origin: str
+    owned: np.ndarray
+    num_vertices: int
+    user_ids: Callable[[], np.ndarray | None]
 
     @property
     def num_features(self) -> int:
@@ -138,7 +145,8 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
                         seed=cfg.seed)
     x, y = x.to(device, getattr(torch, cfg.dtype)), y.to(device)
     masks = {name: m.to(device) for name, m in masks.items()}
-    return Shard(data.name, x, y, masks, nbr, data.num_classes, origin)
+    return Shard(data.name, x, y, masks, nbr, data.num_classes, origin,
+                 np.ones(data.num_nodes, bool), data.num_nodes, lambda: data.ids)
 
 
 def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
@@ -193,4 +201,6 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
     files = hashlib.sha256(json.dumps(part.meta["files"], sort_keys=True).encode()).hexdigest()
     origin = (f"{comm.size} partitions of {part.meta.get('dataset', '?')} "
               f"(files sha256 {files[:16]})")
-    return Shard(name, x, y, masks, nbr, int(part.meta["num_classes"]), origin)
+    return Shard(name, x, y, masks, nbr, int(part.meta["num_classes"]), origin,
+                 np.asarray(part.root_rank) == comm.rank, int(part.meta["num_nodes"]),
+                 lambda: read_vertex_ids(directory))

@@ -16,6 +16,7 @@ The reported test accuracy is the one at the evaluation with the best validation
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from typing import Callable
@@ -31,6 +32,7 @@ from .config import TrainConfig
 from .epoch_log import EpochLog, epoch_record
 from .errors import DistGNNError
 from .graph import NodeDataset
+from .inference import forward_eval, mask_scores, write_vertex_outputs
 from .models import GCNII, GNN
 from .nn import prepare
 from .placement import synchronize
@@ -45,11 +47,14 @@ class TrainResult:
     """What a run returns, the same on every rank: ``history``, one record per epoch (loss,
     times, bytes and, at evaluations, ``{mask}_acc`` and ``val_loss``); ``best``, the
     evaluation with the best validation accuracy; ``model``, the trained model (this rank's
-    replica: every rank holds the same weights)."""
+    replica: every rank holds the same weights, those of the last epoch); ``summary``, the
+    metrics file's summary record (:mod:`distgnn.epoch_log`), with the paths written.
+    Epochs are counted from 1 (``history[0]["epoch"] == 1``)."""
 
     history: list[dict]
     best: dict
     model: torch.nn.Module
+    summary: dict = dataclasses.field(default_factory=dict)
 
 
 def configure_threads(threads: int | None) -> None:
@@ -174,34 +179,56 @@ def gathered_roc_auc(logits: torch.Tensor, shard: Shard, comm: Communicator) -> 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, shard: Shard, comm: Communicator,
              with_roc_auc: bool = False) -> dict:
-    """Accuracy on each mask and the validation loss over all ranks, with dropout off, and
-    ``eval_bytes_sent_mean``: the split-vertex bytes a rank sent for it (mean over ranks);
-    with ``with_roc_auc`` (binary tasks), also each mask's ROC-AUC."""
-    model.eval()
-    shard.nbr.set_epoch(shard.nbr.epoch, training=False)
+    """Accuracy on each mask and the validation loss over all ranks, with dropout off
+    (:func:`~distgnn.inference.mask_scores`), and ``eval_bytes_sent_mean``: the
+    split-vertex bytes a rank sent for it (mean over ranks); with ``with_roc_auc`` (binary
+    tasks), also each mask's ROC-AUC."""
     exchange = shard.nbr.exchange
     sent = exchange.total_bytes_sent if exchange else 0
-    logits = model(shard.nbr, shard.x)
-    pred = logits.argmax(1)
-    names = list(shard.masks)
-    counts = []
-    for name in names:
-        m = shard.masks[name]
-        counts += [float((pred[m] == shard.y[m]).sum()), float(m.sum())]
-    val = shard.masks["val"]
-    counts.append(float(F.cross_entropy(logits[val], shard.y[val], reduction="sum"))
-                  if val.any() else 0.0)
-    counts.append(float(exchange.total_bytes_sent - sent if exchange else 0))
-    t = torch.tensor(counts, dtype=torch.float64)
+    logits, _ = forward_eval(model, shard)
+    out = mask_scores(logits, shard, comm)
+    t = torch.tensor([float(exchange.total_bytes_sent - sent if exchange else 0)],
+                     dtype=torch.float64)
     comm.allreduce(t)
-    out = {f"{name}_acc": float(t[2 * i] / t[2 * i + 1]) if t[2 * i + 1] else None
-           for i, name in enumerate(names)}
-    n_val = float(t[2 * names.index("val") + 1])
-    out["val_loss"] = float(t[-2]) / n_val if n_val else None
-    out["eval_bytes_sent_mean"] = float(t[-1]) / comm.size
+    out["eval_bytes_sent_mean"] = float(t[0]) / comm.size
     if with_roc_auc:
         out.update(gathered_roc_auc(logits, shard, comm))
     return out
+
+
+def final_weights(cfg: TrainConfig, model: torch.nn.Module, run: EpochLog) -> tuple[dict, int]:
+    """``(state_dict, epoch)`` of the weights a run's results come from: ``cfg.final_weights``
+    ``best`` (the evaluation of best validation accuracy; the last epoch's when the run
+    never evaluated a validation set) or ``last``."""
+    if cfg.final_weights == "best" and "state" in run.best:
+        return run.best["state"], run.best["epoch"]
+    return model.state_dict(), run.history[-1]["epoch"]
+
+
+def write_results(cfg: TrainConfig, model: torch.nn.Module, shard: Shard, comm: Communicator,
+                  run: EpochLog, custom: bool) -> dict:
+    """The model file, predictions and embeddings a run was asked for, from
+    :func:`final_weights`; returns ``{what: path}`` of those written.  Collective."""
+    state, epoch = final_weights(cfg, model, run)
+    saved = {}
+    if cfg.save_model:
+        from .model_file import save_model  # deferred: model_file rebuilds models from here
+
+        all_or_none(comm, lambda: comm.rank != 0 or save_model(
+            cfg.save_model, model, state, cfg, shard.num_features, shard.num_classes,
+            weights=cfg.final_weights, epoch=epoch, custom=custom))
+        saved["model"] = cfg.save_model
+    if cfg.predictions_out or cfg.embeddings_out:
+        current = copy.deepcopy(model.state_dict())
+        model.load_state_dict(state)
+        logits, embeddings = forward_eval(
+            model, shard, cfg.embeddings_layer if cfg.embeddings_out else None)
+        model.load_state_dict(current)
+        write_vertex_outputs(shard, comm, logits, embeddings, cfg.predictions_out,
+                             cfg.embeddings_out)
+        saved.update({k: v for k, v in (("predictions", cfg.predictions_out),
+                                        ("embeddings", cfg.embeddings_out)) if v})
+    return saved
 
 
 def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
@@ -253,9 +280,11 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                 checkpoints.after_epoch(epoch + 1, signum, run)
                 if run.stalled:
                     if comm.rank == 0:
-                        log(f"early stop at epoch {epoch}: no validation improvement in "
+                        log(f"early stop at epoch {epoch + 1}: no validation improvement in "
                             f"{cfg.patience} evaluations")
                     break
+        run.summarize(cfg.final_weights,
+                      write_results(cfg, model, shard, comm, run, make_model is not None))
         ended = True
     except (Stopped, NonFiniteLoss):
         ended = True
@@ -264,7 +293,7 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
         if exchange is not None:
             exchange.finish()
         run.close(ended)
-    return TrainResult(run.history, run.best, model)
+    return TrainResult(run.history, run.best, model, run.summary)
 
 
 def train(data: NodeDataset, cfg: TrainConfig, log: Callable[[str], None] = print,

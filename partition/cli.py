@@ -4,12 +4,17 @@
                       [--seed S] [--order degree|random|given] [--roots random|balanced]
                       [--force]
                       [--weights W0,W1,...] [--order-vertices auto|given|degree|rcm]
+                      [--symmetrize] [--split-file FILE]
+
+:func:`partition_dataset` is what it does once the dataset is loaded, for any
+:class:`~distgnn.graph.NodeDataset` (``distgnn.pyg.to_partitions`` calls it too).
     distgnn-partition inspect DIR [--width D] [--hidden H] [--layers L] [--json FILE]
     distgnn-partition verify DIR [--dataset SPEC]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 
@@ -132,7 +137,15 @@ def partition_parser() -> argparse.ArgumentParser:
     p.add_argument("--features", help="features for an edge-list DATASET (.npy or text)")
     p.add_argument("--labels", help="labels for an edge-list DATASET (.npy or text)")
     p.add_argument("--symmetrize", action="store_true",
-                   help="add the reverse of every edge before partitioning")
+                   help="add the reverse of every edge of a file's graph before partitioning "
+                        "(an edge list with one line per undirected edge); without it, the "
+                        "summary line counts the edges that have no reverse")
+    p.add_argument("--split-file", metavar="FILE",
+                   help="the train/validation/test split to use instead of the dataset's own "
+                        "(an edge list's default: a seeded random 60/20/20 of the labelled "
+                        "vertices): a text file of 'vertex split' lines (split: train, val or "
+                        "test) in the dataset's vertex ids, or an .npz with bool "
+                        "train_mask/val_mask/test_mask [N]")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                    help="progress bars when stderr is a terminal (on large graphs)")
     _stat_flags(p)
@@ -165,52 +178,92 @@ def _emit(stats: dict, args) -> None:
         write_json(args.json, stats, "distgnn-partition")
 
 
-def partition_main(args) -> int:
-    if args.parts < 1:  # before a load that can take minutes; vertex_cut checks P > E
-        raise PartitionError(f"--parts must be at least 1, got {args.parts}")
-    check_seed(args.seed)
-    check_target(args.out, args.force)
-    check_json_output(args.json)
-    weights = None if args.weights is None else check_weights(args.weights, args.parts)
+@dataclasses.dataclass
+class Partitioned:
+    """What :func:`partition_dataset` did: the statistics of the cut (``stats``, see
+    :func:`~partition.stats.summarize`), the local vertex order (``ordering``, what
+    :func:`~partition.layout.order_layout` returned) and the seconds of each phase."""
+
+    stats: dict
+    ordering: dict
+    seconds: dict
+
+
+def check_options(out, parts: int, seed: int, weights, force: bool):
+    """The checks of the options of a cut that need no graph (run before a long load);
+    returns the checked ``weights`` (None: equal)."""
+    if parts < 1:  # vertex_cut checks P > E
+        raise PartitionError(f"--parts must be at least 1, got {parts}")
+    check_seed(seed)
+    check_target(out, force)
+    return None if weights is None else check_weights(weights, parts)
+
+
+def partition_dataset(data, out, parts: int, *, method: str = "libra", seed: int = 0,
+                      order: str | None = None, roots: str = "balanced",
+                      keep_pairs: bool | None = None, weights=None,
+                      order_vertices: str = "auto", force: bool = False,
+                      progress: bool = False, width: int = 128, hidden: int = 256,
+                      layers: int = 2) -> Partitioned:
+    """Vertex-cut of the NodeDataset ``data`` into ``parts`` partitions, written to the
+    partition directory ``out`` (what ``distgnn-partition`` does after loading; the keywords
+    are its flags).  ``progress`` shows bars on a terminal for large graphs; ``width``,
+    ``hidden`` and ``layers`` size the predicted exchange volume and memory of ``stats``."""
+    weights = check_options(out, parts, seed, weights, force)
     shares = None if weights is None else requested_shares(weights)
     started = time.perf_counter()
-    data = load_dataset(args.dataset, features=args.features, labels=args.labels,
-                        split=args.split, symmetrize=args.symmetrize)
     graph = data.graph
-    print(f"{data.summary()}", flush=True)
-    show = args.progress and sys.stderr.isatty() and graph.num_edges >= PROGRESS_MIN_EDGES
+    show = progress and sys.stderr.isatty() and graph.num_edges >= PROGRESS_MIN_EDGES
     with tqdm(total=graph.num_edges, unit="edge", unit_scale=True, disable=not show,
-              desc=f"{args.method} P={args.parts}", file=sys.stderr) as bar:
-        layout = vertex_cut(graph, args.parts, args.method, args.seed, args.order, args.roots,
-                            args.keep_pairs, progress=bar.update, weights=weights)
+              desc=f"{method} P={parts}", file=sys.stderr) as bar:
+        layout = vertex_cut(graph, parts, method, seed, order, roots, keep_pairs,
+                            progress=bar.update, weights=weights)
     assigned = time.perf_counter()
-    with tqdm(total=args.parts, unit="part", disable=not show, desc="ordering",
+    with tqdm(total=parts, unit="part", disable=not show, desc="ordering",
               file=sys.stderr) as bar:
-        ordering = order_layout(layout, graph.indptr, graph.indices, args.order_vertices,
+        ordering = order_layout(layout, graph.indptr, graph.indices, order_vertices,
                                 progress=bar.update)
     ordered = time.perf_counter()
-    counts = counts_from_layout(layout)
-    stats = summarize(counts, graph.num_nodes, int(np.count_nonzero(layout.clones() > 1)),
-                      width=args.width, num_features=data.num_features,
-                      num_classes=data.num_classes, hidden=args.hidden, layers=args.layers,
-                      shares=shares)
-    settings = {"method": args.method, "seed": args.seed,
-                "order": stream_order_name(args.method, args.order),
-                "roots": args.roots, **ordering}
+    stats = summarize(counts_from_layout(layout), graph.num_nodes,
+                      int(np.count_nonzero(layout.clones() > 1)), width=width,
+                      num_features=data.num_features, num_classes=data.num_classes,
+                      hidden=hidden, layers=layers, shares=shares)
+    settings = {"method": method, "seed": seed, "order": stream_order_name(method, order),
+                "roots": roots, **ordering}
     if weights is not None:
         settings.update(weights=weights.tolist(), requested_shares=shares.tolist())
-    with tqdm(total=args.parts, unit="part", disable=not show, desc="writing",
+    with tqdm(total=parts, unit="part", disable=not show, desc="writing",
               file=sys.stderr) as bar:
-        write_dataset(args.out, data, layout, settings, args.force, progress=bar.update)
+        write_dataset(out, data, layout, settings, force, progress=bar.update)
     done = time.perf_counter()
-    _emit(stats, args)
+    return Partitioned(stats, ordering, {"partitioning": assigned - started,
+                                         "ordering": ordered - assigned,
+                                         "writing": done - ordered})
+
+
+def partition_main(args) -> int:
+    check_options(args.out, args.parts, args.seed, args.weights, args.force)
+    check_json_output(args.json)
+    started = time.perf_counter()
+    data = load_dataset(args.dataset, features=args.features, labels=args.labels,
+                        split=args.split, symmetrize=args.symmetrize,
+                        split_file=args.split_file)
+    print(f"{data.summary()}", flush=True)
+    loaded = time.perf_counter()
+    done = partition_dataset(data, args.out, args.parts, method=args.method, seed=args.seed,
+                             order=args.order, roots=args.roots, keep_pairs=args.keep_pairs,
+                             weights=args.weights, order_vertices=args.order_vertices,
+                             force=args.force, progress=args.progress, width=args.width,
+                             hidden=args.hidden, layers=args.layers)
+    _emit(done.stats, args)
+    seconds, ordering = done.seconds, done.ordering
     trial = ordering.get("vertex_order_trial")
     print(f"vertex order {ordering['vertex_order']}"
           + (" (auto; SpMM trial: " + ", ".join(f"{k} {v:.3f} s" for k, v in trial.items())
-             + ")" if trial else "") + f": {ordered - assigned:.1f} s")
-    print(f"wrote {args.out} in {done - started:.1f} s (partitioning "
-          f"{assigned - started:.1f} s including loading, ordering {ordered - assigned:.1f} s, "
-          f"writing {done - ordered:.1f} s)")
+             + ")" if trial else "") + f": {seconds['ordering']:.1f} s")
+    print(f"wrote {args.out} in {loaded - started + sum(seconds.values()):.1f} s "
+          f"(partitioning {loaded - started + seconds['partitioning']:.1f} s including "
+          f"loading, ordering {seconds['ordering']:.1f} s, writing {seconds['writing']:.1f} s)")
     return 0
 
 

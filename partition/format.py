@@ -1,7 +1,8 @@
 """The on-disk partition format (version ``FORMAT_VERSION``): write atomically, load, verify.
 
-A partition directory holds ``meta.json`` and one ``part-NNNNN/`` per partition, each a set
-of ``.npy`` files (never pickled; loaded memory-mapped).  ``docs/partition-format.md``
+A partition directory holds ``meta.json``, one ``part-NNNNN/`` per partition, each a set
+of ``.npy`` files (never pickled; loaded memory-mapped), and optionally ``vertex_ids.npy``,
+the user's id of each global vertex.  ``docs/partition-format.md``
 documents every field.  Writing checks the free space first, then goes into a temporary
 sibling directory that is renamed into place only when every file and ``meta.json`` (with a
 SHA-256 per file, and one of its own other fields) are on disk, so an interrupted run or a
@@ -28,7 +29,13 @@ from typing import Iterable
 import numpy as np
 
 from distgnn.errors import DistGNNError
-from distgnn.graph import CSRGraph, nonfinite_problem, overlap_problem, require_memory
+from distgnn.graph import (
+    UNLABELLED,
+    CSRGraph,
+    nonfinite_problem,
+    overlap_problem,
+    require_memory,
+)
 from distgnn.ordering import CHOICES, ORDERS
 from distgnn.storage import (
     check_output_dir,
@@ -52,6 +59,9 @@ PART_FILES = ("global_ids", "indptr", "indices", "x", "y", "train_mask", "val_ma
               "test_mask", "in_degree", "root_rank", "root_local", "leaf_ptr",
               "leaf_root_local", "leaf_remote_local")
 OPTIONAL_FILES = ("edge_weight",)
+# Optional files of the directory itself, beside the partitions: the user's id of each
+# global vertex, int64 or str [num_nodes] (absent: the ids are 0..num_nodes-1).
+VERTEX_IDS = "vertex_ids.npy"
 # dtypes a reader accepts for each file (docs/partition-format.md)
 DTYPES = {name: (np.dtype(np.int64),) for name in PART_FILES}
 DTYPES.update(indices=(np.dtype(np.int32), np.dtype(np.int64)), x=(np.dtype(np.float32),),
@@ -81,8 +91,9 @@ def sha256(path: Path) -> str:
 
 def write_partitions(out: str | Path, parts: Iterable[tuple[int, dict[str, np.ndarray]]],
                      meta: dict, force: bool = False, progress=None,
-                     expected_bytes: int = 0) -> Path:
-    """Write ``parts`` (``(p, arrays)`` pairs) and ``meta`` as a partition directory ``out``.
+                     expected_bytes: int = 0, vertex_ids: np.ndarray | None = None) -> Path:
+    """Write ``parts`` (``(p, arrays)`` pairs) and ``meta`` as a partition directory ``out``,
+    with ``vertex_ids`` (``[N]``, global-id order) as ``vertex_ids.npy`` when given.
 
     Refuses an existing ``out`` unless ``force``, and a write of ``expected_bytes`` (see
     :func:`partition_bytes`) that the filesystem has no room for, before creating anything.
@@ -101,17 +112,23 @@ def write_partitions(out: str | Path, parts: Iterable[tuple[int, dict[str, np.nd
         raise PartitionFormatError(f"{out}: cannot create a temporary directory beside it: "
                                    f"{e.strerror or e}") from None
     step = "writing the partitions"
+    files = {}
+
+    def save(rel: str, array: np.ndarray) -> None:
+        nonlocal step
+        step = f"writing {rel}"
+        with open(tmp / rel, "wb") as f:
+            np.save(f, np.ascontiguousarray(array), allow_pickle=False)
+            _flush(f)
+        files[rel] = {"bytes": (tmp / rel).stat().st_size, "sha256": sha256(tmp / rel)}
+
     try:
-        files = {}
+        if vertex_ids is not None:
+            save(VERTEX_IDS, vertex_ids)
         for p, arrays in parts:
             (tmp / part_dir(p)).mkdir()
             for name, array in arrays.items():
-                rel = f"{part_dir(p)}/{name}.npy"
-                step = f"writing {rel}"
-                with open(tmp / rel, "wb") as f:
-                    np.save(f, np.ascontiguousarray(array), allow_pickle=False)
-                    _flush(f)
-                files[rel] = {"bytes": (tmp / rel).stat().st_size, "sha256": sha256(tmp / rel)}
+                save(f"{part_dir(p)}/{name}.npy", array)
             if progress:
                 progress(1)
         # through JSON first, so that the digest is of the values a reader gets back
@@ -148,8 +165,8 @@ def check_target(out: str | Path, force: bool) -> Path:
 
 def is_partition_directory(path: Path) -> bool:
     """Whether ``path`` is a directory this tool wrote: a ``meta.json`` of this format (any
-    version) beside ``part-NNNNN`` folders and nothing else, so that ``--force`` never
-    removes a file of the user's."""
+    version) beside ``part-NNNNN`` folders and an optional ``vertex_ids.npy``, nothing else,
+    so that ``--force`` never removes a file of the user's."""
     if not path.is_dir() or path.is_symlink():
         return False
     try:
@@ -158,8 +175,8 @@ def is_partition_directory(path: Path) -> bool:
         return False
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         return False
-    return all(e.name == "meta.json" or (re.fullmatch(r"part-\d{5,}", e.name) and e.is_dir()
-                                          and not e.is_symlink())
+    return all(e.name in ("meta.json", VERTEX_IDS)
+               or (re.fullmatch(r"part-\d{5,}", e.name) and e.is_dir() and not e.is_symlink())
                for e in path.iterdir())
 
 
@@ -236,8 +253,10 @@ def write_dataset(out: str | Path, data, layout: Layout, settings: dict, force: 
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     size = partition_bytes(counts, data.num_features, data.x.dtype.itemsize,
                            graph.edge_weight is not None)
+    if data.ids is not None:
+        size += data.ids.nbytes + FILE_OVERHEAD
     write_partitions(out, partition_arrays(layout, graph.indptr, graph.indices, data), meta,
-                     force, progress, size)
+                     force, progress, size, data.ids)
     return meta
 
 
@@ -335,7 +354,8 @@ def _check_weights(meta: dict, path: Path) -> None:
 
 def _check_file_list(files, num_parts: int, path: Path) -> None:
     """``files`` must map every ``part-NNNNN/NAME.npy`` of ``num_parts`` partitions (and
-    only those: no other path is ever opened) to its ``bytes`` and ``sha256``."""
+    only those, and ``vertex_ids.npy``: no other path is ever opened) to its ``bytes`` and
+    ``sha256``."""
     if not isinstance(files, dict):
         raise PartitionFormatError(f"{path}: files must be an object")
     if len(files) < num_parts * len(PART_FILES):
@@ -345,7 +365,8 @@ def _check_file_list(files, num_parts: int, path: Path) -> None:
     for rel, info in files.items():
         folder, _, name = rel.partition("/")
         number = folder.removeprefix("part-")
-        if not (name in names and number.isascii() and number.isdigit() and len(number) < 20
+        if rel != VERTEX_IDS and not (
+                name in names and number.isascii() and number.isdigit() and len(number) < 20
                 and part_dir(int(number)) == folder and int(number) < num_parts):
             raise PartitionFormatError(f"{path}: lists {rel!r}, not a file of this format")
         if not (isinstance(info, dict) and type(info.get("bytes")) is int
@@ -456,8 +477,9 @@ def _check_arrays(arrays: dict[str, np.ndarray], base: Path, meta: dict, rank: i
               "y": meta.get("num_classes")}
     for name, bound in bounds.items():
         a = arrays[name]
-        if len(a) and a.min() < 0:
-            refuse(name, f"negative value {a.min()}")
+        low = UNLABELLED if name == "y" else 0
+        if len(a) and a.min() < low:
+            refuse(name, f"value {a.min()} below {low}")
         if len(a) and bound is not None and a.max() >= bound:
             refuse(name, f"value {a.max()} out of range 0..{bound - 1}")
     ids, ptr = arrays["global_ids"], arrays["leaf_ptr"]
@@ -478,15 +500,36 @@ def _check_arrays(arrays: dict[str, np.ndarray], base: Path, meta: dict, rank: i
         refuse("leaf_root_local", "names a vertex whose root is not here")
     if np.any(np.asarray(arrays["root_local"])[is_root] != np.flatnonzero(is_root)):
         refuse("root_local", "a root does not point at itself")
+    unlabelled = np.asarray(arrays["y"]) == UNLABELLED
     for name in MASKS:  # each vertex counts once: at its root
         if np.any(arrays[name] & ~is_root):
             refuse(name, "set at a leaf clone (masks are true at root clones only)")
+        if np.any(arrays[name] & unlabelled):
+            refuse(name, f"set at an unlabelled vertex (label {UNLABELLED})")
     problem = nonfinite_problem(x)
     if problem:
         refuse("x", problem)
     problem = overlap_problem({name: arrays[name] for name in MASKS})
     if problem:
         raise PartitionFormatError(f"{base}: {problem}")
+
+
+def read_vertex_ids(directory: str | Path) -> np.ndarray | None:
+    """The user's id of each global vertex, ``[num_nodes]`` int64 or str in global-id order
+    (memory-mapped, read-only), or None when the directory has none (ids ``0..N-1``).
+    Dtype and length are checked; the checksum is :func:`verify`'s."""
+    directory = Path(directory)
+    meta = read_meta(directory)
+    if VERTEX_IDS not in meta["files"]:
+        return None
+    path = directory / VERTEX_IDS
+    ids = _load_array(path, mmap=True)
+    if ids.dtype.kind not in "iU" or (ids.dtype.kind == "i" and ids.dtype != np.int64):
+        raise PartitionFormatError(f"{path}: dtype {ids.dtype}, expected int64 or str")
+    if ids.shape != (meta["num_nodes"],):
+        raise PartitionFormatError(f"{path}: shape {ids.shape}, expected "
+                                   f"({meta['num_nodes']},)")
+    return ids
 
 
 def _check_degree_order(graph: CSRGraph, ids: np.ndarray, base: Path) -> None:
@@ -567,7 +610,8 @@ def verify(directory: str | Path, edges: tuple[np.ndarray, np.ndarray] | None = 
     """Every problem found in ``directory`` (empty list: valid).
 
     Checks format and version, ``meta.json`` (:func:`read_meta`), each file's size and
-    SHA-256, each partition as :func:`load` does, then consistency: every edge in exactly
+    SHA-256, each partition as :func:`load` does, ``vertex_ids.npy`` when present (dtype,
+    length, no id twice), then consistency: every edge in exactly
     one partition (for a ``multigraph``, whose input repeats edges, only the total count
     and, with ``edges``, the multiset), every vertex in at least one with exactly one root,
     ``split_vertices``, global in-degrees that the stored edges give, root pointers that
@@ -584,8 +628,11 @@ def verify(directory: str | Path, edges: tuple[np.ndarray, np.ndarray] | None = 
         return problems
     try:
         parts = [load(directory, p, mmap=True) for p in range(meta["num_parts"])]
+        ids = read_vertex_ids(directory)
     except DistGNNError as e:
         return [str(e)]
+    if ids is not None and len(np.unique(ids)) != len(ids):
+        return [f"{directory / VERTEX_IDS}: repeats a vertex id"]
     problems = [f"meta.json says {key} {meta.get(key)}, the dataset has {value}"
                 for key, value in (sizes or {}).items() if meta.get(key) != value]
     return [f"{directory}: {problem}"

@@ -30,8 +30,9 @@ def test_default_run_trains_gcn_on_bundled_cora(tmp_path):
     assert "cora: 2,708 vertices" in proc.stdout
     assert "test accuracy" in proc.stdout
     assert "epoch    3/3" in proc.stdout
-    assert len(metrics.read_text().splitlines()) == 3
-    assert json.loads(metrics.read_text().splitlines()[-1])["epoch"] == 2
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [r.get("epoch") for r in lines] == [1, 2, 3, None]  # then the summary
+    assert lines[-1]["summary"] and lines[-1]["epochs"] == 3
 
 
 def test_missing_dataset_file(tmp_path):

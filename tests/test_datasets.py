@@ -280,7 +280,7 @@ def test_ogb_layout(tmp_path):
     assert ds.name == "ogbn-toy" and ds.num_nodes == 6 and ds.num_classes == 3
     assert ds.graph.num_edges == 6 and not is_symmetric(ds.graph)
     np.testing.assert_array_equal(ds.x[2], [2, 2.5, -1])
-    np.testing.assert_array_equal(ds.y, [0, 1, 2, 1, 0, 0])
+    np.testing.assert_array_equal(ds.y, [0, 1, 2, 1, 0, -1])  # nan: unlabelled
     np.testing.assert_array_equal(np.flatnonzero(ds.train_mask), [0, 1, 2])  # a_time
     np.testing.assert_array_equal(np.flatnonzero(ds.val_mask), [3])
     np.testing.assert_array_equal(np.flatnonzero(ds.test_mask), [4])

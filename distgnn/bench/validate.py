@@ -6,13 +6,14 @@ directory and runs ``distgnn-train --partitions`` under mpirun (composed by
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from ..epoch_log import read_metrics
 
 BIN = Path(sys.executable).parent
 
@@ -33,7 +34,7 @@ def train_records(flags: list[str], metrics: Path, ranks: int = 1, threads: int 
     if proc.returncode:
         raise RuntimeError(f"failed ({proc.returncode}): {' '.join(command)}\n"
                            f"{proc.stderr[-2000:]}")
-    return [json.loads(line) for line in metrics.read_text().splitlines()]
+    return read_metrics(metrics)[0]
 
 
 def measured_epoch(flags: list[str], ranks: int, threads: int, metrics: Path) -> float:

@@ -165,10 +165,10 @@ def check_node_arrays(n, x, y, masks, num_classes) -> None:
     x, y = np.asarray(x), np.asarray(y)
     assert x.dtype == np.float32 and x.ndim == 2 and len(x) == n and np.all(np.isfinite(x))
     assert y.dtype == np.int64 and y.shape == (n,)
-    assert n == 0 or (y.min() >= 0 and y.max() < num_classes)
+    assert n == 0 or (y.min() >= -1 and y.max() < num_classes)  # -1: unlabelled
     masks = [np.asarray(m) for m in masks]
     for m in masks:
-        assert m.dtype == np.bool_ and m.shape == (n,)
+        assert m.dtype == np.bool_ and m.shape == (n,) and not np.any(m & (y == -1))
     assert not np.any((masks[0] & masks[1]) | (masks[0] & masks[2]) | (masks[1] & masks[2]))
 
 

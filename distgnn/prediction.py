@@ -1,0 +1,146 @@
+r"""A saved model applied to a graph: :func:`load_model` rebuilds it, :func:`predict` runs it
+on a dataset (one process) or on a partition directory (under ``mpirun``, one rank per
+partition) and writes its predictions and embeddings.
+
+The graph may be the one trained on or another with the same feature width (new vertices
+and edges: inductive inference, for the models whose weights do not depend on the graph --
+all of the built-in ones).  Features are normalised as in training (the model file's
+``feature_norm``); on partitions every exchange is exact (cd-0), whatever the training
+run's algorithm was, so the results equal the whole graph's in one process.  Inference keeps
+no activations for a backward pass (:mod:`distgnn.inference`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .comm import Communicator, SelfCommunicator, all_or_none
+from .config import TrainConfig
+from .datasets import load
+from .distributed import open_partitions
+from .errors import DistGNNError
+from .graph import NodeDataset
+from .inference import forward_eval, mask_scores, write_vertex_outputs
+from .model_file import read_model_file
+from .nn import prepare
+from .shard import Shard, dataset_shard
+from .timing import PhaseTimer
+from .training import ModelFactory, build_model, configure_threads
+
+# a training run's choices that inference does not make its own: it exchanges exactly, in
+# fp32, once per layer, and runs where this process is told to
+INFERENCE = {"algo": "cd-0", "delay": None, "smoothing": 0.0, "comm_budget": None,
+             "exchange_precision": "fp32", "recompute": False, "device": "auto",
+             "backend": "auto", "rank_devices": None, "rank_backends": None,
+             "threads": None, "precompute_first": False}
+
+
+def saved_config(saved: dict, **overrides) -> TrainConfig:
+    """The :class:`TrainConfig` a model file (:func:`~distgnn.model_file.read_model_file`'s
+    dict) was trained with, with ``overrides``."""
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    fields = {k: v for k, v in saved["config"].items() if k in known}
+    try:
+        return TrainConfig(**{**fields, **overrides})
+    except TypeError as e:
+        raise DistGNNError(f"model file configuration: {e}") from None
+
+
+def _build(path: str | Path, saved: dict, cfg: TrainConfig,
+           make_model: ModelFactory | None) -> torch.nn.Module:
+    if saved.get("custom") and make_model is None:
+        raise DistGNNError(f"{path} holds a model built by make_model "
+                           f"({saved.get('model_class')}): pass that factory as make_model")
+    f, c = int(saved["num_features"]), int(saved["num_classes"])
+    torch.manual_seed(cfg.seed)  # buffers a factory draws; the weights are overwritten
+    model = make_model(f, c) if make_model is not None else build_model(cfg, f, c)
+    model = model.to(getattr(torch, cfg.dtype))
+    try:
+        model.load_state_dict(saved["state_dict"])
+    except RuntimeError as e:
+        lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+        raise DistGNNError(f"{path}: the weights do not fit the model: "
+                           f"{lines[1] if len(lines) > 1 else lines[0]}") from None
+    return model.eval()
+
+
+def load_model(path: str | Path, make_model: ModelFactory | None = None) -> torch.nn.Module:
+    """The module saved at ``path`` (by ``distgnn-train --save-model``), with its weights,
+    in evaluation mode on the CPU.
+
+    A built-in model is rebuilt from the file's configuration; a user's model needs its
+    factory again: ``make_model(in_channels, num_classes)``, as given to
+    :func:`distgnn.train`.  Call it as ``model(g, x)`` with features normalised as the
+    file's ``config["feature_norm"]`` says, or let :func:`predict` do both."""
+    saved = read_model_file(path)
+    return _build(path, saved, saved_config(saved, **INFERENCE), make_model)
+
+
+@dataclasses.dataclass
+class Prediction:
+    """What :func:`predict` returns on every rank: ``scores``, ``{mask}_acc`` and
+    ``val_loss`` over all ranks (``None`` where a mask is empty: unlabelled data);
+    ``seconds``, the inference's wall-clock time (forward pass and scores, the slowest
+    rank); ``written``, ``{what: path}``."""
+
+    scores: dict
+    seconds: float
+    written: dict
+
+
+def predict(model_file: str | Path, source: str | Path | NodeDataset, *,
+            predictions_out: str | None = None, embeddings_out: str | None = None,
+            embeddings_layer: int = -1, make_model: ModelFactory | None = None,
+            threads: int | None = None, log: Callable[[str], None] = print) -> Prediction:
+    """Apply the model saved in ``model_file`` to ``source`` (a dataset, or a partition
+    directory: then collective, one rank per partition under ``mpirun``), write the
+    predictions and embeddings asked for (formats: :mod:`distgnn.vertex_outputs`), and
+    return the accuracies where the data has labels (see the module docstring)."""
+    from .api import is_partition_directory  # the one test of what a source is
+
+    saved = read_model_file(model_file)
+    outputs = {"predictions_out": predictions_out, "embeddings_out": embeddings_out,
+               "embeddings_layer": embeddings_layer}
+
+    def config() -> TrainConfig:
+        return saved_config(saved, **{**INFERENCE, "threads": threads, **outputs})
+
+    if is_partition_directory(source):
+        rank = open_partitions(str(source), config, log, "distgnn-predict")
+        shard, comm, cfg = rank.shard, rank.comm, rank.cfg
+    else:
+        cfg = config()
+        configure_threads(cfg.threads)
+        data = source if isinstance(source, NodeDataset) else load(source)
+        shard, comm = dataset_shard(data, cfg, PhaseTimer(), log), SelfCommunicator()
+    return _apply(model_file, saved, cfg, shard, comm, make_model)
+
+
+def _apply(path, saved: dict, cfg: TrainConfig, shard: Shard, comm: Communicator,
+           make_model: ModelFactory | None) -> Prediction:
+    def ready():
+        if shard.num_features != int(saved["num_features"]):
+            raise DistGNNError(f"{path} takes {saved['num_features']} features; the data "
+                               f"has {shard.num_features}")
+        model = _build(path, saved, cfg, make_model).to(shard.x.device)
+        prepare(model, shard.nbr)
+        return model
+
+    model = all_or_none(comm, ready)
+    started = time.perf_counter()
+    logits, embeddings = forward_eval(model, shard,
+                                      cfg.embeddings_layer if cfg.embeddings_out else None)
+    scores = mask_scores(logits, shard, comm)
+    seconds = torch.tensor([time.perf_counter() - started], dtype=torch.float64)
+    comm.allreduce(seconds, op="max")
+    write_vertex_outputs(shard, comm, logits, embeddings, cfg.predictions_out,
+                         cfg.embeddings_out)
+    if shard.nbr.exchange is not None:
+        shard.nbr.exchange.finish()
+    written = {k: v for k, v in (("predictions", cfg.predictions_out),
+                                 ("embeddings", cfg.embeddings_out)) if v}
+    return Prediction(scores, float(seconds[0]), written)
