@@ -12,6 +12,7 @@ import statistics
 from .cli_common import (
     DefaultsHelpFormatter,
     OneLineParser,
+    dataset_file_flags,
     interruptible,
     run_guarded,
     use_huge_pages,
@@ -31,19 +32,7 @@ def _data_flags(p: argparse.ArgumentParser, d) -> None:
                         "or a generator spec such as rmat:scale=18,edge_factor=16")
     g.add_argument("--split", type=int, default=0,
                    help="which fixed split to use when the dataset ships several")
-    g.add_argument("--features", help="features file (.npy or text) for an edge-list dataset")
-    g.add_argument("--labels", help="labels file (.npy or text) for an edge-list dataset; "
-                        "-1 (or a vertex absent from a keyed file) marks an unlabelled vertex")
-    g.add_argument("--symmetrize", action="store_true",
-                   help="add the reverse of every edge of a file's graph (an edge list with "
-                        "one line per undirected edge); without it, the summary line counts "
-                        "the edges that have no reverse")
-    g.add_argument("--split-file", metavar="FILE",
-                   help="the train/validation/test split to use instead of the dataset's "
-                        "own (an edge list's default: a seeded random 60/20/20 of the "
-                        "labelled vertices): a text file of 'vertex split' lines (split: "
-                        "train, val or test) in the dataset's vertex ids, or an .npz with "
-                        "bool train_mask/val_mask/test_mask [N]")
+    dataset_file_flags(g)
     g.add_argument("--partitions", metavar="DIR",
                    help="train under MPI on a directory written by distgnn-partition, one "
                         "rank per partition (instead of --dataset)")
@@ -367,12 +356,7 @@ def predict_parser() -> argparse.ArgumentParser:
                                      "generator spec (default: cora)")
     g.add_argument("--partitions", metavar="DIR",
                    help="a directory written by distgnn-partition, one rank per partition")
-    g.add_argument("--features", help="features file for an edge-list dataset")
-    g.add_argument("--labels", help="labels file for an edge-list dataset (-1: unlabelled)")
-    g.add_argument("--symmetrize", action="store_true",
-                   help="add the reverse of every edge of a file's graph")
-    g.add_argument("--split-file", metavar="FILE",
-                   help="the split whose accuracies to report (as distgnn-train's)")
+    dataset_file_flags(g)
     g = p.add_argument_group("results (each vertex once, in the dataset's own ids)")
     g.add_argument("--predictions-out", metavar="FILE",
                    help="FILE.csv or FILE.npz: predicted class and class probabilities")

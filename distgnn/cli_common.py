@@ -116,3 +116,25 @@ def comma_list(kind=str, choices: tuple | None = None):
                                              f"from {', '.join(choices)}")
         return values
     return parse
+
+
+def dataset_file_flags(group) -> None:
+    """The flags that shape a dataset read from files (``distgnn.datasets.load``'s
+    ``features``, ``labels``, ``symmetrize``, ``split_file``): the same in every tool that
+    reads one (distgnn-train, distgnn-predict, distgnn-partition)."""
+    group.add_argument("--features",
+                       help="features file (.npy or text) for an edge-list dataset")
+    group.add_argument("--labels",
+                       help="labels file (.npy or text) for an edge-list dataset; -1 (or a "
+                            "vertex absent from a keyed file) marks an unlabelled vertex")
+    group.add_argument("--symmetrize", action="store_true",
+                       help="add the reverse of every edge of a file's graph (an edge list "
+                            "with one line per undirected edge); without it, the summary "
+                            "line counts the edges that have no reverse")
+    group.add_argument("--split-file", metavar="FILE",
+                       help="the train/validation/test split to use instead of the "
+                            "dataset's own (an edge list's default: a seeded random "
+                            "60/20/20 of the labelled vertices): a text file of 'vertex "
+                            "split' lines (split: train, val or test) in the dataset's "
+                            "vertex ids, or an .npz with bool train_mask/val_mask/test_mask "
+                            "[N]")

@@ -21,7 +21,7 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from distgnn.cli_common import OneLineParser, interruptible, run_guarded
+from distgnn.cli_common import OneLineParser, dataset_file_flags, interruptible, run_guarded
 from distgnn.config import MAX_LAYERS
 from distgnn.datasets import load as load_dataset
 from distgnn.errors import DistGNNError
@@ -134,18 +134,7 @@ def partition_parser() -> argparse.ArgumentParser:
                         "symmetric graphs)")
     p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.add_argument("--split", type=int, default=0, help="which fixed split of a .npz to use")
-    p.add_argument("--features", help="features for an edge-list DATASET (.npy or text)")
-    p.add_argument("--labels", help="labels for an edge-list DATASET (.npy or text)")
-    p.add_argument("--symmetrize", action="store_true",
-                   help="add the reverse of every edge of a file's graph before partitioning "
-                        "(an edge list with one line per undirected edge); without it, the "
-                        "summary line counts the edges that have no reverse")
-    p.add_argument("--split-file", metavar="FILE",
-                   help="the train/validation/test split to use instead of the dataset's own "
-                        "(an edge list's default: a seeded random 60/20/20 of the labelled "
-                        "vertices): a text file of 'vertex split' lines (split: train, val or "
-                        "test) in the dataset's vertex ids, or an .npz with bool "
-                        "train_mask/val_mask/test_mask [N]")
+    dataset_file_flags(p)
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                    help="progress bars when stderr is a terminal (on large graphs)")
     _stat_flags(p)
