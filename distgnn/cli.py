@@ -13,6 +13,8 @@ from .cli_common import (
     DefaultsHelpFormatter,
     OneLineParser,
     dataset_file_flags,
+    load_dataset,
+    refuse_dataset_flags,
     interruptible,
     run_guarded,
     use_huge_pages,
@@ -266,23 +268,16 @@ def train_main(argv: list[str] | None = None) -> int:
     use_huge_pages()
     args = train_parser().parse_args(argv)
     from .config import TrainConfig
-    from .datasets import load
     from .distributed import run_rank, train_partitions
     from .errors import DistGNNError
     from .training import train
 
     def config():
         if args.partitions:  # what partitions hold already, or what applies to one socket
-            if args.dataset:
-                raise DistGNNError("give --dataset or --partitions, not both")
             if args.reorder != "given":
                 raise DistGNNError("--reorder applies to --dataset; partitions keep the order "
                                    "distgnn-partition --order-vertices gave them")
-            for flag in ("features", "labels", "split", "symmetrize", "split_file"):
-                if getattr(args, flag):
-                    raise DistGNNError(f"--{flag.replace('_', '-')} applies to --dataset; "
-                                       "partitions hold the graph, features, labels and "
-                                       "split distgnn-partition wrote")
+            refuse_dataset_flags(args, "split")
         return TrainConfig(**{f.name: getattr(args, f.name)
                               for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)})
 
@@ -301,11 +296,9 @@ def train_main(argv: list[str] | None = None) -> int:
     cfg = run_guarded("distgnn-train", config)
     if isinstance(cfg, int):
         return cfg
-    args.dataset = args.dataset or "cora"
 
     def run():
-        data = load(args.dataset, features=args.features, labels=args.labels, split=cfg.split,
-                    symmetrize=args.symmetrize, split_file=args.split_file)
+        data = load_dataset(args, split=cfg.split)
         print(data.summary(), flush=True)
         result = train(data, cfg)
         report(result)
@@ -376,7 +369,6 @@ def predict_main(argv: list[str] | None = None) -> int:
     args = predict_parser().parse_args(argv)
     import resource
 
-    from .datasets import load
     from .distributed import run_rank
     from .errors import DistGNNError
     from .prediction import predict
@@ -402,10 +394,7 @@ def predict_main(argv: list[str] | None = None) -> int:
         world = MPICommunicator()
 
         def one_rank():
-            for flag in ("dataset", "features", "labels", "symmetrize", "split_file"):
-                if getattr(args, flag):
-                    raise DistGNNError(f"--{flag.replace('_', '-')} applies to --dataset, "
-                                       "not --partitions")
+            refuse_dataset_flags(args)
             show(predict(args.model, args.partitions, **options), world.rank)
             return 0
 
@@ -413,8 +402,7 @@ def predict_main(argv: list[str] | None = None) -> int:
                            lambda: run_rank("distgnn-predict", one_rank, world))
 
     def run():
-        data = load(args.dataset or "cora", features=args.features, labels=args.labels,
-                    symmetrize=args.symmetrize, split_file=args.split_file)
+        data = load_dataset(args)
         print(data.summary(), flush=True)
         show(predict(args.model, data, **options), 0)
         return 0

@@ -138,3 +138,28 @@ def dataset_file_flags(group) -> None:
                             "split' lines (split: train, val or test) in the dataset's "
                             "vertex ids, or an .npz with bool train_mask/val_mask/test_mask "
                             "[N]")
+
+
+FILE_FLAGS = ("features", "labels", "symmetrize", "split_file")  # dataset_file_flags's
+
+
+def refuse_dataset_flags(args, *more: str) -> None:
+    """With ``--partitions``: refuse ``--dataset``, :func:`dataset_file_flags`' flags and
+    ``more`` (partitions hold what those would shape)."""
+    if args.dataset:
+        raise DistGNNError("give --dataset or --partitions, not both")
+    for flag in (*FILE_FLAGS, *more):
+        if getattr(args, flag):
+            raise DistGNNError(f"--{flag.replace('_', '-')} applies to --dataset; partitions "
+                               "hold the graph, features, labels and split distgnn-partition "
+                               "wrote")
+
+
+def load_dataset(args, split: int = 0):
+    """``args.dataset`` (default: the bundled cora) as :func:`distgnn.datasets.load` reads
+    it with :func:`dataset_file_flags`' flags."""
+    from .datasets import load  # deferred: an entry point stays light to import
+
+    return load(args.dataset or "cora", split=split,
+                **{flag: getattr(args, flag) for flag in FILE_FLAGS})
+

@@ -59,9 +59,11 @@ def forward_eval(model: torch.nn.Module, shard: Shard, layer: int | None = None
     return logits, captured[-1] if captured else None
 
 
-def mask_scores(logits: torch.Tensor, shard: Shard, comm: Communicator) -> dict:
+def mask_scores(logits: torch.Tensor, shard: Shard, comm: Communicator,
+                sent_bytes: float | None = None) -> dict:
     """``{mask}_acc`` of each mask and ``val_loss`` over all ranks (``None`` where a mask is
-    empty); collective."""
+    empty); with ``sent_bytes`` (what this rank's exchange sent for the logits), also
+    ``eval_bytes_sent_mean``, its mean over ranks, in the same allreduce.  Collective."""
     pred = logits.argmax(1)
     names = list(shard.masks)
     counts = []
@@ -71,12 +73,15 @@ def mask_scores(logits: torch.Tensor, shard: Shard, comm: Communicator) -> dict:
     val = shard.masks["val"]
     counts.append(float(F.cross_entropy(logits[val], shard.y[val], reduction="sum"))
                   if val.any() else 0.0)
+    counts.append(sent_bytes or 0.0)
     t = torch.tensor(counts, dtype=torch.float64)
     comm.allreduce(t)
     out = {f"{name}_acc": float(t[2 * i] / t[2 * i + 1]) if t[2 * i + 1] else None
            for i, name in enumerate(names)}
     n_val = float(t[2 * names.index("val") + 1])
-    out["val_loss"] = float(t[-1]) / n_val if n_val else None
+    out["val_loss"] = float(t[-2]) / n_val if n_val else None
+    if sent_bytes is not None:
+        out["eval_bytes_sent_mean"] = float(t[-1]) / comm.size
     return out
 
 

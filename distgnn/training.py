@@ -33,6 +33,7 @@ from .epoch_log import EpochLog, epoch_record
 from .errors import DistGNNError
 from .graph import NodeDataset
 from .inference import forward_eval, mask_scores, write_vertex_outputs
+from .model_file import save_model
 from .models import GCNII, GNN
 from .nn import prepare
 from .placement import synchronize
@@ -186,11 +187,8 @@ def evaluate(model: torch.nn.Module, shard: Shard, comm: Communicator,
     exchange = shard.nbr.exchange
     sent = exchange.total_bytes_sent if exchange else 0
     logits, _ = forward_eval(model, shard)
-    out = mask_scores(logits, shard, comm)
-    t = torch.tensor([float(exchange.total_bytes_sent - sent if exchange else 0)],
-                     dtype=torch.float64)
-    comm.allreduce(t)
-    out["eval_bytes_sent_mean"] = float(t[0]) / comm.size
+    out = mask_scores(logits, shard, comm,
+                      sent_bytes=float(exchange.total_bytes_sent - sent if exchange else 0))
     if with_roc_auc:
         out.update(gathered_roc_auc(logits, shard, comm))
     return out
@@ -212,18 +210,19 @@ def write_results(cfg: TrainConfig, model: torch.nn.Module, shard: Shard, comm: 
     state, epoch = final_weights(cfg, model, run)
     saved = {}
     if cfg.save_model:
-        from .model_file import save_model  # deferred: model_file rebuilds models from here
-
         all_or_none(comm, lambda: comm.rank != 0 or save_model(
             cfg.save_model, model, state, cfg, shard.num_features, shard.num_classes,
             weights=cfg.final_weights, epoch=epoch, custom=custom))
         saved["model"] = cfg.save_model
     if cfg.predictions_out or cfg.embeddings_out:
-        current = copy.deepcopy(model.state_dict())
-        model.load_state_dict(state)
+        swap = state is run.best.get("state")  # else the model holds the weights already
+        current = copy.deepcopy(model.state_dict()) if swap else None
+        if swap:
+            model.load_state_dict(state)
         logits, embeddings = forward_eval(
             model, shard, cfg.embeddings_layer if cfg.embeddings_out else None)
-        model.load_state_dict(current)
+        if swap:
+            model.load_state_dict(current)
         write_vertex_outputs(shard, comm, logits, embeddings, cfg.predictions_out,
                              cfg.embeddings_out)
         saved.update({k: v for k, v in (("predictions", cfg.predictions_out),
