@@ -274,8 +274,9 @@ class NumbaBackend:
 
     name = "numba"
 
-    def __init__(self, aggregation_precision: str = "fp32"):
+    def __init__(self, aggregation_precision: str = "fp32", kernel_trial: bool = True):
         self.bf16 = _check_precision(aggregation_precision) == "bf16"
+        self.kernel_trial = kernel_trial
 
     def gathered(self, x: torch.Tensor, reduce: str) -> np.ndarray:
         """What the kernels gather for ``x``: its memory, or its bf16 bits (see above)."""
@@ -285,12 +286,15 @@ class NumbaBackend:
 
     def plan(self, graph: CSRGraph, width: int, transposed: bool = False, dtype=np.float32):
         """The autotuned plan for ``width``-wide features of ``dtype`` (tuned once, then
-        cached)."""
+        cached); without ``kernel_trial``, the untimed plan (no hub blocking): the trial
+        costs some 20 SpMMs, which a single forward pass (inference) never wins back."""
         key = ("numba-plan", transposed, width, np.dtype(dtype).itemsize)
         if key not in graph.cache:
             g = graph.transpose() if transposed else graph
             graph.cache[key] = autotune_plan(g.indptr, g.indices, g.edge_weight,
-                                             g.num_nodes, width, dtype=dtype)[0]
+                                             g.num_nodes, width,
+                                             None if self.kernel_trial else False,
+                                             dtype=dtype)[0]
         return graph.cache[key]
 
     def spmm(self, graph, x, reduce):
@@ -398,13 +402,16 @@ def _array(t: torch.Tensor) -> np.ndarray:
 BACKENDS = ("numba", "torch")
 
 
-def get_backend(name: str, aggregation_precision: str = "fp32") -> KernelBackend:
+def get_backend(name: str, aggregation_precision: str = "fp32", kernel_trial: bool = True
+                ) -> KernelBackend:
     """Instantiate the aggregation backend called ``name`` (one of ``BACKENDS``), gathering
-    sum/mean operands in ``aggregation_precision`` (one of ``AGGREGATION_PRECISIONS``)."""
+    sum/mean operands in ``aggregation_precision`` (one of ``AGGREGATION_PRECISIONS``);
+    ``kernel_trial``: whether the Numba backend may time its SpMM plans
+    (:meth:`NumbaBackend.plan`)."""
     if name == "torch":
         return TorchSparseBackend(aggregation_precision)
     if name == "numba":
-        return NumbaBackend(aggregation_precision)
+        return NumbaBackend(aggregation_precision, kernel_trial)
     raise DistGNNError(f"unknown aggregation backend {name!r}; choose from "
                        f"{', '.join(BACKENDS)}")
 

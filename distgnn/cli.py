@@ -105,6 +105,12 @@ def _model_flags(p: argparse.ArgumentParser, d) -> None:
                    help="what sum/mean aggregations gather, forward and backward: fp32, or "
                         "bf16 (features and gradients rounded to bf16, accumulated in fp32: "
                         "half the bytes the Numba kernels move; max/min stay fp32)")
+    g.add_argument("--no-kernel-trial", dest="kernel_trial", action="store_false",
+                   help="take the Numba SpMM's untimed plan (no hub blocking) instead of "
+                        "timing a few block sizes per feature width on graphs of 2M edges "
+                        "or more: the trial costs about 20 SpMMs per width (20-40 s on 31M "
+                        "edges) and gains 10-20 %% per SpMM, worth it over many epochs, not "
+                        "for a run of a few")
 
 
 def _optimisation_flags(p: argparse.ArgumentParser, d) -> None:
@@ -324,12 +330,20 @@ def report(result) -> None:
     sent = statistics.median(r["bytes_sent_max"] for r in result.history)
     if sent:
         print(f"split-vertex exchange: {sent / 1e6:.2f} MB sent per epoch by the busiest rank")
+    last = result.history[-1]
+    print(peak_memory_line(last["peak_rss_mib_max"], last["peak_rss_mib_mean"]))
     best = result.best
     if best.get("test_acc") is not None:
         print(f"test accuracy {best['test_acc'] * 100:.2f} % at epoch {best['epoch']} "
               f"(best validation accuracy {best['val_acc'] * 100:.2f} %)")
     for what, path in result.summary.get("saved", {}).items():
         print(f"{what} written to {path} ({result.summary['weights']} weights)")
+
+
+def peak_memory_line(high_mib: float, mean_mib: float) -> str:
+    """The peak resident memory of a run's ranks, max and mean over ranks."""
+    return (f"peak memory per rank {high_mib / 1024:.2f} GiB (max), {mean_mib / 1024:.2f} GiB "
+            "(mean)")
 
 
 def predict_parser() -> argparse.ArgumentParser:
@@ -367,8 +381,6 @@ def predict_parser() -> argparse.ArgumentParser:
 def predict_main(argv: list[str] | None = None) -> int:
     use_huge_pages()
     args = predict_parser().parse_args(argv)
-    import resource
-
     from .distributed import run_rank
     from .errors import DistGNNError
     from .prediction import predict
@@ -380,9 +392,8 @@ def predict_main(argv: list[str] | None = None) -> int:
             acc = result.scores.get(f"{name}_acc")
             if acc is not None:
                 print(f"{name} accuracy {acc * 100:.2f} %")
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-        print(f"inference {result.seconds * 1e3:.1f} ms; peak memory of rank 0 "
-              f"{peak:.2f} GiB")
+        print(f"inference {result.seconds * 1e3:.1f} ms (slowest rank)")
+        print(peak_memory_line(result.peak_rss_mib_max, result.peak_rss_mib_mean))
         for what, path in result.written.items():
             print(f"{what} written to {path}")
 

@@ -88,6 +88,7 @@ class TrainConfig:
     comm_budget: float | None = None
     exchange_precision: str = "fp32"
     aggregation_precision: str = "fp32"
+    kernel_trial: bool = True
     precompute_first: bool = False
     split: int = 0
     reorder: str = "given"

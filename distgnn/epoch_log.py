@@ -6,7 +6,10 @@ names: the record after the first epoch has ``epoch`` 1), ``loss``, the accuraci
 ``epoch_s`` and ``phases`` (max over ranks), ``phases_mean``, ``phases_max_rank`` (the rank
 that took longest in each phase: where a slow node or link shows), ``bytes_sent_max`` and
 ``bytes_sent_mean`` (split-vertex exchange of the training step; an evaluated epoch adds
-``eval_bytes_sent_mean``, the evaluation's), ``allreduce_bytes`` (the gradient allreduce's
+``eval_bytes_sent_mean``, the evaluation's, and ``eval_s_mean``, its seconds: the forward
+pass without autograd that inference runs), ``peak_rss_mib_max`` and
+``peak_rss_mib_mean`` (each rank's peak resident memory since it started, ``VmHWM``, in MiB:
+what the node's memory must hold), ``allreduce_bytes`` (the gradient allreduce's
 buffer, the same on every rank; what crosses the wire for it depends on MPI's algorithm:
 once per step with 2 ranks), and ``skipped_step`` for a step skipped by ``--nan-policy skip``.  The
 metrics file holds the records as JSON lines; it is written beside its path while the run
@@ -30,6 +33,7 @@ from typing import Callable
 import torch
 
 from .comm import Communicator
+from .memory import process_mib
 from .replicas import rank_statistics
 from .storage import AtomicStream, file_head
 from .timing import PhaseTimer
@@ -55,7 +59,7 @@ def epoch_record(comm: Communicator, epoch: int, loss: float, started: float,
     """The epoch's record (collective: times and bytes over ranks) and the stop request of
     any rank (a signal number, 0 for none)."""
     local = {"epoch_s": time.perf_counter() - started, **phase_seconds(timer),
-             "bytes_sent": bytes_sent, "stop": float(stop)}
+             "bytes_sent": bytes_sent, "peak_rss_mib": process_mib(), "stop": float(stop)}
     high, mean, where = rank_statistics(comm, local)
     record = {"epoch": epoch + 1, "loss": loss, "train_acc": None, "val_acc": None,
               "test_acc": None, "epoch_s": high["epoch_s"],
@@ -63,7 +67,8 @@ def epoch_record(comm: Communicator, epoch: int, loss: float, started: float,
               "phases_mean": {k: mean[k] for k in PHASES},
               "phases_max_rank": {k: where[k] for k in PHASES},
               "bytes_sent_max": int(high["bytes_sent"]), "bytes_sent_mean": mean["bytes_sent"],
-              "allreduce_bytes": allreduce_bytes}
+              "allreduce_bytes": allreduce_bytes, "peak_rss_mib_max": high["peak_rss_mib"],
+              "peak_rss_mib_mean": mean["peak_rss_mib"]}
     if skipped:
         record["skipped_step"] = True
     return record, int(high["stop"])

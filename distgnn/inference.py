@@ -60,12 +60,14 @@ def forward_eval(model: torch.nn.Module, shard: Shard, layer: int | None = None
 
 
 def mask_scores(logits: torch.Tensor, shard: Shard, comm: Communicator,
-                sent_bytes: float | None = None) -> dict:
+                means: dict[str, float] | None = None) -> dict:
     """``{mask}_acc`` of each mask and ``val_loss`` over all ranks (``None`` where a mask is
-    empty); with ``sent_bytes`` (what this rank's exchange sent for the logits), also
-    ``eval_bytes_sent_mean``, its mean over ranks, in the same allreduce.  Collective."""
+    empty); for each ``name: value`` of ``means`` (this rank's figures of the same
+    evaluation, such as its bytes sent), also ``{name}_mean``, the mean over ranks, in the
+    same allreduce.  Collective."""
     pred = logits.argmax(1)
     names = list(shard.masks)
+    means = means or {}
     counts = []
     for name in names:
         m = shard.masks[name]
@@ -73,15 +75,14 @@ def mask_scores(logits: torch.Tensor, shard: Shard, comm: Communicator,
     val = shard.masks["val"]
     counts.append(float(F.cross_entropy(logits[val], shard.y[val], reduction="sum"))
                   if val.any() else 0.0)
-    counts.append(sent_bytes or 0.0)
-    t = torch.tensor(counts, dtype=torch.float64)
+    t = torch.tensor(counts + list(means.values()), dtype=torch.float64)
     comm.allreduce(t)
     out = {f"{name}_acc": float(t[2 * i] / t[2 * i + 1]) if t[2 * i + 1] else None
            for i, name in enumerate(names)}
     n_val = float(t[2 * names.index("val") + 1])
-    out["val_loss"] = float(t[-2]) / n_val if n_val else None
-    if sent_bytes is not None:
-        out["eval_bytes_sent_mean"] = float(t[-1]) / comm.size
+    out["val_loss"] = float(t[len(counts) - 1]) / n_val if n_val else None
+    out.update({f"{name}_mean": float(v) / comm.size
+                for name, v in zip(means, t[len(counts):].tolist())})
     return out
 
 

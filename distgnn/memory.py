@@ -80,6 +80,17 @@ def estimate(num_nodes: int, num_edges: int, num_features: int, num_classes: int
     return {**parts, "total": sum(parts.values())}
 
 
+def process_mib(field: str = "VmHWM") -> float:
+    """``VmHWM`` (the peak resident memory so far) or ``VmRSS`` (now) of this process in MiB.
+    Not ``ru_maxrss``: that keeps the parent's peak across fork and exec, so a process
+    started by a large one would report its parent's."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
 def available_bytes(device) -> int:
     """Memory a new allocation can take on ``device``: ``MemAvailable`` of the host, or the
     GPU's free memory."""

@@ -25,15 +25,18 @@ from .distributed import open_partitions
 from .errors import DistGNNError
 from .graph import NodeDataset
 from .inference import forward_eval, mask_scores, write_vertex_outputs
+from .memory import process_mib
 from .model_file import read_model_file
 from .nn import prepare
+from .replicas import rank_statistics
 from .shard import Shard, dataset_shard
 from .timing import PhaseTimer
 from .training import ModelFactory, build_model, configure_threads
 
 # a training run's choices that inference does not make its own: it exchanges exactly, in
-# fp32, once per layer, and runs where this process is told to
-INFERENCE = {"algo": "cd-0", "delay": None, "smoothing": 0.0, "comm_budget": None,
+# fp32, once per layer, runs where this process is told to, and times no SpMM plans (one
+# forward pass never wins back the trial)
+INFERENCE = {"kernel_trial": False, "algo": "cd-0", "delay": None, "smoothing": 0.0, "comm_budget": None,
              "exchange_precision": "fp32", "recompute": False, "device": "auto",
              "backend": "auto", "rank_devices": None, "rank_backends": None,
              "threads": None, "precompute_first": False}
@@ -85,11 +88,15 @@ class Prediction:
     """What :func:`predict` returns on every rank: ``scores``, ``{mask}_acc`` and
     ``val_loss`` over all ranks (``None`` where a mask is empty: unlabelled data);
     ``seconds``, the inference's wall-clock time (forward pass and scores, the slowest
-    rank); ``written``, ``{what: path}``."""
+    rank); ``written``, ``{what: path}``; ``peak_rss_mib_max`` and ``peak_rss_mib_mean``,
+    the ranks' peak resident memory since they started (``VmHWM``, MiB: loading the data
+    included), max and mean over ranks, taken after the forward pass."""
 
     scores: dict
     seconds: float
     written: dict
+    peak_rss_mib_max: float
+    peak_rss_mib_mean: float
 
 
 def predict(model_file: str | Path, source: str | Path | NodeDataset, *,
@@ -135,12 +142,13 @@ def _apply(path, saved: dict, cfg: TrainConfig, shard: Shard, comm: Communicator
     logits, embeddings = forward_eval(model, shard,
                                       cfg.embeddings_layer if cfg.embeddings_out else None)
     scores = mask_scores(logits, shard, comm)
-    seconds = torch.tensor([time.perf_counter() - started], dtype=torch.float64)
-    comm.allreduce(seconds, op="max")
+    high, mean, _ = rank_statistics(comm, {"seconds": time.perf_counter() - started,
+                                           "peak_rss_mib": process_mib()})
     write_vertex_outputs(shard, comm, logits, embeddings, cfg.predictions_out,
                          cfg.embeddings_out)
     if shard.nbr.exchange is not None:
         shard.nbr.exchange.finish()
     written = {k: v for k, v in (("predictions", cfg.predictions_out),
                                  ("embeddings", cfg.embeddings_out)) if v}
-    return Prediction(scores, float(seconds[0]), written)
+    return Prediction(scores, high["seconds"], written, high["peak_rss_mib"],
+                      mean["peak_rss_mib"])

@@ -140,7 +140,8 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
         log(f"vertex order {chosen}" + (f" ({cfg.reorder})" if chosen != cfg.reorder else "")
             + "".join(f", {k} {v:.3f} s" for k, v in trial.items())
             + f": relabelled in {time.perf_counter() - started:.2f} s")
-    nbr = Neighbourhood(graph, get_backend(backend, cfg.aggregation_precision), timer=timer,
+    nbr = Neighbourhood(graph, get_backend(backend, cfg.aggregation_precision,
+                                           cfg.kernel_trial), timer=timer,
                         device=device, dtype=getattr(torch, cfg.dtype), global_ids=global_ids,
                         seed=cfg.seed)
     x, y = x.to(device, getattr(torch, cfg.dtype)), y.to(device)
@@ -192,7 +193,8 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                               smoothing=cfg.smoothing, comm_budget=cfg.comm_budget,
                               exchange_precision=cfg.exchange_precision,
                               backward_exchange=cfg.backward_exchange))
-    nbr = Neighbourhood(part.graph, get_backend(backend, cfg.aggregation_precision),
+    nbr = Neighbourhood(part.graph, get_backend(backend, cfg.aggregation_precision,
+                                                cfg.kernel_trial),
                         in_degree=None if exchange is None else part.in_degree, timer=timer,
                         device=device, global_ids=part.global_ids, exchange=exchange,
                         dtype=getattr(torch, cfg.dtype), seed=cfg.seed)

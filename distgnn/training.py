@@ -181,14 +181,17 @@ def gathered_roc_auc(logits: torch.Tensor, shard: Shard, comm: Communicator) -> 
 def evaluate(model: torch.nn.Module, shard: Shard, comm: Communicator,
              with_roc_auc: bool = False) -> dict:
     """Accuracy on each mask and the validation loss over all ranks, with dropout off
-    (:func:`~distgnn.inference.mask_scores`), and ``eval_bytes_sent_mean``: the
-    split-vertex bytes a rank sent for it (mean over ranks); with ``with_roc_auc`` (binary
-    tasks), also each mask's ROC-AUC."""
+    (:func:`~distgnn.inference.mask_scores`), ``eval_bytes_sent_mean``: the split-vertex
+    bytes a rank sent for it, and ``eval_s_mean``: a rank's seconds for its forward pass
+    and scores (means over ranks); with ``with_roc_auc`` (binary tasks), also each mask's
+    ROC-AUC."""
     exchange = shard.nbr.exchange
     sent = exchange.total_bytes_sent if exchange else 0
+    started = time.perf_counter()
     logits, _ = forward_eval(model, shard)
-    out = mask_scores(logits, shard, comm,
-                      sent_bytes=float(exchange.total_bytes_sent - sent if exchange else 0))
+    out = mask_scores(logits, shard, comm, {
+        "eval_bytes_sent": float(exchange.total_bytes_sent - sent if exchange else 0),
+        "eval_s": time.perf_counter() - started})
     if with_roc_auc:
         out.update(gathered_roc_auc(logits, shard, comm))
     return out

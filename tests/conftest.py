@@ -228,6 +228,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.cluster)
         if item.get_closest_marker("cluster") is not None:
             groups[item.nodeid] = "cluster"
+        else:
+            shared = sorted(SHARED_JOBS & set(getattr(item, "fixturenames", ())))
+            if shared:
+                groups[item.nodeid] = f"{item.path.name}::{shared[0]}"
         name = f"{item.path.name}::{item.originalname}"
         if item.get_closest_marker("mpi") is None and (
                 module in MPI_MODULES or name in MPI_TESTS or names_any(parts, MPI_STARTERS)):
@@ -253,6 +257,9 @@ def pytest_collection_modifyitems(config, items):
 # included, go one at a time to whichever worker is free.  (pytest-xdist's own xdist_group
 # does not group under pytest 9: it renames item._nodeid, which pytest 9 no longer reads.)
 GROUPS_ENV = "DISTGNN_TEST_GROUPS"  # the folder where each worker writes {node id: group}
+# module-scoped fixtures that run one MPI job whose results several tests read: their tests
+# go to one worker, or each worker would run the job again
+SHARED_JOBS = frozenset({"model_job"})
 MAX_WORKERS = 4
 
 
@@ -267,7 +274,8 @@ def pytest_xdist_auto_num_workers(config):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Load balancing one test at a time, but a group's tests (``cluster``) as one unit."""
+    """Load balancing one test at a time, but a group's tests (``cluster``, or those reading
+    one of ``SHARED_JOBS``) as one unit."""
     if config.getoption("dist") != "load":
         return None  # a mode asked for by name
     from xdist.scheduler import LoadScopeScheduling

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -603,3 +604,7 @@ def test_results_of_four_ranks_equal_single_socket_and_predict_reproduces_them(c
                               tmp_path / "four.pt", "--partitions", cora_dirs[4]])
     assert predicted.returncode == 0, predicted.stdout + predicted.stderr
     assert reported[0].split(" at epoch")[0] in predicted.stdout
+    for out in (four.stdout, predicted.stdout):  # every rank's peak, gathered
+        line = next(li for li in out.splitlines() if li.startswith("peak memory per rank"))
+        high, mean = (float(w) for w in re.findall(r"([0-9.]+) GiB", line))
+        assert high >= mean > 0.1

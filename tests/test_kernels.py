@@ -277,3 +277,29 @@ def test_aggregation_precision_flags_that_cannot_make_a_run_are_refused(flags, m
 
     with pytest.raises(DistGNNError, match=message):
         TrainConfig(**flags)
+
+
+def test_the_backend_times_plans_only_when_a_trial_is_allowed(monkeypatch):
+    """``kernel_trial=False`` (inference, ``--no-kernel-trial``): the untimed plan even on
+    a graph large enough for the trial (here the threshold is lowered to the test graph)."""
+    import torch
+
+    from distgnn import kernels
+    from distgnn.backends import get_backend
+    from distgnn.graph import CSRGraph
+
+    monkeypatch.setattr(kernels.autotune, "TRIAL_MIN_EDGES", 1)
+    timed = []
+    real = kernels.autotune.time_plan
+    monkeypatch.setattr(kernels.autotune, "time_plan",
+                        lambda *a, **k: timed.append(1) or real(*a, **k))
+    m = sp.random(300, 300, density=0.05, format="csr", random_state=0, dtype=np.float32)
+    x = torch.randn(300, 32)
+    want = torch.from_numpy(m @ x.numpy())
+    for trial in (False, True):
+        timed.clear()
+        g = CSRGraph.from_scipy(m)
+        y, _ = get_backend("numba", kernel_trial=trial).spmm(g, x, "sum")
+        torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
+        assert bool(timed) == trial
+        assert (g.cache[("numba-plan", False, 32, 4)].hub_block == 0) or trial

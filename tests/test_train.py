@@ -33,6 +33,10 @@ def test_metrics_file_has_one_record_per_epoch(cora, tmp_path):
         assert r["bytes_sent_max"] == 0  # one rank: nothing to exchange
         assert r["phases"]["aggregation"] > 0
         assert sum(r["phases"].values()) <= r["epoch_s"] * 1.05
+        # one rank: the max over ranks is the mean; a process holding torch is > 100 MiB
+        assert r["peak_rss_mib_max"] == r["peak_rss_mib_mean"] > 100
+    peaks = [r["peak_rss_mib_max"] for r in records]
+    assert peaks == sorted(peaks)  # a peak since the start never falls
     assert [r["val_acc"] is not None for r in records] == [False, False, True] * 2
 
 

@@ -55,6 +55,7 @@ from ..backends import AGGREGATION_PRECISIONS, BACKENDS
 from ..cli_common import comma_list
 from ..datasets import load
 from ..graph import NodeDataset
+from ..memory import process_mib
 from ..ordering import CHOICES as ORDER_CHOICES
 from ..ordering import reorder_dataset
 from ..placement import synchronize
@@ -198,23 +199,13 @@ def worker(job: dict) -> dict:
                              CHECK_EPOCHS)
         theirs, _ = train_pyg(data, job, 0.0, CHECK_EPOCHS)
         return {"ours": ours, "pyg": theirs}
-    rss_loaded = memory_mib("VmRSS")
+    rss_loaded = process_mib("VmRSS")
     trainer = train_pyg if job["impl"] == "pyg" else train_ours
     _, times = trainer(data, job, job["dropout"], job["epochs"] + 1)
-    out = {"times": times[1:], "rss_loaded_mib": rss_loaded, "peak_rss_mib": memory_mib("VmHWM")}
+    out = {"times": times[1:], "rss_loaded_mib": rss_loaded, "peak_rss_mib": process_mib("VmHWM")}
     if impl_device(job["impl"], job["device"]) == "cuda":
         out["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
     return out
-
-
-def memory_mib(field: str) -> float:
-    """``VmRSS`` (now) or ``VmHWM`` (peak) of this process in MiB.  Not ``ru_maxrss``: that
-    keeps the parent's peak across fork and exec, so every worker would report it."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def run_worker(job: dict) -> dict:
