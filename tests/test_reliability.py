@@ -20,7 +20,7 @@ from partition.format import write_dataset
 from partition.vertex_cut import vertex_cut
 
 BIN = Path(sys.executable).parent
-EPOCHS = 60
+EPOCHS = 40
 
 
 @pytest.fixture(scope="module")
