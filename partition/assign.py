@@ -492,29 +492,58 @@ def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
             progress(num_edges)
         return part
     items = stream_order(indptr, indices, degree, order, rev is not None, seed)
-    member = np.zeros((n, membership_words(num_parts)), np.uint64)
-    load = np.zeros(num_parts, np.int64)
-    if weights is None:
-        scale, key = np.ones(num_parts, np.int64), np.zeros(num_parts, np.int64)
-    else:  # exactly 1.0 everywhere for equal weights: the same choices as unweighted
-        scale, key = w.max() / w, np.zeros(num_parts, np.float64)
-    rng = np.array([_hash(seed, 1, 0) | np.uint64(1)], np.uint64)
-    partial = np.zeros(n if method == "hdrf" else 0, np.int64)
-    cap = np.array([0.0, HDRF_CAP / (w / w.max()).sum()])  # max(w) / sum(w), not overflowing
+    stream = GreedyStream(method, degree, num_parts, seed, None if weights is None else w,
+                          rev is not None, hdrf_lambda)
     # gathered up front (the random reads overlap), so the sequential loop reads in order
-    stream_src, stream_dst = src[items], dst[items]
-    stream_part = np.empty(len(items), np.int32)
-    for start in range(0, len(items), STREAM_CHUNK):
-        chunk = slice(start, start + STREAM_CHUNK)
-        assigned = _stream(stream_src[chunk], stream_dst[chunk], rev is not None,
-                           method == "hdrf", degree, partial, member, load, key, scale, cap,
-                           hdrf_lambda, stream_part[chunk], rng)
-        if progress:
-            progress(assigned)
+    stream_part = stream.assign(src[items], dst[items], progress)
     part[items] = stream_part
     if rev is not None:
         part[rev[items]] = stream_part
     return part
+
+
+class GreedyStream:
+    """The state of a Libra or HDRF stream, which is per vertex and per partition only: the
+    membership bitsets ``member`` ``uint64 [N, ceil(P / 64)]``, the loads, HDRF's partial
+    degrees and the tie-breaking state.  :meth:`assign` streams the next edges, so a graph
+    can be streamed in pieces (:mod:`partition.stream`) with the choices of one pass.
+
+    Args:
+        method (str): ``"libra"`` or ``"hdrf"``.
+        degree (np.ndarray): int64 ``[N]`` whole-graph degree (in + out) of each vertex.
+        num_parts, seed, weights, hdrf_lambda: as :func:`assign_edges` takes them.
+        paired (bool): an item stands for an entry and its reverse (load 2).
+    """
+
+    def __init__(self, method: str, degree: np.ndarray, num_parts: int, seed: int = 0,
+                 weights=None, paired: bool = False, hdrf_lambda: float = HDRF_LAMBDA):
+        n = len(degree)
+        w = np.ones(num_parts) if weights is None else np.asarray(weights, np.float64)
+        self.hdrf, self.paired, self.hdrf_lambda = method == "hdrf", paired, hdrf_lambda
+        self.degree = degree
+        self.member = np.zeros((n, membership_words(num_parts)), np.uint64)
+        self.load = np.zeros(num_parts, np.int64)
+        if weights is None:
+            self.scale, self.key = np.ones(num_parts, np.int64), np.zeros(num_parts, np.int64)
+        else:  # exactly 1.0 everywhere for equal weights: the same choices as unweighted
+            self.scale, self.key = w.max() / w, np.zeros(num_parts, np.float64)
+        self.rng = np.array([_hash(seed, 1, 0) | np.uint64(1)], np.uint64)
+        self.partial = np.zeros(n if self.hdrf else 0, np.int64)
+        # max(w) / sum(w), not overflowing
+        self.cap = np.array([0.0, HDRF_CAP / (w / w.max()).sum()])
+
+    def assign(self, src: np.ndarray, dst: np.ndarray, progress=None) -> np.ndarray:
+        """int32 partition of each streamed edge ``src[k] -> dst[k]``, in order;
+        ``progress`` is called with the CSR entries assigned, every ``STREAM_CHUNK``."""
+        part = np.empty(len(src), np.int32)
+        for start in range(0, len(src), STREAM_CHUNK):
+            chunk = slice(start, start + STREAM_CHUNK)
+            assigned = _stream(src[chunk], dst[chunk], self.paired, self.hdrf, self.degree,
+                               self.partial, self.member, self.load, self.key, self.scale,
+                               self.cap, self.hdrf_lambda, part[chunk], self.rng)
+            if progress:
+                progress(assigned)
+        return part
 
 
 def membership(indptr: np.ndarray, indices: np.ndarray, part: np.ndarray,

@@ -24,7 +24,10 @@ from tqdm import tqdm
 from distgnn.cli_common import OneLineParser, dataset_file_flags, interruptible, run_guarded
 from distgnn.config import MAX_LAYERS
 from distgnn.datasets import load as load_dataset
+from distgnn.edge_file import edge_count
 from distgnn.errors import DistGNNError
+from distgnn.graph import format_bytes
+from distgnn.memory import available_bytes
 from distgnn.ordering import AUTO_WIDTH, CHOICES
 from distgnn.storage import check_json_output, write_json
 
@@ -47,9 +50,15 @@ from .format import (
 )
 from .layout import ROOTS, order_layout
 from .stats import PartCounts, counts_from_layout, format_summary, summarize
+from .stream import partition_edge_file, vertex_data
 from .vertex_cut import PartitionError, vertex_cut
 
 PROGRESS_MIN_EDGES = 1_000_000
+MODES = ("auto", "memory", "stream")
+# what the in-memory path holds per edge at its peak (the loaded edges, the CSR, its stream
+# order and partition of every entry) and per vertex besides the features
+MEMORY_BYTES_PER_EDGE = 64
+MEMORY_BYTES_PER_VERTEX = 120
 
 
 def count(high: int | None = None):
@@ -132,6 +141,13 @@ def partition_parser() -> argparse.ArgumentParser:
                    help="both directions of an undirected edge in one partition, or (no-) "
                         "the two directions placed independently (default: on for "
                         "symmetric graphs)")
+    p.add_argument("--mode", choices=MODES, default="auto",
+                   help="memory: load the whole graph, then partition (fastest); stream: "
+                        "out of core, for a binary edge file (.npy [E, 2] int32/int64) with "
+                        "--features and --labels .npy files, holding per-vertex state only "
+                        "(libra in degree order, local vertex order given, equal weights); "
+                        "auto (default): stream an edge file when the in-memory path would "
+                        "need more than half of the available memory")
     p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.add_argument("--split", type=int, default=0, help="which fixed split of a .npz to use")
     dataset_file_flags(p)
@@ -230,9 +246,64 @@ def partition_dataset(data, out, parts: int, *, method: str = "libra", seed: int
                                          "writing": done - ordered})
 
 
+def choose_mode(args) -> tuple[str, str]:
+    """``(mode, why)``: ``"stream"`` or ``"memory"`` for ``args.mode`` and the dataset."""
+    edge_file = str(args.dataset).endswith(".npy")
+    if args.mode == "memory" or (args.mode == "auto" and not edge_file):
+        return "memory", "asked" if args.mode == "memory" else "not a binary edge file"
+    if not edge_file:
+        raise PartitionError("--mode stream needs a binary edge file (.npy [E, 2]) as DATASET")
+    rows = np.load(args.features, mmap_mode="r") if args.features else None
+    need = (MEMORY_BYTES_PER_EDGE * edge_count(args.dataset) + (MEMORY_BYTES_PER_VERTEX + (
+        0 if rows is None else 2 * rows[:1].nbytes)) * (0 if rows is None else len(rows)))
+    have = available_bytes("cpu")
+    why = (f"the in-memory path needs about {format_bytes(need)}, "
+           f"{format_bytes(have)} available")
+    if args.mode == "auto" and need <= have / 2:
+        return "memory", why
+    unsupported = [flag for flag, used in (
+        ("--method " + args.method, args.method != "libra"),
+        ("--order " + str(args.order), args.order not in (None, "degree")),
+        ("--weights", args.weights is not None), ("--keep-pairs", bool(args.keep_pairs)),
+        ("--order-vertices " + args.order_vertices,
+         args.order_vertices not in ("auto", "given")),
+        ("--symmetrize", args.symmetrize)) if used]
+    if unsupported:
+        raise PartitionError(f"streaming ({why}) supports libra in degree order with the "
+                             f"given vertex order only; not {', '.join(unsupported)}")
+    return "stream", why
+
+
+def stream_main(args, why: str) -> int:
+    """``distgnn-partition`` out of core (:mod:`partition.stream`)."""
+    print(f"streaming {args.dataset} from disk ({why})", flush=True)
+    data = vertex_data(args.features, args.labels, args.split_file)
+    total = 3 * edge_count(args.dataset)
+    show = args.progress and sys.stderr.isatty()
+    with tqdm(total=total, unit="edge", unit_scale=True, disable=not show,
+              desc=f"libra P={args.parts} (3 passes)", file=sys.stderr) as bar:
+        meta = partition_edge_file(args.dataset, data, args.out, args.parts, seed=args.seed,
+                                   roots=args.roots, force=args.force,
+                                   log=lambda line: print(line, flush=True),
+                                   progress=bar.update)
+    counts, split = counts_of_directory(args.out)
+    stats = summarize(counts, meta["num_nodes"], split, width=args.width,
+                      num_features=meta["num_features"], num_classes=meta["num_classes"],
+                      hidden=args.hidden, layers=args.layers)
+    _emit(stats, args)
+    seconds = meta["seconds"]
+    print(f"wrote {args.out} in {sum(seconds.values()):.1f} s (partitioning "
+          f"{seconds['partitioning']:.1f} s, writing {seconds['writing']:.1f} s)")
+    return 0
+
+
 def partition_main(args) -> int:
     check_options(args.out, args.parts, args.seed, args.weights, args.force)
     check_json_output(args.json)
+    mode, why = choose_mode(args)
+    if mode == "stream":
+        return stream_main(args, why)
+    print(f"partitioning in memory ({why})", flush=True)
     started = time.perf_counter()
     data = load_dataset(args.dataset, features=args.features, labels=args.labels,
                         split=args.split, symmetrize=args.symmetrize,
@@ -256,20 +327,27 @@ def partition_main(args) -> int:
     return 0
 
 
+def counts_of_directory(directory) -> tuple[list[PartCounts], int]:
+    """The sizes of each partition of ``directory`` and its split vertices, read from its
+    files."""
+    counts, split = [], 0
+    for rank in range(read_meta(directory)["num_parts"]):
+        part = load(directory, rank)
+        roots = int(np.count_nonzero(np.asarray(part.root_rank) == rank))
+        counts.append(PartCounts(part.num_nodes, part.graph.num_edges, roots,
+                                 part.num_nodes - roots, int(len(part.leaf_root_local)),
+                                 part.graph.indices.itemsize))
+        split += part.split_roots
+    return counts, split
+
+
 def inspect_main(args) -> int:
     check_json_output(args.json)
     meta = read_meta(args.directory)
     # recomputed as at partitioning time, so both print bit-identical statistics
     weights = meta.get("weights")
     shares = None if weights is None else requested_shares(weights)
-    counts, split = [], 0
-    for rank in range(meta["num_parts"]):
-        part = load(args.directory, rank)
-        roots = int(np.count_nonzero(np.asarray(part.root_rank) == rank))
-        counts.append(PartCounts(part.num_nodes, part.graph.num_edges, roots,
-                                 part.num_nodes - roots, int(len(part.leaf_root_local)),
-                                 part.graph.indices.itemsize))
-        split += part.split_roots
+    counts, split = counts_of_directory(args.directory)
     stats = summarize(counts, meta["num_nodes"], split,
                       width=args.width, num_features=meta.get("num_features", 0),
                       num_classes=meta.get("num_classes", 0), hidden=args.hidden,

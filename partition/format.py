@@ -227,6 +227,25 @@ def partition_bytes(counts: list[PartCounts], num_features: int, feature_bytes: 
     return total + P * (len(PART_FILES) + weighted) * FILE_OVERHEAD
 
 
+def layout_meta(layout: Layout, settings: dict, name: str, num_edges: int, num_features: int,
+                num_classes: int, multigraph: bool) -> tuple[dict, list[PartCounts]]:
+    """``meta.json``'s fields (without the file list) for the cut ``layout`` of a graph of
+    ``num_edges`` edges, and the partitions' sizes (see :func:`write_dataset`)."""
+    clones = layout.clones()
+    counts = counts_from_layout(layout)
+    split = int(np.count_nonzero(clones > 1))
+    stats = summarize(counts, layout.num_nodes, split,
+                      shares=settings.get("requested_shares"))
+    meta = {"dataset": name, **settings, "vertex_order": layout.vertex_order,
+            "num_parts": layout.num_parts, "num_nodes": layout.num_nodes,
+            "num_edges": num_edges, "num_features": num_features,
+            "num_classes": num_classes, "multigraph": multigraph, "split_vertices": split,
+            **{k: stats[k] for k in ("replication_factor", "split_fraction", "edge_balance",
+                                     "root_balance")},
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    return meta, counts
+
+
 def write_dataset(out: str | Path, data, layout: Layout, settings: dict, force: bool = False,
                   progress=None) -> dict:
     """Write the partitions of ``data`` (a NodeDataset) under ``layout`` to ``out``.
@@ -238,19 +257,9 @@ def write_dataset(out: str | Path, data, layout: Layout, settings: dict, force: 
     the meta written (without the file list).
     """
     graph = data.graph
-    clones = layout.clones()
-    counts = counts_from_layout(layout)
-    stats = summarize(counts, graph.num_nodes, int(np.count_nonzero(clones > 1)),
-                      shares=settings.get("requested_shares"))
-    meta = {"dataset": data.name, **settings, "vertex_order": layout.vertex_order,
-            "num_parts": layout.num_parts, "num_nodes": graph.num_nodes,
-            "num_edges": graph.num_edges,
-            "num_features": data.num_features, "num_classes": data.num_classes,
-            "multigraph": graph.has_duplicate_edges(),
-            "split_vertices": int(np.count_nonzero(clones > 1)),
-            **{k: stats[k] for k in ("replication_factor", "split_fraction", "edge_balance",
-                                     "root_balance")},
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    meta, counts = layout_meta(layout, settings, data.name, graph.num_edges,
+                               data.num_features, data.num_classes,
+                               graph.has_duplicate_edges())
     size = partition_bytes(counts, data.num_features, data.x.dtype.itemsize,
                            graph.edge_weight is not None)
     if data.ids is not None:

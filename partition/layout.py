@@ -130,7 +130,8 @@ class Layout:
 
     Attributes:
         num_parts (int): ``P``.
-        part (np.ndarray): int32 ``[E]`` partition of each CSR entry.
+        part (np.ndarray): int32 ``[E]`` partition of each CSR entry (``None`` for a
+            streamed cut, whose edges are in files, :mod:`partition.stream`).
         vertex_offsets, vertex_ids (np.ndarray): partition ``p`` holds global vertices
             ``vertex_ids[vertex_offsets[p]:vertex_offsets[p+1]]``, in its local order
             (increasing unless reordered by :func:`order_layout`).
@@ -142,7 +143,7 @@ class Layout:
     """
 
     num_parts: int
-    part: np.ndarray
+    part: np.ndarray | None
     vertex_offsets: np.ndarray
     vertex_ids: np.ndarray
     root: np.ndarray
@@ -165,16 +166,27 @@ class Layout:
 def build_layout(indptr: np.ndarray, indices: np.ndarray, part: np.ndarray, num_parts: int,
                  roots: str = "balanced", seed: int = 0) -> Layout:
     """Vertex sets, isolated-vertex placement and roots for the assignment ``part``."""
+    member = membership(indptr, indices, part, num_parts)
+    edge_counts = np.bincount(part, minlength=num_parts).astype(np.int64)
+    return layout_from_membership(member, edge_counts, roots, seed, part)
+
+
+def layout_from_membership(member: np.ndarray, edge_counts: np.ndarray, roots: str = "balanced",
+                           seed: int = 0, part: np.ndarray | None = None) -> Layout:
+    """The :class:`Layout` of a cut given by its membership bitsets (``uint64 [N, words]``,
+    bit ``p`` of row ``v``: partition ``p`` holds an edge of ``v``; isolated vertices are
+    placed into it here) and its edges per partition; ``part``, the partition of each CSR
+    entry, where the caller holds it (``None`` when the edges were written out as they were
+    assigned, :mod:`partition.stream`)."""
     if roots not in ROOTS:
         raise ValueError(f"roots must be one of {', '.join(ROOTS)}, got {roots!r}")
-    n = len(indptr) - 1
-    member = membership(indptr, indices, part, num_parts)
+    n, num_parts = len(member), len(edge_counts)
     _place_isolated(member, num_parts)
     visit = np.random.default_rng(seed + 1).permutation(n)
     root = _choose_roots(member, num_parts, visit, roots == "balanced", seed + 2)
     offsets, flat = _vertex_lists(member, num_parts)
-    edge_counts = np.bincount(part, minlength=num_parts).astype(np.int64)
-    layout = Layout(num_parts, part, offsets, flat, root, np.empty(n, np.int64), edge_counts)
+    layout = Layout(num_parts, part, offsets, flat, root, np.empty(n, np.int64),
+                    np.asarray(edge_counts, np.int64))
     _set_root_local(layout)
     return layout
 
@@ -285,21 +297,31 @@ def partition_arrays(layout: Layout, indptr: np.ndarray, indices: np.ndarray, da
             graph = CSRGraph(graph.indptr, graph.indices, graph.num_nodes, weight[edges])
         if layout.vertex_order != "given":
             graph = relabel(graph, np.searchsorted(sorted_ids, ids))
-        is_root = layout.root[ids] == p
-        arrays = {
-            "global_ids": ids,
-            "indptr": graph.indptr,
-            "indices": graph.indices,
-            "x": np.ascontiguousarray(dataset.x[ids]),
-            "y": np.ascontiguousarray(dataset.y[ids]),
-            "train_mask": dataset.train_mask[ids] & is_root,
-            "val_mask": dataset.val_mask[ids] & is_root,
-            "test_mask": dataset.test_mask[ids] & is_root,
-            "in_degree": in_degree[ids],
-            "root_rank": layout.root[ids],
-            "root_local": layout.root_local[ids],
-            **tables[p],
-        }
-        if weight is not None:
-            arrays["edge_weight"] = graph.edge_weight
-        yield p, arrays
+        yield p, part_arrays(layout, p, graph, dataset, in_degree, tables[p])
+
+
+def part_arrays(layout: Layout, p: int, graph: CSRGraph, dataset, in_degree: np.ndarray,
+                leaf_table: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every array partition ``p`` stores (see ``format.py``), from its local graph over
+    ``layout.vertices(p)``, the per-vertex ``x``, ``y`` and masks of ``dataset`` (arrays
+    or memory maps ``[N, ...]``: only the partition's rows are read), the whole graph's
+    ``in_degree`` ``[N]`` and its :func:`leaf_tables` entry."""
+    ids = layout.vertices(p)
+    is_root = layout.root[ids] == p
+    arrays = {
+        "global_ids": ids,
+        "indptr": graph.indptr,
+        "indices": graph.indices,
+        "x": np.ascontiguousarray(dataset.x[ids]),
+        "y": np.ascontiguousarray(dataset.y[ids]),
+        "train_mask": dataset.train_mask[ids] & is_root,
+        "val_mask": dataset.val_mask[ids] & is_root,
+        "test_mask": dataset.test_mask[ids] & is_root,
+        "in_degree": in_degree[ids],
+        "root_rank": layout.root[ids],
+        "root_local": layout.root_local[ids],
+        **leaf_table,
+    }
+    if graph.edge_weight is not None:
+        arrays["edge_weight"] = graph.edge_weight
+    return arrays
