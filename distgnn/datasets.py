@@ -18,7 +18,8 @@
    (``.npy`` ``[N, F]`` or text rows) and ``labels`` (``.npy`` or text, one int per line);
    vertex ids that are not all non-negative integers are names, mapped to ``0..N-1`` in
    sorted order (kept in :attr:`~distgnn.graph.NodeDataset.ids`), and then text feature and
-   label files are keyed by them.
+   label files are keyed by them.  A ``.npy`` file is a binary edge file
+   (:mod:`distgnn.edge_file`), read whole into memory.
 
 ``split_file`` replaces the split of any of them (:func:`read_split_file`).  A label ``-1``
 marks an unlabelled vertex, which is in no mask.  Anything unreadable raises :class:`~distgnn.graph.GraphError` with a one-line message naming
@@ -40,6 +41,7 @@ from typing import Iterator
 
 import numpy as np
 
+from .edge_file import edge_file_header, iter_edges
 from .errors import one_line
 from .generators import GENERATORS, generate, random_split, random_split_note
 from .graph import NODE_BYTES, UNLABELLED, CSRGraph, GraphError, NodeDataset, require_memory
@@ -49,6 +51,7 @@ _MASKS = ("train", "val", "test")
 _MASK_KEYS = tuple(f"{m}_mask" for m in _MASKS)
 # Errors of reading a file that is missing, a directory, unreadable, a damaged gzip stream.
 _READ_ERRORS = (OSError, EOFError, zlib.error)
+_EDGE_FILE_CHUNK = 1 << 22  # edges per read of a binary edge file: bounds the temporaries
 
 
 # ---- entry point ------------------------------------------------------------------------------
@@ -307,14 +310,18 @@ def load_edge_list(path: str | Path, features: str | Path | None = None,
     position.  Otherwise (a negative or non-integer id) the ids are names: vertex ``v`` is
     the ``v``-th distinct id in sorted order (numeric for integers, by code point for
     strings), ``N`` their count, ``ids`` the ``[N]`` names; an ``.npy`` side file is then in
-    that order and a text one keyed (:func:`_read_keyed`).
+    that order and a text one keyed (:func:`_read_keyed`).  A ``.npy`` file is a binary
+    edge file (:func:`read_edge_file`): vertex numbers, no weights.
 
     Without features every node gets the single feature 1.0; without labels every node gets
     label 0, ``num_classes = 1`` and empty masks; with labels, a seeded 60/20/20 split of the
     labelled ones (label ``-1``: unlabelled).
     """
     path = Path(path)
-    src, dst, weight, ids = read_named_edge_list(path)
+    if path.suffix == ".npy":
+        (src, dst), weight, ids = read_edge_file(path), None, None
+    else:
+        src, dst, weight, ids = read_named_edge_list(path)
     x = None if features is None else _read_side_file(Path(features), ids, np.float32, 2)
     y = None if labels is None else _read_side_file(Path(labels), ids, np.int64, 1)
     if ids is not None:
@@ -343,6 +350,21 @@ def load_edge_list(path: str | Path, features: str | Path | None = None,
     return NodeDataset(graph, x, y, *masks, name=path.stem, ids=ids,
                        split_note=random_split_note(int(np.count_nonzero(labelled)),
                                                     "labelled vertices", 0))
+
+
+def read_edge_file(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """src and dst ``[E]`` (the file's int32 or int64) of the binary edge file ``path``,
+    read in chunks into arrays allocated once (file order kept); a malformed file or a
+    negative id is a one-line :class:`~distgnn.graph.GraphError`."""
+    total, dtype, _ = edge_file_header(path)
+    require_memory(2 * total * dtype.itemsize, path)
+    src, dst = np.empty(total, dtype), np.empty(total, dtype)
+    at = 0
+    with _reading(Path(path)):
+        for s, d in iter_edges(path, _EDGE_FILE_CHUNK):
+            src[at:at + len(s)], dst[at:at + len(d)] = s, d
+            at += len(s)
+    return src, dst
 
 
 def read_edge_list(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

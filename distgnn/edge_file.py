@@ -30,6 +30,8 @@ def edge_file_header(path: str | Path) -> tuple[int, np.dtype, int]:
             offset = f.tell()
     except (OSError, ValueError) as e:
         raise GraphError(f"not a readable .npy edge file: {e}", path) from None
+    if any(d < 0 for d in shape):  # numpy's header reader accepts them
+        raise GraphError(f"negative dimension in shape {list(shape)}", path)
     if dtype not in EDGE_DTYPES or len(shape) != 2 or shape[1] != 2 or fortran:
         raise GraphError(f"an edge file holds an int32 or int64 [E, 2] array in C order; "
                          f"this one holds {dtype} {list(shape)}"

@@ -4,6 +4,9 @@
   graph of ``2^scale`` vertices and about ``edge_factor * 2^scale`` undirected edges.  Its
   features are standard normal and its labels uniform at random: it measures speed, not
   accuracy (:attr:`~distgnn.graph.NodeDataset.note` says so).
+  :func:`write_rmat_files` writes such a graph (directed pairs, duplicates and self-loops
+  kept) with its features, labels and split as files, chunk by chunk, for graphs larger
+  than memory.
 - **Degree-corrected SBM**: planted blocks as labels, the block one-hot plus Gaussian noise
   as features, power-law degrees; accuracy depends on the neighbourhood.
 
@@ -13,10 +16,16 @@ splits the vertices at random (60 / 20 / 20 %).
 from __future__ import annotations
 
 import math
+import os
+import shutil
+from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 
+from .edge_file import EdgeFileWriter
 from .graph import NODE_BYTES, CSRGraph, GraphError, NodeDataset, require_memory
+from .storage import free_space_problem, fsync_dir, remove_leftovers, temp_path
 
 _SPLIT_FRACTIONS = (0.6, 0.2)  # train, val; the rest is test
 _CHUNK = 1 << 22  # edges drawn per step: bounds the temporaries
@@ -59,19 +68,32 @@ def rmat_edges(scale: int, edge_factor: int, a: float = 0.57, b: float = 0.19, c
     _check_rmat(scale, edge_factor, a, b, c)
     rng = np.random.default_rng(seed)
     num_edges = edge_factor << scale
-    src = np.zeros(num_edges, np.int64)
-    dst = np.zeros(num_edges, np.int64)
-    ab, abc = np.float32(a + b), np.float32(a + b + c)
+    src = np.empty(num_edges, np.int64)
+    dst = np.empty(num_edges, np.int64)
     for start in range(0, num_edges, _CHUNK):
-        s, d = src[start:start + _CHUNK], dst[start:start + _CHUNK]
-        for _ in range(scale):
-            r = rng.random(len(s), dtype=np.float32)
-            s <<= 1
-            s |= r >= ab
-            d <<= 1
-            d |= ((r >= np.float32(a)) & (r < ab)) | (r >= abc)
+        k = min(_CHUNK, num_edges - start)
+        src[start:start + k], dst[start:start + k] = _rmat_chunk(k, scale, a, b, c, rng)
     perm = rng.permutation(1 << scale)
     return perm[src], perm[dst]
+
+
+def _rmat_chunk(count: int, scale: int, a: float, b: float, c: float,
+                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """int64 ``[count]`` src and dst of R-MAT edges in ``0..2**scale-1``, not relabelled.
+
+    Bit level by bit level, most significant first, one float32 ``r`` per edge picks the
+    quadrant: src bit ``r >= a+b``, dst bit ``a <= r < a+b or r >= a+b+c``.
+    """
+    s = np.zeros(count, np.int64)
+    d = np.zeros(count, np.int64)
+    ab, abc = np.float32(a + b), np.float32(a + b + c)
+    for _ in range(scale):
+        r = rng.random(count, dtype=np.float32)
+        s <<= 1
+        s |= r >= ab
+        d <<= 1
+        d |= ((r >= np.float32(a)) & (r < ab)) | (r >= abc)
+    return s, d
 
 
 def rmat(scale: int, edge_factor: int = 16, num_features: int = 128, num_classes: int = 16,
@@ -96,6 +118,119 @@ def rmat(scale: int, edge_factor: int = 16, num_features: int = 128, num_classes
                        split_note=random_split_note(n, "vertices", seed),
                        note=f"R-MAT labels are uniform at random: accuracy near 1/{num_classes} "
                             "is chance; use R-MAT to measure speed, not accuracy")
+
+
+def write_rmat_files(out_dir: str | Path, scale: int, edge_factor: int = 16,
+                     num_features: int = 128, num_classes: int = 16, seed: int = 0,
+                     a: float = 0.57, b: float = 0.19, c: float = 0.19,
+                     progress: Callable[[int], None] | None = None) -> dict:
+    """Write an R-MAT graph on ``N = 2**scale`` vertices as files into the new folder
+    ``out_dir``, never holding the graph: memory ``O(N + chunk)``.
+
+    - ``edges.npy``: an edge file (:mod:`distgnn.edge_file`) of ``E = 2 * edge_factor * N``
+      edges, int32 when ``N <= 2**31 - 1``, else int64.  ``edge_factor * N`` R-MAT edges
+      ``(s, d)`` are drawn as :func:`rmat_edges` draws them, in chunks of ``_CHUNK``, ids
+      relabelled by a seeded permutation; each chunk's ``k`` edges are written, then their
+      ``k`` reverses ``(d, s)``, so the multiset of edges is symmetric.  Duplicates and
+      self-loops are kept (:func:`rmat` removes them; a loader or partitioner may).
+    - ``x.npy``: float32 ``[N, num_features]``, standard normal;
+    - ``y.npy``: int64 ``[N]``, uniform in ``0..num_classes-1`` (no signal: a speed graph);
+    - ``split.npz``: bool ``train_mask``, ``val_mask``, ``test_mask`` ``[N]``, the
+      :func:`random_split` 60/20/20.
+
+    One ``np.random.default_rng(seed)`` draws, in this order, the permutation, the edges,
+    ``x``, ``y`` and the split.  The files are written into a hidden temporary folder
+    beside ``out_dir`` that is renamed to ``out_dir`` at the end, so ``out_dir`` is
+    complete or absent; on any failure (KeyboardInterrupt too) the temporary folder is
+    removed.  An existing ``out_dir`` is refused, and so is a filesystem without room for
+    the files.  ``progress(n)`` is called with the number of edges written after each chunk.
+
+    Returns ``{"num_nodes", "num_edges", "num_features", "num_classes", "files"}``,
+    ``files`` the paths (str) of ``"edges"``, ``"features"``, ``"labels"``, ``"split"``.
+    """
+    source = "rmat"
+    _check_rmat(scale, edge_factor, a, b, c)
+    _check_sizes(num_features=num_features, num_classes=num_classes, source=source)
+    _require(seed >= 0, "seed must be >= 0", source)
+    out_dir = Path(out_dir)
+    _require(not (out_dir.exists() or out_dir.is_symlink()),
+             "already exists; write_rmat_files makes a new folder (remove it or choose "
+             "another path)", out_dir)
+    parent = out_dir.absolute().parent
+    _require(parent.is_dir(), f"directory {parent} does not exist", out_dir)
+    n = 1 << scale
+    drawn = edge_factor << scale
+    dtype = np.dtype(np.int32 if n <= np.iinfo(np.int32).max else np.int64)
+    # data, plus a generous allowance for the .npy headers and the .npz's zip records
+    nbytes = 2 * drawn * 2 * dtype.itemsize + n * (4 * num_features + 8 + 3) + (1 << 16)
+    problem = free_space_problem(parent, nbytes)
+    if problem:
+        raise GraphError(problem, out_dir)
+    # Per vertex, at the peak: random_split's ids and their permutation (int64) and its
+    # masks (the int64 relabelling is freed before); per drawn edge of a chunk, twice the
+    # in-memory generator's temporaries, since each edge is written in both directions.
+    require_memory(19 * n + 2 * _GENERATOR_BYTES_PER_EDGE * min(_CHUNK, drawn), source)
+    remove_leftovers(out_dir)
+    tmp = temp_path(out_dir)
+    files = {"edges": "edges.npy", "features": "x.npy", "labels": "y.npy",
+             "split": "split.npz"}
+    tmp.mkdir()
+    try:
+        rng = np.random.default_rng(seed)
+        perm = rng.permutation(n)
+        writer = EdgeFileWriter(tmp / files["edges"], 2 * drawn, dtype)
+        try:
+            for start in range(0, drawn, _CHUNK):
+                s, d = _rmat_chunk(min(_CHUNK, drawn - start), scale, a, b, c, rng)
+                s, d = perm[s], perm[d]
+                writer.write(np.concatenate([s, d]), np.concatenate([d, s]))
+                if progress is not None:
+                    progress(writer.written)
+        except BaseException:
+            writer.file.close()  # not close(): its count check would hide this error
+            raise
+        writer.close()
+        del perm  # before random_split's [N] arrays
+        rows = max(1, _CHUNK // num_features)  # about _CHUNK values per block
+        _write_npy(tmp / files["features"], "<f4", (n, num_features),
+                   (rng.standard_normal((min(rows, n - i), num_features), dtype=np.float32)
+                    for i in range(0, n, rows)))
+        _write_npy(tmp / files["labels"], "<i8", (n,),
+                   (rng.integers(0, num_classes, min(_CHUNK, n - i))
+                    for i in range(0, n, _CHUNK)))
+        np.savez(tmp / files["split"],
+                 **dict(zip(("train_mask", "val_mask", "test_mask"), random_split(n, rng))))
+        for name in files.values():
+            _fsync(tmp / name)
+        fsync_dir(tmp)
+        os.replace(tmp, out_dir)
+        fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {"num_nodes": n, "num_edges": 2 * drawn, "num_features": num_features,
+            "num_classes": num_classes,
+            "files": {key: str(out_dir / name) for key, name in files.items()}}
+
+
+def _write_npy(path: Path, dtype: str, shape: tuple[int, ...],
+               blocks: Iterator[np.ndarray]) -> None:
+    """A C-order ``.npy`` file of ``dtype`` and ``shape`` from ``blocks`` of whole rows,
+    in order, which together make ``shape``."""
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": dtype, "fortran_order": False, "shape": shape})
+        for block in blocks:
+            block.astype(dtype, copy=False).tofile(f)
+
+
+def _fsync(path: Path) -> None:
+    """Make the data of the file ``path`` durable before it is published by a rename."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def sbm(num_nodes: int, num_blocks: int = 8, avg_degree: float = 20, p_in: float = 0.8,
