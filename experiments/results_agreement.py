@@ -16,21 +16,11 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
-BIN = Path(sys.executable).parent
-
-
-def run(cmd: list) -> str:
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    if proc.returncode:
-        sys.exit(f"failed ({proc.returncode}): {' '.join(map(str, cmd))}\n"
-                 f"{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
-    return proc.stdout
+from inference_cost import BIN, run  # this folder's: the command runner of both scripts
 
 
 def train(prefix: list, data: list, name: str, a, work: Path) -> tuple[str, Path, Path]:
