@@ -60,6 +60,7 @@ def main() -> None:
                    help="keep each partition directory (default: removed after its row)")
     p.add_argument("--out", type=Path, help="JSON file of the rows")
     a = p.parse_args()
+    a.work.mkdir(parents=True, exist_ok=True)
     rows = []
     print("| scale | vertices | edges | mode | seconds | peak memory | ns per edge | "
           "replication | edge balance |")
