@@ -43,6 +43,7 @@ from distgnn.datasets import read_split_file
 from distgnn.edge_file import edge_count, iter_edges
 from distgnn.generators import random_split
 from distgnn.graph import UNLABELLED, CSRGraph, GraphError
+from distgnn.storage import free_space_problem
 
 from .assign import GreedyStream
 from .format import layout_meta, partition_bytes, write_partitions
@@ -277,6 +278,12 @@ def partition_edge_file(edges: str | Path, data: VertexData, out: str | Path, pa
     the partition directory ``out``, out of core (see the module docstring); returns the
     meta written and ``seconds``, the time of the passes and of writing."""
     out = Path(out)
+    # the bucket and partition files (each edge twice at most, as in the edge file) and the
+    # partitions' local indices and feature rows (more exactly checked before writing them)
+    need = 2 * Path(edges).stat().st_size + 4 * edge_count(edges) + 2 * data.x.nbytes
+    problem = free_space_problem(out.absolute().parent, need)
+    if problem:
+        raise GraphError(f"streaming it {problem}", out)
     started = time.perf_counter()
     with work_folder(out) as work:
         layout, spill, in_degree, multigraph = stream_partition(

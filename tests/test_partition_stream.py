@@ -81,3 +81,42 @@ def test_an_id_beyond_the_features_is_refused_and_nothing_is_written(files, tmp_
                                    log=lambda s: None)
     assert not (tmp_path / "out").exists()
     assert [f for f in tmp_path.iterdir() if f.name.startswith(".")] == []
+
+
+def test_the_mode_is_chosen_and_said_and_unsupported_flags_are_refused(files, tmp_path,
+                                                                        capsys):
+    """auto loads an edge file that fits (and says so); --mode stream streams it; flags the
+    stream does not support are refused by name; a text edge list cannot be streamed."""
+    from partition.cli import main
+
+    folder = files[0]
+    data = [str(folder / "edges.npy"), "--features", str(folder / "x.npy"), "--labels",
+            str(folder / "y.npy"), "--parts", "2"]
+    assert main([*data, "--out", str(tmp_path / "auto")]) == 0
+    assert capsys.readouterr().out.startswith("partitioning in memory (the in-memory path "
+                                              "needs about ")
+    assert main([*data, "--mode", "stream", "--out", str(tmp_path / "stream")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("streaming ") and "pass 3 (assignment)" in out
+    assert main([*data, "--mode", "stream", "--method", "hdrf", "--weights", "1,2",
+                 "--out", str(tmp_path / "no")]) == 2
+    assert "not --method hdrf, --weights" in capsys.readouterr().err
+    (tmp_path / "e.txt").write_text("0 1\n1 2\n")
+    assert main([str(tmp_path / "e.txt"), "--parts", "2", "--mode", "stream",
+                 "--out", str(tmp_path / "no")]) == 2
+    assert "--mode stream needs a binary edge file" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()
+
+
+def test_a_disk_without_room_for_the_stream_is_refused_before_any_pass(files, tmp_path,
+                                                                        monkeypatch):
+    folder = files[0]
+    data = stream.vertex_data(folder / "x.npy", folder / "y.npy", None)
+    seen = []
+    monkeypatch.setattr(stream, "free_space_problem",
+                        lambda path, nbytes: seen.append(nbytes) or "needs more")
+    with pytest.raises(GraphError, match="streaming it needs more"):
+        stream.partition_edge_file(folder / "edges.npy", data, tmp_path / "out", 2,
+                                   log=lambda s: None)
+    assert seen[0] >= 2 * (folder / "edges.npy").stat().st_size
+    assert not (tmp_path / "out").exists()
