@@ -36,7 +36,7 @@ import torch
 
 from .comm import Communicator, all_or_none
 from .errors import DistGNNError, one_line
-from .storage import file_head, free_space_problem, fsync_dir, write_atomic
+from .storage import file_head, free_space_problem, fsync_path, write_atomic
 
 FORMAT = "distgnn-checkpoint"
 # 2: the fingerprint holds the options and the content of the data; 3: each rank's exchange
@@ -151,11 +151,11 @@ def save(directory: str | Path, epoch: int, comm: Communicator, fingerprint: dic
                     "fingerprint": fingerprint, "files": files}
         try:
             write_atomic(partial / "manifest.json", json.dumps(manifest, indent=1).encode())
-            fsync_dir(partial)
+            fsync_path(partial)
             if final.exists():  # the same epoch written by an earlier attempt
                 shutil.rmtree(final)
             os.replace(partial, final)
-            fsync_dir(directory)
+            fsync_path(directory)
         except OSError as e:
             raise CheckpointError(f"{final}: publishing the checkpoint failed "
                                   f"({e.strerror or e}); the previous checkpoints are "

@@ -205,6 +205,12 @@ def _results_flags(p: argparse.ArgumentParser, d) -> None:
                    help="which weights the model file, predictions and embeddings come "
                         "from: best (the evaluation of best validation accuracy, whose test "
                         "accuracy is reported) or last (the last epoch's)")
+    vertex_output_flags(g, d.embeddings_layer)
+
+
+def vertex_output_flags(g, embeddings_layer: int) -> None:
+    """--predictions-out, --embeddings-out and --embeddings-layer (default
+    ``embeddings_layer``), of distgnn-train and distgnn-predict."""
     g.add_argument("--predictions-out", metavar="FILE",
                    help="one row per vertex in the dataset's own vertex ids: the predicted "
                         "class and the class probabilities; FILE.csv (vertex,"
@@ -213,7 +219,7 @@ def _results_flags(p: argparse.ArgumentParser, d) -> None:
     g.add_argument("--embeddings-out", metavar="FILE.npy",
                    help="float32 [N, d]: the input of --embeddings-layer for every vertex, "
                         "row i for the i-th vertex (the order of --predictions-out's rows)")
-    g.add_argument("--embeddings-layer", type=int, default=d.embeddings_layer, metavar="K",
+    g.add_argument("--embeddings-layer", type=int, default=embeddings_layer, metavar="K",
                    help="whose input --embeddings-out holds: layer K of the model's graph "
                         "and linear layers in order, -1 the last (the representation the "
                         "classifier reads)")
@@ -348,6 +354,8 @@ def peak_memory_line(high_mib: float, mean_mib: float) -> str:
 
 def predict_parser() -> argparse.ArgumentParser:
     """``distgnn-predict``'s flags."""
+    from .config import TrainConfig  # deferred as in train_parser: --help stays fast
+
     p = OneLineParser(
         prog="distgnn-predict",
         description="Apply a model saved by distgnn-train --save-model to a dataset (one "
@@ -365,12 +373,7 @@ def predict_parser() -> argparse.ArgumentParser:
                    help="a directory written by distgnn-partition, one rank per partition")
     dataset_file_flags(g)
     g = p.add_argument_group("results (each vertex once, in the dataset's own ids)")
-    g.add_argument("--predictions-out", metavar="FILE",
-                   help="FILE.csv or FILE.npz: predicted class and class probabilities")
-    g.add_argument("--embeddings-out", metavar="FILE.npy",
-                   help="float32 [N, d]: the input of --embeddings-layer for every vertex")
-    g.add_argument("--embeddings-layer", type=int, default=-1, metavar="K",
-                   help="layer K of the model's graph and linear layers, -1 the last")
+    vertex_output_flags(g, TrainConfig.embeddings_layer)
     g.add_argument("--threads", type=int,
                    help="torch and Numba threads (default: the libraries' own on one "
                         "socket; under MPI, this node's cores divided by its ranks)")
@@ -382,7 +385,6 @@ def predict_main(argv: list[str] | None = None) -> int:
     use_huge_pages()
     args = predict_parser().parse_args(argv)
     from .distributed import run_rank
-    from .errors import DistGNNError
     from .prediction import predict
 
     def show(result, rank: int) -> None:

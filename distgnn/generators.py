@@ -25,7 +25,7 @@ import numpy as np
 
 from .edge_file import EdgeFileWriter
 from .graph import NODE_BYTES, CSRGraph, GraphError, NodeDataset, require_memory
-from .storage import free_space_problem, fsync_dir, remove_leftovers, temp_path
+from .storage import free_space_problem, fsync_path, remove_leftovers, temp_path
 
 _SPLIT_FRACTIONS = (0.6, 0.2)  # train, val; the rest is test
 _CHUNK = 1 << 22  # edges drawn per step: bounds the temporaries
@@ -201,10 +201,10 @@ def write_rmat_files(out_dir: str | Path, scale: int, edge_factor: int = 16,
         np.savez(tmp / files["split"],
                  **dict(zip(("train_mask", "val_mask", "test_mask"), random_split(n, rng))))
         for name in files.values():
-            _fsync(tmp / name)
-        fsync_dir(tmp)
+            fsync_path(tmp / name)
+        fsync_path(tmp)
         os.replace(tmp, out_dir)
-        fsync_dir(parent)
+        fsync_path(parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -222,15 +222,6 @@ def _write_npy(path: Path, dtype: str, shape: tuple[int, ...],
             f, {"descr": dtype, "fortran_order": False, "shape": shape})
         for block in blocks:
             block.astype(dtype, copy=False).tofile(f)
-
-
-def _fsync(path: Path) -> None:
-    """Make the data of the file ``path`` durable before it is published by a rename."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def sbm(num_nodes: int, num_blocks: int = 8, avg_degree: float = 20, p_in: float = 0.8,

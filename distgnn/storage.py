@@ -48,8 +48,9 @@ def free_space_problem(target: str | Path, nbytes: float) -> str | None:
     return None
 
 
-def fsync_dir(path: str | Path) -> None:
-    """Make the entries of directory ``path`` (new names, renames) durable."""
+def fsync_path(path: str | Path) -> None:
+    """Make the data of the file ``path``, or the entries of the directory ``path`` (new
+    names, renames), durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -135,7 +136,7 @@ def temp_path(target: Path, kind: str = "tmp") -> Path:
 
 def _commit(tmp: Path, target: Path) -> None:
     os.replace(tmp, target)
-    fsync_dir(target.absolute().parent)
+    fsync_path(target.absolute().parent)
 
 
 def write_atomic(path: str | Path, data: bytes | str) -> Path:

@@ -42,7 +42,7 @@ from .storage import (
     check_output_file,
     check_replaceable,
     file_head,
-    fsync_dir,
+    fsync_path,
     remove_leftovers,
     temp_path,
 )
@@ -142,7 +142,7 @@ def _finish(staging: Path, target: Path, user_ids: Callable[[], np.ndarray | Non
     """Rank 0: the staged ``.npy`` files as ``target`` in its format."""
     if target.suffix == ".npy":
         os.replace(staging / "embeddings.npy", target)
-        fsync_dir(target.absolute().parent)
+        fsync_path(target.absolute().parent)
         return True
     probabilities = np.load(staging / "probabilities.npy", mmap_mode="r")
     ids = user_ids()
@@ -155,7 +155,7 @@ def _finish(staging: Path, target: Path, user_ids: Callable[[], np.ndarray | Non
         else:
             _write_npz(tmp, ids, probabilities)
         os.replace(tmp, target)
-        fsync_dir(target.absolute().parent)
+        fsync_path(target.absolute().parent)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -413,14 +413,20 @@ def _rows_stream(indptr, indices, visit, rank, paired):
     return items[:count]
 
 
+def degree_order(degree: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """int64 ``[N]``: the vertices in increasing ``degree``, ties in a random order drawn
+    from ``rng`` (Libra's ``degree`` stream visits the rows so)."""
+    shuffled = rng.permutation(len(degree))
+    return shuffled[np.argsort(degree[shuffled], kind="stable")]
+
+
 def stream_order(indptr, indices, degree, order, paired, seed):
     """int64 CSR positions in stream order (one per pair with ``paired``), see
     :func:`assign_edges`."""
     n = len(indptr) - 1
     rng = np.random.default_rng(seed)
     if order == "degree":
-        shuffled = rng.permutation(n)
-        visit = shuffled[np.argsort(degree[shuffled], kind="stable")]
+        visit = degree_order(degree, rng)
     else:  # "given" visits the rows as stored; its entries come first in CSR order
         visit = np.arange(n)
     rank = np.empty(n, np.int32)  # int32: half the cache misses of the lookups below

@@ -45,7 +45,7 @@ from distgnn.generators import random_split
 from distgnn.graph import UNLABELLED, CSRGraph, GraphError
 from distgnn.storage import free_space_problem
 
-from .assign import GreedyStream
+from .assign import GreedyStream, degree_order
 from .format import layout_meta, partition_bytes, write_partitions
 from .layout import Layout, layout_from_membership, leaf_tables, part_arrays
 
@@ -75,12 +75,11 @@ def _count_degrees(src, dst, degree, in_degree):
 
 def stream_ranks(degree: np.ndarray, seed: int) -> np.ndarray:
     """int64 ``[N]``: each row's position in the stream, rows in increasing degree, ties in
-    a seeded random order (the order of :func:`~partition.assign.stream_order`)."""
-    n = len(degree)
-    shuffled = np.random.default_rng(seed).permutation(n)
-    visit = shuffled[np.argsort(degree[shuffled], kind="stable")]
-    rank = np.empty(n, np.int64)
-    rank[visit] = np.arange(n)
+    a seeded random order (:func:`~partition.assign.degree_order`, as
+    :func:`~partition.assign.stream_order` visits them)."""
+    visit = degree_order(degree, np.random.default_rng(seed))
+    rank = np.empty(len(degree), np.int64)
+    rank[visit] = np.arange(len(degree))
     return rank
 
 
