@@ -108,7 +108,7 @@ class Run:
         on every rank, its layers and dropouts keyed (:func:`distgnn.nn.prepare`, which
         also refuses torch's own dropout on partitions).  Collective."""
         model = model.to(self.x.device, self.x.dtype)
-        prepare(model, self.g)
+        prepare(model, self.g, self.config.aggregation_precision == "bf16")
         sync = ReplicaSync(model, self.comm)
         sync.broadcast_parameters()
         self.syncs[id(model)] = sync

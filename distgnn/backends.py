@@ -291,10 +291,12 @@ class NumbaBackend:
         key = ("numba-plan", transposed, width, np.dtype(dtype).itemsize)
         if key not in graph.cache:
             g = graph.transpose() if transposed else graph
-            graph.cache[key] = autotune_plan(g.indptr, g.indices, g.edge_weight,
-                                             g.num_nodes, width,
-                                             None if self.kernel_trial else False,
-                                             dtype=dtype)[0]
+            plan = autotune_plan(g.indptr, g.indices, g.edge_weight, g.num_nodes, width,
+                                 None if self.kernel_trial else False, dtype=dtype)[0]
+            # one plan per (direction, hub block): widths that choose the same blocking
+            # share its arrays (each about 4 bytes per edge) instead of keeping a copy each
+            shared = graph.cache.setdefault(("numba-plans", transposed), {})
+            graph.cache[key] = shared.setdefault(plan.hub_block, plan)
         return graph.cache[key]
 
     def spmm(self, graph, x, reduce):

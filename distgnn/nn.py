@@ -35,6 +35,7 @@ from .aggregate import Neighbourhood
 from .backends import check_tensor
 from .dropout import check_dropout, dropout_key, vertex_dropout
 from .errors import DistGNNError
+from .saved_activations import store_in_bf16
 
 __all__ = ["GCNConv", "SAGEConv", "GINConv", "GATConv", "GCN2Conv", "KeyedDropout", "MLP",
            "assign_keys", "prepare"]
@@ -516,11 +517,15 @@ class _FunctionalDropoutCheck(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def prepare(model: nn.Module, g: Neighbourhood) -> None:
-    """Make ``model`` ready to train on ``g``: :func:`assign_keys`, and on a partition
-    refuse torch's own dropout, as a module at once and as a function (``F.dropout``) in
-    the first training forward pass, with one line naming it."""
+def prepare(model: nn.Module, g: Neighbourhood, bf16_activations: bool = False) -> None:
+    """Make ``model`` ready to train on ``g``: :func:`assign_keys`; with
+    ``bf16_activations``, what its training passes keep for the backward pass stored in
+    bf16 (:mod:`distgnn.saved_activations`); and on a partition refuse torch's own dropout,
+    as a module at once and as a function (``F.dropout``) in the first training forward
+    pass, with one line naming it."""
     assign_keys(model)
+    if bf16_activations:
+        store_in_bf16(model, lambda: g.training)
     if g.exchange is None:
         return
     for name, module in model.named_modules():

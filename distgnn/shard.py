@@ -174,16 +174,18 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                                            f"{directory}` lists every problem)")
         part = load(directory, comm.rank)
         index = SplitIndex.from_partition(part)
-        memory.require(cfg, part.num_nodes, part.graph.num_edges, part.x.shape[1],
-                       int(meta["num_classes"]), device, f"{directory} partition {comm.rank}",
-                       len(index.leaf_ids) + len(index.root_ids))
-        x, y, masks = node_tensors(part.x, part.y, {"train": part.train_mask,
-                                                    "val": part.val_mask,
-                                                    "test": part.test_mask}, cfg.feature_norm,
-                                  device)
-        return part, delay, x, y, masks, index
+        memory.check_features(part.x.shape[1], f"{directory} partition {comm.rank}")
+        return part, delay, index
 
-    part, delay, x, y, masks, index = all_or_none(comm, load_local)
+    part, delay, index = all_or_none(comm, load_local)  # memory-mapped: nothing large yet
+    need = memory.predict(cfg, part.num_nodes, part.graph.num_edges, part.x.shape[1],
+                          int(part.meta["num_classes"]),
+                          len(index.leaf_ids) + len(index.root_ids))
+    all_or_none(comm, lambda: memory.require_on_node(comm, need, device,
+                                                     f"{directory} partition {comm.rank}"))
+    x, y, masks = all_or_none(comm, lambda: node_tensors(
+        part.x, part.y, {"train": part.train_mask, "val": part.val_mask,
+                         "test": part.test_mask}, cfg.feature_norm, device))
     index.check(comm, part)
     note = unchecked_fields_note(part.meta)
     if note and comm.rank == 0:

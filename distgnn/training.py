@@ -103,7 +103,7 @@ def place_model(cfg: TrainConfig, shard: Shard, make_model: ModelFactory | None 
         raise DistGNNError(f"make_model returned a {type(model).__name__}, not a "
                            "torch.nn.Module")
     model = model.to(shard.x.device, shard.x.dtype)
-    prepare(model, shard.nbr)
+    prepare(model, shard.nbr, cfg.aggregation_precision == "bf16")
     return model
 
 

@@ -19,17 +19,18 @@ elsewhere) and ``L_p`` leaf entries (copies elsewhere of roots held here) on par
 - cd-0 exchange per layer at width ``d`` (forward; the backward sends as much again):
   rank ``p`` sends ``d (l_p + L_p)`` floats (its leaves' partials to their roots, then its
   roots' sums back to their leaves) and receives as many;
-- predicted memory of rank ``p`` (bytes): local CSR and its transpose
-  ``2 (8 (n_p + 1) + s E_p)`` with ``s`` the index size; features ``4 n_p F``; labels,
-  masks, in-degree and root tables ``31 n_p``; leaf tables ``16 L_p``; activations
-  ``4 n_p sum_layers (d_in + 2 d_out)`` (input kept for the backward, aggregate, output);
-  exchange buffers ``8 (l_p + L_p) max(d)``.
+- predicted peak memory of rank ``p``: :func:`training_memory` of its ``n_p`` vertices,
+  ``E_p`` edges and ``l_p + L_p`` split entries, for GraphSAGE-gcn (or GCN) of the given
+  hidden width and layers.
 """
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
+
+# bytes of one cd-r bin's index tensors and bookkeeping (measured: 4.3 to 6.3 KiB)
+DELAY_BIN_BYTES = 6 * 1024
 
 
 @dataclasses.dataclass
@@ -64,12 +65,92 @@ def layer_widths(num_features: int, hidden: int, num_classes: int, layers: int) 
     return [num_features] + [hidden] * (layers - 1) + [num_classes]
 
 
+#: resident memory of a rank apart from its data: Python, torch, Numba, mpi4py and the MPI
+#: library (300 MiB after the imports) and the kernels Numba compiles in the first epoch
+#: (fitted with the other terms on R-MAT 2^19 to 2^21, 4 ranks, fp32, 2026-11-25)
+RUNTIME_BYTES = 600 << 20
+
+
+def training_memory(num_nodes: int, num_edges: int, num_features: int, num_classes: int,
+                    hidden: int, layers: int, two_weights: bool = False,
+                    value_bytes: int = 4, saved_bytes: int | None = None,
+                    precompute_first: bool = False, heads: int = 0, mlp: int = 0,
+                    split_entries: int = 0, exchanges: int = 0, delay: int = 0
+                    ) -> dict[str, int]:
+    r"""Predicted peak resident memory (bytes) of one training process over ``N`` vertices
+    and ``E`` edges (a whole graph, or a rank's partition with ``S`` split entries: its
+    leaves plus its leaf entries), by part, and their ``total``.
+
+    With layer widths ``d_0 = F, d_1 .. d_{L-1} = H, d_L = C`` (:func:`layer_widths`),
+    ``s``-byte floats (``value_bytes``: 4, or 8 under ``--dtype float64``) and saved
+    activations of ``a`` bytes (``saved_bytes``: ``s``, or 2 when stored in bf16,
+    :mod:`distgnn.saved_activations`):
+
+    .. math::
+        \text{runtime} = 600\ \text{MiB} \qquad
+        \text{model} = 5 s \sum_{l=1}^{L} w_l
+            \quad\text{(weights, gradients, two Adam moments, best weights)}
+
+        \text{activations} = a N \sum_{l=1}^{L} (d_{l-1} + d_l + 3 m)
+            + s N \max_l d_l + 3 s N C + 6 s E H' L
+
+        \text{graph} = 18 E + 40 N \qquad \text{features} = c\, s N F + 24 N
+        \qquad \text{exchange} = S (s\, w + 80)
+
+        \text{delayed exchange} = X \big(B\, r + 5\, s\, S \max_l d_l\big)
+
+    with ``w_l = k (d_{l-1} + 1) d_l`` parameters per layer (``k = 2`` for GraphSAGE's
+    mean/sum/max aggregators, a root and a neighbour weight, else 1), except GIN, whose MLP
+    of width ``m = H`` has ``w_l = d_{l-1} m + m + (m + 1) d_l`` (``m = 0`` for the other
+    models).  Activations: autograd keeps per layer its input (the linear layer's, or the
+    aggregate it projects) and its output (the ReLU's), and GIN three ``m``-wide tensors
+    in its MLP; the backward pass holds a gradient at the widest width besides them; the
+    logits, their softmax and their gradient add ``3 N C``; GAT keeps six ``[E, H']``
+    per-edge tensors per layer (``H'`` = ``heads``: logits, exponentials, coefficients,
+    dropped coefficients, two gradients).  Graph: the CSR and its transpose (int32
+    indices) and the SpMM kernels' plans for both directions (about 4.6 bytes per edge
+    each, measured), per-vertex row pointers and ids.  Features: the normalised copy the
+    model reads (``c = 2`` with ``--precompute-first-aggregation``, which keeps their
+    aggregate too), labels, masks and degrees.  Exchange: the split tables and one buffer
+    row per split entry at the widest exchanged width ``w = max_l min(d_{l-1}, d_l)`` (a
+    layer aggregates on its narrower side).  cd-r keeps, for each of its ``X`` exchanges
+    (one per layer and pass: ``2 L`` with the backward exchange, else ``L``), ``r`` bins
+    (``delay``) of ``B`` = 6 KiB of index tensors and bookkeeping each (measured), and
+    about five rows per split entry.  GCNII counts as ``L + 1`` layers of width ``H``.
+
+    The runtime was fitted on R-MAT 2^19 to 2^21 (GraphSAGE-gcn, hidden 256, 4 ranks,
+    fp32); the runs with activations in bf16 check it (docs/results/training-ladder.md).
+    Python ints: no overflow for absurd sizes.
+    """
+    d = layer_widths(num_features, hidden, num_classes, layers)
+    k = 2 if two_weights else 1
+    s = value_bytes
+    a = s if saved_bytes is None else saved_bytes
+    N, E, S = num_nodes, num_edges, split_entries
+    weights = (i * mlp + mlp + (mlp + 1) * o if mlp else k * (i + 1) * o
+               for i, o in zip(d[:-1], d[1:]))
+    parts = {
+        "runtime": RUNTIME_BYTES,
+        "model": s * 5 * sum(weights),
+        "activations": (a * N * sum(i + o + 3 * mlp for i, o in zip(d[:-1], d[1:]))
+                        + s * N * max(d) + 3 * s * N * num_classes
+                        + 6 * s * E * heads * layers),
+        "graph": 18 * E + 40 * N,
+        "features": (2 if precompute_first else 1) * s * N * num_features + 24 * N,
+        "exchange": S * (s * max(min(i, o) for i, o in zip(d[:-1], d[1:])) + 80),
+        "delayed exchange": exchanges * (DELAY_BIN_BYTES * delay + 5 * s * S * max(d)),
+    }
+    return {**parts, "total": sum(parts.values())}
+
+
 def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
               width: int = 128, num_features: int = 0, num_classes: int = 0,
-              hidden: int = 256, layers: int = 2, shares=None) -> dict:
+              hidden: int = 256, layers: int = 2, shares=None,
+              saved_bytes: int = 4) -> dict:
     """The statistics of the module docstring as a JSON-ready dict (per-rank lists too).
 
-    ``shares``: the requested edge share of each partition (default equal).
+    ``shares``: the requested edge share of each partition (default equal);
+    ``saved_bytes``: 2 for activations stored in bf16 (see :func:`training_memory`).
     """
     P = len(counts)
     edges = np.array([c.edges for c in counts], np.float64)
@@ -86,13 +167,10 @@ def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
         edge_balance = float((achieved / requested).max())
     roots = np.array([c.roots for c in counts], np.float64)
     exchange = [width * (c.leaves + c.leaf_entries) for c in counts]
-    dims = layer_widths(num_features, hidden, num_classes, layers)
-    widths = list(zip(dims[:-1], dims[1:]))
-    act = sum(d_in + 2 * d_out for d_in, d_out in widths)
-    widest = max(max(w) for w in widths)
-    memory = [2 * (8 * (c.vertices + 1) + c.index_bytes * c.edges) + 4 * c.vertices * num_features
-              + 31 * c.vertices + 16 * c.leaf_entries + 4 * c.vertices * act
-              + 8 * (c.leaves + c.leaf_entries) * widest for c in counts]
+    memory = [training_memory(c.vertices, c.edges, num_features, num_classes, hidden, layers,
+                              saved_bytes=saved_bytes,
+                              split_entries=c.leaves + c.leaf_entries)["total"]
+              for c in counts]
     return {
         "num_parts": P,
         "num_nodes": num_nodes,
@@ -109,7 +187,7 @@ def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
         "exchange_floats_per_layer": {"max": max(exchange, default=0),
                                       "mean": float(np.mean(exchange)) if P else 0.0},
         "memory_model": {"hidden": hidden, "layers": layers, "num_features": num_features,
-                         "num_classes": num_classes},
+                         "num_classes": num_classes, "saved_bytes": saved_bytes},
         "predicted_memory_bytes": {"max": max(memory, default=0),
                                    "mean": float(np.mean(memory)) if P else 0.0},
         "per_rank": [{"vertices": c.vertices, "edges": c.edges, "roots": c.roots,

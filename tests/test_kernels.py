@@ -303,3 +303,26 @@ def test_the_backend_times_plans_only_when_a_trial_is_allowed(monkeypatch):
         torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
         assert bool(timed) == trial
         assert (g.cache[("numba-plan", False, 32, 4)].hub_block == 0) or trial
+
+
+def test_widths_that_choose_the_same_blocking_share_one_plan():
+    import torch
+
+    from distgnn.backends import get_backend
+    from distgnn.graph import CSRGraph
+
+    m = sp.random(200, 200, density=0.05, format="csr", random_state=1, dtype=np.float32)
+    g = CSRGraph.from_scipy(m)
+    backend = get_backend("numba", kernel_trial=False)
+    for width in (8, 24):
+        x = torch.randn(200, width)
+        y, _ = backend.spmm(g, x, "sum")
+        torch.testing.assert_close(y, torch.from_numpy(m @ x.numpy()), rtol=1e-5, atol=1e-5)
+        grad = backend.spmm_backward(g, x, "sum", None)
+        torch.testing.assert_close(grad, torch.from_numpy(m.T @ x.numpy()), rtol=1e-5,
+                                   atol=1e-5)
+    plans = {k: v for k, v in g.cache.items() if k[0] == "numba-plan"}
+    assert len(plans) == 4
+    assert plans[("numba-plan", False, 8, 4)] is plans[("numba-plan", False, 24, 4)]
+    assert plans[("numba-plan", True, 8, 4)] is plans[("numba-plan", True, 24, 4)]
+    assert plans[("numba-plan", False, 8, 4)] is not plans[("numba-plan", True, 8, 4)]

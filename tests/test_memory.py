@@ -3,20 +3,24 @@ import pytest
 
 from distgnn.config import TrainConfig
 from distgnn.errors import DistGNNError
-from distgnn.memory import estimate, require
+from distgnn.memory import predict, require
+from partition.stats import training_memory as estimate
 
 
 def test_float64_doubles_every_float_but_not_the_graph():
     single = estimate(1000, 5000, 32, 4, 16, 2)
     double = estimate(1000, 5000, 32, 4, 16, 2, value_bytes=8)
-    for part in ("model", "activations", "features"):
+    for part in ("model", "activations"):
         assert double[part] == 2 * single[part]
-    assert double["graph copies"] == single["graph copies"] == 24 * 5000 + 16 * 1000
+    # labels, masks and degrees (24 bytes per vertex) are not floats of the run's type
+    assert double["features"] - 24 * 1000 == 2 * (single["features"] - 24 * 1000)
+    assert double["graph"] == single["graph"] == 18 * 5000 + 40 * 1000
+    assert double["runtime"] == single["runtime"] == 600 << 20
     # model: 5 copies of (F + 1) H + (H + 1) C floats
     assert single["model"] == 4 * 5 * (33 * 16 + 17 * 4)
     # a precomputed first aggregation keeps an aggregate as large as the features
     pre = estimate(1000, 5000, 32, 4, 16, 2, precompute_first=True)
-    assert pre["features"] == 2 * single["features"] == 2 * 4 * 1000 * 32
+    assert pre["features"] - single["features"] == 4 * 1000 * 32
 
 
 def test_a_run_that_cannot_fit_is_refused_with_its_parts():
@@ -58,10 +62,49 @@ def test_delayed_exchange_counts_its_bins():
     base = estimate(1000, 5000, 32, 4, 16, 2)
     cdr = estimate(1000, 5000, 32, 4, 16, 2, exchanges=4, delay=100, split_entries=50)
     assert cdr["delayed exchange"] == 4 * (6 * 1024 * 100 + 5 * 4 * 50 * 32)
-    assert cdr["total"] - base["total"] == cdr["delayed exchange"]
-    cfg = TrainConfig(algo="cd-r", delay=5)
-    require(cfg, 2708, 10556, 1433, 7, "cpu", "cora", split_entries=500)
-    with pytest.raises(DistGNNError, match="delayed exchange"):
-        # 2 layers x 2 passes x 10^5 bins x 6 KiB = 2.5 GB; x 10 ranks' worth of layers
-        require(TrainConfig(algo="cd-r", delay=100_000, layers=100), 2708, 10556, 1433, 7,
-                "cpu", "cora", split_entries=500)
+    # the split entries' tables and buffer rows are there for cd-0 too
+    assert cdr["exchange"] == 50 * (4 * 16 + 80)  # widest exchanged: min(32, 16)
+    assert cdr["total"] - base["total"] == cdr["delayed exchange"] + cdr["exchange"]
+    big = predict(TrainConfig(algo="cd-r", delay=100_000, layers=100), 2708, 10556, 1433, 7,
+                  split_entries=500)
+    # 100 layers x 2 passes x 10^5 bins x 6 KiB = 123 GB
+    assert big["delayed exchange"] > 100 * 2 * 100_000 * 6 * 1024
+    small = predict(TrainConfig(algo="cd-r", delay=5), 2708, 10556, 1433, 7, split_entries=500)
+    assert small["delayed exchange"] == 2 * 2 * (6 * 1024 * 5 + 5 * 4 * 500 * 1433)
+    assert predict(TrainConfig(algo="cd-0"), 2708, 10556, 1433, 7,
+                   split_entries=500)["delayed exchange"] == 0
+
+def test_bf16_storage_halves_only_the_saved_activations():
+    """Stored in bf16, what autograd keeps (a N sum(d_in + d_out)) halves; the backward
+    gradient (s N max d) and the logits (3 s N C) stay float32."""
+    fp32 = estimate(1000, 5000, 32, 4, 16, 2)
+    bf16 = estimate(1000, 5000, 32, 4, 16, 2, saved_bytes=2)
+    saved = 1000 * ((32 + 16) + (16 + 4))
+    assert fp32["activations"] - bf16["activations"] == 2 * saved
+    assert bf16["activations"] == 2 * saved + 4 * 1000 * 32 + 3 * 4 * 1000 * 4
+    assert {k: v for k, v in fp32.items() if k not in ("activations", "total")} == \
+        {k: v for k, v in bf16.items() if k not in ("activations", "total")}
+
+
+class _Ranks:
+    """A communicator of ``size`` ranks on one node whose allreduce adds the rows the
+    other ranks would have written: copies of this rank's."""
+
+    def __init__(self, size):
+        self.rank, self.size = 0, size
+
+    def allreduce(self, table, op="sum"):
+        table[1:] = table[0]
+
+
+def test_the_ranks_of_a_node_are_refused_together():
+    """Each rank's prediction fits the node alone; as many ranks as the node's memory holds
+    once are accepted, and twice that many refused, with the count and both sizes."""
+    from distgnn.memory import available_bytes, held_bytes, require_on_node
+
+    have = available_bytes("cpu") + held_bytes("cpu")
+    need = {"runtime": have // 4, "total": have // 4}
+    require_on_node(_Ranks(2), need, "cpu", "p")  # 2 x 1/4 of the node: fits
+    with pytest.raises(DistGNNError, match=r"p: the 8 ranks on this node need about .* "
+                                           r"\(this one .*runtime .*\) but cpu has"):
+        require_on_node(_Ranks(8), need, "cpu", "p")

@@ -27,7 +27,31 @@ where ``a`` and ``u`` are the measured rates (forward and backward together), th
 2 in ``t_comm`` counts the two alltoallvs of an exchange (leaves to roots, roots back),
 ``G`` the parameters, and ``s = max(1, P T / cores)`` the slow-down of an oversubscribed
 node (only when ``--cores`` is given; on a cluster each rank has its own cores).  0c has
-no ``t_comm`` and no ``t_prepost``.
+no ``t_comm`` and no ``t_prepost``.  Each row also gives the largest rank's memory by the
+model of :func:`partition.stats.summarize` (``predicted_memory_bytes``, evaluated on the
+same per-rank counts).
+
+A graph too large to load here (``--size nodes=N,edges=E``): the ``--dataset`` is a proxy,
+trained to measure the rates and partitioned at each ``P``, and each rank's counts at that
+``P`` are scaled to the target's size,
+
+.. math::
+    E_p' = \\mathrm{round}(E_p \\, E' / E), \\qquad
+    x_p' = \\mathrm{round}(x_p \\, N' / N) \\quad (x = n, \\text{roots}, l, L)
+
+with ``N`` and ``E`` the proxy's vertices (the sum of its roots: one per vertex) and edges
+(the sum of ``E_p``), ``N'`` and ``E'`` the target's.  The proxy's replication factor,
+split fraction and balance at each ``P`` are thus carried over unchanged (an assumption:
+pick a proxy of the target's average degree and degree skew).  ``t_local``, ``t_dense``,
+``t_prepost`` and the bandwidth part of ``t_comm`` grow with the counts (by exactly ``k``
+when ``N'`` and ``E'`` are ``k`` times the proxy's); the latency part, the allreduce and the
+optimizer do not.  The memory is the same model evaluated on the scaled counts (its terms
+proportional to them grow by ``k`` too).  The rates are per edge and per vertex, so they
+carry over when the proxy has the target's feature and class widths (``features=`` and
+``classes=`` of ``--size``, when given, must be the proxy's) and is itself too large for
+the caches, as the target is.  ``E`` counts the edges as the trainer stores them: both
+directions of an undirected (symmetrised) graph.  ``--validate`` does not combine with
+``--size``: it can only measure the proxy.
 """
 from __future__ import annotations
 
@@ -41,6 +65,7 @@ import numpy as np
 from partition.stats import layer_widths
 
 from ..cli_common import comma_list
+from ..errors import DistGNNError
 from ..exchange.adaptive import POSITION_BYTES, budgeted_rows
 from .output import finish, output_arguments
 
@@ -61,6 +86,99 @@ class Rates:
     triad_bytes_s: float
 
 
+SIZE_KEYS = ("nodes", "edges", "features", "classes")
+SIZE_FORM = "nodes=N,edges=E[,features=F][,classes=C]"
+
+
+@dataclasses.dataclass
+class TargetSize:
+    """The graph a projection is for (``--size``): ``edges`` as the trainer stores them
+    (both directions of an undirected graph); ``features``/``classes``, when given, must be
+    the proxy dataset's."""
+
+    nodes: int
+    edges: int
+    features: int | None = None
+    classes: int | None = None
+
+
+def parse_size(text: str) -> TargetSize:
+    """``--size nodes=N,edges=E[,features=F][,classes=C]``: whole numbers >= 1; a bad
+    item is one line naming it."""
+    fields: dict[str, int] = {}
+    for item in text.split(","):
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} is not KEY=VALUE; expected "
+                                             f"{SIZE_FORM}")
+        if key not in SIZE_KEYS:
+            raise argparse.ArgumentTypeError(f"unknown key {key!r}; the keys are "
+                                             f"{', '.join(SIZE_KEYS)}")
+        if key in fields:
+            raise argparse.ArgumentTypeError(f"{key} is given twice")
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{key}={value!r} is not a whole number") from None
+        if number < 1:
+            raise argparse.ArgumentTypeError(f"{key}={number} must be at least 1")
+        fields[key] = number
+    missing = [k for k in ("nodes", "edges") if k not in fields]
+    if missing:
+        raise argparse.ArgumentTypeError(f"{' and '.join(missing)} missing; expected "
+                                         f"{SIZE_FORM}")
+    return TargetSize(**fields)
+
+
+def check_size(size: TargetSize, num_features: int, num_classes: int, name: str) -> None:
+    """Refuse a ``--size`` whose widths are not the proxy's: the rates measured on the
+    proxy hold at its widths only."""
+    for key, given, proxy in (("features", size.features, num_features),
+                              ("classes", size.classes, num_classes)):
+        if given is not None and given != proxy:
+            raise DistGNNError(f"--size {key}={given} but the dataset {name} has {proxy} "
+                               f"{key}: the rates are measured on the dataset, so give it "
+                               f"{given} {key} too (a generator spec takes {key}={given})")
+
+
+def scale_statistics(stats: dict[int, list[dict]], nodes: int, edges: int
+                     ) -> tuple[dict[int, list[dict]], dict[int, dict]]:
+    """Per P, each rank's counts scaled to a graph of ``nodes`` vertices and ``edges`` edges
+    (the module docstring), and the proxy's size and the ratios used."""
+    scaled, ratios = {}, {}
+    for P, per_rank in stats.items():
+        proxy_nodes = sum(r["roots"] for r in per_rank)
+        proxy_edges = sum(r["edges"] for r in per_rank)
+        if proxy_nodes < 1 or proxy_edges < 1:
+            raise DistGNNError(f"P={P}: the partitioned graph has {proxy_nodes} vertices and "
+                               f"{proxy_edges} edges; --size needs a proxy with both")
+        vx, ex = nodes / proxy_nodes, edges / proxy_edges
+        rows = []
+        for r in per_rank:
+            vertices = round(r["vertices"] * vx)
+            rows.append({"vertices": vertices, "edges": round(r["edges"] * ex),
+                         "roots": round(r["roots"] * vx), "leaves": round(r["leaves"] * vx),
+                         "leaf_entries": round(r["leaf_entries"] * vx),
+                         "index_bytes": 4 if vertices < 2**31 else 8})
+        scaled[P] = rows
+        ratios[P] = {"proxy_nodes": proxy_nodes, "proxy_edges": proxy_edges,
+                     "vertex_ratio": vx, "edge_ratio": ex}
+    return scaled, ratios
+
+
+def predicted_memory(per_rank: list[dict], num_nodes: int, num_features: int,
+                     num_classes: int, hidden: int, layers: int) -> int:
+    """The largest rank's memory in bytes by :func:`partition.stats.summarize`'s model."""
+    from partition.stats import PartCounts, summarize
+
+    counts = [PartCounts(r["vertices"], r["edges"], r["roots"], r["leaves"], r["leaf_entries"],
+                         r.get("index_bytes", 4 if r["vertices"] < 2**31 else 8))
+              for r in per_rank]
+    summary = summarize(counts, num_nodes, 0, num_features=num_features,
+                        num_classes=num_classes, hidden=hidden, layers=layers)
+    return max(int(r["predicted_memory_bytes"]) for r in summary["per_rank"])
+
+
 HELP = "scaling model: epoch time of 0c, cd-0, cd-r at P ranks"
 DESCRIPTION = ("Predict per-epoch time and phases of 0c, cd-0 and cd-r at each P from partition "
                "statistics, rates measured here and a network model; --validate P... checks it "
@@ -69,7 +187,14 @@ DESCRIPTION = ("Predict per-epoch time and phases of 0c, cd-0 and cd-r at each P
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset", default="rmat:scale=18,edge_factor=16,features=128",
-                   help="dataset or generator spec")
+                   help="dataset or generator spec (with --size: the proxy, trained for the "
+                        "rates and partitioned)")
+    p.add_argument("--size", type=parse_size, metavar=SIZE_FORM,
+                   help="project to a graph of this size that is not loaded: each rank's "
+                        "counts of the --dataset at each P are scaled by the vertex and edge "
+                        "ratios (replication taken from the dataset); E counts the edges as "
+                        "trained (both directions of an undirected graph); features and "
+                        "classes, if given, must be the dataset's; not with --validate")
     p.add_argument("--parts", default=[1, 2, 4, 8, 16, 32, 64, 128], type=comma_list(int),
                    help="comma-separated P to partition the graph into (libra)")
     p.add_argument("--stats", nargs="+", metavar="FILE",
@@ -233,11 +358,13 @@ def table(stats: dict[int, list[dict]], rates: Rates, widths, exchanges, params,
 def format_table(rows: list[dict], delay: int) -> str:
     names = {"0c": "0c", "cd-0": "cd-0", "cd-r": f"cd-{delay}"}
     lines = [f"  {'P':>4} " + " ".join(f"{names[a] + ' s':>10} {'x':>6}" for a in ALGOS)
-             + f" {'fwd local ms':>13} {'fwd remote ms':>14}"]
+             + f" {'fwd local ms':>13} {'fwd remote ms':>14} {'memory MiB/rank':>16}"]
     for r in rows:
+        memory = r.get("predicted_memory_bytes")
         lines.append(f"  {r['parts']:>4} " + " ".join(
             f"{r[a]['epoch']:>10.4f} {r[a]['speedup']:>6.2f}" for a in ALGOS)
             + f" {r['forward_local_s'] * 1e3:>13.2f} {r['forward_remote_s'] * 1e3:>14.2f}"
+            + (f" {memory / 2**20:>16,.1f}" if memory is not None else f" {'':>16}")
             + ("  (oversubscribed)" if r["slowdown"] > 1 else ""))
     return "\n".join(lines)
 
@@ -248,10 +375,15 @@ def main(args) -> int:
     from ..training import build_model, configure_threads
     from .machine import machine_info
 
+    if args.size and args.validate:
+        raise DistGNNError("--validate runs the --dataset itself and cannot check a projection "
+                           "to --size; validate without --size")
     configure_threads(args.threads)
     data = load(args.dataset)
     print(f"{data.name}: {data.graph.num_nodes:,} vertices, {data.graph.num_edges:,} edges",
           flush=True)
+    if args.size:
+        check_size(args.size, data.num_features, data.num_classes, data.name)
     cfg = TrainConfig(model=args.model, hidden=args.hidden, layers=args.layers, epochs=4,
                       eval_every=4, threads=args.threads, progress=False)
     rates = measure_rates(data, cfg)
@@ -262,8 +394,23 @@ def main(args) -> int:
     stats = (read_statistics(args.stats) if args.stats
              else partition_statistics(data.graph, args.parts))
     exchanges = exchange_widths(data.num_features, args.hidden, data.num_classes, args.layers)
+    num_nodes, ratios = data.graph.num_nodes, {}
+    if args.size:
+        stats, ratios = scale_statistics(stats, args.size.nodes, args.size.edges)
+        num_nodes = args.size.nodes
     rows = table(stats, rates, widths, exchanges, params, alpha, beta, args.delay,
                  args.threads, args.cores)
+    for row in rows:
+        row["predicted_memory_bytes"] = predicted_memory(
+            stats[row["parts"]], num_nodes, data.num_features, data.num_classes, args.hidden,
+            args.layers)
+        if args.size:
+            row["scale"] = ratios[row["parts"]]
+    if args.size:
+        first = ratios[rows[0]["parts"]]
+        print(f"projected to {args.size.nodes:,} vertices and {args.size.edges:,} edges: "
+              f"vertex counts x{first['vertex_ratio']:.4g}, edge counts "
+              f"x{first['edge_ratio']:.4g} (replication of {data.name}'s partitions)")
     print(f"rates: aggregation {rates.aggregation_per_edge * 1e9:.2f} ns/edge, dense "
           f"{rates.dense_per_vertex * 1e6:.2f} us/vertex, optimizer "
           f"{rates.optimizer * 1e3:.2f} ms; network alpha {alpha * 1e6:.1f} us, beta "
@@ -274,6 +421,9 @@ def main(args) -> int:
               "delay": args.delay, "network": {"alpha_s": alpha, "beta_b_s": beta},
               "rates": dataclasses.asdict(rates), "widths": widths,
               "exchange_widths": exchanges, "params": params,
+              "size": (None if not args.size else
+                       {"nodes": args.size.nodes, "edges": args.size.edges,
+                        "features": data.num_features, "classes": data.num_classes}),
               "machine": machine_info(args.threads), "rows": rows}
     if args.validate:
         from .validate import validate

@@ -68,7 +68,9 @@ def _predict_rows(result: dict) -> list[dict]:
     return [{"P": r["parts"], **{f"{a} s": r[a]["epoch"] for a in ("0c", "cd-0", "cd-r")},
              **{f"{a} x": r[a]["speedup"] for a in ("0c", "cd-0", "cd-r")},
              "fwd local ms": r["forward_local_s"] * 1e3,
-             "fwd remote ms": r["forward_remote_s"] * 1e3} for r in result["rows"]]
+             "fwd remote ms": r["forward_remote_s"] * 1e3,
+             **({"memory MiB/rank": r["predicted_memory_bytes"] / 2**20}
+                if "predicted_memory_bytes" in r else {})} for r in result["rows"]]
 
 
 def section(path: Path, result: dict, chart_dir: Path, link_base: Path) -> list[str]:
@@ -85,6 +87,10 @@ def section(path: Path, result: dict, chart_dir: Path, link_base: Path) -> list[
     if kind == "epoch":
         lines += markdown_table(_epoch_rows(result))
     elif kind == "predict":
+        size = result.get("size")
+        if size:
+            lines += [(f"Projected to {size['nodes']:,} vertices and {size['edges']:,} "
+                       f"edges from `{result['dataset']}` (its rates and replication)."), ""]
         lines += markdown_table(_predict_rows(result))
         if result.get("validation"):
             lines += ["", "Validation against runs on this machine:", ""]

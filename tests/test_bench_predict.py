@@ -1,0 +1,183 @@
+"""distgnn-bench predict --size: a proxy's partitions scaled to a graph that is not loaded."""
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from distgnn.bench.predict import (
+    Rates,
+    TargetSize,
+    check_size,
+    exchange_widths,
+    parse_size,
+    partition_statistics,
+    predicted_memory,
+    scale_statistics,
+    table,
+)
+from distgnn.errors import DistGNNError
+
+BIN = Path(sys.executable).parent
+RATES = Rates(aggregation_per_edge=2e-9, dense_per_vertex=3e-6, optimizer=1e-3,
+              triad_bytes_s=1e10)
+F, H, C, LAYERS = 16, 32, 4, 2
+ALPHA, BETA, PARAMS = 5e-6, 1e9, 5000
+
+
+@pytest.fixture(scope="module")
+def proxy():
+    """A tiny R-MAT graph and its libra partitions at P = 1, 2, 4."""
+    from distgnn.datasets import load
+
+    data = load(f"rmat:scale=9,edge_factor=8,features={F},classes={C}")
+    return data, partition_statistics(data.graph, [1, 2, 4])
+
+
+def rows_of(stats):
+    widths = [min(a, b) for a, b in zip([F, H], [H, C])]
+    return table(stats, RATES, widths, exchange_widths(F, H, C, LAYERS), PARAMS, ALPHA, BETA,
+                 5, 1, None)
+
+
+def memory(stats, P, num_nodes):
+    return predicted_memory(stats[P], num_nodes, F, C, H, LAYERS)
+
+
+def test_parse_size_reads_every_key():
+    assert parse_size("nodes=111059956,edges=3231371744,features=128,classes=172") == \
+        TargetSize(111059956, 3231371744, 128, 172)
+    assert parse_size(" edges = 10 , nodes=3") == TargetSize(3, 10)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("nodes=10", "edges missing"),
+    ("edges=10", "nodes missing"),
+    ("", "is not KEY=VALUE"),
+    ("nodes=10,edges", "'edges' is not KEY=VALUE"),
+    ("nodes=10,=5,edges=3", "is not KEY=VALUE"),
+    ("vertices=10,edges=5", "unknown key 'vertices'"),
+    ("nodes=1e8,edges=5", "nodes='1e8' is not a whole number"),
+    ("nodes=10,edges=2.5", "edges='2.5' is not a whole number"),
+    ("nodes=0,edges=5", "nodes=0 must be at least 1"),
+    ("nodes=10,edges=-5", "edges=-5 must be at least 1"),
+    ("nodes=10,nodes=11,edges=5", "nodes is given twice"),
+])
+def test_parse_size_refuses_malformed_text(text, message):
+    with pytest.raises(argparse.ArgumentTypeError, match=message.replace("(", r"\(")):
+        parse_size(text)
+
+
+def test_size_must_keep_the_proxys_widths():
+    check_size(TargetSize(10, 20), 128, 172, "proxy")  # widths left out: the proxy's
+    check_size(TargetSize(10, 20, 128, 172), 128, 172, "proxy")
+    with pytest.raises(DistGNNError, match="classes=172 but the dataset proxy has 16 classes"):
+        check_size(TargetSize(10, 20, 128, 172), 128, 16, "proxy")
+    with pytest.raises(DistGNNError, match="features=100"):
+        check_size(TargetSize(10, 20, features=100), 128, 16, "proxy")
+
+
+def test_malformed_size_is_one_line_on_the_command_line():
+    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--size", "nodes=10,edge=5"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "argument --size" in lines[0] and "unknown key 'edge'" in lines[0]
+    # a projection cannot be validated here: refused before anything is loaded
+    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--dataset", "no-such-file",
+                           "--size", "nodes=10,edges=20", "--validate", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--validate" in proc.stderr, proc.stderr
+    assert "no-such-file" not in proc.stderr
+
+
+def test_target_of_the_proxys_size_gives_the_unscaled_prediction(proxy):
+    data, stats = proxy
+    N, E = data.graph.num_nodes, data.graph.num_edges
+    for per_rank in stats.values():  # what the ratios rest on: one root per vertex
+        assert sum(r["roots"] for r in per_rank) == N
+        assert sum(r["edges"] for r in per_rank) == E
+    scaled, ratios = scale_statistics(stats, N, E)
+    assert scaled == stats
+    assert all(r["vertex_ratio"] == r["edge_ratio"] == 1.0 for r in ratios.values())
+    assert rows_of(scaled) == rows_of(stats)
+    for P in stats:
+        assert memory(scaled, P, N) == memory(stats, P, N) > 0
+
+
+@pytest.mark.parametrize("k", [2, 3, 1000])
+def test_scaling_the_target_by_k_scales_the_local_terms_and_memory(proxy, k):
+    data, stats = proxy
+    N, E = data.graph.num_nodes, data.graph.num_edges
+    scaled, ratios = scale_statistics(stats, k * N, k * E)
+    for P, per_rank in stats.items():
+        assert ratios[P]["vertex_ratio"] == ratios[P]["edge_ratio"] == k
+        for small, big in zip(per_rank, scaled[P]):
+            for key in ("vertices", "edges", "roots", "leaves", "leaf_entries"):
+                assert big[key] == k * small[key]
+    base, rows = rows_of(stats), rows_of(scaled)
+    for b, r in zip(base, rows):
+        P = r["parts"]
+        latency = sum(2 * ALPHA * (P - 1) for _ in exchange_widths(F, H, C, LAYERS))
+        for algo in ("0c", "cd-0", "cd-r"):
+            for phase in ("local_aggregation", "dense", "prepost"):
+                assert r[algo][phase] == pytest.approx(k * b[algo][phase], rel=1e-12)
+            for phase in ("optimizer", "allreduce"):  # the model's size: unchanged
+                assert r[algo][phase] == b[algo][phase]
+        if P > 1:  # the bandwidth part of the exchange grows by k, the latency part does not
+            assert b["cd-0"]["prepost"] > 0
+            assert r["cd-0"]["comm"] - latency == pytest.approx(
+                k * (b["cd-0"]["comm"] - latency), rel=1e-9)
+        # memory: the summarize() model on the scaled counts, affine in k
+        m1, m2, mk = (memory(s, P, n) for s, n in
+                      ((stats, N), (scale_statistics(stats, 2 * N, 2 * E)[0], 2 * N),
+                       (scaled, k * N)))
+        assert m1 < m2 < mk if k > 2 else m1 < m2
+        assert mk - m1 == pytest.approx((k - 1) * (m2 - m1), rel=1e-9)
+
+
+def test_memory_is_the_largest_ranks_by_summarize(proxy):
+    from partition.stats import PartCounts, summarize
+
+    data, stats = proxy
+    scaled, _ = scale_statistics(stats, 111_059_956, 3_231_371_744)
+    counts = [PartCounts(**r) for r in scaled[4]]
+    expected = summarize(counts, 111_059_956, 0, num_features=F, num_classes=C, hidden=H,
+                         layers=LAYERS)["predicted_memory_bytes"]["max"]
+    assert memory(scaled, 4, 111_059_956) == expected
+    # a ratio that is not whole: each count within rounding of its exact scaled value
+    ratio = 111_059_956 / data.graph.num_nodes
+    for small, big in zip(stats[4], scaled[4]):
+        assert abs(big["leaves"] - small["leaves"] * ratio) <= 0.5
+        assert abs(big["vertices"] - small["vertices"] * ratio) <= 0.5
+
+
+@pytest.mark.slow
+def test_predict_with_size_writes_memory_and_the_ratios(tmp_path):
+    """End to end on a tiny proxy: the JSON rows carry the memory and the ratios, and the
+    report shows both."""
+    out = tmp_path / "predict.json"
+    spec = "rmat:scale=8,edge_factor=8,features=8,classes=4"
+    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--dataset", spec,
+                           "--parts", "1,2", "--hidden", "8", "--size",
+                           "nodes=2560,edges=100000,features=8,classes=4", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "projected to 2,560 vertices and 100,000 edges" in proc.stdout
+    assert "memory MiB/rank" in proc.stdout
+    result = json.loads(out.read_text())
+    assert result["size"] == {"nodes": 2560, "edges": 100000, "features": 8, "classes": 4}
+    (one, two) = result["rows"]
+    assert one["scale"]["vertex_ratio"] == 10.0
+    assert one["scale"]["edge_ratio"] == pytest.approx(100000 / one["scale"]["proxy_edges"])
+    assert one["predicted_memory_bytes"] > two["predicted_memory_bytes"] > 0
+    page = tmp_path / "report.md"
+    proc = subprocess.run([str(BIN / "distgnn-bench"), "report", str(out), "--out", str(page)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    text = page.read_text()
+    assert "Projected to 2,560 vertices and 100,000 edges" in text
+    assert "memory MiB/rank" in text
