@@ -104,7 +104,8 @@ def _model_flags(p: argparse.ArgumentParser, d) -> None:
                    default=d.aggregation_precision,
                    help="what sum/mean aggregations gather, forward and backward: fp32, or "
                         "bf16 (features and gradients rounded to bf16, accumulated in fp32: "
-                        "half the bytes the Numba kernels move; max/min stay fp32)")
+                        "half the bytes the Numba kernels move; max/min stay fp32; the "
+                        "activations kept for the backward pass are stored in bf16 too)")
     g.add_argument("--no-kernel-trial", dest="kernel_trial", action="store_false",
                    help="take the Numba SpMM's untimed plan (no hub blocking) instead of "
                         "timing a few block sizes per feature width on graphs of 2M edges "

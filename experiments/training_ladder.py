@@ -67,8 +67,11 @@ def train(parts: Path, a, metrics: Path) -> dict:
     print("$", shlex.join(cmd), flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
-        lines = [li for li in (proc.stderr + proc.stdout).splitlines() if li.strip()]
-        return {"failed": proc.returncode, "last_line": lines[-1] if lines else ""}
+        lines = [li for li in (proc.stderr + proc.stdout).splitlines()
+                 if li.strip() and not li.startswith("---")]
+        refused = [li for li in lines if "need about" in li]  # memory.require's line
+        return {"failed": proc.returncode,
+                "last_line": (refused or lines or [""])[0 if refused else -1]}
     records, _ = read_metrics(metrics)
     later = records[1:] or records
     median = statistics.median(r["epoch_s"] for r in later)

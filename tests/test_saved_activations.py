@@ -1,0 +1,61 @@
+"""Activations saved for the backward pass in bf16: what is narrowed, what is kept, and
+gradients that differ from float32 storage by rounding only."""
+import copy
+
+import torch
+
+from distgnn.aggregate import Neighbourhood
+from distgnn.backends import TorchSparseBackend
+from distgnn.models import GNN
+from distgnn.nn import prepare
+from distgnn.saved_activations import MIN_ELEMENTS, saved_in_bf16
+
+
+def test_large_float_tensors_are_narrowed_once_and_parameters_never():
+    lin = torch.nn.Linear(512, 512)
+    x = torch.randn(512, 512, requires_grad=True)
+    packed = {}
+    with saved_in_bf16({p.untyped_storage().data_ptr() for p in lin.parameters()}, packed):
+        y = x * x  # saves x twice: stored once
+        z = lin(y)  # saves y and the weight; the weight stays float32
+    assert len(packed) == 2
+    assert all(t.dtype == torch.bfloat16 for t in packed.values())
+    assert {t.shape for t in packed.values()} == {(512, 512)}
+    z.sum().backward()
+    # d/dx sum(W (x*x)) = 2 x * (1 W): the saved x and x*x are rounded, W is not
+    want = 2 * x.detach() * lin.weight.detach().sum(0)
+    torch.testing.assert_close(x.grad, want, rtol=2 ** -7, atol=1e-6)
+    small = torch.randn(MIN_ELEMENTS - 1, requires_grad=True)
+    packed.clear()
+    with saved_in_bf16(set(), packed):
+        (small * small).sum().backward()
+    assert not packed and torch.equal(small.grad, 2 * small.detach())
+
+
+def _gradients(model, g, x, y, bf16: bool) -> dict:
+    model = copy.deepcopy(model)
+    prepare(model, g, bf16_activations=bf16)
+    model.train()
+    g.set_epoch(3, True)
+    torch.nn.functional.cross_entropy(model(g, x), y).backward()
+    g.set_epoch(0, False)
+    with torch.no_grad():  # evaluation saves nothing: the hooks stay out of it
+        model.eval()
+        model(g, x)
+    return {name: p.grad for name, p in model.named_parameters()}
+
+
+def test_training_gradients_change_by_rounding_only(random_graph):
+    graph, *_ = random_graph(seed=3, n=600, e=6000)
+    g = Neighbourhood(graph, TorchSparseBackend())
+    torch.manual_seed(0)
+    x, y = torch.randn(600, 256), torch.randint(0, 5, (600,))
+    model = GNN("sage", 256, 256, 5, num_layers=2, aggregator="gcn")
+    exact, rounded = _gradients(model, g, x, y, False), _gradients(model, g, x, y, True)
+    assert exact.keys() == rounded.keys()
+    differs = False
+    for name in exact:
+        torch.testing.assert_close(rounded[name], exact[name], rtol=0.02,
+                                   atol=0.02 * float(exact[name].abs().max()))
+        differs |= not torch.equal(rounded[name], exact[name])
+    assert differs  # the saved [600, 256] activations were rounded
