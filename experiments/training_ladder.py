@@ -45,14 +45,12 @@ def partitions(files: Path, ranks: int, out: Path) -> float:
     return time.perf_counter() - started
 
 
-def predicted(parts: Path, hidden: int, extra: list[str]) -> dict:
+def predicted(parts: Path, hidden: int) -> dict:
     """``inspect``'s statistics of ``parts`` for the model (its JSON)."""
     out = parts / "inspect.json"
     out.unlink(missing_ok=True)
-    precision = (["--aggregation-precision", extra[extra.index("--aggregation-precision") + 1]]
-                 if "--aggregation-precision" in extra else [])
     subprocess.run([str(BIN / "distgnn-partition"), "inspect", str(parts), "--hidden",
-                    str(hidden), "--layers", "2", *precision, "--json", str(out)], check=True,
+                    str(hidden), "--layers", "2", "--json", str(out)], check=True,
                    stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
 
@@ -103,7 +101,7 @@ def main() -> None:
             write_rmat_files(files, scale, 16, a.features)
         parts = a.work / f"rmat{scale}-p{a.ranks}"
         partition_s = partitions(files, a.ranks, parts)
-        stats = predicted(parts, a.hidden, a.extra)
+        stats = predicted(parts, a.hidden)
         per_rank = stats["per_rank"]
         row = {"scale": scale, "vertices": stats["num_nodes"], "edges": stats["num_edges"],
                "ranks": a.ranks, "extra": a.extra, "partition_s": partition_s,

@@ -82,10 +82,6 @@ def _stat_flags(parser: argparse.ArgumentParser) -> None:
                         help="hidden width for the predicted memory per rank (default 256)")
     parser.add_argument("--layers", type=count(MAX_LAYERS), default=2,
                         help="model layers for the predicted memory per rank (default 2)")
-    parser.add_argument("--aggregation-precision", choices=("fp32", "bf16"), default="fp32",
-                        help="the training run's: bf16 stores the activations kept for the "
-                             "backward pass in bf16, which the predicted memory counts "
-                             "(default fp32)")
     parser.add_argument("--json", metavar="FILE", help="also write the statistics as JSON")
 
 
@@ -181,11 +177,6 @@ def verify_parser() -> argparse.ArgumentParser:
     return p
 
 
-def saved_bytes(args) -> int:
-    """Bytes per saved activation of the run ``--aggregation-precision`` describes."""
-    return 2 if args.aggregation_precision == "bf16" else 4
-
-
 def _emit(stats: dict, args) -> None:
     print(format_summary(stats))
     if args.json:
@@ -218,12 +209,11 @@ def partition_dataset(data, out, parts: int, *, method: str = "libra", seed: int
                       keep_pairs: bool | None = None, weights=None,
                       order_vertices: str = "auto", force: bool = False,
                       progress: bool = False, width: int = 128, hidden: int = 256,
-                      layers: int = 2, saved_bytes: int = 4) -> Partitioned:
+                      layers: int = 2) -> Partitioned:
     """Vertex-cut of the NodeDataset ``data`` into ``parts`` partitions, written to the
     partition directory ``out`` (what ``distgnn-partition`` does after loading; the keywords
     are its flags).  ``progress`` shows bars on a terminal for large graphs; ``width``,
-    ``hidden``, ``layers`` and ``saved_bytes`` size the predicted exchange volume and memory
-    of ``stats``."""
+    ``hidden`` and ``layers`` size the predicted exchange volume and memory of ``stats``."""
     weights = check_options(out, parts, seed, weights, force)
     shares = None if weights is None else requested_shares(weights)
     started = time.perf_counter()
@@ -242,8 +232,7 @@ def partition_dataset(data, out, parts: int, *, method: str = "libra", seed: int
     stats = summarize(counts_from_layout(layout), graph.num_nodes,
                       int(np.count_nonzero(layout.clones() > 1)), width=width,
                       num_features=data.num_features, num_classes=data.num_classes,
-                      hidden=hidden, layers=layers, shares=shares,
-                      saved_bytes=saved_bytes)
+                      hidden=hidden, layers=layers, shares=shares)
     settings = {"method": method, "seed": seed, "order": stream_order_name(method, order),
                 "roots": roots, **ordering}
     if weights is not None:
@@ -300,8 +289,7 @@ def stream_main(args, why: str) -> int:
     counts, split = counts_of_directory(args.out)
     stats = summarize(counts, meta["num_nodes"], split, width=args.width,
                       num_features=meta["num_features"], num_classes=meta["num_classes"],
-                      hidden=args.hidden, layers=args.layers,
-                      saved_bytes=saved_bytes(args))
+                      hidden=args.hidden, layers=args.layers)
     _emit(stats, args)
     seconds = meta["seconds"]
     print(f"wrote {args.out} in {sum(seconds.values()):.1f} s (partitioning "
@@ -326,8 +314,7 @@ def partition_main(args) -> int:
                              order=args.order, roots=args.roots, keep_pairs=args.keep_pairs,
                              weights=args.weights, order_vertices=args.order_vertices,
                              force=args.force, progress=args.progress, width=args.width,
-                             hidden=args.hidden, layers=args.layers,
-                             saved_bytes=saved_bytes(args))
+                             hidden=args.hidden, layers=args.layers)
     _emit(done.stats, args)
     seconds, ordering = done.seconds, done.ordering
     trial = ordering.get("vertex_order_trial")
@@ -364,7 +351,7 @@ def inspect_main(args) -> int:
     stats = summarize(counts, meta["num_nodes"], split,
                       width=args.width, num_features=meta.get("num_features", 0),
                       num_classes=meta.get("num_classes", 0), hidden=args.hidden,
-                      layers=args.layers, shares=shares, saved_bytes=saved_bytes(args))
+                      layers=args.layers, shares=shares)
     print(f"{args.directory}: {meta.get('method')} partitions of {meta.get('dataset')} "
           f"(seed {meta.get('seed')}, vertex order {meta.get('vertex_order', 'given')}, "
           f"format version {meta['format_version']})")

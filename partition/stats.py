@@ -73,7 +73,7 @@ RUNTIME_BYTES = 600 << 20
 
 def training_memory(num_nodes: int, num_edges: int, num_features: int, num_classes: int,
                     hidden: int, layers: int, two_weights: bool = False,
-                    value_bytes: int = 4, saved_bytes: int | None = None,
+                    value_bytes: int = 4,
                     precompute_first: bool = False, heads: int = 0, mlp: int = 0,
                     split_entries: int = 0, exchanges: int = 0, delay: int = 0
                     ) -> dict[str, int]:
@@ -82,16 +82,14 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     leaves plus its leaf entries), by part, and their ``total``.
 
     With layer widths ``d_0 = F, d_1 .. d_{L-1} = H, d_L = C`` (:func:`layer_widths`),
-    ``s``-byte floats (``value_bytes``: 4, or 8 under ``--dtype float64``) and saved
-    activations of ``a`` bytes (``saved_bytes``: ``s``, or 2 when stored in bf16,
-    :mod:`distgnn.saved_activations`):
+    ``s``-byte floats (``value_bytes``: 4, or 8 under ``--dtype float64``):
 
     .. math::
         \text{runtime} = 600\ \text{MiB} \qquad
         \text{model} = 5 s \sum_{l=1}^{L} w_l
             \quad\text{(weights, gradients, two Adam moments, best weights)}
 
-        \text{activations} = a N \sum_{l=1}^{L} (d_{l-1} + d_l + 3 m)
+        \text{activations} = s N \sum_{l=1}^{L} (d_{l-1} + d_l + 3 m)
             + s N \max_l d_l + 3 s N C + 6 s E H' L
 
         \text{graph} = 18 E + 40 N \qquad \text{features} = c\, s N F + 24 N
@@ -125,14 +123,13 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     d = layer_widths(num_features, hidden, num_classes, layers)
     k = 2 if two_weights else 1
     s = value_bytes
-    a = s if saved_bytes is None else saved_bytes
     N, E, S = num_nodes, num_edges, split_entries
     weights = (i * mlp + mlp + (mlp + 1) * o if mlp else k * (i + 1) * o
                for i, o in zip(d[:-1], d[1:]))
     parts = {
         "runtime": RUNTIME_BYTES,
         "model": s * 5 * sum(weights),
-        "activations": (a * N * sum(i + o + 3 * mlp for i, o in zip(d[:-1], d[1:]))
+        "activations": (s * N * sum(i + o + 3 * mlp for i, o in zip(d[:-1], d[1:]))
                         + s * N * max(d) + 3 * s * N * num_classes
                         + 6 * s * E * heads * layers),
         "graph": 18 * E + 40 * N,
@@ -145,12 +142,10 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
 
 def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
               width: int = 128, num_features: int = 0, num_classes: int = 0,
-              hidden: int = 256, layers: int = 2, shares=None,
-              saved_bytes: int = 4) -> dict:
+              hidden: int = 256, layers: int = 2, shares=None) -> dict:
     """The statistics of the module docstring as a JSON-ready dict (per-rank lists too).
 
-    ``shares``: the requested edge share of each partition (default equal);
-    ``saved_bytes``: 2 for activations stored in bf16 (see :func:`training_memory`).
+    ``shares``: the requested edge share of each partition (default equal).
     """
     P = len(counts)
     edges = np.array([c.edges for c in counts], np.float64)
@@ -168,7 +163,6 @@ def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
     roots = np.array([c.roots for c in counts], np.float64)
     exchange = [width * (c.leaves + c.leaf_entries) for c in counts]
     memory = [training_memory(c.vertices, c.edges, num_features, num_classes, hidden, layers,
-                              saved_bytes=saved_bytes,
                               split_entries=c.leaves + c.leaf_entries)["total"]
               for c in counts]
     return {
@@ -187,7 +181,7 @@ def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
         "exchange_floats_per_layer": {"max": max(exchange, default=0),
                                       "mean": float(np.mean(exchange)) if P else 0.0},
         "memory_model": {"hidden": hidden, "layers": layers, "num_features": num_features,
-                         "num_classes": num_classes, "saved_bytes": saved_bytes},
+                         "num_classes": num_classes},
         "predicted_memory_bytes": {"max": max(memory, default=0),
                                    "mean": float(np.mean(memory)) if P else 0.0},
         "per_rank": [{"vertices": c.vertices, "edges": c.edges, "roots": c.roots,
