@@ -12,8 +12,11 @@ import os
 import socket
 import zlib
 
+import torch
+
 from partition.stats import training_memory
 
+from .comm import SelfCommunicator
 from .errors import DistGNNError
 from .graph import format_bytes
 
@@ -33,8 +36,6 @@ def available_bytes(device) -> int:
     """Memory a new allocation can take on ``device``: ``MemAvailable`` of the host, or the
     GPU's free memory."""
     if getattr(device, "type", device) == "cuda":
-        import torch
-
         return int(torch.cuda.mem_get_info(device)[0])
     try:
         with open("/proc/meminfo") as f:
@@ -67,8 +68,7 @@ def _refusal(where: str, need: dict, have: int, device, ranks: int = 1) -> DistG
              f" (this one {format_bytes(need['total'])}: {parts})" if ranks > 1 else
              f"the run needs about {format_bytes(need['total'])} ({parts})")
     return DistGNNError(f"{where}: {whose} but {device} has {format_bytes(have)}; reduce "
-                        "--hidden, --layers or --delay, store activations in bf16 "
-                        "(--aggregation-precision bf16), or partition the graph over more "
+                        "--hidden, --layers or --delay, or partition the graph over more "
                         "ranks or nodes")
 
 
@@ -79,9 +79,7 @@ def require(cfg, num_nodes: int, num_edges: int, num_features: int, num_classes:
     its available memory plus what this process holds already."""
     check_features(num_features, where)
     need = predict(cfg, num_nodes, num_edges, num_features, num_classes)
-    have = available_bytes(device) + held_bytes(device)
-    if need["total"] > have:
-        raise _refusal(where, need, have, device)
+    require_on_node(SelfCommunicator(), need, device, where)
 
 
 def check_features(num_features: int, where: str) -> None:
@@ -93,8 +91,6 @@ def check_features(num_features: int, where: str) -> None:
 def held_bytes(device) -> int:
     """What this process holds now on ``device``: ``VmRSS``, or the GPU memory torch has."""
     if getattr(device, "type", device) == "cuda":
-        import torch
-
         return int(torch.cuda.memory_reserved(device))
     return int(process_mib("VmRSS") * (1 << 20))
 
@@ -104,8 +100,6 @@ def require_on_node(comm, need: dict, device, where: str) -> None:
     this node's memory exceed what it has: its available memory plus what those ranks hold
     already (their predictions include it).  Ranks on a GPU share nothing here but their
     own device.  Collective."""
-    import torch
-
     host = zlib.crc32(socket.gethostname().encode()) if getattr(device, "type",
                                                                  device) != "cuda" else -1
     table = torch.zeros(comm.size, 4, dtype=torch.float64)

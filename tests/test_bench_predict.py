@@ -42,8 +42,8 @@ def rows_of(stats):
                  5, 1, None)
 
 
-def memory(stats, P, num_nodes):
-    return predicted_memory(stats[P], num_nodes, F, C, H, LAYERS)
+def memory(stats, P):
+    return predicted_memory(stats[P], F, C, H, LAYERS)
 
 
 def test_parse_size_reads_every_key():
@@ -105,7 +105,7 @@ def test_target_of_the_proxys_size_gives_the_unscaled_prediction(proxy):
     assert all(r["vertex_ratio"] == r["edge_ratio"] == 1.0 for r in ratios.values())
     assert rows_of(scaled) == rows_of(stats)
     for P in stats:
-        assert memory(scaled, P, N) == memory(stats, P, N) > 0
+        assert memory(scaled, P) == memory(stats, P) > 0
 
 
 @pytest.mark.parametrize("k", [2, 3, 1000])
@@ -132,9 +132,8 @@ def test_scaling_the_target_by_k_scales_the_local_terms_and_memory(proxy, k):
             assert r["cd-0"]["comm"] - latency == pytest.approx(
                 k * (b["cd-0"]["comm"] - latency), rel=1e-9)
         # memory: the summarize() model on the scaled counts, affine in k
-        m1, m2, mk = (memory(s, P, n) for s, n in
-                      ((stats, N), (scale_statistics(stats, 2 * N, 2 * E)[0], 2 * N),
-                       (scaled, k * N)))
+        m1, m2, mk = (memory(s, P) for s in
+                      (stats, scale_statistics(stats, 2 * N, 2 * E)[0], scaled))
         assert m1 < m2 < mk if k > 2 else m1 < m2
         assert mk - m1 == pytest.approx((k - 1) * (m2 - m1), rel=1e-9)
 
@@ -147,7 +146,7 @@ def test_memory_is_the_largest_ranks_by_summarize(proxy):
     counts = [PartCounts(**r) for r in scaled[4]]
     expected = summarize(counts, 111_059_956, 0, num_features=F, num_classes=C, hidden=H,
                          layers=LAYERS)["predicted_memory_bytes"]["max"]
-    assert memory(scaled, 4, 111_059_956) == expected
+    assert memory(scaled, 4) == expected
     # a ratio that is not whole: each count within rounding of its exact scaled value
     ratio = 111_059_956 / data.graph.num_nodes
     for small, big in zip(stats[4], scaled[4]):

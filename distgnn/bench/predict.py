@@ -62,7 +62,7 @@ import math
 
 import numpy as np
 
-from partition.stats import layer_widths
+from partition.stats import layer_widths, training_memory
 
 from ..cli_common import comma_list
 from ..errors import DistGNNError
@@ -154,7 +154,7 @@ def scale_statistics(stats: dict[int, list[dict]], nodes: int, edges: int
                                f"{proxy_edges} edges; --size needs a proxy with both")
         vx, ex = nodes / proxy_nodes, edges / proxy_edges
         rows = []
-        for r in per_rank:
+        for r in per_rank:  # the fields of partition.stats.PartCounts
             vertices = round(r["vertices"] * vx)
             rows.append({"vertices": vertices, "edges": round(r["edges"] * ex),
                          "roots": round(r["roots"] * vx), "leaves": round(r["leaves"] * vx),
@@ -166,17 +166,13 @@ def scale_statistics(stats: dict[int, list[dict]], nodes: int, edges: int
     return scaled, ratios
 
 
-def predicted_memory(per_rank: list[dict], num_nodes: int, num_features: int,
-                     num_classes: int, hidden: int, layers: int) -> int:
-    """The largest rank's memory in bytes by :func:`partition.stats.summarize`'s model."""
-    from partition.stats import PartCounts, summarize
-
-    counts = [PartCounts(r["vertices"], r["edges"], r["roots"], r["leaves"], r["leaf_entries"],
-                         r.get("index_bytes", 4 if r["vertices"] < 2**31 else 8))
-              for r in per_rank]
-    summary = summarize(counts, num_nodes, 0, num_features=num_features,
-                        num_classes=num_classes, hidden=hidden, layers=layers)
-    return max(int(r["predicted_memory_bytes"]) for r in summary["per_rank"])
+def predicted_memory(per_rank: list[dict], num_features: int, num_classes: int, hidden: int,
+                     layers: int) -> int:
+    """The largest rank's peak memory in bytes (:func:`partition.stats.training_memory`,
+    what :func:`~partition.stats.summarize` reports per rank)."""
+    return max(training_memory(r["vertices"], r["edges"], num_features, num_classes, hidden,
+                               layers, split_entries=r["leaves"] + r["leaf_entries"])["total"]
+               for r in per_rank)
 
 
 HELP = "scaling model: epoch time of 0c, cd-0, cd-r at P ranks"
@@ -394,16 +390,14 @@ def main(args) -> int:
     stats = (read_statistics(args.stats) if args.stats
              else partition_statistics(data.graph, args.parts))
     exchanges = exchange_widths(data.num_features, args.hidden, data.num_classes, args.layers)
-    num_nodes, ratios = data.graph.num_nodes, {}
+    ratios = {}
     if args.size:
         stats, ratios = scale_statistics(stats, args.size.nodes, args.size.edges)
-        num_nodes = args.size.nodes
     rows = table(stats, rates, widths, exchanges, params, alpha, beta, args.delay,
                  args.threads, args.cores)
     for row in rows:
         row["predicted_memory_bytes"] = predicted_memory(
-            stats[row["parts"]], num_nodes, data.num_features, data.num_classes, args.hidden,
-            args.layers)
+            stats[row["parts"]], data.num_features, data.num_classes, args.hidden, args.layers)
         if args.size:
             row["scale"] = ratios[row["parts"]]
     if args.size:
