@@ -26,6 +26,7 @@ from .nn import (
     KeyedDropout,
     SAGEConv,
     assign_keys,
+    relu,
 )
 
 MODELS = ("gcn", "sage", "gin", "gat", "gcnii")
@@ -129,13 +130,13 @@ class GNN(nn.Module):
             last = layer == len(self.convs) - 1
             if layer == 0 and self.precompute_first:
                 out = conv(g, h, aggregated=self.first_aggregate(g, x))
-                out = out if last else F.relu(out)
+                out = out if last else relu(out)
             else:
                 def block(h, conv=conv, drop=drop, last=last):
                     out = conv(g, drop(g, h))
                     if last:
                         return out
-                    return F.elu(out) if self.model == "gat" else F.relu(out)
+                    return F.elu(out) if self.model == "gat" else relu(out)
 
                 out = run_layer(block, self.recompute, h)
             if last:
@@ -207,11 +208,11 @@ class GCNII(nn.Module):
         assign_keys(self)
 
     def forward(self, g: Neighbourhood, x: torch.Tensor) -> torch.Tensor:
-        x_0 = F.relu(self.lin_in(self.dropouts[0](g, x)))
+        x_0 = relu(self.lin_in(self.dropouts[0](g, x)))
         h = x_0
         for conv, drop in zip(self.convs, self.dropouts[1:]):
             def block(h, x_0, conv=conv, drop=drop):
-                return F.relu(conv(g, drop(g, h), x_0))
+                return relu(conv(g, drop(g, h), x_0))
 
             h = run_layer(block, self.recompute, h, x_0)
         return self.lin_out(self.dropouts[-1](g, h))

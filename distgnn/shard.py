@@ -120,6 +120,7 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
     ``cfg.reorder``, relabelled in that locality order (logged), its global ids being
     ``data``'s."""
     device, backend = placement(0, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends)
+    memory.return_freed_blocks()
     memory.require(cfg, data.num_nodes, data.graph.num_edges, data.num_features,
                    data.num_classes, device, data.name)
     masks = {name: getattr(data, f"{name}_mask") for name in ("train", "val", "test")}
@@ -158,6 +159,7 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
     split tables and the leaves' rows (:meth:`SplitIndex.check`); the other checks across
     partitions are ``distgnn-partition verify``'s."""
     directory = Path(directory)
+    memory.return_freed_blocks()
 
     def load_local():
         delay = cfg.delay_epochs

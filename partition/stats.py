@@ -68,7 +68,7 @@ def layer_widths(num_features: int, hidden: int, num_classes: int, layers: int) 
 #: resident memory of a rank apart from its data: Python, torch, Numba, mpi4py and the MPI
 #: library (300 MiB after the imports) and the kernels Numba compiles in the first epoch
 #: (fitted with the other terms on R-MAT 2^19 to 2^21, 4 ranks, fp32, 2026-11-25)
-RUNTIME_BYTES = 600 << 20
+RUNTIME_BYTES = 450 << 20
 
 
 def training_memory(num_nodes: int, num_edges: int, num_features: int, num_classes: int,
@@ -85,14 +85,14 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     ``s``-byte floats (``value_bytes``: 4, or 8 under ``--dtype float64``):
 
     .. math::
-        \text{runtime} = 600\ \text{MiB} \qquad
+        \text{runtime} = 450\ \text{MiB} \qquad
         \text{model} = 5 s \sum_{l=1}^{L} w_l
             \quad\text{(weights, gradients, two Adam moments, best weights)}
 
-        \text{activations} = s N \sum_{l=1}^{L} (d_{l-1} + d_l + 3 m)
-            + s N \max_l d_l + 3 s N C + 6 s E H' L
+        \text{activations} = s N \sum_{l=1}^{L} (d_{l-1} + 3 m) + s N d_L
+            + a N \sum_{l=1}^{L-1} d_l + s N \max_l d_l + 3 s N C + 6 s E H' L
 
-        \text{graph} = 18 E + 40 N \qquad \text{features} = c\, s N F + 24 N
+        \text{graph} = 33 E + 40 N \qquad \text{features} = c\, s N F + 24 N
         \qquad \text{exchange} = S (s\, w + 80)
 
         \text{delayed exchange} = X \big(B\, r + 5\, s\, S \max_l d_l\big)
@@ -101,13 +101,16 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     mean/sum/max aggregators, a root and a neighbour weight, else 1), except GIN, whose MLP
     of width ``m = H`` has ``w_l = d_{l-1} m + m + (m + 1) d_l`` (``m = 0`` for the other
     models).  Activations: autograd keeps per layer its input (the linear layer's, or the
-    aggregate it projects) and its output (the ReLU's), and GIN three ``m``-wide tensors
-    in its MLP; the backward pass holds a gradient at the widest width besides them; the
-    logits, their softmax and their gradient add ``3 N C``; GAT keeps six ``[E, H']``
+    aggregate it projects), the output layer's output, per hidden layer the mask of its
+    ReLU (``a = 1`` byte per element, :func:`distgnn.nn.relu`) or the output of GAT's ELU
+    (``a = s``), and GIN three ``m``-wide tensors in its MLP; the backward pass holds a
+    gradient at the widest width besides them; the logits, their softmax and their
+    gradient add ``3 N C``; GAT keeps six ``[E, H']``
     per-edge tensors per layer (``H'`` = ``heads``: logits, exponentials, coefficients,
     dropped coefficients, two gradients).  Graph: the CSR and its transpose (int32
-    indices) and the SpMM kernels' plans for both directions (about 4.6 bytes per edge
-    each, measured), per-vertex row pointers and ids.  Features: the normalised copy the
+    indices), the SpMM kernels' plans for both directions (about 4.6 bytes per edge
+    each, measured) and 15 bytes per edge more at the first epoch's peak, when the kernels'
+    trial runs (fitted), per-vertex row pointers and ids.  Features: the normalised copy the
     model reads (``c = 2`` with ``--precompute-first-aggregation``, which keeps their
     aggregate too), labels, masks and degrees.  Exchange: the split tables and one buffer
     row per split entry at the widest exchanged width ``w = max_l min(d_{l-1}, d_l)`` (a
@@ -116,8 +119,9 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     (``delay``) of ``B`` = 6 KiB of index tensors and bookkeeping each (measured), and
     about five rows per split entry.  GCNII counts as ``L + 1`` layers of width ``H``.
 
-    The runtime was fitted on R-MAT 2^19 to 2^21 (GraphSAGE-gcn, hidden 256, 4 ranks,
-    fp32); the runs with activations in bf16 check it (docs/results/training-ladder.md).
+    The runtime and the trial's bytes per edge were fitted on R-MAT 2^19 to 2^21
+    (GraphSAGE-gcn, hidden 256, 4 ranks, fp32); R-MAT 2^22 and the runs with activations in
+    bf16 check them (docs/results/training-ladder.md).
     Python ints: no overflow for absurd sizes.
     """
     d = layer_widths(num_features, hidden, num_classes, layers)
@@ -129,10 +133,11 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     parts = {
         "runtime": RUNTIME_BYTES,
         "model": s * 5 * sum(weights),
-        "activations": (s * N * sum(i + o + 3 * mlp for i, o in zip(d[:-1], d[1:]))
+        "activations": (s * N * sum(i + 3 * mlp for i in d[:-1]) + s * N * d[-1]
+                        + (s if heads else 1) * N * sum(d[1:-1])
                         + s * N * max(d) + 3 * s * N * num_classes
                         + 6 * s * E * heads * layers),
-        "graph": 18 * E + 40 * N,
+        "graph": 33 * E + 40 * N,
         "features": (2 if precompute_first else 1) * s * N * num_features + 24 * N,
         "exchange": S * (s * max(min(i, o) for i, o in zip(d[:-1], d[1:])) + 80),
         "delayed exchange": exchanges * (DELAY_BIN_BYTES * delay + 5 * s * S * max(d)),

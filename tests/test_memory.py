@@ -1,4 +1,7 @@
 """The memory estimate that refuses runs which cannot fit."""
+import subprocess
+import sys
+
 import pytest
 
 from distgnn.config import TrainConfig
@@ -10,12 +13,14 @@ from partition.stats import training_memory as estimate
 def test_float64_doubles_every_float_but_not_the_graph():
     single = estimate(1000, 5000, 32, 4, 16, 2)
     double = estimate(1000, 5000, 32, 4, 16, 2, value_bytes=8)
-    for part in ("model", "activations"):
-        assert double[part] == 2 * single[part]
+    assert double["model"] == 2 * single["model"]
+    # the ReLU's masks (a byte per element of the hidden layer) are not floats either
+    masks = 1000 * 16
+    assert double["activations"] - masks == 2 * (single["activations"] - masks)
     # labels, masks and degrees (24 bytes per vertex) are not floats of the run's type
     assert double["features"] - 24 * 1000 == 2 * (single["features"] - 24 * 1000)
-    assert double["graph"] == single["graph"] == 18 * 5000 + 40 * 1000
-    assert double["runtime"] == single["runtime"] == 600 << 20
+    assert double["graph"] == single["graph"] == 33 * 5000 + 40 * 1000
+    assert double["runtime"] == single["runtime"] == 450 << 20
     # model: 5 copies of (F + 1) H + (H + 1) C floats
     assert single["model"] == 4 * 5 * (33 * 16 + 17 * 4)
     # a precomputed first aggregation keeps an aggregate as large as the features
@@ -35,7 +40,8 @@ def test_attention_adds_its_per_edge_tensors():
     GCN fits."""
     plain = estimate(1000, 5000, 32, 4, 16, 2)
     gat = estimate(1000, 5000, 32, 4, 16, 2, heads=8)
-    assert gat["activations"] - plain["activations"] == 6 * 4 * 5000 * 8 * 2
+    # ... and its ELU keeps its output (4 bytes per element) where a ReLU keeps a mask (1)
+    assert gat["activations"] - plain["activations"] == 6 * 4 * 5000 * 8 * 2 + 3 * 1000 * 16
     edges = 10 ** 8  # 2.4 GB of graph copies; GAT's 8 heads x 2 layers add 38 GB
     require(TrainConfig(model="gcn"), 10 ** 4, edges, 8, 2, "cpu", "data")
     with pytest.raises(DistGNNError, match="needs about"):
@@ -96,3 +102,39 @@ def test_the_ranks_of_a_node_are_refused_together():
     with pytest.raises(DistGNNError, match=r"p: the 8 ranks on this node need about .* "
                                            r"\(this one .*runtime .*\) but cpu has"):
         require_on_node(_Ranks(8), need, "cpu", "p")
+
+
+def test_training_keeps_a_byte_per_element_of_each_hidden_relu():
+    """A hidden layer's ReLU is kept as a mask: the activations of a model grow by one byte
+    per vertex for each unit of hidden width kept by the ReLU, and by a float for the
+    input of the layer after it."""
+    narrow = estimate(1000, 5000, 32, 4, 16, 2)
+    wide = estimate(1000, 5000, 32, 4, 17, 2)
+    # one more hidden unit: a mask byte, the next layer's input and the widest gradient
+    assert wide["activations"] - narrow["activations"] == 1000 * (1 + 4 + 0)
+
+
+def test_freed_blocks_go_back_to_the_kernel():
+    """After one large block has been freed, glibc serves blocks up to 32 MiB from its heap
+    and keeps them resident when they are freed; with return_freed_blocks they are unmapped."""
+    script = """
+import sys, numpy as np
+from distgnn.memory import process_mib, return_freed_blocks
+if sys.argv[1] == "fixed" and not return_freed_blocks():
+    print("no glibc"); sys.exit()
+np.ones(4 << 20, np.float32)  # 16 MiB mapped and freed at once: glibc raises its threshold
+before = process_mib("VmRSS")
+blocks = [np.ones(1 << 18, np.float32) for _ in range(96)]  # 96 x 1 MiB
+pin = np.ones(1 << 18, np.float32)  # above them: the heap's top cannot be trimmed
+del blocks
+print(process_mib("VmRSS") - before)
+"""
+    held = {}
+    for mode in ("default", "fixed"):
+        out = subprocess.run([sys.executable, "-c", script, mode], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        if out == "no glibc":
+            pytest.skip("malloc is not glibc's")
+        held[mode] = float(out)
+    assert held["default"] > 64, held  # the freed blocks stayed resident
+    assert held["fixed"] < 16, held

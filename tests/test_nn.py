@@ -19,6 +19,7 @@ from distgnn.nn import (
     KeyedDropout,
     SAGEConv,
     assign_keys,
+    relu,
 )
 
 pyg = pytest.importorskip("torch_geometric.nn")
@@ -327,3 +328,24 @@ def test_torch_dropout_is_refused_on_a_partition_and_allowed_on_one_socket(graph
         prepare(allowed, g)
         g.set_epoch(1)
         assert allowed.train()(g, x).shape == (N, 3)
+
+
+def test_relu_keeps_a_mask_and_gives_torchs_gradient():
+    """distgnn.nn.relu: the same output and gradient as torch.relu, bit for bit (zeros and
+    negative zeros included), with only a bool mask saved for the backward pass."""
+    x = torch.randn(300, 40, generator=torch.Generator().manual_seed(0))
+    x[:5] = 0.0
+    x[5:10] = -0.0
+    grad = torch.randn(300, 40, generator=torch.Generator().manual_seed(1))
+    saved = []
+    ours = x.clone().requires_grad_()
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out = relu(ours)
+    out.backward(grad)
+    theirs = x.clone().requires_grad_()
+    expected = torch.relu(theirs)
+    expected.backward(grad)
+    assert torch.equal(out, expected) and torch.equal(ours.grad, theirs.grad)
+    assert [(t.dtype, tuple(t.shape)) for t in saved] == [(torch.bool, (300, 40))]
+    with torch.no_grad():  # nothing to keep
+        assert torch.equal(relu(x), torch.relu(x))
