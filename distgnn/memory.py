@@ -9,7 +9,6 @@ predictions of all ranks on the node (:func:`require_on_node`).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import socket
 import zlib
@@ -53,11 +52,9 @@ def return_freed_blocks() -> bool:
     hidden 256, 4 ranks) the peak per rank fell by 240 and 330 MiB and the memory held
     between epochs by 270 and 370 MiB; the epoch times stayed within the machine's noise
     (fresh mappings cost page faults)."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS): nothing to set
+    try:  # the symbols the process already has: no library search (ldconfig) at start-up
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to set
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, RETURN_BLOCKS_FROM)
                 and mallopt(_M_TRIM_THRESHOLD, RETURN_BLOCKS_FROM))
