@@ -45,7 +45,7 @@ from .kernels.attention import transposed_order
 from .kernels.autotune import autotune_plan
 from .kernels.blocking import balanced_chunks
 from .kernels.lanes import BF16
-from .kernels.spmm import empty_aligned
+from .kernels.spmm import as_aligned, empty_aligned
 
 AGGREGATION_PRECISIONS = ("fp32", "bf16")
 LINEAR = ("sum", "mean")
@@ -284,26 +284,36 @@ class NumbaBackend:
             return bf16_bits(x)
         return x.detach().numpy()
 
-    def plan(self, graph: CSRGraph, width: int, transposed: bool = False, dtype=np.float32):
-        """The autotuned plan for ``width``-wide features of ``dtype`` (tuned once, then
-        cached); without ``kernel_trial``, the untimed plan (no hub blocking): the trial
-        costs some 20 SpMMs, which a single forward pass (inference) never wins back."""
-        key = ("numba-plan", transposed, width, np.dtype(dtype).itemsize)
+    def plan(self, graph: CSRGraph, x: np.ndarray, out: np.ndarray, transposed: bool = False):
+        """The autotuned plan for features as wide as ``x`` and of its dtype (tuned once, on
+        ``x`` into ``out``, which the trial overwrites; then cached); without
+        ``kernel_trial``, the untimed plan (no hub blocking): the trial costs some 20 SpMMs,
+        which a single forward pass (inference) never wins back."""
+        width = x.shape[1]
+        key = ("numba-plan", transposed, width, x.dtype.itemsize)
         if key not in graph.cache:
             g = graph.transpose() if transposed else graph
             plan = autotune_plan(g.indptr, g.indices, g.edge_weight, g.num_nodes, width,
-                                 None if self.kernel_trial else False, dtype=dtype)[0]
+                                 None if self.kernel_trial else False, dtype=x.dtype,
+                                 x=x, out=out)[0]
             # one plan per (direction, hub block): widths that choose the same blocking
             # share its arrays (each about 4 bytes per edge) instead of keeping a copy each
             shared = graph.cache.setdefault(("numba-plans", transposed), {})
             graph.cache[key] = shared.setdefault(plan.hub_block, plan)
         return graph.cache[key]
 
+    @staticmethod
+    def _output(graph: CSRGraph, x: np.ndarray) -> np.ndarray:
+        """The aggregate's buffer ``[N_dst, d]``: float32 for bf16 ``x``, else ``x``'s dtype."""
+        return empty_aligned((graph.num_nodes, x.shape[1]),
+                             np.float32 if x.dtype == BF16 else x.dtype)
+
     def spmm(self, graph, x, reduce):
         check_operand(graph, x, reduce, dtypes=NUMBA_DTYPES, device="cpu")
-        xn = self.gathered(x, reduce)
-        result = spmm(graph.indptr, graph.indices, xn, reduce, graph.edge_weight,
-                      plan=self.plan(graph, xn.shape[1], dtype=xn.dtype))
+        xn = as_aligned(self.gathered(x, reduce))
+        out = self._output(graph, xn)
+        result = spmm(graph.indptr, graph.indices, xn, reduce, graph.edge_weight, out=out,
+                      plan=self.plan(graph, xn, out))
         if reduce in ("max", "min"):
             return torch.from_numpy(result[0]), torch.from_numpy(result[1])
         return torch.from_numpy(result), None
@@ -320,10 +330,11 @@ class NumbaBackend:
         if reduce == "mean":
             g = np.multiply(g, inverse_degree(graph.indptr, g.dtype)[:, None],
                             out=empty_aligned(g.shape, g.dtype))
-        g = self.gathered(torch.from_numpy(g), reduce)
+        g = as_aligned(self.gathered(torch.from_numpy(g), reduce))
         t = graph.transpose()
-        return torch.from_numpy(spmm(t.indptr, t.indices, g, "sum", t.edge_weight,
-                                     plan=self.plan(graph, g.shape[1], True, g.dtype)))
+        out = self._output(t, g)
+        return torch.from_numpy(spmm(t.indptr, t.indices, g, "sum", t.edge_weight, out=out,
+                                     plan=self.plan(graph, g, out, True)))
 
     def attend(self, nbr, loop, s, t, z, slope, p, key):
         """In the Numba kernels of :mod:`distgnn.kernels.attention` (:class:`SoftmaxAggregate`)."""

@@ -84,8 +84,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scales", default="20,21,22", help="comma-separated R-MAT scales")
     p.add_argument("--ranks", type=int, default=4, help="partitions and ranks")
-    p.add_argument("--features", type=int, default=128)
-    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--features", type=int, default=128,
+                   help="input features per vertex (random values)")
+    p.add_argument("--hidden", type=int, default=256,
+                   help="hidden width of the 2-layer GraphSAGE-gcn")
     p.add_argument("--epochs", type=int, default=4, help="epochs (the first is not timed)")
     p.add_argument("--extra", default="", help="more distgnn-train flags, one string")
     p.add_argument("--work", type=Path, default=Path("runs/train-ladder"),

@@ -92,7 +92,7 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
         \text{activations} = s N \sum_{l=1}^{L} (d_{l-1} + 3 m) + s N d_L
             + a N \sum_{l=1}^{L-1} d_l + s N \max_l d_l + 3 s N C + 6 s E H' L
 
-        \text{graph} = 33 E + 40 N \qquad \text{features} = c\, s N F + 24 N
+        \text{graph} = 22 E + 40 N \qquad \text{features} = c\, s N F + 24 N
         \qquad \text{exchange} = S (s\, w + 80)
 
         \text{delayed exchange} = X \big(B\, r + 5\, s\, S \max_l d_l\big)
@@ -109,8 +109,9 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     per-edge tensors per layer (``H'`` = ``heads``: logits, exponentials, coefficients,
     dropped coefficients, two gradients).  Graph: the CSR and its transpose (int32
     indices), the SpMM kernels' plans for both directions (about 4.6 bytes per edge
-    each, measured) and 15 bytes per edge more at the first epoch's peak, when the kernels'
-    trial runs (fitted), per-vertex row pointers and ids.  Features: the normalised copy the
+    each, measured), 4 bytes per edge more at the peak (fitted; the kernels' trial in the
+    first epoch times the operand itself and holds two candidate plans at a time, and stays
+    under the later epochs' peak), per-vertex row pointers and ids.  Features: the normalised copy the
     model reads (``c = 2`` with ``--precompute-first-aggregation``, which keeps their
     aggregate too), labels, masks and degrees.  Exchange: the split tables and one buffer
     row per split entry at the widest exchanged width ``w = max_l min(d_{l-1}, d_l)`` (a
@@ -119,7 +120,7 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     (``delay``) of ``B`` = 6 KiB of index tensors and bookkeeping each (measured), and
     about five rows per split entry.  GCNII counts as ``L + 1`` layers of width ``H``.
 
-    The runtime and the trial's bytes per edge were fitted on R-MAT 2^19 to 2^21
+    The runtime and the graph's bytes per edge were fitted on R-MAT 2^19 to 2^21
     (GraphSAGE-gcn, hidden 256, 4 ranks, fp32); R-MAT 2^22 and the runs with activations in
     bf16 check them (docs/results/training-ladder.md).
     Python ints: no overflow for absurd sizes.
@@ -137,7 +138,7 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
                         + (s if heads else 1) * N * sum(d[1:-1])
                         + s * N * max(d) + 3 * s * N * num_classes
                         + 6 * s * E * heads * layers),
-        "graph": 33 * E + 40 * N,
+        "graph": 22 * E + 40 * N,
         "features": (2 if precompute_first else 1) * s * N * num_features + 24 * N,
         "exchange": S * (s * max(min(i, o) for i, o in zip(d[:-1], d[1:])) + 80),
         "delayed exchange": exchanges * (DELAY_BIN_BYTES * delay + 5 * s * S * max(d)),

@@ -23,6 +23,10 @@ def toy_module(folder):
         @kernel()
         def twice(x):
             return 2 * x
+
+        @kernel()
+        def thrice(x):
+            return 3 * x
     """))
     return folder
 
@@ -35,7 +39,7 @@ def test_processes_started_together_compile_once(tmp_path):
     cache.mkdir()
     report = ("import toy; toy.twice(21); s = toy.twice.stats; "
               "print(sum(s.cache_misses.values()), sum(s.cache_hits.values()))")
-    with open(cache / jit.LOCK_NAME, "w") as lock:
+    with open(cache / "distgnn-compile-toy.twice.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # held until both wait for it
         procs = [subprocess.Popen([sys.executable, "-c", report], cwd=tmp_path, text=True,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -59,11 +63,27 @@ def test_a_lock_held_too_long_is_passed_by(tmp_path, monkeypatch):
     monkeypatch.setattr(jit, "LOCK_WAIT_S", 0.5)
     import toy
 
-    with open(os.path.join(toy.twice._cache.cache_path, jit.LOCK_NAME), "w") as lock:
+    with open(jit.lock_path(toy.twice), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         start = time.monotonic()
         assert toy.twice(21) == 42
         assert 0.5 <= time.monotonic() - start < 60
+    sys.modules.pop("toy")
+
+
+def test_another_kernels_lock_does_not_hold_a_compilation(tmp_path, monkeypatch):
+    """Locks are per kernel: a process compiling ``twice`` does not delay ``thrice``."""
+    toy_module(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(jit, "LOCK_WAIT_S", 60.0)
+    import toy
+
+    assert jit.lock_path(toy.twice) != jit.lock_path(toy.thrice)
+    with open(jit.lock_path(toy.twice), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        start = time.monotonic()
+        assert toy.thrice(14) == 42
+        assert time.monotonic() - start < 30  # far below the 60 s it would wait on the lock
     sys.modules.pop("toy")
 
 

@@ -122,6 +122,33 @@ def test_autotune_trial_picks_the_fastest_candidate(graph):
     assert times == {} and plan.hub_block == 0
 
 
+def test_autotune_trial_runs_on_the_callers_arrays_with_two_plans_alive(graph, monkeypatch):
+    """The trial times the caller's operand into the caller's buffer (which ends holding the
+    product) and builds each candidate only after the slower one before it is gone."""
+    import weakref
+
+    from distgnn.kernels import autotune
+
+    indptr, indices, data, m = graph
+    built, most = [], []  # weak references to every plan built; plans alive at each build
+    real = autotune.plan_spmm
+
+    def counted(*args, **kwargs):
+        plan = real(*args, **kwargs)
+        built.append(weakref.ref(plan))
+        most.append(sum(ref() is not None for ref in built))
+        return plan
+
+    monkeypatch.setattr(autotune, "plan_spmm", counted)
+    monkeypatch.setattr(autotune, "as_aligned", lambda a: a)  # the arrays as passed
+    x = np.random.default_rng(3).standard_normal((m.shape[1], 32), dtype=np.float32)
+    out = np.full((m.shape[0], 32), np.nan, np.float32)
+    plan, times = autotune_plan(indptr, indices, data, m.shape[1], 32, trial=True, x=x, out=out)
+    assert len(times) == len(most) >= 3 and max(most) == 2
+    assert plan.hub_block == min(times, key=times.get)
+    np.testing.assert_allclose(out, m @ x, rtol=1e-4, atol=1e-4)
+
+
 def test_cache_sizes_are_read_from_the_os():
     sizes = cache_sizes()
     if not sizes:
@@ -299,8 +326,12 @@ def test_the_backend_times_plans_only_when_a_trial_is_allowed(monkeypatch):
     for trial in (False, True):
         timed.clear()
         g = CSRGraph.from_scipy(m)
-        y, _ = get_backend("numba", kernel_trial=trial).spmm(g, x, "sum")
+        backend = get_backend("numba", kernel_trial=trial)
+        y, _ = backend.spmm(g, x, "sum")
         torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
+        grad = backend.spmm_backward(g, x, "sum", None)  # the transposed plan's trial too
+        torch.testing.assert_close(grad, torch.from_numpy(m.T @ x.numpy()), rtol=1e-5,
+                                   atol=1e-5)
         assert bool(timed) == trial
         assert (g.cache[("numba-plan", False, 32, 4)].hub_block == 0) or trial
 

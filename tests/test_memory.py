@@ -19,7 +19,7 @@ def test_float64_doubles_every_float_but_not_the_graph():
     assert double["activations"] - masks == 2 * (single["activations"] - masks)
     # labels, masks and degrees (24 bytes per vertex) are not floats of the run's type
     assert double["features"] - 24 * 1000 == 2 * (single["features"] - 24 * 1000)
-    assert double["graph"] == single["graph"] == 33 * 5000 + 40 * 1000
+    assert double["graph"] == single["graph"] == 22 * 5000 + 40 * 1000
     assert double["runtime"] == single["runtime"] == 450 << 20
     # model: 5 copies of (F + 1) H + (H + 1) C floats
     assert single["model"] == 4 * 5 * (33 * 16 + 17 * 4)

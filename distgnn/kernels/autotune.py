@@ -38,23 +38,34 @@ def time_plan(plan: SpMMPlan, indptr, indices, x, out, repeats: int = 1) -> floa
 
 
 def autotune_plan(indptr, indices, edge_weight, num_sources: int, width: int,
-                  trial: bool | None = None, dtype=np.float32
+                  trial: bool | None = None, dtype=np.float32, x=None, out=None
                   ) -> tuple[SpMMPlan, dict[int, float]]:
     """Best plan for ``width``-wide features of ``dtype`` (float32, or ``BF16`` bits), and
-    the trial times per hub-block size."""
+    the trial times per hub-block size.
+
+    The trial times the SpMM on ``x`` ``[num_sources, width]`` into ``out``
+    ``[N_dst, width]`` (float32) where the caller passes them (its operand and the buffer its
+    result goes to, so that the trial allocates no feature-sized arrays of its own; ``out``
+    is overwritten), else on random features.  It holds two plans at a time, the fastest so
+    far and the one being timed: a blocked plan copies the graph's edges (about 8 bytes per
+    edge), and the first epoch's peak memory is where the trial runs."""
     if trial is None:
         trial = len(indices) >= TRIAL_MIN_EDGES
     if not trial:
         return plan_spmm(indptr, indices, edge_weight, 0, num_sources), {}
-    x = np.random.default_rng(0).standard_normal((num_sources, width), dtype=np.float32)
-    if dtype == BF16:  # truncated, not rounded: only the timing matters
-        x = (x.view(np.uint32) >> 16).astype(BF16)
+    if x is None:
+        x = np.random.default_rng(0).standard_normal((num_sources, width), dtype=np.float32)
+        if dtype == BF16:  # truncated, not rounded: only the timing matters
+            x = (x.view(np.uint32) >> 16).astype(BF16)
     x = as_aligned(x)
-    out = empty_aligned((len(indptr) - 1, width), np.float32)
-    times, plans = {}, {}
+    if out is None:
+        out = empty_aligned((len(indptr) - 1, width), np.float32)
+    times, best, best_time = {}, None, float("inf")
     for hub in candidate_hub_blocks(width, num_sources, x.itemsize):
-        plans[hub] = plan_spmm(indptr, indices, edge_weight, hub, num_sources)
-        time_plan(plans[hub], indptr, indices, x, out)  # warm-up: caches, pages, JIT
-        times[hub] = time_plan(plans[hub], indptr, indices, x, out, repeats=2)
-    best = min(times, key=times.get)
-    return plans[best], times
+        plan = plan_spmm(indptr, indices, edge_weight, hub, num_sources)
+        time_plan(plan, indptr, indices, x, out)  # warm-up: caches, pages, JIT
+        times[hub] = time_plan(plan, indptr, indices, x, out, repeats=2)
+        if times[hub] < best_time:
+            best, best_time = plan, times[hub]
+        del plan  # a slower plan's edge copies go before the next candidate is built
+    return best, times

@@ -9,9 +9,11 @@ Two things would make more than the first process pay:
 
 * **Ranks compiling at once.**  P ranks started on a cold cache all miss it and compile the
   same kernels side by side on the same cores: 4 ranks on 2 cores took 69 s for their first
-  epoch, one rank alone 9 s.  :func:`kernel` compiles under a file lock in the kernel's cache
-  folder: the first process compiles and saves, the others wait for the lock and then find
-  the kernel in the cache (Numba reads the cache index again before every compilation).
+  epoch, one rank alone 9 s.  :func:`kernel` compiles under a file lock of its own in the
+  kernel's cache folder (:func:`lock_path`): the first process compiles and saves, the others
+  wait for the lock and then find the kernel in the cache (Numba reads the cache index again
+  before every compilation).  The lock is per kernel, not per folder, so that processes
+  needing different kernels compile them side by side on different cores.
   Nested compilations run under the lock already held; a lock that cannot be had (a
   file system without ``flock``) or is held past :data:`LOCK_WAIT_S` is passed by, and the
   process compiles as it would without one.
@@ -34,7 +36,6 @@ import numpy as np
 from numba.core import sigutils
 from numba.core.compiler_lock import global_compiler_lock
 
-LOCK_NAME = "distgnn-compile.lock"
 LOCK_WAIT_S = 600.0  # longer than any one compilation; then compile without the lock
 _held = 0  # compilations running under this process's lock (nested ones do not lock again)
 
@@ -76,15 +77,25 @@ def _file_lock(path: str, wait_s: float):
         os.close(fd)
 
 
+def lock_path(dispatcher) -> str | None:
+    """The file whose ``flock`` serializes ``dispatcher``'s compilations: one per kernel in
+    its cache folder (None without a disk cache)."""
+    folder = getattr(getattr(dispatcher, "_cache", None), "cache_path", None)
+    if folder is None:
+        return None
+    function = dispatcher.py_func
+    return os.path.join(folder, f"distgnn-compile-{function.__module__}.{function.__qualname__}"
+                                ".lock")
+
+
 def serialize(dispatcher, wait_s: float | None = None):
     """``dispatcher`` (a ``numba.njit(cache=True)`` function) compiling new signatures under
     a file lock in its cache folder (see the module docstring); returned for decorator use.
     A dispatcher without a disk cache is returned as it is."""
-    folder = getattr(getattr(dispatcher, "_cache", None), "cache_path", None)
-    if folder is None or getattr(dispatcher.compile, "serialized", False):
+    lock = lock_path(dispatcher)
+    if lock is None or getattr(dispatcher.compile, "serialized", False):
         return dispatcher
     compile_now = dispatcher.compile
-    lock = os.path.join(folder, LOCK_NAME)
 
     def compile(sig):
         global _held
