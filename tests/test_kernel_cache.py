@@ -2,7 +2,6 @@
 kernel once and load it from the disk cache, read-only and writable arrays share one
 compiled variant, and every parallel kernel goes through the lock."""
 import fcntl
-import os
 import subprocess
 import sys
 import textwrap
