@@ -87,7 +87,7 @@ def predict(cfg, num_nodes: int, num_edges: int, num_features: int, num_classes:
         cfg.model == "sage" and cfg.aggregator != "gcn", value_bytes, cfg.precompute_first,
         cfg.heads if cfg.model == "gat" else 0, cfg.hidden if cfg.model == "gin" else 0,
         split_entries, layers * (1 + cfg.backward_exchange) if delayed else 0,
-        cfg.delay_epochs if delayed else 0)
+        cfg.delay_epochs if delayed else 0, cfg.recompute)
 
 
 def _refusal(where: str, need: dict, have: int, device, ranks: int = 1) -> DistGNNError:

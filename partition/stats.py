@@ -75,8 +75,8 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
                     hidden: int, layers: int, two_weights: bool = False,
                     value_bytes: int = 4,
                     precompute_first: bool = False, heads: int = 0, mlp: int = 0,
-                    split_entries: int = 0, exchanges: int = 0, delay: int = 0
-                    ) -> dict[str, int]:
+                    split_entries: int = 0, exchanges: int = 0, delay: int = 0,
+                    recompute: bool = False) -> dict[str, int]:
     r"""Predicted peak resident memory (bytes) of one training process over ``N`` vertices
     and ``E`` edges (a whole graph, or a rank's partition with ``S`` split entries: its
     leaves plus its leaf entries), by part, and their ``total``.
@@ -90,7 +90,7 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
             \quad\text{(weights, gradients, two Adam moments, best weights)}
 
         \text{activations} = s N \sum_{l=1}^{L} (d_{l-1} + 3 m) + s N d_L
-            + a N \sum_{l=1}^{L-1} d_l + s N \max_l d_l + 3 s N C + 6 s E H' L
+            + a N \sum_{l=1}^{L-1} d_l + (1 + \rho)\, s N \max_l d_l + 3 s N C + 6 s E H' L
 
         \text{graph} = 22 E + 40 N \qquad \text{features} = c\, s N F + 24 N
         \qquad \text{exchange} = S (s\, w + 80)
@@ -104,9 +104,11 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     aggregate it projects), the output layer's output, per hidden layer the mask of its
     ReLU (``a = 1`` byte per element, :func:`distgnn.nn.relu`) or the output of GAT's ELU
     (``a = s``), and GIN three ``m``-wide tensors in its MLP; the backward pass holds a
-    gradient at the widest width besides them; the logits, their softmax and their
-    gradient add ``3 N C``; GAT keeps six ``[E, H']``
-    per-edge tensors per layer (``H'`` = ``heads``: logits, exponentials, coefficients,
+    gradient at the widest width besides them, and one more with ``recompute`` (``\rho = 1``,
+    else 0): it recomputes a layer's forward while its output's gradient is held (measured
+    +0.30 and +0.66 GiB per rank at R-MAT 2^20 and 2^21 with 2 layers, where recompute
+    raises the peak rather than lowering it); the logits, their softmax and their gradient
+    add ``3 N C``; GAT keeps six ``[E, H']`` per-edge tensors per layer (``H'`` = ``heads``: logits, exponentials, coefficients,
     dropped coefficients, two gradients).  Graph: the CSR and its transpose (int32
     indices), the SpMM kernels' plans for both directions (about 4.6 bytes per edge
     each, measured), 4 bytes per edge more at the peak (fitted; the kernels' trial in the
@@ -136,7 +138,7 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
         "model": s * 5 * sum(weights),
         "activations": (s * N * sum(i + 3 * mlp for i in d[:-1]) + s * N * d[-1]
                         + (s if heads else 1) * N * sum(d[1:-1])
-                        + s * N * max(d) + 3 * s * N * num_classes
+                        + (1 + recompute) * s * N * max(d) + 3 * s * N * num_classes
                         + 6 * s * E * heads * layers),
         "graph": 22 * E + 40 * N,
         "features": (2 if precompute_first else 1) * s * N * num_features + 24 * N,

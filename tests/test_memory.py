@@ -28,6 +28,15 @@ def test_float64_doubles_every_float_but_not_the_graph():
     assert pre["features"] - single["features"] == 4 * 1000 * 32
 
 
+def test_recompute_adds_a_tensor_at_the_widest_width():
+    """Measured: checkpointing a 2-layer model raises the peak (the backward pass recomputes
+    a layer while its output's gradient is held); the prediction and the check follow."""
+    plain = estimate(1000, 5000, 32, 4, 16, 2)
+    again = estimate(1000, 5000, 32, 4, 16, 2, recompute=True)
+    assert again["activations"] - plain["activations"] == 4 * 1000 * 32
+    assert predict(TrainConfig(recompute=True), 1000, 5000, 32, 4)["total"] == again["total"]
+
+
 def test_a_run_that_cannot_fit_is_refused_with_its_parts():
     cfg = TrainConfig(hidden=10 ** 7, layers=3, dtype="float64")
     with pytest.raises(DistGNNError, match="needs about .*activations"):
