@@ -51,17 +51,20 @@ def training_chart(rows: list[dict], out: Path) -> None:
     for flags in dict.fromkeys(" ".join(r["extra"]) for r in rows):
         mine = sorted((r for r in rows if " ".join(r["extra"]) == flags),
                       key=lambda r: r["edges"])
-        name = flags or "fp32"
-        line = ax.plot([r["edges"] for r in mine], [r["predicted_mib_max"] / 1024 for r in mine],
-                       linestyle="--", marker="x", label=f"{name}: predicted")[0]
+        name = flags or "default flags"
+        color = None
+        if not flags:  # inspect's prediction knows the defaults only, not the extra flags
+            color = ax.plot([r["edges"] for r in mine],
+                            [r["predicted_mib_max"] / 1024 for r in mine], linestyle="--",
+                            marker="x", label=f"{name}: predicted")[0].get_color()
         ran = [r for r in mine if "peak_mib_max" in r]
         ax.plot([r["edges"] for r in ran], [r["peak_mib_max"] / 1024 for r in ran],
-                marker="o", color=line.get_color(), label=f"{name}: measured")
+                marker="o", color=color, label=f"{name}: measured")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("directed edges of the graph")
     ax.set_ylabel("peak memory per rank, max over ranks (GiB)")
-    ax.axhline(23 / rows[0]["ranks"], color="grey", linewidth=0.8)
-    ax.text(rows[0]["edges"], 23 / rows[0]["ranks"] * 1.02, "node memory / ranks",
+    ax.axhline(23.5 / rows[0]["ranks"], color="grey", linewidth=0.8)
+    ax.text(rows[0]["edges"], 23.5 / rows[0]["ranks"] * 1.02, "MemTotal (23.5 GiB) / ranks",
             fontsize=8, color="grey")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
