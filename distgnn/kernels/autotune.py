@@ -44,7 +44,7 @@ def autotune_plan(indptr, indices, edge_weight, num_sources: int, width: int,
     the trial times per hub-block size.
 
     The trial times the SpMM on ``x`` ``[num_sources, width]`` into ``out``
-    ``[N_dst, width]`` (float32) where the caller passes them (its operand and the buffer its
+    ``[N_dst, width]`` (float32; float64 for float64 ``x``) where the caller passes them (its operand and the buffer its
     result goes to, so that the trial allocates no feature-sized arrays of its own; ``out``
     is overwritten), else on random features.  It holds two plans at a time, the fastest so
     far and the one being timed: a blocked plan copies the graph's edges (about 8 bytes per
