@@ -108,12 +108,13 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     else 0): it recomputes a layer's forward while its output's gradient is held (measured
     +0.30 and +0.66 GiB per rank at R-MAT 2^20 and 2^21 with 2 layers, where recompute
     raises the peak rather than lowering it); the logits, their softmax and their gradient
-    add ``3 N C``; GAT keeps six ``[E, H']`` per-edge tensors per layer (``H'`` = ``heads``: logits, exponentials, coefficients,
-    dropped coefficients, two gradients).  Graph: the CSR and its transpose (int32
-    indices), the SpMM kernels' plans for both directions (about 4.6 bytes per edge
-    each, measured), 4 bytes per edge more at the peak (fitted; the kernels' trial in the
-    first epoch times the operand itself and holds two candidate plans at a time, and stays
-    under the later epochs' peak), per-vertex row pointers and ids.  Features: the normalised copy the
+    add ``3 N C``; GAT keeps six ``[E, H']`` per-edge tensors per layer (``H'`` =
+    ``heads``: logits, exponentials, coefficients, dropped coefficients, two gradients).
+    Graph: the CSR and its transpose (int32 indices), the SpMM kernels' plans for both
+    directions (about 4.6 bytes per edge each, measured), 4 bytes per edge more at the peak
+    (fitted; the kernels' trial in the first epoch times the operand itself and holds two
+    candidate plans at a time, and stays under the later epochs' peak), per-vertex row
+    pointers and ids.  Features: the normalised copy the
     model reads (``c = 2`` with ``--precompute-first-aggregation``, which keeps their
     aggregate too), labels, masks and degrees.  Exchange: the split tables and one buffer
     row per split entry at the widest exchanged width ``w = max_l min(d_{l-1}, d_l)`` (a

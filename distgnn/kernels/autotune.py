@@ -44,11 +44,11 @@ def autotune_plan(indptr, indices, edge_weight, num_sources: int, width: int,
     the trial times per hub-block size.
 
     The trial times the SpMM on ``x`` ``[num_sources, width]`` into ``out``
-    ``[N_dst, width]`` (float32; float64 for float64 ``x``) where the caller passes them (its operand and the buffer its
-    result goes to, so that the trial allocates no feature-sized arrays of its own; ``out``
-    is overwritten), else on random features.  It holds two plans at a time, the fastest so
-    far and the one being timed: a blocked plan copies the graph's edges (about 8 bytes per
-    edge), and the first epoch's peak memory is where the trial runs."""
+    ``[N_dst, width]`` (float32; float64 for float64 ``x``) where the caller passes them (its
+    operand and the buffer its result goes to, so that the trial allocates no feature-sized
+    arrays of its own; ``out`` is overwritten), else on random features.  It holds two plans
+    at a time, the fastest so far and the one being timed: a blocked plan copies the graph's
+    edges (about 8 bytes per edge), and the first epoch's peak memory is where the trial runs."""
     if trial is None:
         trial = len(indices) >= TRIAL_MIN_EDGES
     if not trial:
