@@ -52,8 +52,9 @@ def main() -> None:
     p.add_argument("--scales", default="20,21,22", help="comma-separated R-MAT scales")
     p.add_argument("--memory-up-to", type=int, default=22,
                    help="also partition in memory up to this scale")
-    p.add_argument("--parts", type=int, default=16)
-    p.add_argument("--features", type=int, default=16)
+    p.add_argument("--parts", type=int, default=16, help="partitions to cut each graph into")
+    p.add_argument("--features", type=int, default=16,
+                   help="float32 features per vertex written with each graph")
     p.add_argument("--work", type=Path, default=Path("runs/ladder"),
                    help="folder for the generated files and partitions (kept)")
     p.add_argument("--keep-partitions", action="store_true",
