@@ -25,6 +25,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 # library can swallow the KeyboardInterrupt one raises (an import's bare ``except:``), so
 # training checks here before it starts.
 EARLY_INTERRUPTS: list[int] = []
+# what the first Ctrl-C of a training run answers at once, on stderr
+ACKNOWLEDGED_INTERRUPT = "Ctrl-C: stopping after this epoch (Ctrl-C again stops now)\n"
 
 
 def parent_of(pid: int) -> int | None:
@@ -57,7 +59,11 @@ class StopRequests:
     def _note(self, signum, frame) -> None:
         if signum == signal.SIGINT and self.received == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: stop now, without a checkpoint
-        self.received = signum
+        first = not self.received
+        self.received = signum  # before the answer: the next Ctrl-C may come right after it
+        if signum == signal.SIGINT and first:
+            # os.write, not print: a handler can interrupt a print to the same stream
+            os.write(2, ACKNOWLEDGED_INTERRUPT.encode())
 
     def request(self) -> int:
         """The signal number of the stop requested so far (0: none)."""

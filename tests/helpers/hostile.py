@@ -31,6 +31,8 @@ from typing import Callable
 
 import numpy as np
 
+from distgnn.signals import ACKNOWLEDGED_INTERRUPT
+
 ENTRY = {"train": ("distgnn.cli", "train_main"), "bench": ("distgnn.cli", "bench_main"),
          "partition": ("partition.cli", "main"), "launch": ("launch.cli", "main")}
 CLASSES = {1: "--force / overwrite deletes what it did not write",
@@ -582,9 +584,13 @@ def interrupt(signals: list[int], checkpoint: bool, wait_epochs: int = 3,
             seen += line.startswith("epoch ")
         if not wait_epochs:
             time.sleep(1.5)  # into the imports of torch and numba
-        for s in signals:  # a few ms apart: within one epoch, not merged into one
+        for i, s in enumerate(signals):
             proc.send_signal(s)
-            time.sleep(0.005)
+            if wait_epochs and i == 0:
+                # training answers the first at once; the next goes once it did (two that
+                # arrive while the interpreter is inside one long call are handled as one)
+                while (line := proc.stderr.readline()) and line != ACKNOWLEDGED_INTERRUPT:
+                    pass
         out, err = proc.communicate(timeout=120)
         return Outcome(proc.returncode, out, err)
     return go

@@ -175,15 +175,20 @@ def link_cut(tmp, run):
     keepalive), then cluster down."""
     cluster_up(tmp, run, nodes=2)
     (tmp / "ranks").mkdir()
-    job = run.mpi_popen(run.command("launch", ["--hostfile", tmp / "state" / NAME / "hostfile",
-                                               "-n", 2, "--", sys.executable, "-c", CUT_JOB,
-                                               tmp / "ranks"]),
-                        env={**run.env(), "DISTGNN_CLUSTER_DIR": str(tmp / "state")},
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with (tmp / "job.err").open("w") as err:  # the child keeps its own copy of the file
+        job = run.mpi_popen(run.command("launch", ["--hostfile",
+                                                   tmp / "state" / NAME / "hostfile", "-n", 2,
+                                                   "--", sys.executable, "-c", CUT_JOB,
+                                                   tmp / "ranks"]),
+                            env={**run.env(), "DISTGNN_CLUSTER_DIR": str(tmp / "state")},
+                            stdout=subprocess.DEVNULL, stderr=err)
     try:
-        deadline = time.monotonic() + 60
+        # generous: on a loaded machine Open MPI's daemons start slowly through the agents
+        deadline = time.monotonic() + 180
         while len(list((tmp / "ranks").iterdir())) < 2:
-            assert job.poll() is None and time.monotonic() < deadline, "the job did not start"
+            said = (tmp / "job.err").read_text()[-1500:]
+            assert job.poll() is None, f"the job ended before its ranks started: {said}"
+            assert time.monotonic() < deadline, f"the ranks did not start in 180 s: {said}"
             time.sleep(0.1)
         subprocess.run(["ip", "link", "set", f"{NAME}-v1", "down"], check=True)
         job.wait(timeout=60)
