@@ -162,6 +162,7 @@ def accuracy(a) -> list[dict]:
 STALENESS_CONFIGS = {
     "single": ([], False), "cd-0": (["--algo", "cd-0"], True), "0c": (["--algo", "0c"], True),
     "cd-5": (["--algo", "cd-r", "--delay", "5"], True),
+    "cd-1": (["--algo", "cd-r", "--delay", "1"], True),
     "cd-5 smooth": (["--algo", "cd-r", "--delay", "5", "--smoothing", "{g}"], True),
     "adaptive": (["--algo", "cd-r", "--comm-budget", "{budget}"], True),
     "cd-0 bf16": (["--algo", "cd-0", "--exchange-precision", "bf16"], True),

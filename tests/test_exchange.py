@@ -10,6 +10,7 @@ included.  The transports themselves (mpi4py, torch.distributed) are tested unde
 ``tests/test_distributed.py``.
 """
 import io
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,7 +20,7 @@ import torch
 from distgnn.comm import RankFailed
 from distgnn.errors import DistGNNError
 from distgnn.exchange import Exchange, SplitIndex
-from distgnn.exchange.wire import Wire
+from distgnn.exchange.wire import Wire, row_bytes
 from distgnn.graph import NodeDataset
 from partition.format import load, write_dataset
 from partition.layout import order_layout
@@ -108,6 +109,30 @@ def bf16(v):
     return torch.from_numpy(np.asarray(v, np.float64)).to(torch.bfloat16).double().numpy()
 
 
+def block_scaled(bits):
+    """The integer wire's rounding of a row, from its definition: per block of 32 values the
+    least power of two ``s`` with ``max |v| / s <= 2^(bits-1) - 1``, then ``v / s`` rounded
+    to the nearest integer (ties to even)."""
+    qmax = 2 ** (bits - 1) - 1
+
+    def rounded(v):
+        v = np.atleast_1d(np.asarray(v, np.float64))
+        out = np.zeros_like(v)
+        for start in range(0, len(v), 32):
+            block = v[start:start + 32]
+            top = np.abs(block).max()
+            if top == 0:
+                continue
+            s = 2.0 ** math.ceil(math.log2(top / qmax))
+            out[start:start + 32] = np.clip(np.round(block / s), -qmax, qmax) * s
+        return out
+    return rounded
+
+
+ROUNDING = {"bf16": bf16, "int8": block_scaled(8), "int4": block_scaled(4),
+            "int2": block_scaled(2)}
+
+
 # ---- the split tables --------------------------------------------------------------------------
 def test_split_tables_agree_across_ranks_and_a_wrong_entry_is_named(weighted):
     """:meth:`SplitIndex.check` passes on the partitions as written; a root's table that
@@ -162,12 +187,15 @@ def test_cd0_gives_every_clone_the_whole_graph_aggregate(weighted, dtype):
         assert y_right == exchange and np.allclose(grad, grad_ref, **tol) == exchange
 
 
-def test_cd0_bf16_sends_bf16_and_follows_its_error_feedback(heavy):
-    """cd-0 with a bf16 wire: each leaf sends ``W = bf16(x + E)`` and keeps ``E <- x + E - W``,
-    the root adds the leaves' ``W`` to its own partial and replies ``bf16(total + E')`` per
-    leaf entry; every epoch, layer and pass to the bit, at 2 bytes a value (a quarter of the
-    float64 run's own type) and not equal to the exact sum."""
-    options = dict(algo="cd-0", exchange_precision="bf16")
+@pytest.mark.parametrize("precision", ["bf16", "int8", "int2"])
+def test_cd0_on_a_compressed_wire_follows_its_error_feedback(heavy, precision):
+    """cd-0 on a compressed wire (``Q``: bf16, or block-scaled integers): each leaf sends
+    ``W = Q(x + E)`` and keeps ``E <- x + E - W``, the root adds the leaves' ``W`` to its own
+    partial and replies ``Q(total + E')`` per leaf entry; every epoch, layer and pass to the
+    bit, at the wire's bytes per row (bf16: a quarter of the float64 run's own type) and not
+    equal to the exact sum."""
+    bf16 = ROUNDING[precision]
+    options = dict(algo="cd-0", exchange_precision=precision)
     got, exact = drive(heavy.parts, 6, options), drive(heavy.parts, 6, dict(algo="cd-0"))
     clones = Clones(heavy.parts, heavy.n)
     for name, salt in (("fwd", 0), ("bwd", 10)):
@@ -193,8 +221,10 @@ def test_cd0_bf16_sends_bf16_and_follows_its_error_feedback(heavy):
                     np.testing.assert_array_equal(getattr(out, name)[(e, key)], want[p])
                     assert not np.array_equal(getattr(out, name)[(e, key)],
                                               getattr(exact[p], name)[(e, key)])
+    wire_bytes = sum(row_bytes(precision, w) for w in WIDTHS.values())
     for out, fp32 in zip(got, exact):
-        assert out.sent == [s // 4 for s in fp32.sent] and out.sent[0] > 0
+        assert out.sent == [s * wire_bytes // (8 * sum(WIDTHS.values())) for s in fp32.sent]
+        assert out.sent[0] > 0
 
 
 def test_cd0_bytes_and_no_backward_exchange(heavy):
@@ -219,7 +249,8 @@ def test_cd0_bytes_and_no_backward_exchange(heavy):
 CDR = {"cd-1": dict(delay=1), "cd-2": dict(delay=2), "cd-3": dict(delay=3),
        "cd-3-smooth": dict(delay=3, smoothing=0.25),
        "cd-2-bf16": dict(delay=2, exchange_precision="bf16"),
-       "cd-2-smooth-bf16": dict(delay=2, smoothing=0.25, exchange_precision="bf16")}
+       "cd-2-smooth-bf16": dict(delay=2, smoothing=0.25, exchange_precision="bf16"),
+       "cd-2-int4": dict(delay=2, exchange_precision="int4")}
 
 
 def cdr_expected(parts, n, epochs, r, gamma, wire, subtract_own=True):
@@ -252,15 +283,15 @@ def test_cdr_follows_the_reference_forward_and_backward(heavy, name):
     (and, for bf16, one without rounding) misses it."""
     options = CDR[name]
     r, gamma = options["delay"], options.get("smoothing", 0.0)
-    compressed = options.get("exchange_precision") == "bf16"
+    rounding = ROUNDING.get(options.get("exchange_precision"))
+    compressed = rounding is not None
     got = drive(heavy.parts, EPOCHS, dict(algo="cd-r", **options))
-    want = cdr_expected(heavy.parts, heavy.n, EPOCHS, r, gamma, bf16 if compressed else None)
+    want = cdr_expected(heavy.parts, heavy.n, EPOCHS, r, gamma, rounding)
     for (what, e, key), per_rank in want.items():
         for p, out in enumerate(got):
             np.testing.assert_array_equal(getattr(out, what)[(e, key)], per_rank[p],
                                           err_msg=f"{what} epoch {e} key {key} rank {p}")
-    wrong = [cdr_expected(heavy.parts, heavy.n, EPOCHS, r, gamma, bf16 if compressed else None,
-                          subtract_own=False)]
+    wrong = [cdr_expected(heavy.parts, heavy.n, EPOCHS, r, gamma, rounding, subtract_own=False)]
     if compressed:
         wrong.append(cdr_expected(heavy.parts, heavy.n, EPOCHS, r, gamma, None))
     for other in wrong:
@@ -473,24 +504,42 @@ def test_a_state_of_another_kind_or_shape_is_refused_with_one_line(heavy):
 
 
 # ---- the bf16 wire -------------------------------------------------------------------------------
+# the largest rounding error of a wire, relative to the largest value of the block
+STEP = {"bf16": 2.0 ** -8, "int8": 1 / 127, "int4": 1 / 7, "int2": 1.0}
+
+
+@pytest.mark.parametrize("precision, width", [("bf16", 4), ("int8", 70), ("int4", 5),
+                                              ("int2", 33)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_error_feedback_carries_the_rounding_into_later_sends(dtype):
+def test_error_feedback_carries_the_rounding_into_later_sends(dtype, precision, width):
     """``sum decode(encode(x_k)) + residual == sum x_k`` for a run of sends (exactly, up to the
-    run's own rounding), and the residual stays within a bf16 step of the values."""
+    run's own rounding), the residual stays within a step of the wire, each row takes the
+    wire's bytes (integers: a scale byte per 32 values and the packed codes), an all-zero
+    row travels as zeros, and the wire agrees with its definition (:func:`block_scaled`)."""
     rng = np.random.default_rng(0)
-    wire = Wire("bf16", dtype)
-    values = [torch.from_numpy(rng.standard_normal((50, 4)) * 3).to(dtype) for _ in range(40)]
-    residual = torch.zeros(50, 4, dtype=dtype)
-    out = wire.buffer(50, 4, "cpu")
-    assert out.dtype == torch.int16 and out.element_size() == 2
-    received = torch.zeros(50, 4, dtype=dtype)
-    for x in values:
+    wire = Wire(precision, dtype, width)
+    values = [torch.from_numpy(rng.standard_normal((50, width)) * 3
+                               * rng.uniform(0, 2, (50, 1))).to(dtype) for _ in range(40)]
+    values[0][7] = 0
+    residual = torch.zeros(50, width, dtype=dtype)
+    out = wire.buffer(50, width, "cpu")
+    assert out.element_size() * out.shape[1] == row_bytes(precision, width) == wire.row_bytes
+    received = torch.zeros(50, width, dtype=dtype)
+    for i, x in enumerate(values):
+        before = residual.clone()
         wire.encode(x, out, residual)
-        received += wire.decode(out)
-        assert torch.all(residual.abs() <= 2.0 ** -8 * (x.abs() + residual.abs()).max() + 1e-30)
+        got = wire.decode(out)
+        want = [ROUNDING[precision](row) for row in (x + before).double().numpy()]
+        np.testing.assert_allclose(got.double().numpy(), np.array(want), rtol=0,
+                                   atol=1e-4 if dtype == torch.float32 else 0)
+        received += got
+        bound = STEP[precision] * (x + before).abs().amax(1, keepdim=True)
+        assert torch.all(residual.abs() <= bound * (1 + 1e-6) + 1e-30)
+        if i == 0:
+            assert torch.all(got[7] == 0) and torch.all(residual[7] == 0)
     meant = sum(values)
     tol = 1e-5 if dtype == torch.float32 else 1e-12
-    torch.testing.assert_close(received + residual, meant, rtol=0, atol=tol)
+    torch.testing.assert_close(received + residual, meant, rtol=tol, atol=tol)
 
 
 def test_without_feedback_a_repeated_value_drifts_and_with_it_does_not():

@@ -67,6 +67,7 @@ from partition.stats import layer_widths, training_memory
 from ..cli_common import comma_list
 from ..errors import DistGNNError
 from ..exchange.adaptive import POSITION_BYTES, budgeted_rows
+from ..exchange.wire import row_bytes
 from .output import finish, output_arguments
 
 NETWORKS = {  # alpha (s), beta (bytes/s per rank)
@@ -281,18 +282,20 @@ def exchange_bytes(leaf_counts: list[int], root_counts: list[int], widths: list[
                    budget: float | None = None) -> float:
     """Bytes one rank sends per training epoch (mean over epochs) for the exchanges of widths
     ``d_k``, from its leaves per root rank (``leaf_counts``) and its leaf entries per leaf
-    rank (``root_counts``), with ``e`` bytes per value (4, or 2 for bf16):
-    cd-0 ``sum_k e d_k (l + L)``; cd-r ``1/r`` of that; the adaptive schedule
-    ``sum_k sum_blocks k_b (e d_k + 4)`` (:func:`distgnn.exchange.adaptive.budgeted_rows`);
+    rank (``root_counts``), with ``u_k`` bytes per row of width ``d_k`` on the wire
+    (:func:`distgnn.exchange.wire.row_bytes`: ``4 d_k`` in fp32): cd-0
+    ``sum_k u_k (l + L)``; cd-r ``1/r`` of that; the adaptive schedule
+    ``sum_k sum_blocks k_b (u_k + 4)`` (:func:`distgnn.exchange.adaptive.budgeted_rows`);
     0c none."""
     if algo == "0c":
         return 0.0
-    e = 2 if precision == "bf16" else 4
     if algo == "cd-r" and budget is not None:
-        return float(sum(budgeted_rows(n, budget, e * d) * (e * d + POSITION_BYTES)
+        return float(sum(budgeted_rows(n, budget, row_bytes(precision, d))
+                         * (row_bytes(precision, d) + POSITION_BYTES)
                          for d in widths for n in [*leaf_counts, *root_counts]))
     rows = sum(leaf_counts) + sum(root_counts)
-    return e * sum(widths) * rows / (delay if algo == "cd-r" else 1)
+    return (sum(row_bytes(precision, d) for d in widths) * rows
+            / (delay if algo == "cd-r" else 1))
 
 
 def measure_rates(data, cfg) -> Rates:

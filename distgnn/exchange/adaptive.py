@@ -58,7 +58,7 @@ class Side:
 
     def __init__(self, counts: list[int], peer_counts: list[int], budget: float, width: int,
                  dtype: torch.dtype, device, wire: Wire):
-        row_bytes = width * wire.element_size
+        row_bytes = wire.row_bytes
         send_k = [budgeted_rows(n, budget, row_bytes) for n in counts]
         recv_k = [budgeted_rows(n, budget, row_bytes) for n in peer_counts]
         self.starts = np.concatenate([[0], np.cumsum(counts)])[:-1].tolist()
@@ -148,7 +148,7 @@ class AdaptiveSum(StaleSum):
                  comm_budget: float, exchange_precision: str, width: int, dtype: torch.dtype,
                  device):
         self.comm, self.timer, self.width, self.dtype = comm, timer, width, dtype
-        wire = Wire(exchange_precision, dtype)
+        wire = Wire(exchange_precision, dtype, width)
         self.leaf_ids = index.leaf_ids.to(device)
         self.root_ids = index.root_ids.to(device)
         self.up = Side(index.leaf_counts, index.root_counts, comm_budget, width, dtype, device,

@@ -143,7 +143,7 @@ class DelayedSum(StaleSum):
                  device):
         self.comm, self.timer, self.delay, self.smoothing = comm, timer, delay, smoothing
         self.width, self.dtype = width, dtype
-        self.wire = wire = Wire(exchange_precision, dtype)
+        self.wire = wire = Wire(exchange_precision, dtype, width)
 
         def new(rows):
             return torch.zeros(rows, width, dtype=dtype, device=device)

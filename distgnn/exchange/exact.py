@@ -52,7 +52,7 @@ class RoundTrip:
         return self.on_device[device]
 
     def _channels(self, a: torch.Tensor, wire: Wire) -> tuple[Channel, Channel]:
-        key = (a.shape[1], a.dtype, a.device, wire.type)
+        key = (a.shape[1], a.dtype, a.device, wire.precision)
         if key not in self.channels:
             ix = self.index
             leaf, root = (torch.empty(len(ids), a.shape[1], dtype=a.dtype, device=a.device)
@@ -113,7 +113,7 @@ class ExactSum:
     def __init__(self, *, trip: RoundTrip, exchange_precision: str, width: int,
                  dtype: torch.dtype, device):
         self.trip, self.width, self.dtype = trip, width, dtype
-        self.wire = Wire(exchange_precision, dtype)
+        self.wire = Wire(exchange_precision, dtype, width)
         ix = trip.index
         self.residuals = ((torch.zeros(len(ix.leaf_ids), width, dtype=dtype, device=device),
                            torch.zeros(len(ix.root_ids), width, dtype=dtype, device=device))
