@@ -38,10 +38,15 @@ ALWAYS = ("model", "aggregator", "layers", "hidden", "dropout", "residual", "lr"
 
 
 def fingerprinted(cfg: TrainConfig) -> dict:
-    """``{--flag: value}`` of every option that changes what ``cfg`` computes."""
-    return {"--" + f.name.replace("_", "-"): getattr(cfg, f.name)
-            for f in dataclasses.fields(cfg) if f.name not in RUN_ONLY
-            and (f.name in ALWAYS or getattr(cfg, f.name) != f.default)}
+    """``{--flag: value}`` of every option that changes what ``cfg`` computes (the exchange
+    precision as the run resolves it, given or not)."""
+    options = {"--" + f.name.replace("_", "-"): getattr(cfg, f.name)
+               for f in dataclasses.fields(cfg) if f.name not in RUN_ONLY
+               and (f.name in ALWAYS or getattr(cfg, f.name) != f.default)}
+    options.pop("--exchange-precision", None)
+    if cfg.wire != "fp32":
+        options["--exchange-precision"] = cfg.wire
+    return options
 
 
 class NonFiniteLoss(RankFailed):

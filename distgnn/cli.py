@@ -135,7 +135,7 @@ def _optimisation_flags(p: argparse.ArgumentParser, d) -> None:
 
 def _distributed_flags(p: argparse.ArgumentParser, d) -> None:
     from .comm import COMMUNICATORS
-    from .config import DEFAULT_DELAY
+    from .config import DEFAULT_DELAY, DEFAULT_SCHEDULE_PRECISION
     from .exchange import ALGORITHMS, PRECISIONS
 
     g = p.add_argument_group("distributed (with --partitions)")
@@ -143,8 +143,12 @@ def _distributed_flags(p: argparse.ArgumentParser, d) -> None:
                    help="split-vertex exchange: cd-0 exact every layer (forward and "
                         "backward), cd-r delayed by r epochs and overlapped, 0c none")
     g.add_argument("--delay", type=int, default=d.delay,
-                   help=f"r of cd-r: epochs a partial aggregate travels each way "
-                        f"(default {DEFAULT_DELAY} with cd-r)")
+                   help=f"r of cd-r: bins of split vertices, each refreshed every r epochs "
+                        f"(default {DEFAULT_DELAY} with --smoothing). Without --delay, "
+                        f"--smoothing and --comm-budget, cd-r runs its default schedule: "
+                        f"every split row every epoch on a {DEFAULT_SCHEDULE_PRECISION} wire, "
+                        f"each epoch exact or one epoch stale as a controller decides from "
+                        f"the training loss")
     g.add_argument("--smoothing", type=float, default=d.smoothing, metavar="GAMMA",
                    help="cd-r staleness correction (PipeGCN): each arriving stale partial or "
                         "gradient m updates the kept one as s <- GAMMA*s + (1-GAMMA)*m; "
@@ -154,8 +158,11 @@ def _distributed_flags(p: argparse.ArgumentParser, d) -> None:
                         "partials that changed most since last sent, F x cd-0's bytes "
                         "(positions included; F >= 1.1 sends everything, i.e. delay 1)")
     g.add_argument("--exchange-precision", choices=PRECISIONS, default=d.exchange_precision,
-                   help="how training exchanges travel: fp32 (the run's own type) or bf16 "
-                        "with error feedback (half the bytes; cd-0 is then no longer exact)")
+                   help="how training exchanges travel: fp32 (the run's own type), bf16, or "
+                        "int8/int4/int2 with a power-of-two scale per 32 values, each "
+                        "compressed form with error feedback (cd-0 is then no longer exact); "
+                        f"default {DEFAULT_SCHEDULE_PRECISION} under cd-r's default schedule, "
+                        "else fp32")
     g.add_argument("--comm", choices=COMMUNICATORS, default=d.comm,
                    help="communicator: mpi (mpi4py on host buffers; GPU tensors are staged "
                         "through pinned memory), gloo, nccl (every rank on a GPU) or ccl "
@@ -335,8 +342,17 @@ def report(result) -> None:
     print(f"median epoch {statistics.median(times) * 1e3:.1f} ms  ("
           + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in phases.items() if v) + " ms)")
     sent = statistics.median(r["bytes_sent_max"] for r in result.history)
-    if sent:
-        print(f"split-vertex exchange: {sent / 1e6:.2f} MB sent per epoch by the busiest rank")
+    exchange = result.summary.get("exchange")
+    if exchange is not None:
+        line = (f"split-vertex exchange ({exchange['schedule']}): {sent / 1e6:.2f} MB sent per "
+                f"epoch by the busiest rank")
+        if exchange["bytes_vs_cd0"] is not None:
+            line += f", {exchange['bytes_vs_cd0']:.3f}x cd-0's bytes"
+        if "stale_epochs" in exchange:
+            line += (f"; {exchange['stale_epochs']} epochs 1 epoch stale, "
+                     f"{exchange['exact_epochs']} exact")
+        print(line)
+    print(f"training loss: longest rise {result.summary['longest_loss_rise']} epochs in a row")
     last = result.history[-1]
     print(peak_memory_line(last["peak_rss_mib_max"], last["peak_rss_mib_mean"]))
     best = result.best

@@ -28,7 +28,10 @@ NAN_POLICIES = ("stop", "skip")
 FINAL_WEIGHTS = ("best", "last")
 FEATURE_NORMS = ("row", "none")
 DTYPES = ("float32", "float64")
-DEFAULT_DELAY = 5
+DEFAULT_DELAY = 5  # cd-r's delay under --smoothing when no --delay is given
+# the wire of cd-r's default schedule (distgnn.exchange.controller): the narrowest that kept
+# cd-0's accuracy (docs/results/cdr-accuracy.md)
+DEFAULT_SCHEDULE_PRECISION = "int4"
 DEFAULT_HIDDEN = 16
 # GAT's hidden layers: 8 channels per head, as Velickovic et al.'s and PyG's Cora model
 GAT_CHANNELS_PER_HEAD = 8
@@ -86,7 +89,7 @@ class TrainConfig:
     backward_exchange: bool = True
     smoothing: float = 0.0
     comm_budget: float | None = None
-    exchange_precision: str = "fp32"
+    exchange_precision: str | None = None  # None: DEFAULT_SCHEDULE_PRECISION or fp32
     aggregation_precision: str = "fp32"
     kernel_trial: bool = True
     precompute_first: bool = False
@@ -156,7 +159,7 @@ class TrainConfig:
         if self.recompute and self.algo == "cd-r":
             raise DistGNNError("--recompute runs each layer's exchange again in the backward "
                                "pass, which would advance cd-r's schedule twice: use cd-0 or 0c")
-        if self.recompute and self.exchange_precision != "fp32":
+        if self.recompute and self.exchange_precision not in (None, "fp32"):
             raise DistGNNError(f"--recompute runs each layer's exchange again in the backward "
                                f"pass, which would apply --exchange-precision "
                                f"{self.exchange_precision}'s error feedback twice: use fp32")
@@ -177,9 +180,9 @@ class TrainConfig:
             if self.delay is not None or self.smoothing:
                 raise DistGNNError("--comm-budget replaces cd-r's bins: it takes neither "
                                    "--delay nor --smoothing")
-        need(self.exchange_precision in PRECISIONS, "exchange-precision",
+        need(self.exchange_precision in (None, *PRECISIONS), "exchange-precision",
              "one of " + ", ".join(PRECISIONS), self.exchange_precision)
-        if self.exchange_precision != "fp32" and self.algo == "0c":
+        if self.exchange_precision not in (None, "fp32") and self.algo == "0c":
             raise DistGNNError("--exchange-precision applies to cd-0 and cd-r; 0c sends nothing")
         need(self.aggregation_precision in AGGREGATION_PRECISIONS, "aggregation-precision",
              "one of " + ", ".join(AGGREGATION_PRECISIONS), self.aggregation_precision)
@@ -228,12 +231,43 @@ class TrainConfig:
                                    "exchange partials); one socket has none to exchange")
 
     @property
+    def default_schedule(self) -> bool:
+        """cd-r without ``--delay``, ``--smoothing`` or ``--comm-budget``: the controlled
+        schedule of :mod:`distgnn.exchange.controller`."""
+        return (self.algo == "cd-r" and self.delay is None and not self.smoothing
+                and self.comm_budget is None)
+
+    @property
+    def wire(self) -> str:
+        """The training exchanges' precision: ``--exchange-precision``, or by default
+        ``DEFAULT_SCHEDULE_PRECISION`` under cd-r's default schedule and fp32 otherwise."""
+        if self.exchange_precision is not None:
+            return self.exchange_precision
+        return DEFAULT_SCHEDULE_PRECISION if self.default_schedule else "fp32"
+
+    @property
+    def exchange_schedule(self) -> str:
+        """The split-vertex exchange in words, as the run reports it: the algorithm, its
+        schedule and its wire."""
+        if self.algo != "cd-r":
+            words = self.algo
+        elif self.comm_budget is not None:
+            words = f"cd-r adaptive, budget {self.comm_budget:g}"
+        elif self.default_schedule:
+            words = "cd-r default schedule (each epoch exact or 1 epoch stale)"
+        else:
+            words = f"cd-r delay {self.delay_epochs}" + (
+                f", smoothing {self.smoothing:g}" if self.smoothing else "")
+        return words + (f", {self.wire} wire" if self.wire != "fp32" else "")
+
+    @property
     def delay_epochs(self) -> int:
-        """``r`` of cd-r (``DEFAULT_DELAY`` when not given; 1 under ``--comm-budget``, whose
-        messages arrive the epoch after they are sent); 0 for the other exchanges."""
+        """``r`` of cd-r (1 under the default schedule and under ``--comm-budget``, whose
+        messages arrive the epoch after they are sent; ``DEFAULT_DELAY`` with
+        ``--smoothing`` alone); 0 for the other exchanges."""
         if self.algo != "cd-r":
             return 0
-        if self.comm_budget is not None:
+        if self.comm_budget is not None or self.default_schedule:
             return 1
         return DEFAULT_DELAY if self.delay is None else self.delay
 

@@ -69,10 +69,8 @@ def open_partitions(directory: str, config: TrainConfig | Callable[[], TrainConf
     places = torch.tensor([float(device.type == "cuda"), float(backend == "torch")])
     world.allreduce(places)
     if comm.rank == 0:
-        delay = ("" if cfg.algo != "cd-r" else f" (adaptive, budget {cfg.comm_budget})"
-                 if cfg.comm_budget is not None else f" (delay {shard.nbr.exchange.delay})")
         log(f"{directory}: {comm.size} ranks ({int(places[0])} on GPUs, "
-            f"{int(places[1])} with the torch backend), {cfg.algo}{delay}, "
+            f"{int(places[1])} with the torch backend), {cfg.exchange_schedule}, "
             f"{comm.name} communicator")
     return RankSetup(cfg, shard, watchdog, timer)
 

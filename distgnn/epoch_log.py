@@ -5,7 +5,9 @@ One record per epoch: ``epoch`` (counted from 1, as on the console and in checkp
 names: the record after the first epoch has ``epoch`` 1), ``loss``, the accuracies (``None`` between evaluations),
 ``epoch_s`` and ``phases`` (max over ranks), ``phases_mean``, ``phases_max_rank`` (the rank
 that took longest in each phase: where a slow node or link shows), ``bytes_sent_max`` and
-``bytes_sent_mean`` (split-vertex exchange of the training step; an evaluated epoch adds
+``bytes_sent_mean`` (split-vertex exchange of the training step), ``bytes_cd0_mean`` (what
+cd-0 in the run's type would have sent for it), ``exact_exchange`` (under cd-r's default
+schedule: whether the controller ran the epoch exact; an evaluated epoch adds
 ``eval_bytes_sent_mean``, the evaluation's, and ``eval_s_mean``, its seconds: the forward
 pass without autograd that inference runs), ``peak_rss_mib_max`` and
 ``peak_rss_mib_mean`` (each rank's peak resident memory since it started, ``VmHWM``, in MiB:
@@ -17,9 +19,10 @@ goes on and replaces it only when the run ends in order (:class:`~distgnn.storag
 The best evaluation is the one with the highest validation accuracy (ties: lower
 validation loss).  A run that ends in order appends one summary record,
 ``{"summary": true, "epochs", "best_epoch", "train_acc", "val_acc", "test_acc",
-"weights", "saved"}``: the epochs run, the best evaluation's epoch and accuracies, which
-weights the results come from and ``{what: path}`` of the model, predictions and embeddings
-written.
+"longest_loss_rise", "weights", "saved"}``: the epochs run, the best evaluation's epoch and
+accuracies, the most consecutive epochs whose training loss went up, which weights the
+results come from and ``{what: path}`` of the model, predictions and embeddings written;
+with split vertices also ``"exchange"``: :func:`exchange_summary`.
 """
 from __future__ import annotations
 
@@ -55,11 +58,15 @@ def phase_seconds(timer: PhaseTimer) -> dict[str, float]:
 
 def epoch_record(comm: Communicator, epoch: int, loss: float, started: float,
                  timer: PhaseTimer, bytes_sent: int, allreduce_bytes: int, stop: int,
-                 skipped: bool) -> tuple[dict, int]:
+                 skipped: bool, exact_bytes: int = 0,
+                 exact_exchange: bool | None = None) -> tuple[dict, int]:
     """The epoch's record (collective: times and bytes over ranks) and the stop request of
-    any rank (a signal number, 0 for none)."""
+    any rank (a signal number, 0 for none).  ``exact_bytes``: what cd-0 in the run's type
+    would have sent for this rank's training exchanges; ``exact_exchange``: whether cd-r's
+    controller ran the epoch exact (``None``: no controller)."""
     local = {"epoch_s": time.perf_counter() - started, **phase_seconds(timer),
-             "bytes_sent": bytes_sent, "peak_rss_mib": process_mib(), "stop": float(stop)}
+             "bytes_sent": bytes_sent, "exact_bytes": exact_bytes,
+             "peak_rss_mib": process_mib(), "stop": float(stop)}
     high, mean, where = rank_statistics(comm, local)
     record = {"epoch": epoch + 1, "loss": loss, "train_acc": None, "val_acc": None,
               "test_acc": None, "epoch_s": high["epoch_s"],
@@ -67,11 +74,37 @@ def epoch_record(comm: Communicator, epoch: int, loss: float, started: float,
               "phases_mean": {k: mean[k] for k in PHASES},
               "phases_max_rank": {k: where[k] for k in PHASES},
               "bytes_sent_max": int(high["bytes_sent"]), "bytes_sent_mean": mean["bytes_sent"],
+              "bytes_cd0_mean": mean["exact_bytes"],
               "allreduce_bytes": allreduce_bytes, "peak_rss_mib_max": high["peak_rss_mib"],
               "peak_rss_mib_mean": mean["peak_rss_mib"]}
+    if exact_exchange is not None:
+        record["exact_exchange"] = exact_exchange
     if skipped:
         record["skipped_step"] = True
     return record, int(high["stop"])
+
+
+def longest_rise(losses: list[float]) -> int:
+    """The most consecutive epochs whose training loss exceeds the epoch's before."""
+    longest = run = 0
+    for before, after in zip(losses, losses[1:]):
+        run = run + 1 if after > before else 0
+        longest = max(longest, run)
+    return longest
+
+
+def exchange_summary(history: list[dict], schedule: str) -> dict:
+    """What the split-vertex exchange cost over ``history``: ``bytes_vs_cd0`` (bytes sent
+    over what cd-0 in the run's type would have sent, means over ranks, ``None`` without
+    split vertices), ``schedule`` (as given) and, under cd-r's controller, ``exact_epochs``
+    and ``stale_epochs``."""
+    sent = sum(r.get("bytes_sent_mean", 0.0) for r in history)
+    exact = sum(r.get("bytes_cd0_mean", 0.0) for r in history)
+    out = {"schedule": schedule, "bytes_vs_cd0": sent / exact if exact else None}
+    decided = [r["exact_exchange"] for r in history if "exact_exchange" in r]
+    if decided:
+        out.update(exact_epochs=sum(decided), stale_epochs=len(decided) - sum(decided))
+    return out
 
 
 def better(record: dict, best: dict) -> bool:
@@ -165,14 +198,18 @@ class EpochLog:
             self.log(f"epoch {record['epoch']:>4}/{self.epochs}  loss {record['loss']:.4f}"
                      f"  {accs}  ({record['epoch_s'] * 1e3:.1f} ms)")
 
-    def summarize(self, weights: str, saved: dict) -> dict:
+    def summarize(self, weights: str, saved: dict, schedule: str | None = None) -> dict:
         """The summary record (see the module docstring), kept as :attr:`summary` and
-        appended to the metrics file."""
+        appended to the metrics file (``schedule``: the split-vertex exchange's, ``None``
+        without one)."""
         best = self.best
         self.summary = {"summary": True, "epochs": self.history[-1]["epoch"],
                         "best_epoch": best.get("epoch"),
                         **{k: best.get(k) for k in ("train_acc", "val_acc", "test_acc")},
+                        "longest_loss_rise": longest_rise([r["loss"] for r in self.history]),
                         "weights": weights, "saved": saved}
+        if schedule is not None:
+            self.summary["exchange"] = exchange_summary(self.history, schedule)
         if self.metrics:
             self.metrics.write(json.dumps(self.summary) + "\n")
         return self.summary

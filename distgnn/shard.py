@@ -195,7 +195,7 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
     exchange = (None if cfg.algo == "0c"
                 else Exchange(index=index, comm=comm, timer=timer, algo=cfg.algo, delay=delay,
                               smoothing=cfg.smoothing, comm_budget=cfg.comm_budget,
-                              exchange_precision=cfg.exchange_precision,
+                              controlled=cfg.default_schedule, exchange_precision=cfg.wire,
                               backward_exchange=cfg.backward_exchange))
     nbr = Neighbourhood(part.graph, get_backend(backend, cfg.aggregation_precision,
                                                 cfg.kernel_trial),

@@ -265,6 +265,7 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
             for epoch in range(run.start, cfg.epochs):
                 timer.reset()
                 started, sent = time.perf_counter(), exchange.total_bytes_sent if exchange else 0
+                exact_before = exchange.exact_bytes if exchange else 0
                 loss, bad = step(model, optimizer, shard, sync, num_train, epoch, timer)
                 if checkpoints.step_allowed(bad, epoch, run):
                     with timer("optimizer"):
@@ -273,7 +274,10 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                 record, signum = epoch_record(
                     comm, epoch, loss, started, timer,
                     exchange.total_bytes_sent - sent if exchange else 0, sync.step_bytes,
-                    stop.request(), bad)
+                    stop.request(), bad, exchange.exact_bytes - exact_before if exchange else 0,
+                    exchange.exact_epoch(epoch) if exchange else None)
+                if exchange is not None:
+                    exchange.observe(epoch, loss)
                 if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
                     record.update(evaluate(model, shard, comm, cfg.roc_auc))
                 run.add(record, model)
@@ -286,7 +290,8 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                             f"{cfg.patience} evaluations")
                     break
         run.summarize(cfg.final_weights,
-                      write_results(cfg, model, shard, comm, run, make_model is not None))
+                      write_results(cfg, model, shard, comm, run, make_model is not None),
+                      cfg.exchange_schedule if exchange is not None else None)
         ended = True
     except (Stopped, NonFiniteLoss):
         ended = True

@@ -163,6 +163,12 @@ STALENESS_CONFIGS = {
     "single": ([], False), "cd-0": (["--algo", "cd-0"], True), "0c": (["--algo", "0c"], True),
     "cd-5": (["--algo", "cd-r", "--delay", "5"], True),
     "cd-1": (["--algo", "cd-r", "--delay", "1"], True),
+    **{f"cd-0 {w}": (["--algo", "cd-0", "--exchange-precision", w], True)
+       for w in ("int8", "int4", "int2")},
+    **{f"cd-1 {w}": (["--algo", "cd-r", "--delay", "1", "--exchange-precision", w], True)
+       for w in ("int8", "int4")},
+    "cd-5 int8 smooth": (["--algo", "cd-r", "--delay", "5", "--smoothing", "{g}",
+                          "--exchange-precision", "int8"], True),
     "cd-5 smooth": (["--algo", "cd-r", "--delay", "5", "--smoothing", "{g}"], True),
     "adaptive": (["--algo", "cd-r", "--comm-budget", "{budget}"], True),
     "cd-0 bf16": (["--algo", "cd-0", "--exchange-precision", "bf16"], True),

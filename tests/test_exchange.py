@@ -73,11 +73,11 @@ def dyadic(rank, epoch, gids, width, salt):
     return k.astype(np.float64) / 16
 
 
-def drive(parts, epochs, options, keys=WIDTHS, start=0, state=None):
+def drive(parts, epochs, options, keys=WIDTHS, start=0, state=None, losses=None):
     """Train-mode exchanges of ``Exchange(**options)`` on every rank, epochs
     ``start..epochs-1``, each key forward (input ``dyadic(.., salt=key)``) and backward
-    (upstream ``dyadic(.., salt=10 + key)``); restored from ``state`` (one per rank) when
-    given.  Per rank: ``fwd[(epoch, key)]``, ``bwd[(epoch, key)]`` (numpy), ``sent``
+    (upstream ``dyadic(.., salt=10 + key)``), then ``observe(epoch, losses[epoch])`` when
+    ``losses`` are given; restored from ``state`` (one per rank) when given.  Per rank: ``fwd[(epoch, key)]``, ``bwd[(epoch, key)]`` (numpy), ``sent``
     (``total_bytes_sent`` after each epoch) and the final ``state`` (``torch.save``'d and
     loaded back as a checkpoint is)."""
     def work(comm):
@@ -95,6 +95,9 @@ def drive(parts, epochs, options, keys=WIDTHS, start=0, state=None):
                 y.backward(torch.from_numpy(dyadic(comm.rank, e, gids, width, 10 + key)))
                 out.bwd[(e, key)] = x.grad.numpy()
             out.sent.append(ex.total_bytes_sent)
+            if losses is not None:
+                out.exact = {**getattr(out, "exact", {}), e: ex.exact_epoch(e)}
+                ex.observe(e, losses[e])
         buffer = io.BytesIO()
         torch.save(ex.state_dict(), buffer)
         buffer.seek(0)
@@ -314,6 +317,60 @@ def test_cdr_sends_one_bin_per_epoch(heavy, name):
         per_epoch = [2 * size * sum(WIDTHS.values()) * np.count_nonzero(bins == e % r)
                      for e in range(EPOCHS)]
         assert out.sent == np.cumsum(per_epoch).tolist()
+
+
+# ---- cd-r's default schedule ---------------------------------------------------------------------
+# a loss that rises after epochs 2 and 6: the controller makes epochs 3 and 7 exact as well
+LOSSES = [5.0, 4.0, 4.5, 4.4, 4.3, 4.2, 4.4, 4.1, 4.0, 3.9]
+CONTROLLED = dict(algo="cd-r", delay=1, controlled=True)
+
+
+def test_default_schedule_is_exact_or_one_epoch_stale_as_the_controller_decides(heavy):
+    """Under cd-r's default schedule epoch ``e`` is exact when ``e = 0``, ``e`` is even or
+    the loss rose the epoch before (every rank agrees), and then equals cd-0; a stale
+    epoch follows an exact one, so each clone gets its fresh partial plus the other clones'
+    partials of the epoch before, ``x_p(e) + sum_{q != p} x_q(e - 1)``, forward and
+    backward.  Every epoch sends every split row, as cd-1 does."""
+    got = drive(heavy.parts, EPOCHS, CONTROLLED, losses=LOSSES)
+    cd0 = drive(heavy.parts, EPOCHS, dict(algo="cd-0"))
+    cd1 = drive(heavy.parts, EPOCHS, dict(algo="cd-r", delay=1))
+    exact = {0, 2, 3, 4, 6, 7, 8}
+    for p, (out, ref) in enumerate(zip(got, cd0)):
+        assert out.exact == {e: e in exact for e in range(EPOCHS)}
+        assert out.sent == cd1[p].sent
+        gids = heavy.parts[p].global_ids
+        for (e, key), y in out.fwd.items():
+            for what, salt in (("fwd", key), ("bwd", 10 + key)):
+                mine = getattr(out, what)[(e, key)]
+                if e in exact:
+                    np.testing.assert_array_equal(mine, getattr(ref, what)[(e, key)])
+                else:
+                    before = getattr(ref, what)[(e - 1, key)]
+                    np.testing.assert_array_equal(mine, dyadic(p, e, gids, WIDTHS[key], salt)
+                                                  + before - dyadic(p, e - 1, gids,
+                                                                    WIDTHS[key], salt))
+                    assert not np.array_equal(mine, getattr(ref, what)[(e, key)])
+
+
+def test_default_schedule_resumes_exactly_and_refuses_another_schedule(heavy):
+    """The controller's memory (the last two losses) travels in the exchange's state: a run
+    restored after 5 epochs decides and computes as the uninterrupted one; a state of the
+    default schedule does not load into plain cd-1, nor the other way round."""
+    whole = drive(heavy.parts, EPOCHS, CONTROLLED, losses=LOSSES)
+    first = drive(heavy.parts, 5, CONTROLLED, losses=LOSSES)
+    rest = drive(heavy.parts, EPOCHS, CONTROLLED, start=5, losses=LOSSES,
+                 state=[out.state for out in first])
+    for a, c in zip(whole, rest):
+        assert {e: a.exact[e] for e in c.exact} == c.exact
+        for k in c.fwd:
+            np.testing.assert_array_equal(c.fwd[k], a.fwd[k])
+            np.testing.assert_array_equal(c.bwd[k], a.bwd[k])
+    index = SplitIndex.from_partition(heavy.parts[0])
+    comm = ThreadsCommunicator(World(4), 0)
+    plain = drive(heavy.parts, 2, dict(algo="cd-r", delay=1))[0].state
+    for state, options in ((first[0].state, dict(algo="cd-r", delay=1)), (plain, CONTROLLED)):
+        with pytest.raises(DistGNNError, match="default schedule"):
+            Exchange(index=index, comm=comm, **options).load_state_dict(state)
 
 
 # ---- the adaptive schedule ---------------------------------------------------------------------

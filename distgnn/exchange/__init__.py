@@ -8,12 +8,16 @@ aggregate is ``a_v = sum_{p in R(v)} a^p_v``.  One clone is the root, the others
 - **cd-0** (:mod:`.exact`): every layer, every clone gets ``a_v`` exactly; max/min
   aggregators take the extreme over clones the same way, with the gradient routed to the
   clone that attained it.
-- **cd-r** (:mod:`.delayed`): bins of split vertices refreshed every ``r`` epochs, partials
-  delayed and overlapped with compute, optionally smoothed; or, under ``--comm-budget``,
-  the adaptive schedule of :mod:`.adaptive`, which sends the rows that moved most.
+- **cd-r** (:mod:`.delayed`): by default (no ``--delay``, ``--smoothing`` or
+  ``--comm-budget``) every split row every epoch on a 4-bit wire, each epoch exact or one
+  epoch stale as the controller of :mod:`.controller` decides; with ``--delay r``, bins of
+  split vertices refreshed every ``r`` epochs, partials delayed and overlapped with compute,
+  optionally smoothed; or, under ``--comm-budget``, the adaptive schedule of
+  :mod:`.adaptive`, which sends the rows that moved most.
 - **0c**: no exchange; each rank normalises by its local degrees.
 
-Partials travel as they are or as bf16 with error feedback (:mod:`.wire`); evaluation and
+Partials travel as they are, or as bf16 or block-scaled integers with error feedback
+(:mod:`.wire`); evaluation and
 the sums that must be exact in every epoch (:meth:`Exchange.exact`) use cd-0 in the run's
 type.  Message order follows :mod:`partition.layout`'s split tables (:mod:`.channel`).
 
@@ -28,9 +32,11 @@ from typing import Protocol
 import torch
 
 from ..comm import Communicator
+from ..errors import DistGNNError
 from ..timing import PhaseTimer
 from .adaptive import AdaptiveSum
 from .channel import expect_kind
+from .controller import Controller
 from .delayed import DelayedSum
 from .exact import ExactSum, Extreme, RoundTrip
 from .index import SplitIndex
@@ -88,8 +94,11 @@ class Exchange:
         smoothing (float): cd-r's PipeGCN smoothing ``gamma`` in ``[0, 1)`` (0: none).
         comm_budget (float, optional): cd-r with the adaptive schedule at this fraction of
             cd-0's bytes, instead of bins.
-        exchange_precision (str): ``"fp32"`` (the run's own type) or ``"bf16"`` with error
-            feedback, for the training exchanges of cd-0 and cd-r.
+        controlled (bool): cd-r's default schedule (:mod:`.controller`; ``delay`` 1, no
+            smoothing or budget).
+        exchange_precision (str): one of ``PRECISIONS``: ``"fp32"`` (the run's own type), or
+            a compressed wire with error feedback, for the training exchanges of cd-0 and
+            cd-r.
         backward_exchange (bool): exchange gradients in the backward pass.  ``False``
             reproduces DGL's cd-0, whose split-vertex gradients miss the other clones' parts;
             it exists to show that difference, not for training.
@@ -102,10 +111,13 @@ class Exchange:
 
     def __init__(self, *, index: SplitIndex, comm: Communicator, timer: PhaseTimer | None = None,
                  algo: str = "cd-0", delay: int = 0, smoothing: float = 0.0,
-                 comm_budget: float | None = None, exchange_precision: str = "fp32",
-                 backward_exchange: bool = True):
+                 comm_budget: float | None = None, controlled: bool = False,
+                 exchange_precision: str = "fp32", backward_exchange: bool = True):
         self.index, self.comm, self.algo, self.delay = index, comm, algo, delay
         self.backward_exchange = backward_exchange
+        self.controller: Controller | None = None
+        # cd-0's fp32 bytes of the training exchanges made so far: what the others compare to
+        self.exact_bytes = 0
         self.timer = timer if timer is not None else PhaseTimer()
         self.trip = RoundTrip(index, comm, self.timer)
         # what makes a training layer's exchange, given the width, type and device of its
@@ -118,9 +130,11 @@ class Exchange:
                                           comm_budget=comm_budget,
                                           exchange_precision=exchange_precision)
         elif algo == "cd-r":
+            self.controller = Controller() if controlled else None
             self.make = functools.partial(DelayedSum, index=index, comm=comm, timer=self.timer,
                                           delay=delay, smoothing=smoothing,
-                                          exchange_precision=exchange_precision)
+                                          exchange_precision=exchange_precision,
+                                          controller=self.controller)
         else:
             raise ValueError(f"no exchange for algo {algo!r}")
         self.kind = self.make.func.kind
@@ -162,6 +176,12 @@ class Exchange:
                                                       device=like.device)
         return self.layers[(key, direction)]
 
+    def count_exact_bytes(self, y: torch.Tensor) -> None:
+        """Add to :attr:`exact_bytes` what cd-0 in the run's type sends for a training
+        exchange of ``y`` ``[n, d]``: a row per leaf and per leaf entry."""
+        rows = len(self.index.leaf_ids) + len(self.index.root_ids)
+        self.exact_bytes += rows * y.shape[1] * y.element_size()
+
     @property
     def total_bytes_sent(self) -> int:
         """Bytes this rank has sent, every exchange together."""
@@ -173,16 +193,36 @@ class Exchange:
         for e in self.layers.values():
             e.finish()
 
+    def observe(self, epoch: int, loss: float) -> None:
+        """Take epoch ``epoch``'s global training loss (what the controller decides by)."""
+        if self.controller is not None:
+            self.controller.observe(epoch, loss)
+
+    def exact_epoch(self, epoch: int) -> bool | None:
+        """Whether the controller ran epoch ``epoch`` exact (``None``: no controller)."""
+        return None if self.controller is None else self.controller.exact(epoch)
+
     def state_dict(self) -> dict:
-        """``{"kind": kind, "layers": {"key/direction": that LayerExchange's state}}``."""
-        return {"kind": self.kind,
-                "layers": {f"{key}/{direction}": e.state_dict()
-                           for (key, direction), e in self.layers.items()}}
+        """``{"kind": kind, "layers": {"key/direction": that LayerExchange's state}}``, and
+        ``"controller"``: its state, under cd-r's default schedule."""
+        state = {"kind": self.kind,
+                 "layers": {f"{key}/{direction}": e.state_dict()
+                            for (key, direction), e in self.layers.items()}}
+        if self.controller is not None:
+            state["controller"] = self.controller.state_dict()
+        return state
 
     def load_state_dict(self, state: dict, device: torch.device | str = "cpu") -> None:
         """Restore :meth:`state_dict`'s ``state`` onto ``device``; a state of another kind
         (another algorithm or schedule) is refused with one line."""
         expect_kind(state, self.kind, "split-vertex exchange")
+        if (self.controller is None) != ("controller" not in state):
+            raise DistGNNError("the checkpoint's cd-r exchange was " + (
+                "not " if self.controller is not None else "") + "under the default schedule "
+                "(no --delay, --smoothing or --comm-budget); this run's is" + (
+                "" if self.controller is not None else " not"))
+        if self.controller is not None:
+            self.controller.load_state_dict(state["controller"])
         for name, layer_state in state["layers"].items():
             expect_kind(layer_state, self.kind, f"exchange {name}")
             key, direction = name.split("/")
@@ -201,6 +241,8 @@ class _SumOverClones(torch.autograd.Function):
         ctx.exchange, ctx.key, ctx.epoch, ctx.backward = exchange, key, epoch, backward
         ctx.mark_dirty(y)
         exchange.layer(key, "forward", y)(y, epoch)
+        if key is not None:
+            exchange.count_exact_bytes(y)
         return y
 
     @staticmethod
@@ -208,4 +250,6 @@ class _SumOverClones(torch.autograd.Function):
         grad = grad.clone()  # grad may be shared with other consumers: never edit it in place
         if ctx.backward:
             ctx.exchange.layer(ctx.key, "backward", grad)(grad, ctx.epoch)
+            if ctx.key is not None:
+                ctx.exchange.count_exact_bytes(grad)
         return grad, None, None, None, None

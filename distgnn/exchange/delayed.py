@@ -32,6 +32,7 @@ from ..comm import Communicator, Done, Handle
 from ..errors import DistGNNError
 from ..timing import PhaseTimer
 from .channel import Channel, expect_kind, tagged
+from .controller import Controller
 from .index import SplitIndex
 from .wire import Wire
 
@@ -131,16 +132,22 @@ class DelayedSum(StaleSum):
         timer (PhaseTimer): receives the exchange phases.
         delay (int): ``r`` (>= 1).
         smoothing (float): PipeGCN's ``gamma`` in ``[0, 1)`` (0: keep the latest arrival).
-        exchange_precision (str): ``"fp32"`` or ``"bf16"`` (error feedback per leaf, up, and
-            per leaf entry, down).
+        exchange_precision (str): one of ``PRECISIONS`` (error feedback per leaf, up, and per
+            leaf entry, down, on a compressed wire).
         width, dtype, device: of the ``a`` it exchanges.
+        controller (Controller, optional): with delay 1 and no smoothing, the default
+            schedule of :mod:`.controller`: the epochs it calls exact make a blocking round
+            trip of this epoch's rows (:meth:`refresh`) instead.
     """
 
     kind = "delayed"
 
     def __init__(self, *, index: SplitIndex, comm: Communicator, timer: PhaseTimer, delay: int,
                  smoothing: float, exchange_precision: str, width: int, dtype: torch.dtype,
-                 device):
+                 device, controller: Controller | None = None):
+        if controller is not None and (delay != 1 or smoothing):
+            raise ValueError("a controlled cd-r exchange has delay 1 and no smoothing")
+        self.controller = controller
         self.comm, self.timer, self.delay, self.smoothing = comm, timer, delay, smoothing
         self.width, self.dtype = width, dtype
         self.wire = wire = Wire(exchange_precision, dtype, width)
@@ -165,6 +172,32 @@ class DelayedSum(StaleSum):
         self.leaf_ids = index.leaf_ids.to(device)
         self.root_ids = index.root_ids.to(device)
         self.bytes_sent = 0
+
+    def __call__(self, a: torch.Tensor, epoch: int) -> None:
+        if self.controller is not None and self.controller.exact(epoch):
+            self.refresh(a, epoch)
+        else:
+            super().__call__(a, epoch)
+
+    def refresh(self, a: torch.Tensor, epoch: int) -> None:
+        """An exact epoch of the one bin: send this epoch's leaf rows and wait for them, then
+        the roots' replies and wait for them, so every clone adds the fresh remote terms."""
+        b = self.bins[0]
+        self.receive(epoch)  # what is in flight: older, replaced below
+        with self.timer("exchange_pre"):
+            self.bytes_sent += self.send_up(a, epoch)
+        self.wait(b)
+        with self.timer("exchange_post"):
+            self.fold(self.partials, b.root_sel, b.up.received(), b.up_seen)
+            b.up_seen, b.up_pending = True, None
+            a.index_add_(0, self.root_ids, self.partials)
+        with self.timer("exchange_pre"):
+            self.bytes_sent += self.send_down(a, epoch)
+        self.wait(b)
+        with self.timer("exchange_post"):
+            self.fold(self.complement, b.leaf_sel, b.down.received(), b.down_seen)
+            b.down_seen, b.down_pending = True, None
+            a.index_add_(0, self.leaf_ids, self.complement)
 
     def receive(self, epoch: int) -> None:
         b = self.bins[epoch % self.delay]

@@ -1,0 +1,61 @@
+r"""cd-r's default schedule: every split row on every epoch, either *exact* (one blocking
+round trip, as cd-0) or *stale* (the remote terms of the epoch before, the sends overlapped
+with compute), chosen per epoch by a controller that every rank runs on the same inputs.
+
+Epoch ``e`` is exact when
+
+.. math::
+    e = 0 \quad\lor\quad e \bmod T = 0 \quad\lor\quad L_{e-1} > L_{e-2}
+
+(``T`` = ``EXACT_EVERY``; ``L``: the training loss, the same on every rank): nothing is
+kept before the first epoch, a stale term is never older than ``T - 1`` stale epochs in a
+row, and an epoch after one whose loss went up is exact, so staleness cannot feed a run of
+rising losses.  Nothing here looks at labels or accuracy.  Exact and stale epochs send the
+same rows, so the bytes per epoch do not depend on the decisions; what a stale epoch saves
+is the wait, which overlaps with the layer's dense work.
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import DistGNNError
+
+EXACT_EVERY = 2
+
+
+class Controller:
+    """The per-epoch decision of the module docstring, and what it remembers.
+
+    ``exact(epoch)`` is asked by every layer's exchange (the same answer within an epoch);
+    ``observe(epoch, loss)`` is told each epoch's global training loss after its step.
+    """
+
+    kind = "controller"
+
+    def __init__(self, exact_every: int = EXACT_EVERY):
+        self.exact_every = exact_every
+        self.losses: list[float] = []  # the last two observed, oldest first
+        self.decisions: dict[int, bool] = {}  # epoch -> exact, for the epoch record
+
+    def exact(self, epoch: int) -> bool:
+        """Whether epoch ``epoch`` runs exact."""
+        if epoch not in self.decisions:
+            rose = len(self.losses) == 2 and self.losses[1] > self.losses[0]
+            self.decisions = {epoch: epoch == 0 or epoch % self.exact_every == 0 or rose}
+        return self.decisions[epoch]
+
+    def observe(self, epoch: int, loss: float) -> None:
+        """Take epoch ``epoch``'s training loss (non-finite losses count as a rise)."""
+        value = loss if math.isfinite(loss) else math.inf
+        self.losses = [*self.losses, value][-2:]
+
+    def state_dict(self) -> dict:
+        return {"kind": self.kind, "exact_every": self.exact_every, "losses": self.losses}
+
+    def load_state_dict(self, state: dict) -> None:
+        if (not isinstance(state, dict) or state.get("kind") != self.kind
+                or state.get("exact_every") != self.exact_every):
+            raise DistGNNError("the checkpoint's cd-r controller state does not fit this run's "
+                               "schedule")
+        self.losses = [float(v) for v in state["losses"]][-2:]
+        self.decisions = {}
