@@ -24,6 +24,8 @@ import numpy as np
 
 from distgnn.bench.predict import exchange_bytes, exchange_widths
 from distgnn.bench.validate import train_records
+from distgnn.config import TrainConfig
+from distgnn.epoch_log import longest_rise
 from distgnn.exchange import SplitIndex
 from distgnn.storage import write_atomic
 from partition.format import load as load_partition
@@ -163,6 +165,10 @@ STALENESS_CONFIGS = {
     "single": ([], False), "cd-0": (["--algo", "cd-0"], True), "0c": (["--algo", "0c"], True),
     "cd-5": (["--algo", "cd-r", "--delay", "5"], True),
     "cd-1": (["--algo", "cd-r", "--delay", "1"], True),
+    # cd-r's default schedule (int4 wire), and its other wires
+    "default": (["--algo", "cd-r"], True),
+    **{f"default {w}": (["--algo", "cd-r", "--exchange-precision", w], True)
+       for w in ("fp32", "int8", "int2")},
     **{f"cd-0 {w}": (["--algo", "cd-0", "--exchange-precision", w], True)
        for w in ("int8", "int4", "int2")},
     **{f"cd-1 {w}": (["--algo", "cd-r", "--delay", "1", "--exchange-precision", w], True)
@@ -183,16 +189,8 @@ STALENESS_CONFIGS = {
                          "--precompute-first-aggregation"], True)}
 # graphs of the staleness figure: spec (shared dataset name or generator) and extra flags
 STALENESS_GRAPHS = {"sbm": ("sbm:nodes=60000,noise=3", ["--feature-norm", "none"]),
-                    "tolokers": (None, ["--roc-auc"])}  # published figures are ROC-AUC
-
-
-def longest_rise(losses: list[float]) -> int:
-    """The most consecutive epochs whose training loss exceeds the epoch before."""
-    longest = run = 0
-    for before, after in zip(losses, losses[1:]):
-        run = run + 1 if after > before else 0
-        longest = max(longest, run)
-    return longest
+                    # binary: published figures are ROC-AUC
+                    "tolokers": (None, ["--roc-auc"]), "minesweeper": (None, ["--roc-auc"])}
 
 
 def staleness(a) -> list[dict]:
@@ -256,12 +254,15 @@ def predicted_config_bytes(directory: Path, flags: list[str], epochs: int) -> fl
     once = "--precompute-first-aggregation" in flags
     widths = exchange_widths(meta["num_features"], 16, meta["num_classes"], 2, once)
     budget = flag("--comm-budget")
+    cfg = TrainConfig(algo=flag("--algo"), delay=None if flag("--delay") is None
+                      else int(flag("--delay")), smoothing=float(flag("--smoothing", 0.0)),
+                      comm_budget=None if budget is None else float(budget),
+                      exchange_precision=flag("--exchange-precision"))
     total = 0.0
     for p in range(meta["num_parts"]):
         index = SplitIndex.from_partition(load_partition(directory, p))
-        total += exchange_bytes(index.leaf_counts, index.root_counts, widths, flag("--algo"),
-                                int(flag("--delay", 5)), flag("--exchange-precision", "fp32"),
-                                None if budget is None else float(budget))
+        total += exchange_bytes(index.leaf_counts, index.root_counts, widths, cfg.algo,
+                                cfg.delay_epochs, cfg.wire, cfg.comm_budget)
         if once and flag("--algo") != "0c":
             total += exchange_bytes(index.leaf_counts, index.root_counts,
                                     [meta["num_features"]], "cd-0") / epochs

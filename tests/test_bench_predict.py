@@ -180,3 +180,28 @@ def test_predict_with_size_writes_memory_and_the_ratios(tmp_path):
     text = page.read_text()
     assert "Projected to 2,560 vertices and 100,000 edges" in text
     assert "memory MiB/rank" in text
+
+
+def test_default_schedule_waits_half_its_epochs_and_the_verdict_follows_the_network(proxy):
+    """cd-r's default schedule waits for the whole int4 exchange on its exact epochs (one in
+    ``EXACT_EVERY``) and for what compute does not hide on the others; the verdict says cd-r
+    pays on a slow network and not on a fast one, and names oversubscription."""
+    from distgnn.bench.predict import exchange_seconds, verdict
+    from distgnn.exchange.controller import EXACT_EVERY
+
+    _, stats = proxy
+    widths = exchange_widths(F, H, C, LAYERS)
+    for beta, pays in ((1e6, True), (1e12, False)):
+        for slowdown in (1.0, 2.0):
+            row = table(stats, RATES, [16, 4], widths, PARAMS, ALPHA, beta, 5, 1,
+                        None if slowdown == 1 else 2)[2]
+            assert row["parts"] == 4
+            wire = exchange_seconds(stats[4], widths, ALPHA, beta, "int4")
+            compute = row["cd-r default"]["local_aggregation"] + row["cd-r default"]["dense"]
+            assert row["cd-r default"]["comm"] == pytest.approx(
+                (wire + (EXACT_EVERY - 1) * max(0.0, wire - compute)) / EXACT_EVERY)
+            if pays:  # bandwidth-bound: int4 rows are under a quarter of fp32's
+                assert 0 < wire < exchange_seconds(stats[4], widths, ALPHA, beta) / 4
+            said = verdict(row, 5)
+            assert ("cd-r pays" in said) == pays and ("does not pay" in said) != pays
+            assert ("waiting for each other's compute" in said) == (slowdown > 1)

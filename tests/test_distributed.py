@@ -277,6 +277,24 @@ def test_0c_and_cdr_train_and_send_less_than_cd0(train_job, algo, flags):
         assert 0 < max(sent) < min(r["bytes_sent_max"] for r in cd0)
 
 
+def test_cdr_default_schedule_reports_its_decisions_and_bytes(train_job):
+    """``--algo cd-r`` alone on 3 ranks: every epoch record says whether the controller ran
+    it exact (the first is), both kinds occur, every epoch sends the same bytes, at most a
+    quarter of cd-0's (the int4 wire), and the summary line says so; the loss falls."""
+    proc, metrics = train_job(3, "cd-r")
+    _, cd0 = train_job(3, "cd-0")
+    decided = [r["exact_exchange"] for r in metrics]
+    assert decided[0] and not all(decided) and any(decided[1:])
+    assert len({r["bytes_sent_max"] for r in metrics}) == 1
+    share = sum(r["bytes_sent_mean"] for r in metrics) / sum(r["bytes_cd0_mean"] for r in metrics)
+    assert 0 < share <= 0.25
+    assert sum(r["bytes_cd0_mean"] for r in metrics) == sum(r["bytes_sent_mean"] for r in cd0)
+    assert ("cd-r default schedule (each epoch exact or 1 epoch stale), int4 wire): "
+            in proc.stdout and f"{share:.3f}x cd-0's bytes; {30 - sum(decided)} epochs 1 epoch "
+            f"stale, {sum(decided)} exact" in proc.stdout), proc.stdout
+    assert metrics[-1]["loss"] < metrics[0]["loss"]
+
+
 def test_cd0_in_float64_follows_single_socket_to_float64_rounding(train_job, tmp_path):
     """In float64, cd-0 on 3 ranks follows single-socket training of cora to 1e-10 relative
     over 30 epochs: the float32 gaps (up to 1e-4) are rounding, not the exchange."""

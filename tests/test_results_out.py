@@ -50,6 +50,11 @@ def test_epochs_are_counted_from_one_and_the_metrics_end_with_a_summary(run):
     assert summary["test_acc"] == best["test_acc"] and summary["weights"] == "best"
     assert summary["saved"] == {"model": cfg.save_model, "predictions": cfg.predictions_out,
                                 "embeddings": cfg.embeddings_out}
+    losses = [r["loss"] for r in result.history]
+    rises = [after > before for before, after in zip(losses, losses[1:])]
+    longest = max((len(run) for run in "".join("x" if r else " " for r in rises).split()),
+                  default=0)
+    assert summary["longest_loss_rise"] == longest and "exchange" not in summary
 
 
 def test_the_model_file_reads_without_pickle_and_rebuilds_the_best_model(run, cora_ds):

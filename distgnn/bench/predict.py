@@ -1,4 +1,5 @@
-"""``distgnn-bench predict``: per-epoch time of 0c, cd-0 and cd-r at P ranks, before booking them.
+"""``distgnn-bench predict``: per-epoch time of 0c, cd-0 and cd-r at P ranks, before booking them,
+and whether cd-r pays.
 
 Inputs: each P's partition statistics (partitioning the graph here, or ``--stats`` files
 written by ``distgnn-partition --json``); this machine's rates, measured by training the
@@ -67,6 +68,8 @@ from partition.stats import layer_widths, training_memory
 from ..cli_common import comma_list
 from ..errors import DistGNNError
 from ..exchange.adaptive import POSITION_BYTES, budgeted_rows
+from ..config import DEFAULT_SCHEDULE_PRECISION
+from ..exchange.controller import EXACT_EVERY
 from ..exchange.wire import row_bytes
 from .output import finish, output_arguments
 
@@ -74,7 +77,10 @@ NETWORKS = {  # alpha (s), beta (bytes/s per rank)
     "100gbe": (5e-6, 10e9),
     "hdr-ib": (1.5e-6, 22e9),
 }
-ALGOS = ("0c", "cd-0", "cd-r")
+# "cd-r default": cd-r's default schedule (distgnn.exchange.controller)
+ALGOS = ("0c", "cd-0", "cd-r", "cd-r default")
+# the epoch saving below which a delayed exchange is not worth its staleness
+PAYS = 0.1
 
 
 @dataclasses.dataclass
@@ -229,23 +235,30 @@ def predict(per_rank: list[dict], rates: Rates, widths: list[int], params: int,
     if P > 1 and algo != "0c":
         out["prepost"] = slowdown * 3 * 4 * sum(widths) * split_rows / rates.triad_bytes_s
         cd0 = exchange_seconds(per_rank, widths, alpha, beta)
-        out["comm"] = (cd0 if algo == "cd-0"
-                       else max(0.0, cd0 / delay - delay * (local + dense) * slowdown))
+        compute = (local + dense) * slowdown
+        if algo == "cd-0":
+            out["comm"] = cd0
+        elif algo == "cd-r":
+            out["comm"] = max(0.0, cd0 / delay - delay * compute)
+        else:  # exact epochs wait for the whole exchange, stale ones for what compute leaves
+            wire = exchange_seconds(per_rank, widths, alpha, beta, DEFAULT_SCHEDULE_PRECISION)
+            out["comm"] = (wire + (EXACT_EVERY - 1) * max(0.0, wire - compute)) / EXACT_EVERY
     out["allreduce"] = (2 * alpha * math.ceil(math.log2(P)) + 2 * (P - 1) / P * 4 * params / beta
                         if P > 1 else 0.0)
     out["epoch"] = sum(out.values())
     return out
 
 
-def exchange_seconds(per_rank: list[dict], widths: list[int], alpha: float, beta: float
-                     ) -> float:
-    """cd-0 exchanges of ``widths``: each two alltoallvs (leaves to roots, roots to
-    leaves), bounded by the rank with the most rows to move."""
+def exchange_seconds(per_rank: list[dict], widths: list[int], alpha: float, beta: float,
+                     precision: str = "fp32") -> float:
+    """Blocking exchanges of ``widths`` (cd-0's, on a ``precision`` wire): each two
+    alltoallvs (leaves to roots, roots to leaves), bounded by the rank with the most rows to
+    move, at :func:`~distgnn.exchange.wire.row_bytes` per row."""
     P = len(per_rank)
     if P == 1:
         return 0.0
     rows = max(max(r["leaves"], r["leaf_entries"]) for r in per_rank)
-    return sum(2 * (alpha * (P - 1) + 4 * d * rows / beta) for d in widths)
+    return sum(2 * (alpha * (P - 1) + row_bytes(precision, d) * rows / beta) for d in widths)
 
 
 def forward_aggregation(per_rank: list[dict], rates: Rates, widths: list[int], alpha: float,
@@ -354,8 +367,26 @@ def table(stats: dict[int, list[dict]], rates: Rates, widths, exchanges, params,
     return rows
 
 
+def verdict(row: dict, delay: int) -> str:
+    """One line per P: the exchange's share of cd-0's epoch, and whether cd-r saves at least
+    ``PAYS`` of it (plain cd-``delay`` or the default schedule, whichever is faster)."""
+    cd0 = row["cd-0"]["epoch"]
+    epochs = {f"cd-{delay}": row["cd-r"]["epoch"], "cd-r default": row["cd-r default"]["epoch"]}
+    best = min(epochs, key=epochs.get)
+    ratio = epochs[best] / cd0
+    line = (f"P={row['parts']}: the exchange is {row['cd-0']['comm'] / cd0:.0%} of cd-0's "
+            f"epoch; {best} takes {ratio:.2f}x it: ")
+    line += ("cd-r pays" if ratio <= 1 - PAYS else
+             f"cd-r does not pay (it saves less than {PAYS:.0%}; use cd-0)")
+    if row["slowdown"] > 1:
+        line += ("; the ranks share this node's cores, so an exchange wait measured here "
+                 "beyond this is ranks waiting for each other's compute, which cd-r does not "
+                 "remove")
+    return line
+
+
 def format_table(rows: list[dict], delay: int) -> str:
-    names = {"0c": "0c", "cd-0": "cd-0", "cd-r": f"cd-{delay}"}
+    names = {"0c": "0c", "cd-0": "cd-0", "cd-r": f"cd-{delay}", "cd-r default": "cd-r dflt"}
     lines = [f"  {'P':>4} " + " ".join(f"{names[a] + ' s':>10} {'x':>6}" for a in ALGOS)
              + f" {'fwd local ms':>13} {'fwd remote ms':>14} {'memory MiB/rank':>16}"]
     for r in rows:
@@ -413,6 +444,10 @@ def main(args) -> int:
           f"{rates.optimizer * 1e3:.2f} ms; network alpha {alpha * 1e6:.1f} us, beta "
           f"{beta / 1e9:.1f} GB/s")
     print(format_table(rows, args.delay))
+    for row in rows:
+        if row["parts"] > 1:
+            row["verdict"] = verdict(row, args.delay)
+            print("  " + row["verdict"])
     result = {"benchmark": "predict", "dataset": data.name, "model": args.model,
               "hidden": args.hidden, "layers": args.layers, "threads": args.threads,
               "delay": args.delay, "network": {"alpha_s": alpha, "beta_b_s": beta},

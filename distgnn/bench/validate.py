@@ -49,7 +49,8 @@ def validate(args, rows: list[dict]) -> list[dict]:
     common = ["--model", args.model, "--hidden", str(args.hidden), "--layers", str(args.layers),
               "--epochs", "4", "--eval-every", "4"]
     algos = {"0c": ["--algo", "0c"], "cd-0": ["--algo", "cd-0"],
-             "cd-r": ["--algo", "cd-r", "--delay", str(args.delay)]}
+             "cd-r": ["--algo", "cd-r", "--delay", str(args.delay)],
+             "cd-r default": ["--algo", "cd-r"]}
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -71,7 +72,7 @@ def validate(args, rows: list[dict]) -> list[dict]:
                 out.append({"parts": P, "algo": algo, "measured_s": seconds, "predicted_s": pred,
                             "error": (pred - seconds) / seconds,
                             "oversubscribed": oversubscribed})
-                print(f"  validate P={P} {algo:5} measured {seconds:.4f} s, predicted "
+                print(f"  validate P={P} {algo:12} measured {seconds:.4f} s, predicted "
                       f"{pred:.4f} s, error {100 * (pred - seconds) / seconds:+.1f} %"
                       + (" (oversubscribed)" if oversubscribed else ""), flush=True)
                 if P == 1:
