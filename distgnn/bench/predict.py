@@ -20,11 +20,22 @@ that aggregates the input features, which need no gradient; :func:`exchange_widt
     \\qquad t_{wait}^{cd\\text{-}r} = \\max\\big(0, t_{comm}^{cd\\text{-}0} / r
         - r (t_{local} + t_{dense})\\big)
 
+    t_{wait}^{default} = \\frac{1}{T} \\Big(t_w + (T - 1)
+        \\max\\big(0, t_w - (t_{local} + t_{dense})\\big)\\Big)
+
     t_{allreduce} = 2 \\alpha \\lceil \\log_2 P \\rceil + \\frac{2 (P - 1)}{P}
         \\frac{4 G}{\\beta}, \\qquad
     t_{epoch} = s (t_{local} + t_{dense} + t_{prepost}) + t_{comm} + t_{allreduce} + t_{opt}
 
-where ``a`` and ``u`` are the measured rates (forward and backward together), the factor
+where ``t_w`` is ``t_comm^{cd-0}`` with the bytes of a row of the default schedule's int4
+wire (:func:`~distgnn.exchange.wire.row_bytes`) in place of ``4 d_k``: cd-r's default
+schedule (:mod:`distgnn.exchange.controller`) waits for the whole exchange on its exact
+epochs (at least one in ``T`` = ``EXACT_EVERY``; counted as exactly that) and for what
+one epoch's compute does not hide on the stale ones.  A line per ``P`` then says whether
+cd-r pays: whether the faster of cd-``r`` and the default schedule saves at least
+``PAYS`` of cd-0's epoch; on an oversubscribed node (``--cores``) it adds that a measured
+exchange wait beyond the prediction is ranks waiting for each other's compute.
+``a`` and ``u`` are the measured rates (forward and backward together), the factor
 2 in ``t_comm`` counts the two alltoallvs of an exchange (leaves to roots, roots back),
 ``G`` the parameters, and ``s = max(1, P T / cores)`` the slow-down of an oversubscribed
 node (only when ``--cores`` is given; on a cluster each rank has its own cores).  0c has
@@ -207,7 +218,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=int, default=2, help="layers")
     p.add_argument("--threads", type=int, default=1,
                    help="threads per rank (the rates are measured with this many)")
-    p.add_argument("--delay", type=int, default=5, help="r of cd-r")
+    p.add_argument("--delay", type=int, default=5,
+                   help="r of the cd-r column (binned cd-r); the 'cd-r dflt' column is cd-r's "
+                        "default schedule (no --delay)")
     p.add_argument("--network", default="100gbe",
                    help=f"a preset ({', '.join(NETWORKS)}) or a distgnn-bench comm --json file")
     p.add_argument("--latency", type=float,
