@@ -18,8 +18,8 @@ rank of one thread per node), and for each link rate:
    exchange (``4 bytes x sum_k d_k x (leaves + leaf entries)`` per rank over the epoch's
    exchanges ``k``, over r for cd-r);
    ``--variants`` adds exchange configurations of ``drpa_figures.py staleness`` (smoothing,
-   the adaptive schedule, bf16 on the wire), timed and counted the same way but not
-   predicted;
+   the adaptive schedule, compressed wires, cd-r's default schedule), timed and counted
+   the same way, predicted only for ``default``;
 4. predicts the epoch of 0c, cd-0 and cd-r with :func:`distgnn.bench.predict.predict`
    from this network, rates measured by training on the whole graph here, and the
    partition statistics.  All emulated nodes share this host's cores, so the prediction
@@ -41,6 +41,7 @@ from pathlib import Path
 
 from distgnn.bench.predict import exchange_bytes, exchange_widths, measure_rates, predict
 from distgnn.cli_common import use_huge_pages
+from distgnn.config import DEFAULT_SCHEDULE_PRECISION
 from distgnn.storage import write_atomic
 from launch import cluster
 
@@ -92,7 +93,9 @@ def train_point(c: cluster.Cluster, parts: Path, flags: list, epochs: int,
     phases = {k: statistics.median(r["phases"][k] for r in timed) for k in timed[0]["phases"]}
     payload = sum(r["bytes_sent_max"] + r["allreduce_bytes"] + r.get("eval_bytes_sent_mean", 0)
                   for r in records)
-    return {"epoch_s": statistics.median(r["epoch_s"] for r in timed), "phases": phases,
+    # the mean too: under cd-r's default schedule exact and stale epochs alternate
+    return {"epoch_s": statistics.median(r["epoch_s"] for r in timed),
+            "epoch_mean_s": statistics.mean(r["epoch_s"] for r in timed), "phases": phases,
             "exchange_bytes_per_epoch": statistics.median(r["bytes_sent_max"] for r in timed),
             "payload_bytes": payload, "wire_bytes": wire,
             "wire_over_payload": wire / payload if payload else None}
@@ -101,10 +104,13 @@ def train_point(c: cluster.Cluster, parts: Path, flags: list, epochs: int,
 def predicted_exchange_bytes(per_rank: list[dict], widths: list[int], algo: str,
                              delay: int) -> float:
     """Split-vertex bytes per epoch the busiest rank sends (:func:`exchange_bytes` of each
-    rank's leaves and leaf entries in the partition tables)."""
+    rank's leaves and leaf entries in the partition tables; cd-r's default schedule sends
+    cd-0's rows on its wire)."""
     if len(per_rank) == 1:
         return 0.0
-    return max(exchange_bytes([r["leaves"]], [r["leaf_entries"]], widths, algo, delay)
+    wire = DEFAULT_SCHEDULE_PRECISION if algo == "cd-r default" else "fp32"
+    algo = "cd-0" if algo == "cd-r default" else algo
+    return max(exchange_bytes([r["leaves"]], [r["leaf_entries"]], widths, algo, delay, wire)
                for r in per_rank)
 
 
@@ -175,7 +181,8 @@ def main() -> int:
                ["--algo", "cd-r", "--delay", delay] if algo == "cd-r" else ["--algo", algo],
                (algo, delay)) for algo, delay in algos]
     points += [(name, [f.format(g=a.smoothing, budget=a.budget)
-                       for f in STALENESS_CONFIGS[name][0]], None)
+                       for f in STALENESS_CONFIGS[name][0]],
+                ("cd-r default", 1) if name == "default" else None)
                for name in filter(None, a.variants.split(","))]
     rows = []
     for graph in a.graphs.split(","):
@@ -224,7 +231,8 @@ def main() -> int:
                                      f" (pred {row['predicted_s']:.3f}, "
                                      f"{100 * row['error']:+.0f} %)")
                         print(f"{graph} N={nodes} {rate:>8} {label:16} epoch "
-                              f"{row['epoch_s']:.3f} s{predicted} exch "
+                              f"{row['epoch_s']:.3f} s (mean {row['epoch_mean_s']:.3f})"
+                              f"{predicted} exch "
                               f"{100 * row['exchange_share']:.0f} % "
                               f"wait {ph['exchange_wait']:.3f} allred {ph['allreduce']:.3f} "
                               f"bytes {row['exchange_bytes_per_epoch']:,.0f}"
