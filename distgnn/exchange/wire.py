@@ -21,17 +21,16 @@ exact.
   travels as ``ceil(d / 32)`` exponent bytes (``k + 127``; 0 marks an all-zero block)
   followed by the codes ``round(x / s) + 2^(b-1)``, packed ``8 / b`` to a byte, lowest bits
   first: ``ceil(d / 32) + ceil(d b / 8)`` bytes against fp32's ``4 d``
-  (:func:`row_bytes`).  Rounding is to nearest, so the wire is deterministic.
+  (:func:`row_bytes`).  Rounding is to nearest, so the wire is deterministic; the Numba
+  kernels of :mod:`distgnn.kernels.quantize` pack and unpack the rows on the host.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
+from ..kernels import quantize
+
 PRECISIONS = ("fp32", "bf16", "int8", "int4", "int2")
-BLOCK = 32  # columns per integer scale (OCP microscaling's block)
-EXPONENT_BIAS = 127  # stored exponent byte = k + 127; 0: the block is all zeros
 INTEGER_BITS = {"int8": 8, "int4": 4, "int2": 2}
 
 
@@ -42,7 +41,7 @@ def row_bytes(precision: str, width: int, element_size: int = 4) -> int:
         return width * element_size
     if precision == "bf16":
         return 2 * width
-    return math.ceil(width / BLOCK) + math.ceil(width * INTEGER_BITS[precision] / 8)
+    return quantize.columns(width, INTEGER_BITS[precision])
 
 
 class Wire:
@@ -69,7 +68,7 @@ class Wire:
 
     def columns(self, width: int) -> int:
         """Columns of the wire's type that one row of ``width`` values takes."""
-        return row_bytes(self.precision, width) if self.bits else width
+        return quantize.columns(width, self.bits) if self.bits else width
 
     def buffer(self, rows: int, width: int, device) -> torch.Tensor:
         """A zeroed buffer of the wire's type for ``rows`` rows of ``width`` values (what a
@@ -110,39 +109,15 @@ class Wire:
             return received
         if self.bits is None:
             return received.view(torch.bfloat16).to(self.dtype)
-        blocks = math.ceil(self.width / BLOCK)
-        exponents = received[:, :blocks].to(torch.int32)
-        shifts = torch.arange(0, 8, self.bits, dtype=torch.uint8, device=received.device)
-        packed = received[:, blocks:].unsqueeze(2) >> shifts
-        codes = (packed & (2 ** self.bits - 1)).reshape(len(received), -1)[:, :self.width]
-        q = codes.to(self.dtype) - 2 ** (self.bits - 1)
-        scale = torch.ldexp(torch.ones(exponents.shape, dtype=self.dtype,
-                                       device=received.device), exponents - EXPONENT_BIAS)
-        scale = torch.where(exponents == 0, 0, scale)
-        return q * scale.repeat_interleave(BLOCK, dim=1)[:, :self.width]
+        values = quantize.dequantize(received.cpu().numpy(), self.bits, self.width,
+                                     torch.empty(0, dtype=self.dtype).numpy().dtype)
+        return torch.from_numpy(values).to(received.device)
 
     def _quantize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(codes, sent)``: ``x`` ``[n, d]`` in the wire's type, and what the receiver
-        decodes from it, in the run's type."""
+        decodes from it, in the run's type (the integer forms are packed on the host)."""
         if self.bits is None:
             sent = x.to(torch.bfloat16)
             return sent.view(torch.int16), sent.to(self.dtype)
-        n, d = x.shape
-        blocks = math.ceil(d / BLOCK)
-        qmax = 2 ** (self.bits - 1) - 1
-        padded = torch.nn.functional.pad(x, (0, blocks * BLOCK - d)).view(n, blocks, BLOCK)
-        amax = padded.abs().amax(2)
-        # the least 2^k >= amax / qmax = m 2^e (frexp: m in [0.5, 1)): e, or e - 1 when m = 0.5
-        mantissa, k = torch.frexp(amax / qmax)
-        k = (k - (mantissa == 0.5).to(k.dtype)).clamp_(1 - EXPONENT_BIAS, EXPONENT_BIAS)
-        nonzero = amax > 0
-        scale = torch.ldexp(torch.ones_like(amax), k)
-        q = torch.round(padded / scale.unsqueeze(2)).clamp_(-qmax, qmax)
-        sent = (q * scale.unsqueeze(2)).view(n, blocks * BLOCK)[:, :d]
-        per = 8 // self.bits
-        codes = (q.view(n, blocks * BLOCK)[:, :d] + 2 ** (self.bits - 1)).to(torch.uint8)
-        codes = torch.nn.functional.pad(codes, (0, -d % per)).view(n, -1, per)
-        shifts = torch.arange(0, 8, self.bits, dtype=torch.uint8, device=x.device)
-        packed = (codes << shifts).sum(2, dtype=torch.uint8)
-        exponents = torch.where(nonzero, k + EXPONENT_BIAS, 0).to(torch.uint8)
-        return torch.cat([exponents, packed], 1), sent
+        codes, sent = quantize.quantize(x.detach().cpu().contiguous().numpy(), self.bits)
+        return (torch.from_numpy(codes).to(x.device), torch.from_numpy(sent).to(x.device))
