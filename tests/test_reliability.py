@@ -46,12 +46,14 @@ def newest_epoch(directory):
 
 
 # the state a kill can leave half-done: cd-r's messages in flight (bins, smoothed values; the
-# adaptive schedule on 4 ranks) and the bf16 wire's error-feedback residuals (cd-0 and cd-r)
+# adaptive schedule on 4 ranks), the compressed wires' error-feedback residuals (bf16; int4
+# under cd-r's default schedule) and the default schedule's controller (cd-0's residuals
+# round-trip in tests/test_exchange.py)
 @pytest.mark.parametrize("ranks, algo", [
-    (2, ["--algo", "cd-0", "--exchange-precision", "bf16"]),
+    (2, ["--algo", "cd-r"]),
     (2, ["--algo", "cd-r", "--delay", "5", "--smoothing", "0.5", "--exchange-precision", "bf16"]),
     (4, ["--algo", "cd-r", "--comm-budget", "0.3"])],
-    ids=["2-cd-0-bf16", "2-cd-5-smooth-bf16", "4-adaptive"])
+    ids=["2-cd-r-default", "2-cd-5-smooth-bf16", "4-adaptive"])
 def test_killed_rank_then_resume_equals_uninterrupted(cora_parts, tmp_path, ranks, algo):
     row = kill_and_resume(cora_parts[ranks], ranks, flags(*algo), tmp_path, after=20)
     assert row["killed_status"] != 0
