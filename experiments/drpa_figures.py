@@ -6,6 +6,7 @@
     python experiments/drpa_figures.py drift [--graphs sbm,citeseer] [--parts 4] [--epochs 300]
     python experiments/drpa_figures.py staleness [--graphs sbm,citeseer] [--parts 4]
                                                  [--seeds 3] [--configs ...] [--smoothing G]
+    python experiments/drpa_figures.py table --inputs A.json B.json  (staleness runs pooled)
 
 Each partitions its graphs with ``distgnn-partition`` (libra, seed 0) into ``--work``,
 runs ``distgnn-train`` under ``mpirun`` (composed by :mod:`launch`) and on one socket,
@@ -222,25 +223,45 @@ def staleness(a) -> list[dict]:
                                      r["bytes_sent_mean"] for r in records)})
                     if not distributed:
                         single[(name, seed)] = runs[-1]
-                accs = [r["test_acc"] for r in runs]
                 predicted = (predicted_config_bytes(directory, flags, a.epochs)
                              if distributed else 0.0)
-                row = {"graph": name, "parts": parts, "config": label,
-                       "smoothing": a.smoothing if "smooth" in label else 0.0,
-                       "budget": a.budget if label == "adaptive" else None,
-                       "test_acc_mean": statistics.mean(accs),
-                       "test_acc_sd": statistics.stdev(accs) if len(accs) > 1 else 0.0,
-                       "longest_rise_max": max(r["longest_rise"] for r in runs),
-                       "bytes_per_epoch": statistics.mean(r["bytes_per_epoch"] for r in runs),
-                       "bytes_per_epoch_predicted": predicted,
-                       "runs": runs}
+                row = config_row(name, parts, label, runs, predicted,
+                                 a.smoothing if "smooth" in label else 0.0,
+                                 a.budget if label == "adaptive" else None)
                 rows.append(row)
+                accs = [r["test_acc"] for r in runs]
                 print(f"{name:9} P={parts} {label:17} {100 * row['test_acc_mean']:6.2f} "
                       f"+- {100 * row['test_acc_sd']:.2f} %  longest loss rise "
                       f"{row['longest_rise_max']:3d}  {row['bytes_per_epoch']:>13,.0f} B/epoch "
                       f"(predicted {predicted:,.0f})"
                       f"  seeds " + " ".join(f"{100 * v:.2f}" for v in accs), flush=True)
     return rows
+
+
+def config_row(graph: str, parts: int, label: str, runs: list[dict], predicted: float,
+               smoothing: float, budget: float | None) -> dict:
+    """One configuration's row of the staleness figure from its ``runs`` (one per seed)."""
+    accs = [r["test_acc"] for r in runs]
+    return {"graph": graph, "parts": parts, "config": label, "smoothing": smoothing,
+            "budget": budget, "test_acc_mean": statistics.mean(accs),
+            "test_acc_sd": statistics.stdev(accs) if len(accs) > 1 else 0.0,
+            "longest_rise_max": max(r["longest_rise"] for r in runs),
+            "bytes_per_epoch": statistics.mean(r["bytes_per_epoch"] for r in runs),
+            "bytes_per_epoch_predicted": predicted, "runs": runs}
+
+
+def merged(a) -> list[dict]:
+    """The staleness rows of the ``--inputs`` JSON files, the seeds of one graph, P and
+    configuration pooled (a seed measured twice counts once)."""
+    pooled: dict[tuple, dict] = {}
+    for path in a.inputs:
+        for row in json.loads(Path(path).read_text()):
+            key = (row["graph"], row["parts"], row["config"])
+            first = pooled.setdefault(key, {**row, "runs": {}})
+            first["runs"].update({r["seed"]: r for r in row["runs"]})
+    return [config_row(*key, sorted(row["runs"].values(), key=lambda r: r["seed"]),
+                       row["bytes_per_epoch_predicted"], row["smoothing"], row["budget"])
+            for key, row in pooled.items()]
 
 
 def predicted_config_bytes(directory: Path, flags: list[str], epochs: int) -> float:
@@ -270,20 +291,23 @@ def predicted_config_bytes(directory: Path, flags: list[str], epochs: int) -> fl
 
 
 def staleness_table(rows: list[dict]) -> str:
-    """Markdown: a row per graph and P, a column per configuration (mean +- sd, longest loss
-    rise, bytes per epoch as a fraction of cd-0's)."""
+    """Markdown: a row per graph and P, a column per configuration (mean +- sd over seeds,
+    the gap to cd-0's mean, longest loss rise, bytes per epoch as a fraction of cd-0's)."""
     configs = list(dict.fromkeys(r["config"] for r in rows))
     lines = ["| graph | P | " + " | ".join(configs) + " |",
              "|---|---|" + "---|" * len(configs)]
     for graph, parts in dict.fromkeys((r["graph"], r["parts"]) for r in rows):
         cells = {r["config"]: r for r in rows if (r["graph"], r["parts"]) == (graph, parts)}
         cd0 = cells.get("cd-0", {}).get("bytes_per_epoch")
+        cd0_acc = cells.get("cd-0", {}).get("test_acc_mean")
 
         def cell(r):
-            share = (f", {r['bytes_per_epoch'] / cd0:.2f}x B" if cd0 and r["config"] != "single"
+            share = (f", {r['bytes_per_epoch'] / cd0:.3f}x B" if cd0 and r["config"] != "single"
                      else "")
+            gap = (f"{100 * (r['test_acc_mean'] - cd0_acc):+.2f}, "
+                   if cd0_acc is not None and r["config"] != "cd-0" else "")
             return (f"{100 * r['test_acc_mean']:.2f} +- {100 * r['test_acc_sd']:.2f} "
-                    f"(rise {r['longest_rise_max']}{share})")
+                    f"({gap}rise {r['longest_rise_max']}{share}, {len(r['runs'])} seeds)")
 
         lines.append(f"| {graph} | {parts} | " + " | ".join(
             cell(cells[c]) if c in cells else "" for c in configs) + " |")
@@ -343,7 +367,8 @@ def speed(a) -> list[dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("figure", choices=("exactness", "accuracy", "speed", "drift", "staleness"))
+    p.add_argument("figure", choices=("exactness", "accuracy", "speed", "drift", "staleness",
+                                      "table"))
     p.add_argument("--work", type=Path, default=Path("runs/drpa"),
                    help="partition directories and metrics files go here")
     p.add_argument("--epochs", type=int, default=None,
@@ -372,16 +397,18 @@ def main() -> None:
     p.add_argument("--data", type=Path, default=DEFAULT_DATA,
                    help="folder of the shared datasets (cora.npz, citeseer.npz, tolokers.npz)")
     p.add_argument("--json", type=Path, help="write the rows here")
+    p.add_argument("--inputs", nargs="+", type=Path, default=[],
+                   help="table: staleness --json files whose seeds to pool into one table")
     a = p.parse_args()
     global DATA
     DATA = a.data
     a.epochs = a.epochs or {"exactness": 50, "speed": 6, "drift": 300}.get(a.figure, 200)
     a.work.mkdir(parents=True, exist_ok=True)
     rows = {"exactness": exactness, "accuracy": accuracy, "speed": speed, "drift": drift,
-            "staleness": staleness}[a.figure](a)
+            "staleness": staleness, "table": merged}[a.figure](a)
     if a.json:
         write_atomic(a.json, json.dumps(rows, indent=1))
-    if a.figure == "staleness":
+    if a.figure in ("staleness", "table"):
         print(staleness_table(rows))
 
 
