@@ -307,7 +307,8 @@ def staleness_table(rows: list[dict]) -> str:
             gap = (f"{100 * (r['test_acc_mean'] - cd0_acc):+.2f}, "
                    if cd0_acc is not None and r["config"] != "cd-0" else "")
             return (f"{100 * r['test_acc_mean']:.2f} +- {100 * r['test_acc_sd']:.2f} "
-                    f"({gap}rise {r['longest_rise_max']}{share}, {len(r['runs'])} seeds)")
+                    f"({gap}rise {r['longest_rise_max']}{share}, {len(r['runs'])} "
+                    f"seed{'s' if len(r['runs']) > 1 else ''})")
 
         lines.append(f"| {graph} | {parts} | " + " | ".join(
             cell(cells[c]) if c in cells else "" for c in configs) + " |")
