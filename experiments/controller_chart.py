@@ -15,6 +15,7 @@ import argparse
 import json
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 
 from distgnn.bench.validate import train_records
@@ -60,9 +61,10 @@ def main() -> int:
     a = p.parse_args()
     common = ["--partitions", str(a.partitions), "--seed", str(a.seed), "--epochs",
               str(a.epochs), *shlex.split(a.extra)]
-    runs = {algo: train_records([*common, "--algo", algo], a.out.with_suffix(f".{algo}.jsonl"),
-                                ranks=a.ranks)
-            for algo in ("cd-r", "cd-0")}
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = {algo: train_records([*common, "--algo", algo], Path(tmp) / f"{algo}.jsonl",
+                                    ranks=a.ranks)
+                for algo in ("cd-r", "cd-0")}
     default, cd0 = runs["cd-r"], runs["cd-0"]
     exact = sum(r["exact_exchange"] for r in default)
     for name, records in (("cd-r default", default), ("cd-0", cd0)):
