@@ -42,6 +42,7 @@ from pathlib import Path
 from distgnn.bench.predict import exchange_bytes, exchange_widths, measure_rates, predict
 from distgnn.cli_common import use_huge_pages
 from distgnn.config import DEFAULT_SCHEDULE_PRECISION
+from distgnn.exchange.controller import EXACT_EVERY
 from distgnn.storage import write_atomic
 from launch import cluster
 
@@ -105,13 +106,14 @@ def predicted_exchange_bytes(per_rank: list[dict], widths: list[int], algo: str,
                              delay: int) -> float:
     """Split-vertex bytes per epoch the busiest rank sends (:func:`exchange_bytes` of each
     rank's leaves and leaf entries in the partition tables; cd-r's default schedule sends
-    cd-0's rows on its wire)."""
+    cd-0's rows on its wire on its exact epochs, counted as one in ``EXACT_EVERY``)."""
     if len(per_rank) == 1:
         return 0.0
-    wire = DEFAULT_SCHEDULE_PRECISION if algo == "cd-r default" else "fp32"
-    algo = "cd-0" if algo == "cd-r default" else algo
-    return max(exchange_bytes([r["leaves"]], [r["leaf_entries"]], widths, algo, delay, wire)
-               for r in per_rank)
+    default = algo == "cd-r default"  # cd-0's rows on its wire, on one epoch in EXACT_EVERY
+    return max(exchange_bytes([r["leaves"]], [r["leaf_entries"]], widths,
+                              "cd-0" if default else algo, delay,
+                              DEFAULT_SCHEDULE_PRECISION if default else "fp32")
+               for r in per_rank) / (EXACT_EVERY if default else 1)
 
 
 def chart(rows: list[dict], graph: str, nodes: int, directory: Path) -> Path:

@@ -20,8 +20,7 @@ that aggregates the input features, which need no gradient; :func:`exchange_widt
     \\qquad t_{wait}^{cd\\text{-}r} = \\max\\big(0, t_{comm}^{cd\\text{-}0} / r
         - r (t_{local} + t_{dense})\\big)
 
-    t_{wait}^{default} = \\frac{1}{T} \\Big(t_w + (T - 1)
-        \\max\\big(0, t_w - (t_{local} + t_{dense})\\big)\\Big)
+    t_{wait}^{default} = t_w / T
 
     t_{allreduce} = 2 \\alpha \\lceil \\log_2 P \\rceil + \\frac{2 (P - 1)}{P}
         \\frac{4 G}{\\beta}, \\qquad
@@ -30,8 +29,8 @@ that aggregates the input features, which need no gradient; :func:`exchange_widt
 where ``t_w`` is ``t_comm^{cd-0}`` with the bytes of a row of the default schedule's int4
 wire (:func:`~distgnn.exchange.wire.row_bytes`) in place of ``4 d_k``: cd-r's default
 schedule (:mod:`distgnn.exchange.controller`) waits for the whole exchange on its exact
-epochs (at least one in ``T`` = ``EXACT_EVERY``; counted as exactly that) and for what
-one epoch's compute does not hide on the stale ones.  A line per ``P`` then says whether
+epochs (at least one in ``T`` = ``EXACT_EVERY``; counted as exactly that) and sends nothing
+on the stale ones.  A line per ``P`` then says whether
 cd-r pays: whether the faster of cd-``r`` and the default schedule saves at least
 ``PAYS`` of cd-0's epoch; on an oversubscribed node (``--cores``) it adds that a measured
 exchange wait beyond the prediction is ranks waiting for each other's compute.
@@ -248,14 +247,13 @@ def predict(per_rank: list[dict], rates: Rates, widths: list[int], params: int,
     if P > 1 and algo != "0c":
         out["prepost"] = slowdown * 3 * 4 * sum(widths) * split_rows / rates.triad_bytes_s
         cd0 = exchange_seconds(per_rank, widths, alpha, beta)
-        compute = (local + dense) * slowdown
         if algo == "cd-0":
             out["comm"] = cd0
         elif algo == "cd-r":
-            out["comm"] = max(0.0, cd0 / delay - delay * compute)
-        else:  # exact epochs wait for the whole exchange, stale ones for what compute leaves
-            wire = exchange_seconds(per_rank, widths, alpha, beta, DEFAULT_SCHEDULE_PRECISION)
-            out["comm"] = (wire + (EXACT_EVERY - 1) * max(0.0, wire - compute)) / EXACT_EVERY
+            out["comm"] = max(0.0, cd0 / delay - delay * (local + dense) * slowdown)
+        else:  # exact epochs wait for the whole exchange, stale ones send nothing
+            out["comm"] = exchange_seconds(per_rank, widths, alpha, beta,
+                                           DEFAULT_SCHEDULE_PRECISION) / EXACT_EVERY
     out["allreduce"] = (2 * alpha * math.ceil(math.log2(P)) + 2 * (P - 1) / P * 4 * params / beta
                         if P > 1 else 0.0)
     out["epoch"] = sum(out.values())

@@ -1,6 +1,6 @@
-r"""cd-r's default schedule: every split row on every epoch, either *exact* (one blocking
-round trip, as cd-0) or *stale* (the remote terms of the epoch before, the sends overlapped
-with compute), chosen per epoch by a controller that every rank runs on the same inputs.
+r"""cd-r's default schedule: each epoch either *exact* (one blocking round trip of every split
+row, as cd-0) or *stale* (each clone adds the remote terms of the last exact epoch, and
+nothing is sent), chosen per epoch by a controller that every rank runs on the same inputs.
 
 Epoch ``e`` is exact when
 
@@ -8,11 +8,12 @@ Epoch ``e`` is exact when
     e = 0 \quad\lor\quad e \bmod T = 0 \quad\lor\quad L_{e-1} > L_{e-2}
 
 (``T`` = ``EXACT_EVERY``; ``L``: the training loss, the same on every rank): nothing is
-kept before the first epoch, a stale term is never older than ``T - 1`` stale epochs in a
-row, and an epoch after one whose loss went up is exact, so staleness cannot feed a run of
-rising losses.  Nothing here looks at labels or accuracy.  Exact and stale epochs send the
-same rows, so the bytes per epoch do not depend on the decisions; what a stale epoch saves
-is the wait, which overlaps with the layer's dense work.
+kept before the first epoch, at most ``T - 1`` stale epochs follow each other (with
+``T = 2`` a remote term is never more than one epoch old), and an epoch after one whose
+loss went up is exact, so staleness cannot feed a run of rising losses.  Nothing here
+looks at labels or accuracy.  A stale epoch sends nothing: what it sent would arrive after
+the next exact epoch had replaced it.  So the bytes are those of the exact epochs (at least
+one in ``T``), and a stale epoch waits for no one.
 """
 from __future__ import annotations
 

@@ -137,7 +137,8 @@ class DelayedSum(StaleSum):
         width, dtype, device: of the ``a`` it exchanges.
         controller (Controller, optional): with delay 1 and no smoothing, the default
             schedule of :mod:`.controller`: the epochs it calls exact make a blocking round
-            trip of this epoch's rows (:meth:`refresh`) instead.
+            trip of this epoch's rows (:meth:`refresh`), the others send nothing and add the
+            remote terms that the last exact epoch brought (:meth:`reuse`).
     """
 
     kind = "delayed"
@@ -174,16 +175,26 @@ class DelayedSum(StaleSum):
         self.bytes_sent = 0
 
     def __call__(self, a: torch.Tensor, epoch: int) -> None:
-        if self.controller is not None and self.controller.exact(epoch):
+        if self.controller is None:
+            super().__call__(a, epoch)
+        elif self.controller.exact(epoch):
             self.refresh(a, epoch)
         else:
-            super().__call__(a, epoch)
+            self.reuse(a)
+
+    def reuse(self, a: torch.Tensor) -> None:
+        """A stale epoch of the default schedule: every clone adds the remote terms the last
+        exact epoch brought; nothing is sent (what it sent would arrive after the next exact
+        epoch had replaced it)."""
+        with self.timer("exchange_post"):
+            a.index_add_(0, self.root_ids, self.partials)
+            a.index_add_(0, self.leaf_ids, self.complement)
 
     def refresh(self, a: torch.Tensor, epoch: int) -> None:
         """An exact epoch of the one bin: send this epoch's leaf rows and wait for them, then
-        the roots' replies and wait for them, so every clone adds the fresh remote terms."""
+        the roots' replies and wait for them, so every clone adds the fresh remote terms
+        (nothing is in flight before or after)."""
         b = self.bins[0]
-        self.receive(epoch)  # what is in flight: older, replaced below
         with self.timer("exchange_pre"):
             self.bytes_sent += self.send_up(a, epoch)
         self.wait(b)
