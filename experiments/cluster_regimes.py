@@ -42,6 +42,7 @@ from pathlib import Path
 from distgnn.bench.predict import exchange_bytes, exchange_widths, measure_rates, predict
 from distgnn.cli_common import use_huge_pages
 from distgnn.config import DEFAULT_SCHEDULE_PRECISION
+from distgnn.epoch_log import read_metrics
 from distgnn.exchange.controller import EXACT_EVERY
 from distgnn.storage import write_atomic
 from launch import cluster
@@ -89,7 +90,7 @@ def train_point(c: cluster.Cluster, parts: Path, flags: list, epochs: int,
     launch(c, [BIN / "distgnn-train", "--partitions", parts, *MODEL, *flags, "--epochs",
                epochs, "--eval-every", epochs, "--no-progress", "--metrics-out", metrics])
     wire = max(cluster.link_bytes(c, i)["tx"] - before[i] for i in range(c.nodes))
-    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    records = read_metrics(metrics)[0]  # the epochs, without the summary record
     timed = records[1:]  # the first epoch compiles and allocates
     phases = {k: statistics.median(r["phases"][k] for r in timed) for k in timed[0]["phases"]}
     payload = sum(r["bytes_sent_max"] + r["allreduce_bytes"] + r.get("eval_bytes_sent_mean", 0)
