@@ -58,7 +58,11 @@ def test_all_or_none_names_each_distinct_error_once_with_its_ranks():
 
 
 def test_delay_defaults_and_checks():
-    assert TrainConfig(algo="cd-r").delay_epochs == DEFAULT_DELAY
+    default = TrainConfig(algo="cd-r")  # the default schedule: exact or one epoch stale
+    assert default.default_schedule and default.delay_epochs == 1 and default.wire == "int4"
+    smoothed = TrainConfig(algo="cd-r", smoothing=0.5)
+    assert smoothed.delay_epochs == DEFAULT_DELAY and not smoothed.default_schedule
+    assert smoothed.wire == "fp32" and TrainConfig(algo="cd-0").wire == "fp32"
     assert TrainConfig(algo="cd-r", delay=2).delay_epochs == 2
     assert TrainConfig(algo="cd-0").delay_epochs == 0
     assert TrainConfig(algo="0c", delay=0).delay_epochs == 0

@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -188,7 +189,9 @@ class Runner:
         proc = subprocess.run(self.job_line(ranks, command), env=self.env(),
                               capture_output=True, text=True, timeout=timeout, cwd=self.root)
         ours, banner = [], False
-        for line in proc.stderr.replace("\x00", "").splitlines():
+        # the banner's first dashed line can arrive glued to a rank's last line: unglue it
+        text = re.sub(r"(?<=[^\n-])(-{20,})", "\n\\1", proc.stderr.replace("\x00", ""))
+        for line in text.splitlines():
             if line.startswith("-" * 20):
                 banner = not banner
             elif not banner:
