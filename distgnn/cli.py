@@ -146,8 +146,9 @@ def _distributed_flags(p: argparse.ArgumentParser, d) -> None:
                    help=f"r of cd-r: bins of split vertices, each refreshed every r epochs "
                         f"(default {DEFAULT_DELAY} with --smoothing). Without --delay, "
                         f"--smoothing and --comm-budget, cd-r runs its default schedule: "
-                        f"every split row every epoch on a {DEFAULT_SCHEDULE_PRECISION} wire, "
-                        f"each epoch exact or one epoch stale as a controller decides from "
+                        f"each epoch either exact (every split row, on a "
+                        f"{DEFAULT_SCHEDULE_PRECISION} wire) or stale (the last exact epoch's "
+                        f"remote partials reused, nothing sent), as a controller decides from "
                         f"the training loss")
     g.add_argument("--smoothing", type=float, default=d.smoothing, metavar="GAMMA",
                    help="cd-r staleness correction (PipeGCN): each arriving stale partial or "

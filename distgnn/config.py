@@ -30,7 +30,7 @@ FEATURE_NORMS = ("row", "none")
 DTYPES = ("float32", "float64")
 DEFAULT_DELAY = 5  # cd-r's delay under --smoothing when no --delay is given
 # the wire of cd-r's default schedule (distgnn.exchange.controller): the narrowest that kept
-# cd-0's accuracy (docs/results/cdr-accuracy.md)
+# cd-0's accuracy (int2 did not; docs/results/cdr-default.md)
 DEFAULT_SCHEDULE_PRECISION = "int4"
 DEFAULT_HIDDEN = 16
 # GAT's hidden layers: 8 channels per head, as Velickovic et al.'s and PyG's Cora model

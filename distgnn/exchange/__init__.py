@@ -9,8 +9,9 @@ aggregate is ``a_v = sum_{p in R(v)} a^p_v``.  One clone is the root, the others
   aggregators take the extreme over clones the same way, with the gradient routed to the
   clone that attained it.
 - **cd-r** (:mod:`.delayed`): by default (no ``--delay``, ``--smoothing`` or
-  ``--comm-budget``) every split row every epoch on a 4-bit wire, each epoch exact or one
-  epoch stale as the controller of :mod:`.controller` decides; with ``--delay r``, bins of
+  ``--comm-budget``) each epoch exact (every split row, on a 4-bit wire) or stale (the last
+  exact epoch's remote partials reused, nothing sent) as the controller of
+  :mod:`.controller` decides; with ``--delay r``, bins of
   split vertices refreshed every ``r`` epochs, partials delayed and overlapped with compute,
   optionally smoothed; or, under ``--comm-budget``, the adaptive schedule of
   :mod:`.adaptive`, which sends the rows that moved most.
@@ -116,7 +117,8 @@ class Exchange:
         self.index, self.comm, self.algo, self.delay = index, comm, algo, delay
         self.backward_exchange = backward_exchange
         self.controller: Controller | None = None
-        # cd-0's fp32 bytes of the training exchanges made so far: what the others compare to
+        # what cd-0 in the run's type would have sent for the training exchanges made so far:
+        # what the bytes sent are compared to
         self.exact_bytes = 0
         self.timer = timer if timer is not None else PhaseTimer()
         self.trip = RoundTrip(index, comm, self.timer)
@@ -216,11 +218,13 @@ class Exchange:
         """Restore :meth:`state_dict`'s ``state`` onto ``device``; a state of another kind
         (another algorithm or schedule) is refused with one line."""
         expect_kind(state, self.kind, "split-vertex exchange")
-        if (self.controller is None) != ("controller" not in state):
-            raise DistGNNError("the checkpoint's cd-r exchange was " + (
-                "not " if self.controller is not None else "") + "under the default schedule "
-                "(no --delay, --smoothing or --comm-budget); this run's is" + (
-                "" if self.controller is not None else " not"))
+        saved_default = "controller" in state
+        if saved_default != (self.controller is not None):
+            def schedule(default: bool) -> str:
+                return "the default schedule" if default else "not the default schedule"
+            raise DistGNNError(f"the checkpoint's cd-r exchange ran {schedule(saved_default)} "
+                               f"(no --delay, --smoothing or --comm-budget); this run's is "
+                               f"{schedule(not saved_default)}")
         if self.controller is not None:
             self.controller.load_state_dict(state["controller"])
         for name, layer_state in state["layers"].items():

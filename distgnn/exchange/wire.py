@@ -63,7 +63,9 @@ class Wire:
         self.bits = INTEGER_BITS.get(precision)
         self.type = (dtype if not self.compressed else torch.int16 if precision == "bf16"
                      else torch.uint8)
-        element = torch.empty(0, dtype=dtype).element_size()
+        like = torch.empty(0, dtype=dtype)
+        self.host_dtype = like.numpy().dtype if self.bits else None  # integers decode into it
+        element = like.element_size()
         self.row_bytes = row_bytes(precision, width, element)  # bytes per row on the wire
 
     def columns(self, width: int) -> int:
@@ -110,7 +112,7 @@ class Wire:
         if self.bits is None:
             return received.view(torch.bfloat16).to(self.dtype)
         values = quantize.dequantize(received.cpu().numpy(), self.bits, self.width,
-                                     torch.empty(0, dtype=self.dtype).numpy().dtype)
+                                     self.host_dtype)
         return torch.from_numpy(values).to(received.device)
 
     def _quantize(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
