@@ -21,15 +21,16 @@ from .config import TrainConfig
 from .errors import DistGNNError, one_line
 from .shard import Shard
 
-# the options that do not change what a run computes (where and how fast it runs, how long,
-# what it evaluates and writes): a checkpoint may be resumed with others.  Every other field
-# of TrainConfig changes the computation and is in the fingerprint.
+# the options that do not change what a run computes (where and how fast it runs, in what order
+# a sum adds its terms, how long, what it evaluates and writes): a checkpoint may be resumed
+# with others.  Every other field of TrainConfig changes the computation and is in the
+# fingerprint.
 RUN_ONLY = frozenset({"epochs", "eval_every", "roc_auc", "patience", "backend", "device",
                       "rank_devices", "rank_backends", "threads", "metrics_out",
                       "checkpoint_dir", "checkpoint_every", "keep", "resume", "nan_policy",
                       "comm_timeout", "progress", "comm", "verify", "recompute", "reorder",
                       "save_model", "final_weights", "predictions_out", "embeddings_out",
-                      "embeddings_layer"})
+                      "embeddings_layer", "exchange_topology"})
 # fingerprinted at every value since checkpoint format 2; the others only away from their
 # default, so checkpoints written before they were fingerprinted (at the default) resume
 ALWAYS = ("model", "aggregator", "layers", "hidden", "dropout", "residual", "lr",

@@ -136,7 +136,7 @@ def _optimisation_flags(p: argparse.ArgumentParser, d) -> None:
 def _distributed_flags(p: argparse.ArgumentParser, d) -> None:
     from .comm import COMMUNICATORS
     from .config import DEFAULT_DELAY, DEFAULT_SCHEDULE_PRECISION
-    from .exchange import ALGORITHMS, PRECISIONS
+    from .exchange import ALGORITHMS, PRECISIONS, TOPOLOGIES
 
     g = p.add_argument_group("distributed (with --partitions)")
     g.add_argument("--algo", choices=ALGORITHMS, default=d.algo,
@@ -169,6 +169,13 @@ def _distributed_flags(p: argparse.ArgumentParser, d) -> None:
                         "through pinned memory), gloo, nccl (every rank on a GPU) or ccl "
                         "(needs oneccl_bindings_for_pytorch) over torch.distributed; auto: "
                         "nccl when every rank is on a GPU, else mpi")
+    g.add_argument("--exchange-topology", choices=TOPOLOGIES, default=d.exchange_topology,
+                   help="node: the exact sums over clones (cd-0's training exchanges, every "
+                        "algorithm's evaluation) add up within each node first, and one row "
+                        "per vertex and node crosses the network, one message per node pair "
+                        "(nodes: MPI's shared-memory split); flat: every clone's row goes to "
+                        "its root; auto: node when the job spans several nodes and some node "
+                        "holds several ranks, else flat")
     g.add_argument("--backward-exchange", action=argparse.BooleanOptionalAction,
                    default=d.backward_exchange,
                    help="exchange split-vertex gradients in the backward pass (exact); "

@@ -15,7 +15,7 @@ from .comm import COMMUNICATORS
 from .comm.watchdog import DEFAULT_TIMEOUT_S
 from .epoch_log import is_metrics_file
 from .errors import DistGNNError
-from .exchange import ALGORITHMS, PRECISIONS
+from .exchange import ALGORITHMS, PRECISIONS, TOPOLOGIES
 from .models import MODELS
 from .nn import LINEAR_AGGREGATORS, SAGE_AGGREGATORS
 from .ordering import CHOICES as ORDER_CHOICES
@@ -87,6 +87,7 @@ class TrainConfig:
     comm: str = "auto"
     verify: bool = True
     backward_exchange: bool = True
+    exchange_topology: str = "auto"
     smoothing: float = 0.0
     comm_budget: float | None = None
     exchange_precision: str | None = None  # None: DEFAULT_SCHEDULE_PRECISION or fp32
@@ -144,6 +145,7 @@ class TrainConfig:
                               ("nan-policy", NAN_POLICIES),
                               ("backend", BACKEND_CHOICES), ("device", DEVICES),
                               ("algo", ALGORITHMS), ("comm", COMMUNICATORS),
+                              ("exchange-topology", TOPOLOGIES),
                               ("reorder", ORDER_CHOICES),
                               ("final-weights", FINAL_WEIGHTS)):
             value = getattr(self, flag.replace("-", "_"))
@@ -184,6 +186,10 @@ class TrainConfig:
              "one of " + ", ".join(PRECISIONS), self.exchange_precision)
         if self.exchange_precision not in (None, "fp32") and self.algo == "0c":
             raise DistGNNError("--exchange-precision applies to cd-0 and cd-r; 0c sends nothing")
+        if self.exchange_topology == "node" and self.algo == "cd-0" and self.wire != "fp32":
+            raise DistGNNError(f"--exchange-topology node sums in the run's own type; cd-0 on "
+                               f"a {self.wire} wire keeps a residual per leaf and goes flat: "
+                               "use --exchange-precision fp32 or --exchange-topology flat")
         need(self.aggregation_precision in AGGREGATION_PRECISIONS, "aggregation-precision",
              "one of " + ", ".join(AGGREGATION_PRECISIONS), self.aggregation_precision)
         if self.aggregation_precision == "bf16" and self.dtype == "float64":

@@ -196,7 +196,8 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                 else Exchange(index=index, comm=comm, timer=timer, algo=cfg.algo, delay=delay,
                               smoothing=cfg.smoothing, comm_budget=cfg.comm_budget,
                               controlled=cfg.default_schedule, exchange_precision=cfg.wire,
-                              backward_exchange=cfg.backward_exchange))
+                              backward_exchange=cfg.backward_exchange,
+                              topology=cfg.exchange_topology))
     nbr = Neighbourhood(part.graph, get_backend(backend, cfg.aggregation_precision,
                                                 cfg.kernel_trial),
                         in_degree=None if exchange is None else part.in_degree, timer=timer,

@@ -73,13 +73,14 @@ def dyadic(rank, epoch, gids, width, salt):
     return k.astype(np.float64) / 16
 
 
-def drive(parts, epochs, options, keys=WIDTHS, start=0, state=None, losses=None):
+def drive(parts, epochs, options, keys=WIDTHS, start=0, state=None, losses=None, nodes=None):
     """Train-mode exchanges of ``Exchange(**options)`` on every rank, epochs
     ``start..epochs-1``, each key forward (input ``dyadic(.., salt=key)``) and backward
     (upstream ``dyadic(.., salt=10 + key)``), then ``observe(epoch, losses[epoch])`` when
-    ``losses`` are given; restored from ``state`` (one per rank) when given.  Per rank: ``fwd[(epoch, key)]``, ``bwd[(epoch, key)]`` (numpy), ``sent``
-    (``total_bytes_sent`` after each epoch) and the final ``state`` (``torch.save``'d and
-    loaded back as a checkpoint is)."""
+    ``losses`` are given; restored from ``state`` (one per rank) when given; ``nodes``: the
+    node of each rank.  Per rank: ``fwd[(epoch, key)]``, ``bwd[(epoch, key)]`` (numpy),
+    ``sent`` (``total_bytes_sent`` after each epoch), the final ``state`` (``torch.save``'d
+    and loaded back as a checkpoint is) and the exchange's ``topology``."""
     def work(comm):
         part = parts[comm.rank]
         ex = Exchange(index=SplitIndex.from_partition(part), comm=comm, **options)
@@ -102,10 +103,12 @@ def drive(parts, epochs, options, keys=WIDTHS, start=0, state=None, losses=None)
         torch.save(ex.state_dict(), buffer)
         buffer.seek(0)
         out.state = torch.load(buffer, weights_only=True)
+        out.topology = ex.topology
+        out.across = ex.tree.across_bytes if ex.tree is not None else None
         ex.finish()
         return out
 
-    return run_ranks(len(parts), work)
+    return run_ranks(len(parts), work, nodes)
 
 
 def bf16(v):
@@ -246,6 +249,77 @@ def test_cd0_bytes_and_no_backward_exchange(heavy):
             np.testing.assert_array_equal(b.fwd[(e, key)], a.fwd[(e, key)])
             np.testing.assert_array_equal(grad, dyadic(p, e, gids, WIDTHS[key], 10 + key))
             assert not np.array_equal(grad, a.bwd[(e, key)])
+
+
+# ---- the node-aware (two-level) cd-0 ----------------------------------------------------------
+def rows_across(clones, nodes):
+    """Rows one direction of one exchange sends to other nodes: ``(flat, node-aware)``."""
+    flat = two_level = 0
+    for g in clones.split:
+        holders = np.flatnonzero(clones.local[:, g] >= 0)
+        home = nodes[clones.root[g]]
+        flat += sum(nodes[p] != home for p in holders)
+        two_level += len({nodes[p] for p in holders}) - 1
+    return flat, two_level
+
+
+@pytest.mark.parametrize("nodes", [[0, 0, 1, 1], [0, 1, 0, 1], [0, 0, 0, 1], [0, 0, 0, 0]])
+def test_node_aware_cd0_equals_the_flat_sum_and_sends_a_row_per_node_across(heavy, nodes):
+    """With the ranks on ``nodes``, the two-level cd-0 gives every clone the same sum as the
+    flat exchange, forward and backward, to the bit (dyadic inputs: every order of adding
+    is exact), and sends to other nodes one row per vertex and node off its root's node,
+    per direction, layer and pass: fewer rows than the flat exchange's one per leaf there,
+    whenever a node holds two clones of a vertex rooted elsewhere."""
+    flat = drive(heavy.parts, 3, dict(algo="cd-0"), nodes=nodes)
+    two_level = drive(heavy.parts, 3, dict(algo="cd-0", topology="node"), nodes=nodes)
+    for a, b in zip(flat, two_level):
+        assert (a.topology, b.topology) == ("flat", "node")
+        for name in ("fwd", "bwd"):
+            for key in getattr(a, name):
+                np.testing.assert_array_equal(getattr(b, name)[key], getattr(a, name)[key])
+    rows_flat, rows_node = rows_across(Clones(heavy.parts, heavy.n), nodes)
+    per_row = 8 * sum(WIDTHS.values()) * 2 * 2 * 3  # float64, both directions, passes, epochs
+    assert sum(out.across for out in two_level) == rows_node * per_row
+    if len(set(nodes)) == 1:
+        assert rows_flat == rows_node == 0
+    else:
+        assert 0 < rows_node < rows_flat
+    leaders = {nodes.index(n) for n in nodes}
+    for p, out in enumerate(two_level):  # only leaders send across
+        assert (out.across > 0) == (p in leaders and len(set(nodes)) > 1)
+
+
+@pytest.mark.parametrize("nodes, chosen", [([0, 0, 1, 1], "node"), ([0, 0, 0, 0], "flat"),
+                                            ([0, 1, 2, 3], "flat")])
+def test_auto_topology_is_two_level_when_nodes_hold_several_ranks(heavy, nodes, chosen):
+    """``auto`` makes the sum in two levels when the job spans nodes and some node holds
+    several ranks; one node, or a rank per node, keeps the flat exchange.  Under cd-r the
+    training schedule stays flat and the evaluation sums take the chosen topology."""
+    for algo, options in (("cd-0", {}), ("cd-r", dict(delay=2))):
+        out = drive(heavy.parts, 1, dict(algo=algo, topology="auto", **options), nodes=nodes)
+        assert {o.topology for o in out} == {chosen}
+
+
+def test_evaluation_sums_are_two_level_and_exact_under_cdr(heavy):
+    """cd-r with a node topology: the evaluation pass and :meth:`Exchange.exact` are the
+    exact sum over clones (made in two levels); the training schedule is cd-r's own."""
+    nodes = [0, 0, 1, 1]
+
+    def work(comm):
+        part = heavy.parts[comm.rank]
+        ex = Exchange(index=SplitIndex.from_partition(part), comm=comm, algo="cd-r", delay=2,
+                      topology="node")
+        gids = np.asarray(part.global_ids)
+        y = ex(torch.from_numpy(dyadic(comm.rank, 0, gids, 3, 5)), 0, 0, False)
+        return y.numpy().copy(), ex.tree.across_bytes
+
+    got = run_ranks(4, work, nodes)
+    total = np.zeros((heavy.n, 3))
+    for p, part in enumerate(heavy.parts):
+        np.add.at(total, part.global_ids, dyadic(p, 0, part.global_ids, 3, 5))
+    for part, (y, _) in zip(heavy.parts, got):
+        np.testing.assert_array_equal(y, total[part.global_ids])
+    assert sum(across for _, across in got) > 0
 
 
 # ---- cd-r: bins, delays, smoothing, bf16 ---------------------------------------------------------

@@ -54,6 +54,10 @@ class Communicator(Protocol):
 
     def abort(self, code: int) -> None: ...
 
+    def node_ids(self) -> list[int]:
+        """``[P]`` the node of every rank, numbered ``0, 1, ...`` in the order of each
+        node's first rank: ranks with one id share a host's memory (collective)."""
+
 
 class Done:
     """The handle of an operation that completed when it was started."""
@@ -91,6 +95,9 @@ class SelfCommunicator:
 
     def abort(self, code):
         os._exit(code)
+
+    def node_ids(self):
+        return [0]
 
 
 class RankFailed(DistGNNError):

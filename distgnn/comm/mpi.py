@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..errors import DistGNNError
+from .nodes import numbered
 
 
 def _mpi():
@@ -159,3 +160,12 @@ class MPICommunicator:
 
     def abort(self, code):
         self.comm.Abort(code)
+
+    def node_ids(self):
+        # MPI's shared-memory split groups the ranks that can share memory: one node
+        node = self.comm.Split_type(self.MPI.COMM_TYPE_SHARED)
+        try:
+            first = node.bcast(self.rank, root=0)
+        finally:
+            node.Free()
+        return numbered(self.comm.allgather(first))

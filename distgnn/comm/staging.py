@@ -74,3 +74,6 @@ class Staged:
 
     def abort(self, code):
         self.comm.abort(code)
+
+    def node_ids(self):
+        return self.comm.node_ids()

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import DistGNNError
+from .nodes import nodes_by_host_name
 from ..placement import gpu_identity
 
 # torch.distributed calls these "backends"; here they are transports, beside the
@@ -116,3 +117,6 @@ class TorchCommunicator:
         from mpi4py import MPI
 
         MPI.COMM_WORLD.Abort(code)
+
+    def node_ids(self):
+        return nodes_by_host_name(self)

@@ -112,5 +112,9 @@ class Watchdog:
         with self.guard("barrier"):
             self.comm.barrier()
 
+    def node_ids(self):
+        with self.guard("node_ids"):
+            return self.comm.node_ids()
+
     def abort(self, code):
         self.comm.abort(code)

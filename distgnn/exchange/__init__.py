@@ -41,11 +41,13 @@ from .controller import Controller
 from .delayed import DelayedSum
 from .exact import ExactSum, Extreme, RoundTrip
 from .index import SplitIndex
+from .nodes import NodeSum, NodeTree
 from .wire import PRECISIONS
 
-__all__ = ["ALGORITHMS", "PRECISIONS", "Exchange", "LayerExchange", "SplitIndex"]
+__all__ = ["ALGORITHMS", "PRECISIONS", "TOPOLOGIES", "Exchange", "LayerExchange", "SplitIndex"]
 
 ALGORITHMS = ("cd-0", "cd-r", "0c")
+TOPOLOGIES = ("auto", "flat", "node")
 
 
 class LayerExchange(Protocol):
@@ -103,6 +105,12 @@ class Exchange:
         backward_exchange (bool): exchange gradients in the backward pass.  ``False``
             reproduces DGL's cd-0, whose split-vertex gradients miss the other clones' parts;
             it exists to show that difference, not for training.
+        topology (str): one of ``TOPOLOGIES``: ``"node"`` makes the exact sums (cd-0's
+            training exchanges in the run's type, and every algorithm's evaluation and
+            :meth:`exact` sums) in two levels, within each node first (:mod:`.nodes`);
+            ``"flat"`` sends every clone's row to its root; ``"auto"``: ``"node"`` when the
+            job spans several nodes and some node holds several ranks (collective: asks the
+            communicator which ranks share a node).  cd-r's schedules and max/min are flat.
 
     Called as ``exchange(y, key, epoch, training)`` on the partial aggregates ``y`` ``[n, d]``
     of the layer under ``key`` (an integer: the exchange keeps state per key and pass);
@@ -113,7 +121,8 @@ class Exchange:
     def __init__(self, *, index: SplitIndex, comm: Communicator, timer: PhaseTimer | None = None,
                  algo: str = "cd-0", delay: int = 0, smoothing: float = 0.0,
                  comm_budget: float | None = None, controlled: bool = False,
-                 exchange_precision: str = "fp32", backward_exchange: bool = True):
+                 exchange_precision: str = "fp32", backward_exchange: bool = True,
+                 topology: str = "flat"):
         self.index, self.comm, self.algo, self.delay = index, comm, algo, delay
         self.backward_exchange = backward_exchange
         self.controller: Controller | None = None
@@ -122,9 +131,19 @@ class Exchange:
         self.exact_bytes = 0
         self.timer = timer if timer is not None else PhaseTimer()
         self.trip = RoundTrip(index, comm, self.timer)
+        if topology not in TOPOLOGIES:
+            raise ValueError(f"no exchange topology {topology!r}")
+        nodes = comm.node_ids() if topology != "flat" and comm.size > 1 else []
+        spans = 1 < len(set(nodes)) < len(nodes)
+        self.topology = "node" if topology == "node" or (topology == "auto" and spans) \
+            else "flat"
+        self.tree = NodeTree(index, comm, nodes, self.timer) if self.topology == "node" \
+            else None
         # what makes a training layer's exchange, given the width, type and device of its
         # first tensor (so one per layer key and pass, made on first use)
-        if algo == "cd-0":
+        if algo == "cd-0" and self.tree is not None and exchange_precision == "fp32":
+            self.make = functools.partial(NodeSum, tree=self.tree)
+        elif algo == "cd-0":
             self.make = functools.partial(ExactSum, trip=self.trip,
                                           exchange_precision=exchange_precision)
         elif algo == "cd-r" and comm_budget is not None:
@@ -141,7 +160,8 @@ class Exchange:
             raise ValueError(f"no exchange for algo {algo!r}")
         self.kind = self.make.func.kind
         self.layers: dict[tuple[int, str], LayerExchange] = {}
-        self.exact_sums: dict[tuple, ExactSum] = {}  # per width, type and device; no state
+        # per width, type and device; no state
+        self.exact_sums: dict[tuple, ExactSum | NodeSum] = {}
         self.extremes = Extreme(self.trip)
 
     def __call__(self, y: torch.Tensor, key: int, epoch: int, training: bool) -> torch.Tensor:
@@ -169,9 +189,11 @@ class Exchange:
         if key is None:
             shape = (like.shape[1], like.dtype, like.device)
             if shape not in self.exact_sums:
-                self.exact_sums[shape] = ExactSum(trip=self.trip, exchange_precision="fp32",
-                                                  width=like.shape[1], dtype=like.dtype,
-                                                  device=like.device)
+                self.exact_sums[shape] = (
+                    NodeSum(tree=self.tree, width=like.shape[1], dtype=like.dtype,
+                            device=like.device) if self.tree is not None
+                    else ExactSum(trip=self.trip, exchange_precision="fp32",
+                                  width=like.shape[1], dtype=like.dtype, device=like.device))
             return self.exact_sums[shape]
         if (key, direction) not in self.layers:
             self.layers[(key, direction)] = self.make(width=like.shape[1], dtype=like.dtype,

@@ -32,8 +32,9 @@ class Aborted(RuntimeError):
 class World:
     """What the ranks share: the posted parts of every operation, by sequence number."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, nodes: Sequence[int] | None = None):
         self.size = size
+        self.nodes = list(nodes) if nodes is not None else [0] * size  # node of each rank
         self.cond = threading.Condition()
         self.parts: dict[int, list] = {}  # operation -> part of each rank
         self.collected: dict[int, int] = {}  # operation -> ranks that collected it
@@ -133,15 +134,22 @@ class ThreadsCommunicator:
     def barrier(self) -> None:
         self.world.collect(self._post(None))
 
+    def node_ids(self) -> list[int]:
+        self.barrier()  # collective, as MPI's
+        return list(self.world.nodes)
+
     def abort(self, code: int) -> None:
         self.world.fail(f"rank {self.rank} aborted with status {code}")
         raise Aborted(f"rank {self.rank} aborted with status {code}")
 
 
-def run_ranks(size: int, work: Callable[[ThreadsCommunicator], object]) -> list:
+def run_ranks(size: int, work: Callable[[ThreadsCommunicator], object],
+              nodes: Sequence[int] | None = None) -> list:
     """``work(comm)`` on ``size`` ranks at once, one thread each; their results by rank.
-    The first rank's exception (by rank) is raised after every thread has ended."""
-    world = World(size)
+    ``nodes``: the node of each rank, as ``comm.node_ids()`` tells it (all on node 0 by
+    default).  The first rank's exception (by rank) is raised after every thread has
+    ended."""
+    world = World(size, nodes)
     results: list = [None] * size
     errors: list[BaseException | None] = [None] * size
 
