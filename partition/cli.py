@@ -49,7 +49,7 @@ from .format import (
     write_dataset,
 )
 from .layout import ROOTS, order_layout
-from .stats import PartCounts, counts_from_layout, format_summary, summarize
+from .stats import PartCounts, clone_sets, counts_from_layout, format_summary, summarize
 from .stream import partition_edge_file, vertex_data
 from .vertex_cut import PartitionError, vertex_cut
 
@@ -232,7 +232,7 @@ def partition_dataset(data, out, parts: int, *, method: str = "libra", seed: int
     stats = summarize(counts_from_layout(layout), graph.num_nodes,
                       int(np.count_nonzero(layout.clones() > 1)), width=width,
                       num_features=data.num_features, num_classes=data.num_classes,
-                      hidden=hidden, layers=layers, shares=shares)
+                      hidden=hidden, layers=layers, shares=shares, sets=clone_sets(layout))
     settings = {"method": method, "seed": seed, "order": stream_order_name(method, order),
                 "roots": roots, **ordering}
     if weights is not None:

@@ -19,6 +19,8 @@ elsewhere) and ``L_p`` leaf entries (copies elsewhere of roots held here) on par
 - cd-0 exchange per layer at width ``d`` (forward; the backward sends as much again):
   rank ``p`` sends ``d (l_p + L_p)`` floats (its leaves' partials to their roots, then its
   roots' sums back to their leaves) and receives as many;
+- the split vertices by root rank and set of ranks holding a clone (:func:`clone_sets`): what
+  any grouping of the ranks into nodes sends across them is counted from it;
 - predicted peak memory of rank ``p``: :func:`training_memory` of its ``n_p`` vertices,
   ``E_p`` edges and ``l_p + L_p`` split entries, for GraphSAGE-gcn (or GCN) of the given
   hidden width and layers.
@@ -56,6 +58,27 @@ def counts_from_layout(layout) -> list[PartCounts]:
                                  len(ids) - roots, leaf_entries,
                                  4 if len(ids) < 2**31 else 8))
     return result
+
+
+# the widest job whose clone sets fit a bit mask of an int64
+MAX_CLONE_SET_PARTS = 62
+
+
+def clone_sets(layout) -> list[list[int]] | None:
+    """The split vertices grouped by their root's partition and the partitions holding a
+    clone: ``[[root, mask, count], ...]``, bit ``p`` of ``mask`` set when partition ``p``
+    holds one, sorted (``None`` above :data:`MAX_CLONE_SET_PARTS` partitions)."""
+    if layout.num_parts > MAX_CLONE_SET_PARTS:
+        return None
+    mask = np.zeros(layout.num_nodes, np.int64)
+    for p in range(layout.num_parts):
+        mask[layout.vertices(p)] |= np.int64(1) << p
+    split = layout.clones() > 1
+    keys = np.stack([layout.root[split].astype(np.int64), mask[split]], axis=1)
+    if not len(keys):
+        return []
+    found, counts = np.unique(keys, axis=0, return_counts=True)
+    return [[int(r), int(m), int(c)] for (r, m), c in zip(found, counts)]
 
 
 def layer_widths(num_features: int, hidden: int, num_classes: int, layers: int) -> list[int]:
@@ -151,10 +174,12 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
 
 def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
               width: int = 128, num_features: int = 0, num_classes: int = 0,
-              hidden: int = 256, layers: int = 2, shares=None) -> dict:
+              hidden: int = 256, layers: int = 2, shares=None,
+              sets: list[list[int]] | None = None) -> dict:
     """The statistics of the module docstring as a JSON-ready dict (per-rank lists too).
 
-    ``shares``: the requested edge share of each partition (default equal).
+    ``shares``: the requested edge share of each partition (default equal); ``sets``: the
+    :func:`clone_sets` of the cut, when known (written as ``clone_sets``).
     """
     P = len(counts)
     edges = np.array([c.edges for c in counts], np.float64)
@@ -200,6 +225,7 @@ def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
                       "share_error": float(err)}
                      for c, x, m, r, a, err in zip(counts, exchange, memory, requested,
                                                    achieved, share_error)],
+        **({"clone_sets": sets} if sets is not None else {}),
     }
 
 

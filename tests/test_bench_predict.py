@@ -33,7 +33,7 @@ def proxy():
     from distgnn.datasets import load
 
     data = load(f"rmat:scale=9,edge_factor=8,features={F},classes={C}")
-    return data, partition_statistics(data.graph, [1, 2, 4])
+    return data, partition_statistics(data.graph, [1, 2, 4])[0]
 
 
 def rows_of(stats):
@@ -203,3 +203,40 @@ def test_default_schedule_waits_half_its_epochs_and_the_verdict_follows_the_netw
             said = verdict(row, 5)
             assert ("cd-r pays" in said) == pays and ("does not pay" in said) != pays
             assert ("waiting for each other's compute" in said) == (slowdown > 1)
+
+
+def test_ranks_per_node_counts_node_links_and_predicts_the_node_aware_exchange(proxy):
+    """With 2 ranks per node the exchange is counted on the node links: the flat cd-0's
+    busiest link carries at least the busiest rank's rows (two ranks share it) and the
+    node-aware cd-0's fewer; on a slow network its epoch is the shorter, with two more
+    alltoallvs' latency, and on a latency-bound one the longer."""
+    from distgnn.bench.predict import node_rows
+
+    data, _ = proxy
+    stats, sets = partition_statistics(data.graph, [4])
+    widths = exchange_widths(F, H, C, LAYERS)
+    nodes = [0, 0, 1, 1]
+    flat, node = (node_rows(sets[4], nodes, t) for t in ("flat", "node"))
+    assert 0 < node["across"] < flat["across"]
+    busiest = max(max(r["leaves"], r["leaf_entries"]) for r in stats[4])
+    assert flat["across"] >= busiest
+    for alpha, beta, node_faster in ((0.0, 1e6, True), (1e-3, 1e15, False)):
+        row = table(stats, RATES, [16, 4], widths, PARAMS, alpha, beta, 5, 1, None, 2, sets)[0]
+        assert row["links"] == {"flat": flat, "node": node}
+        assert (row["cd-0 node"]["comm"] < row["cd-0"]["comm"]) == node_faster
+        assert row["cd-0 node"]["local_aggregation"] == row["cd-0"]["local_aggregation"]
+
+
+def test_predict_measures_the_rates_of_ranks_sharing_the_host(tmp_path):
+    """End to end: ``--ranks-per-node 2`` measures the rates with two processes at once and
+    adds the node-aware cd-0 column; the two-level counts are in the JSON rows."""
+    out = tmp_path / "predict.json"
+    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--dataset",
+                           "rmat:scale=8,edge_factor=8,features=8,classes=4", "--parts", "1,4",
+                           "--hidden", "8", "--ranks-per-node", "2", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "cd-0 node s" in proc.stdout
+    four = json.loads(out.read_text())["rows"][1]
+    assert four["parts"] == 4 and four["cd-0 node"]["epoch"] > 0
+    assert 0 < four["links"]["node"]["across"] < four["links"]["flat"]["across"]

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from distgnn.bench.predict import node_rows
 from distgnn.comm import RankFailed
 from distgnn.errors import DistGNNError
 from distgnn.exchange import Exchange, SplitIndex
@@ -298,6 +299,34 @@ def test_auto_topology_is_two_level_when_nodes_hold_several_ranks(heavy, nodes, 
     for algo, options in (("cd-0", {}), ("cd-r", dict(delay=2))):
         out = drive(heavy.parts, 1, dict(algo=algo, topology="auto", **options), nodes=nodes)
         assert {o.topology for o in out} == {chosen}
+
+
+@pytest.mark.parametrize("nodes", [[0, 0, 1, 1], [0, 1, 0, 1], [0, 0, 0, 1]])
+def test_the_scaling_model_counts_the_rows_each_node_link_carries(heavy, nodes):
+    """``distgnn-bench predict``'s :func:`~distgnn.bench.predict.node_rows`, from the clone
+    sets, gives the rows of the busiest node link per alltoallv as the exchanges make
+    them: the node-aware tree's leaders, and the flat exchange's leaves and leaf entries
+    summed per node."""
+    clones = Clones(heavy.parts, heavy.n)
+    sets = {}
+    for g in clones.split:
+        key = (int(clones.root[g]), int(sum(1 << int(p)
+                                            for p in np.flatnonzero(clones.local[:, g] >= 0))))
+        sets[key] = sets.get(key, 0) + 1
+    sets = [[r, m, c] for (r, m), c in sets.items()]
+
+    def tables(comm):
+        ix = SplitIndex.from_partition(heavy.parts[comm.rank])
+        tree = Exchange(index=ix, comm=comm, topology="node").tree
+        return len(tree.out_rows), len(tree.in_rows), ix.leaf_counts, ix.root_counts
+
+    got = run_ranks(4, tables, nodes)
+    assert node_rows(sets, nodes, "node")["across"] == max(max(o, i) for o, i, _, _ in got)
+    out, into = np.zeros(max(nodes) + 1, int), np.zeros(max(nodes) + 1, int)
+    for p, (_, _, leaf_counts, root_counts) in enumerate(got):
+        out[nodes[p]] += sum(c for q, c in enumerate(leaf_counts) if nodes[q] != nodes[p])
+        into[nodes[p]] += sum(c for q, c in enumerate(root_counts) if nodes[q] != nodes[p])
+    assert node_rows(sets, nodes, "flat")["across"] == max(out.max(), into.max())
 
 
 def test_evaluation_sums_are_two_level_and_exact_under_cdr(heavy):

@@ -192,3 +192,24 @@ def test_assignment_is_deterministic_under_seed(rmat_ds, method):
     first = assign_edges(g.indptr, g.indices, 8, method, seed=21)
     np.testing.assert_array_equal(first, assign_edges(g.indptr, g.indices, 8, method, seed=21))
     assert np.any(first != assign_edges(g.indptr, g.indices, 8, method, seed=22))
+
+
+@pytest.mark.parametrize("num_parts", [2, 5])
+def test_clone_sets_count_every_split_vertex_by_root_and_holders(rmat_ds, num_parts):
+    """:func:`partition.stats.clone_sets` holds each split vertex once, under its root's
+    partition and the set of partitions holding a clone, as counted vertex by vertex."""
+    from partition.stats import clone_sets
+
+    layout = vertex_cut(rmat_ds.graph, num_parts, "libra", seed=0)
+    want = {}
+    holders = [set() for _ in range(layout.num_nodes)]
+    for p in range(num_parts):
+        for v in layout.vertices(p):
+            holders[v].add(p)
+    for v, held in enumerate(holders):
+        if len(held) > 1:
+            key = (int(layout.root[v]), sum(1 << p for p in held))
+            want[key] = want.get(key, 0) + 1
+    got = clone_sets(layout)
+    assert {(r, m): c for r, m, c in got} == want and len(got) == len(want)
+    assert sum(c for _, _, c in got) == int(np.count_nonzero(layout.clones() > 1)) > 0

@@ -70,6 +70,7 @@ import argparse
 import dataclasses
 import json
 import math
+import queue
 
 import numpy as np
 
@@ -229,31 +230,78 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cores", type=int,
                    help="cores of the one node all ranks share (slows oversubscribed P); "
                         "leave out for a cluster with cores per rank")
+    p.add_argument("--ranks-per-node", type=int, default=1, metavar="K",
+                   help="ranks sharing each node and its link (consecutive ranks): the "
+                        "exchanges are counted per node link (the network's bandwidth is "
+                        "then each node's), and a 'cd-0 node' column gives cd-0 with "
+                        "--exchange-topology node")
+    p.add_argument("--host-ranks", type=int, metavar="R",
+                   help="measure the rates with R processes at once on this host, as R ranks "
+                        "sharing a node's cores and memory slow each other (default: "
+                        "--ranks-per-node)")
     p.add_argument("--validate", type=comma_list(int),
                    help="comma-separated P to measure here and compare (e.g. 1,2,4)")
     output_arguments(p, "scaling.png and forward_aggregation.png")
 
+def node_rows(sets: list[list[int]], nodes: list[int], topology: str) -> dict[str, int]:
+    """Rows of one exact exchange for ranks on ``nodes`` ``[P]``, from the cut's clone sets
+    (:func:`partition.stats.clone_sets`), each node's link full duplex:
+
+    - ``across``: the most rows one node sends or receives across its link in one alltoallv
+      (up, leaves to roots, or down, the same rows back): ``flat``, one per clone off its
+      root's node; ``node`` (:mod:`distgnn.exchange.nodes`), one per vertex and node off
+      the root's node;
+    - ``touched``: the most rows one node's ranks gather, scatter and add per direction:
+      ``flat``, its ranks' leaves and leaf entries; ``node``, at the leader, twice the
+      clones of its node (in through shared memory, then out) plus its rows across.
+    """
+    out = np.zeros(max(nodes) + 1, np.int64)
+    into, touched = out.copy(), out.copy()
+    for root, mask, count in sets:
+        holders = [p for p in range(len(nodes)) if mask >> p & 1]
+        home = nodes[root]
+        if topology == "flat":
+            off = [nodes[p] for p in holders if nodes[p] != home]
+            np.add.at(out, off, count)
+            into[home] += len(off) * count
+            np.add.at(touched, [nodes[p] for p in holders if p != root], count)
+            touched[home] += (len(holders) - 1) * count
+        else:
+            on = {nodes[p] for p in holders}
+            for n in on - {home}:
+                out[n] += count
+            into[home] += (len(on) - 1) * count
+            np.add.at(touched, [nodes[p] for p in holders], 2 * count)
+    if topology == "node":
+        touched += out + into
+    return {"across": int(np.maximum(out, into).max()), "touched": int(touched.max())}
+
+
 def predict(per_rank: list[dict], rates: Rates, widths: list[int], params: int,
-            alpha: float, beta: float, algo: str, delay: int = 5, slowdown: float = 1.0
+            alpha: float, beta: float, algo: str, delay: int = 5, slowdown: float = 1.0,
+            links: dict[str, int] | None = None, topology: str = "flat"
             ) -> dict[str, float]:
     """Predicted phases (seconds) of one epoch; ``per_rank`` as in ``partition.stats``,
-    ``widths`` those of the epoch's exchanges (:func:`exchange_widths`)."""
+    ``widths`` those of the epoch's exchanges (:func:`exchange_widths`); ``links``: the
+    :func:`node_rows` of the ranks' nodes for cd-0's exchange in ``topology`` (``None``: a
+    rank per node)."""
     P = len(per_rank)
     local = rates.aggregation_per_edge * max(r["edges"] for r in per_rank)
     dense = rates.dense_per_vertex * max(r["vertices"] for r in per_rank)
-    split_rows = max(r["leaves"] + r["leaf_entries"] for r in per_rank)
+    split_rows = (max(r["leaves"] + r["leaf_entries"] for r in per_rank) if links is None
+                  else links["touched"])
     out = {"local_aggregation": local * slowdown, "dense": dense * slowdown,
            "prepost": 0.0, "comm": 0.0, "optimizer": rates.optimizer}
     if P > 1 and algo != "0c":
         out["prepost"] = slowdown * 3 * 4 * sum(widths) * split_rows / rates.triad_bytes_s
-        cd0 = exchange_seconds(per_rank, widths, alpha, beta)
+        cd0 = exchange_seconds(per_rank, widths, alpha, beta, links=links, topology=topology)
         if algo == "cd-0":
             out["comm"] = cd0
         elif algo == "cd-r":
             out["comm"] = max(0.0, cd0 / delay - delay * (local + dense) * slowdown)
         else:  # exact epochs wait for the whole exchange, stale ones send nothing
             out["comm"] = exchange_seconds(per_rank, widths, alpha, beta,
-                                           DEFAULT_SCHEDULE_PRECISION) / EXACT_EVERY
+                                           DEFAULT_SCHEDULE_PRECISION, links) / EXACT_EVERY
     out["allreduce"] = (2 * alpha * math.ceil(math.log2(P)) + 2 * (P - 1) / P * 4 * params / beta
                         if P > 1 else 0.0)
     out["epoch"] = sum(out.values())
@@ -261,15 +309,22 @@ def predict(per_rank: list[dict], rates: Rates, widths: list[int], params: int,
 
 
 def exchange_seconds(per_rank: list[dict], widths: list[int], alpha: float, beta: float,
-                     precision: str = "fp32") -> float:
+                     precision: str = "fp32", links: dict[str, int] | None = None,
+                     topology: str = "flat") -> float:
     """Blocking exchanges of ``widths`` (cd-0's, on a ``precision`` wire): each two
-    alltoallvs (leaves to roots, roots to leaves), bounded by the rank with the most rows to
-    move, at :func:`~distgnn.exchange.wire.row_bytes` per row."""
+    alltoallvs across the network (leaves to roots, roots to leaves), bounded by the rank
+    with the most rows to move (a rank per node, ``beta`` its link), or, with ``links``
+    (:func:`node_rows`), by the node link with the most rows (``beta`` each node's link);
+    at :func:`~distgnn.exchange.wire.row_bytes` per row.  The ``node`` topology adds two
+    alltoallvs within the nodes (their latency; their copies are in ``prepost``)."""
     P = len(per_rank)
     if P == 1:
         return 0.0
-    rows = max(max(r["leaves"], r["leaf_entries"]) for r in per_rank)
-    return sum(2 * (alpha * (P - 1) + row_bytes(precision, d) * rows / beta) for d in widths)
+    rows = (max(max(r["leaves"], r["leaf_entries"]) for r in per_rank) if links is None
+            else links["across"])
+    steps = 4 if topology == "node" else 2
+    return sum(steps * alpha * (P - 1) + 2 * row_bytes(precision, d) * rows / beta
+               for d in widths)
 
 
 def forward_aggregation(per_rank: list[dict], rates: Rates, widths: list[int], alpha: float,
@@ -335,46 +390,107 @@ def measure_rates(data, cfg) -> Rates:
                  optimizer=med("optimizer"), triad_bytes_s=triad_bandwidth() * 1e9)
 
 
-def partition_statistics(graph, parts: list[int], seed: int = 0) -> dict[int, list[dict]]:
-    """Per P, the per-rank counts of a libra vertex-cut of ``graph``."""
-    from partition.stats import counts_from_layout
+def _measure_beside_others(source: str, cfg, barrier, results) -> None:
+    """One of :func:`shared_rates`' processes."""
+    from ..datasets import load
+    from ..training import configure_threads
+
+    configure_threads(cfg.threads)
+    data = load(source)
+    barrier.wait()
+    results.put(dataclasses.asdict(measure_rates(data, cfg)))
+
+
+def shared_rates(source: str, cfg, ranks: int) -> Rates:
+    """The rates of ``ranks`` processes measuring at once on this host, as ``ranks`` ranks
+    sharing a node's cores and memory run: each :func:`measure_rates` on ``source``, started
+    together; the slowest of each rate (the rank an epoch waits for)."""
+    import multiprocessing
+
+    if ranks == 1:
+        from ..datasets import load
+
+        return measure_rates(load(source), cfg)
+    ctx = multiprocessing.get_context("spawn")  # torch and Numba threads do not survive fork
+    barrier, results = ctx.Barrier(ranks), ctx.Queue()
+    workers = [ctx.Process(target=_measure_beside_others, args=(source, cfg, barrier, results))
+               for _ in range(ranks)]
+    for w in workers:
+        w.start()
+    got = []
+    while len(got) < ranks:
+        try:
+            got.append(results.get(timeout=1.0))
+        except queue.Empty:
+            failed = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
+            if failed:
+                for w in workers:
+                    w.kill()
+                raise DistGNNError(f"measuring the rates of {ranks} ranks at once: a process "
+                                   f"failed (exit status {failed[0]})") from None
+    for w in workers:
+        w.join()
+    slowest = {k: max(r[k] for r in got) for k in got[0]}
+    slowest["triad_bytes_s"] = min(r["triad_bytes_s"] for r in got)
+    return Rates(**slowest)
+
+
+def partition_statistics(graph, parts: list[int], seed: int = 0
+                         ) -> tuple[dict[int, list[dict]], dict[int, list | None]]:
+    """Per P, the per-rank counts of a libra vertex-cut of ``graph``, and its clone sets
+    (:func:`partition.stats.clone_sets`)."""
+    from partition.stats import clone_sets, counts_from_layout
     from partition.vertex_cut import vertex_cut
 
-    stats = {}
+    stats, sets = {}, {}
     for P in parts:
         layout = vertex_cut(graph, P, "libra", seed=seed)
         stats[P] = [dataclasses.asdict(c) for c in counts_from_layout(layout)]
+        sets[P] = clone_sets(layout)
         print(f"  partitioned P={P}", flush=True)
-    return stats
+    return stats, sets
 
 
-def read_statistics(paths: list[str]) -> dict[int, list[dict]]:
-    """Per P, ``per_rank`` of each ``distgnn-partition --json`` file."""
-    stats = {}
+def read_statistics(paths: list[str]) -> tuple[dict[int, list[dict]], dict[int, list | None]]:
+    """Per P, ``per_rank`` and ``clone_sets`` (``None`` if absent) of each
+    ``distgnn-partition --json`` file."""
+    stats, sets = {}, {}
     for path in paths:
         with open(path) as f:
             s = json.load(f)
         stats[s["num_parts"]] = s["per_rank"]
-    return stats
+        sets[s["num_parts"]] = s.get("clone_sets")
+    return stats, sets
 
 
 def table(stats: dict[int, list[dict]], rates: Rates, widths, exchanges, params, alpha, beta,
-          delay, threads: int, cores: int | None) -> list[dict]:
+          delay, threads: int, cores: int | None, ranks_per_node: int = 1,
+          sets: dict[int, list] | None = None) -> list[dict]:
     """Per P, the prediction of each algorithm; ``widths`` per layer (forward),
-    ``exchanges`` those of an epoch's exchanges."""
+    ``exchanges`` those of an epoch's exchanges.  With ``ranks_per_node`` K > 1, ranks
+    ``kK .. kK + K - 1`` share node ``k`` and its link (``beta``), counted from the clone
+    ``sets`` of each P, and ``"cd-0 node"`` is cd-0 with the node-aware exchange."""
     rows = []
     for P, per_rank in sorted(stats.items()):
         slowdown = max(1.0, P * threads / cores) if cores else 1.0
         row = {"parts": P, "slowdown": slowdown}
+        nodes = [p // ranks_per_node for p in range(P)]
+        links = {t: node_rows(sets[P], nodes, t) if ranks_per_node > 1 else None
+                 for t in ("flat", "node")}
         for algo in ALGOS:
             row[algo] = predict(per_rank, rates, exchanges, params, alpha, beta, algo, delay,
-                                slowdown)
+                                slowdown, links["flat"])
+        if ranks_per_node > 1:
+            row["cd-0 node"] = predict(per_rank, rates, exchanges, params, alpha, beta,
+                                       "cd-0", delay, slowdown, links["node"], "node")
+            row["links"] = links
         row["forward_local_s"], row["forward_remote_s"] = forward_aggregation(
             per_rank, rates, widths, alpha, beta)
         rows.append(row)
     for row in rows:  # against the smallest P (normally 1, where the algorithms coincide)
-        for algo in ALGOS:
-            row[algo]["speedup"] = rows[0]["cd-0"]["epoch"] / row[algo]["epoch"]
+        for algo in (*ALGOS, "cd-0 node"):
+            if algo in row:
+                row[algo]["speedup"] = rows[0]["cd-0"]["epoch"] / row[algo]["epoch"]
     return rows
 
 
@@ -397,13 +513,15 @@ def verdict(row: dict, delay: int) -> str:
 
 
 def format_table(rows: list[dict], delay: int) -> str:
-    names = {"0c": "0c", "cd-0": "cd-0", "cd-r": f"cd-{delay}", "cd-r default": "cd-r dflt"}
-    lines = [f"  {'P':>4} " + " ".join(f"{names[a] + ' s':>10} {'x':>6}" for a in ALGOS)
+    names = {"0c": "0c", "cd-0": "cd-0", "cd-r": f"cd-{delay}", "cd-r default": "cd-r dflt",
+             "cd-0 node": "cd-0 node"}
+    columns = [*ALGOS, *(["cd-0 node"] if rows and "cd-0 node" in rows[0] else [])]
+    lines = [f"  {'P':>4} " + " ".join(f"{names[a] + ' s':>10} {'x':>6}" for a in columns)
              + f" {'fwd local ms':>13} {'fwd remote ms':>14} {'memory MiB/rank':>16}"]
     for r in rows:
         memory = r.get("predicted_memory_bytes")
         lines.append(f"  {r['parts']:>4} " + " ".join(
-            f"{r[a]['epoch']:>10.4f} {r[a]['speedup']:>6.2f}" for a in ALGOS)
+            f"{r[a]['epoch']:>10.4f} {r[a]['speedup']:>6.2f}" for a in columns)
             + f" {r['forward_local_s'] * 1e3:>13.2f} {r['forward_remote_s'] * 1e3:>14.2f}"
             + (f" {memory / 2**20:>16,.1f}" if memory is not None else f" {'':>16}")
             + ("  (oversubscribed)" if r["slowdown"] > 1 else ""))
@@ -419,6 +537,8 @@ def main(args) -> int:
     if args.size and args.validate:
         raise DistGNNError("--validate runs the --dataset itself and cannot check a projection "
                            "to --size; validate without --size")
+    if args.ranks_per_node < 1 or (args.host_ranks is not None and args.host_ranks < 1):
+        raise DistGNNError("--ranks-per-node and --host-ranks must be at least 1")
     configure_threads(args.threads)
     data = load(args.dataset)
     print(f"{data.name}: {data.graph.num_nodes:,} vertices, {data.graph.num_edges:,} edges",
@@ -427,19 +547,28 @@ def main(args) -> int:
         check_size(args.size, data.num_features, data.num_classes, data.name)
     cfg = TrainConfig(model=args.model, hidden=args.hidden, layers=args.layers, epochs=4,
                       eval_every=4, threads=args.threads, progress=False)
-    rates = measure_rates(data, cfg)
+    sharing = args.host_ranks or args.ranks_per_node
+    rates = measure_rates(data, cfg) if sharing == 1 else shared_rates(args.dataset, cfg, sharing)
     widths = aggregation_widths(data.num_features, args.hidden, data.num_classes, args.layers)
     params = sum(p.numel() for p in build_model(cfg, data.num_features,
                                                  data.num_classes).parameters())
     alpha, beta = network(args)
-    stats = (read_statistics(args.stats) if args.stats
-             else partition_statistics(data.graph, args.parts))
+    stats, sets = (read_statistics(args.stats) if args.stats
+                   else partition_statistics(data.graph, args.parts))
+    if args.ranks_per_node > 1:
+        missing = [P for P in stats if sets.get(P) is None]
+        if missing:
+            raise DistGNNError(f"--ranks-per-node needs the clone sets of each P (written by "
+                               f"distgnn-partition --json up to 62 parts); P={missing[0]} has "
+                               "none")
     exchanges = exchange_widths(data.num_features, args.hidden, data.num_classes, args.layers)
     ratios = {}
     if args.size:
         stats, ratios = scale_statistics(stats, args.size.nodes, args.size.edges)
+        sets = {P: s and [[root, mask, round(count * ratios[P]["vertex_ratio"])]
+                          for root, mask, count in s] for P, s in sets.items()}
     rows = table(stats, rates, widths, exchanges, params, alpha, beta, args.delay,
-                 args.threads, args.cores)
+                 args.threads, args.cores, args.ranks_per_node, sets)
     for row in rows:
         row["predicted_memory_bytes"] = predicted_memory(
             stats[row["parts"]], data.num_features, data.num_classes, args.hidden, args.layers)
