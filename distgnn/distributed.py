@@ -69,9 +69,11 @@ def open_partitions(directory: str, config: TrainConfig | Callable[[], TrainConf
     places = torch.tensor([float(device.type == "cuda"), float(backend == "torch")])
     world.allreduce(places)
     if comm.rank == 0:
+        exchange = shard.nbr.exchange
+        schedule = (exchange.describe(cfg.exchange_schedule) if exchange is not None
+                    else cfg.exchange_schedule)
         log(f"{directory}: {comm.size} ranks ({int(places[0])} on GPUs, "
-            f"{int(places[1])} with the torch backend), {cfg.exchange_schedule}, "
-            f"{comm.name} communicator")
+            f"{int(places[1])} with the torch backend), {schedule}, {comm.name} communicator")
     return RankSetup(cfg, shard, watchdog, timer)
 
 

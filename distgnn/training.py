@@ -291,7 +291,7 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                     break
         run.summarize(cfg.final_weights,
                       write_results(cfg, model, shard, comm, run, make_model is not None),
-                      cfg.exchange_schedule if exchange is not None else None)
+                      exchange.describe(cfg.exchange_schedule) if exchange is not None else None)
         ended = True
     except (Stopped, NonFiniteLoss):
         ended = True

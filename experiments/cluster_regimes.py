@@ -2,28 +2,36 @@
 rates, with bytes on the wire and the scaling model's prediction beside each point.
 
     python experiments/cluster_regimes.py [--graphs rmat18,tolokers] [--nodes 2,4]
-        [--rates 10gbit,1gbit,200mbit] [--delays 2,5,10] [--epochs 5] [--json F] [--plot DIR]
+        [--ranks-per-node K] [--topologies flat,node] [--rates 10gbit,1gbit,200mbit]
+        [--delays 2,5,10] [--epochs 5] [--json F] [--plot DIR]
         [--variants "cd-5 smooth,adaptive,cd-0 bf16,cd-5 bf16 smooth"]
 
-For each graph and node count N it partitions the graph (libra, seed 0) into N parts,
-brings up an emulated cluster of N nodes (:mod:`launch.cluster`, needs CAP_NET_ADMIN; one
-rank of one thread per node), and for each link rate:
+For each graph and node count N it partitions the graph (libra, seed 0) into N K parts,
+brings up an emulated cluster of N nodes (:mod:`launch.cluster`, needs CAP_NET_ADMIN; K
+ranks of one thread per node, consecutive ranks on one node), and for each link rate:
 
-1. fits the network (latency, bandwidth) with ``distgnn-bench comm`` across the nodes;
-2. trains GraphSAGE-gcn (hidden 256) with 0c, cd-0 and cd-r for each delay, reading the
-   median epoch (the first epoch excluded) and its phases (max over ranks);
-3. reads the bytes each node's link carried, against the trainer's payload (split-vertex
-   exchanges of training and of the one evaluation, and the gradient allreduce) and
-   against the partition tables' prediction of the
-   exchange (``4 bytes x sum_k d_k x (leaves + leaf entries)`` per rank over the epoch's
-   exchanges ``k``, over r for cd-r);
+1. fits the network (latency, bandwidth) with ``distgnn-bench comm`` across the nodes (one
+   rank per node: the bandwidth of a node's link);
+2. trains GraphSAGE-gcn (hidden 256) with 0c, cd-0 in each ``--topologies``
+   (``--exchange-topology``) and cd-r for each delay, reading the median epoch (the first
+   epoch excluded) and its phases (max over ranks);
+3. reads the bytes each node's link carried (sent and received, from the interface
+   counters), against the trainer's payload (split-vertex exchanges of training and of the
+   one evaluation, and the gradient allreduce) and against the partition tables'
+   prediction of the exchange (``4 bytes x sum_k d_k x (leaves + leaf entries)`` per rank
+   over the epoch's exchanges ``k``, over r for cd-r);
    ``--variants`` adds exchange configurations of ``drpa_figures.py staleness`` (smoothing,
    the adaptive schedule, compressed wires, cd-r's default schedule), timed and counted
    the same way, predicted only for ``default``;
-4. predicts the epoch of 0c, cd-0 and cd-r with :func:`distgnn.bench.predict.predict`
-   from this network, rates measured by training on the whole graph here, and the
-   partition statistics.  All emulated nodes share this host's cores, so the prediction
-   is slowed by ``max(1, N / cores)`` as for an oversubscribed node.
+4. predicts the epoch of 0c, cd-0 (each topology) and cd-r with
+   :func:`distgnn.bench.predict.predict` from this network, the partition statistics (with
+   K > 1, the rows on each node link from the clone sets), and rates measured by training
+   on the whole graph here with N K processes at once
+   (:func:`~distgnn.bench.predict.shared_rates`): all emulated nodes share this host's
+   cores and memory, as the ranks do during the runs;
+5. with ``--exact-epochs E``, once per graph and N: cd-0 in each topology without dropout
+   for E epochs at the first rate, against single-socket training (the largest relative
+   loss difference).
 
 Prints one line per point, and writes a JSON and one chart per graph and N (epoch time
 against link rate, one line per algorithm: where cd-r's line crosses below cd-0's).
@@ -32,14 +40,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-from distgnn.bench.predict import exchange_bytes, exchange_widths, measure_rates, predict
+from distgnn.bench.predict import (
+    exchange_bytes,
+    exchange_widths,
+    node_rows,
+    predict,
+    shared_rates,
+)
 from distgnn.cli_common import use_huge_pages
 from distgnn.config import DEFAULT_SCHEDULE_PRECISION
 from distgnn.epoch_log import read_metrics
@@ -71,25 +84,36 @@ def run(argv: list, **kw) -> subprocess.CompletedProcess:
     return proc
 
 
-def launch(c: cluster.Cluster, command: list) -> subprocess.CompletedProcess:
-    return run([BIN / "distgnn-launch", "--hostfile", c.state / "hostfile", "-n", c.nodes,
-                "--", *command])
+def launch(c: cluster.Cluster, command: list, ranks: int | None = None
+           ) -> subprocess.CompletedProcess:
+    """``command`` on ``ranks`` ranks of the cluster (default: its nodes x slots)."""
+    return run([BIN / "distgnn-launch", "--hostfile", c.state / "hostfile", "-n",
+                ranks or c.nodes * c.slots, "--", *command])
 
 
 def network_fit(c: cluster.Cluster, out: Path) -> tuple[float, float]:
-    """``(alpha, beta)`` of mpi alltoallv across the cluster's nodes."""
-    launch(c, [BIN / "distgnn-bench", "comm", "--comms", "mpi", "--max-bytes", 4 << 20,
-               "--reps", 5, "--json", out])
+    """``(alpha, beta)`` of mpi alltoallv across the cluster's nodes (one rank each: a
+    node's hostfile entry lists its K slots, so ``-n N`` would fill the first nodes; the
+    fit runs on a hostfile of one slot per node)."""
+    single = out.with_suffix(".hosts")
+    lines = c.state.joinpath("hostfile").read_text().splitlines()
+    single.write_text("\n".join(lines[:1] + [f"{c.address(i)} slots=1"
+                                             for i in range(c.nodes)]) + "\n")
+    run([BIN / "distgnn-launch", "--hostfile", single, "-n", c.nodes, "--",
+         BIN / "distgnn-bench", "comm", "--comms", "mpi", "--max-bytes", 4 << 20, "--reps", 5,
+         "--json", out])
     fit = json.loads(out.read_text())["results"][0]
     return fit["alltoallv_alpha_s"], fit["alltoallv_beta_b_s"]
 
 
 def train_point(c: cluster.Cluster, parts: Path, flags: list, epochs: int,
                 metrics: Path) -> dict:
-    before = [cluster.link_bytes(c, i)["tx"] for i in range(c.nodes)]
+    before = [cluster.link_bytes(c, i) for i in range(c.nodes)]
     launch(c, [BIN / "distgnn-train", "--partitions", parts, *MODEL, *flags, "--epochs",
                epochs, "--eval-every", epochs, "--no-progress", "--metrics-out", metrics])
-    wire = max(cluster.link_bytes(c, i)["tx"] - before[i] for i in range(c.nodes))
+    links = [{k: cluster.link_bytes(c, i)[k] - before[i][k] for k in ("tx", "rx")}
+             for i in range(c.nodes)]
+    wire = max(link["tx"] for link in links)
     records = read_metrics(metrics)[0]  # the epochs, without the summary record
     timed = records[1:]  # the first epoch compiles and allocates
     phases = {k: statistics.median(r["phases"][k] for r in timed) for k in timed[0]["phases"]}
@@ -99,8 +123,26 @@ def train_point(c: cluster.Cluster, parts: Path, flags: list, epochs: int,
     return {"epoch_s": statistics.median(r["epoch_s"] for r in timed),
             "epoch_mean_s": statistics.mean(r["epoch_s"] for r in timed), "phases": phases,
             "exchange_bytes_per_epoch": statistics.median(r["bytes_sent_max"] for r in timed),
-            "payload_bytes": payload, "wire_bytes": wire,
+            "payload_bytes": payload, "wire_bytes": wire, "link_bytes": links,
+            "busiest_link_bytes": max(max(link.values()) for link in links),
             "wire_over_payload": wire / payload if payload else None}
+
+
+def exactness(c: cluster.Cluster, parts: Path, source: str, topology: str, epochs: int,
+              work: Path) -> float:
+    """The largest relative difference of cd-0's losses (``topology``, no dropout) from
+    single-socket training over ``epochs`` epochs."""
+    flags = [*MODEL, "--dropout", 0, "--epochs", epochs, "--eval-every", epochs,
+             "--no-progress", "--threads", 1]
+    single = work / "single.jsonl"
+    if not single.exists():
+        run([BIN / "distgnn-train", source, *flags, "--metrics-out", single])
+    metrics = work / "exact.jsonl"
+    launch(c, [BIN / "distgnn-train", "--partitions", parts, *flags, "--algo", "cd-0",
+               "--exchange-topology", topology, "--metrics-out", metrics])
+    want = [r["loss"] for r in read_metrics(single)[0]]
+    got = [r["loss"] for r in read_metrics(metrics)[0]]
+    return max(abs(g - w) / abs(w) for g, w in zip(got, want))
 
 
 def predicted_exchange_bytes(per_rank: list[dict], widths: list[int], algo: str,
@@ -123,7 +165,7 @@ def chart(rows: list[dict], graph: str, nodes: int, directory: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    mine = [r for r in rows if r["graph"] == graph and r["nodes"] == nodes]
+    mine = [r for r in rows if r["graph"] == graph and r["nodes"] == nodes and "rate" in r]
     fig, ax = plt.subplots(figsize=(6, 4))
     for label in dict.fromkeys(r["label"] for r in mine):
         points = sorted((r["rate_mbit"], r["epoch_s"]) for r in mine if r["label"] == label)
@@ -136,10 +178,11 @@ def chart(rows: list[dict], graph: str, nodes: int, directory: Path) -> Path:
     ax.set_xscale("log")
     ax.set_xlabel("link rate per node (Mbit/s)")
     ax.set_ylabel("epoch (s); dotted: predicted")
-    ax.set_title(f"{graph}, {nodes} emulated nodes x 1 rank: SAGE h256")
+    ax.set_title(f"{graph}, {nodes} emulated nodes x {mine[0]['ranks_per_node']} ranks: "
+                 "SAGE h256")
     ax.legend()
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"regimes_{graph}_{nodes}nodes.png"
+    path = directory / f"regimes_{graph}_{nodes}x{mine[0]['ranks_per_node']}.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
@@ -156,8 +199,15 @@ def main() -> int:
     p.add_argument("--graphs", default="rmat18,tolokers",
                    help="comma-separated: rmat18 or names of ../shared/datasets")
     p.add_argument("--nodes", default="2,4", help="comma-separated emulated node counts")
+    p.add_argument("--ranks-per-node", type=int, default=1, metavar="K",
+                   help="ranks on each emulated node (partitions: nodes x K)")
+    p.add_argument("--topologies", default="flat",
+                   help="comma-separated --exchange-topology of the cd-0 points (flat, node)")
+    p.add_argument("--exact-epochs", type=int, default=0, metavar="E",
+                   help="check cd-0 in each topology against single-socket training over E "
+                        "epochs, once per graph and node count (0: not)")
     p.add_argument("--rates", default="10gbit,1gbit,200mbit", help="comma-separated tc rates")
-    p.add_argument("--delays", default="2,5,10", help="comma-separated r of cd-r")
+    p.add_argument("--delays", default="2,5,10", help="comma-separated r of cd-r (may be empty)")
     p.add_argument("--variants", default="",
                    help="comma-separated exchange configurations of drpa_figures.py "
                         "staleness to time too (e.g. 'cd-5 smooth,adaptive,cd-0 bf16')")
@@ -175,17 +225,20 @@ def main() -> int:
     from distgnn.training import build_model, configure_threads
 
     a.work.mkdir(parents=True, exist_ok=True)
-    cores = os.cpu_count() or 1
     from drpa_figures import STALENESS_CONFIGS  # beside this script
 
-    algos = [("0c", 0), ("cd-0", 0)] + [("cd-r", int(r)) for r in a.delays.split(",")]
-    # (label, flags, algo and delay when the scaling model predicts it)
-    points = [(f"cd-{delay}" if algo == "cd-r" else algo,
-               ["--algo", "cd-r", "--delay", delay] if algo == "cd-r" else ["--algo", algo],
-               (algo, delay)) for algo, delay in algos]
+    K = a.ranks_per_node
+    topologies = a.topologies.split(",")
+    # (label, flags, (algo, delay, topology) when the scaling model predicts it)
+    points = [("0c", ["--algo", "0c"], ("0c", 0, "flat"))]
+    points += [("cd-0" if topologies == ["flat"] else f"cd-0 {t}",
+                ["--algo", "cd-0", "--exchange-topology", t], ("cd-0", 0, t))
+               for t in topologies]
+    points += [(f"cd-{r}", ["--algo", "cd-r", "--delay", r], ("cd-r", int(r), "flat"))
+               for r in filter(None, a.delays.split(","))]
     points += [(name, [f.format(g=a.smoothing, budget=a.budget)
                        for f in STALENESS_CONFIGS[name][0]],
-                ("cd-r default", 1) if name == "default" else None)
+                ("cd-r default", 1, "flat") if name == "default" else None)
                for name in filter(None, a.variants.split(","))]
     rows = []
     for graph in a.graphs.split(","):
@@ -194,36 +247,50 @@ def main() -> int:
         data = load(source)
         cfg = TrainConfig(model="sage", hidden=256, layers=2, epochs=4, eval_every=4,
                           threads=1, progress=False)
-        rates = measure_rates(data, cfg)
         widths = exchange_widths(data.num_features, 256, data.num_classes, 2)
         params = sum(q.numel() for q in build_model(cfg, data.num_features,
                                                      data.num_classes).parameters())
         for nodes in map(int, a.nodes.split(",")):
-            parts = a.work / f"{graph}-p{nodes}"
-            stats_file = a.work / f"{graph}-p{nodes}.json"
+            # every rank of the emulated cluster runs on this host: measured together
+            rates = shared_rates(source, cfg, nodes * K)
+            P = nodes * K
+            parts = a.work / f"{graph}-p{P}"
+            stats_file = a.work / f"{graph}-p{P}.json"
             if not stats_file.exists():
-                run([BIN / "distgnn-partition", source, "--parts", nodes, "--out", parts,
+                run([BIN / "distgnn-partition", source, "--parts", P, "--out", parts,
                      "--force", "--no-progress", "--json", stats_file])
-            per_rank = json.loads(stats_file.read_text())["per_rank"]
-            c = cluster.up(nodes, a.rates.split(",")[0], name=NAME)
+            stats = json.loads(stats_file.read_text())
+            per_rank = stats["per_rank"]
+            of = [p // K for p in range(P)]
+            links = {t: node_rows(stats["clone_sets"], of, t) if K > 1 else None
+                     for t in ("flat", "node")}
+            c = cluster.up(nodes, a.rates.split(",")[0], slots=K, name=NAME)
             try:
+                if a.exact_epochs:
+                    for t in topologies:
+                        worst = exactness(c, parts, source, t, a.exact_epochs, a.work)
+                        rows.append({"graph": graph, "nodes": nodes, "ranks_per_node": K,
+                                     "label": f"exactness cd-0 {t}", "max_rel_loss_diff": worst})
+                        print(f"{graph} N={nodes}x{K} cd-0 {t}: losses within {worst:.2e} "
+                              "of single socket", flush=True)
                 for rate in a.rates.split(","):
                     for i in range(nodes):
                         cluster.shape(c, i, rate)
                     alpha, beta = network_fit(c, a.work / f"comm-{nodes}-{rate}.json")
                     for label, flags, modelled in points:
                         point = train_point(c, parts, flags, a.epochs, a.work / "m.jsonl")
-                        row = {"graph": graph, "nodes": nodes, "rate": rate,
-                               "rate_mbit": rate_mbit(rate), "label": label,
+                        row = {"graph": graph, "nodes": nodes, "ranks_per_node": K,
+                               "rate": rate, "rate_mbit": rate_mbit(rate), "label": label,
                                "alpha_s": alpha, "beta_b_s": beta, **point,
                                "predicted_s": None, "error": None}
                         if modelled:
-                            algo, delay = modelled
+                            algo, delay, topology = modelled
                             pred = predict(per_rank, rates, widths, params, alpha, beta, algo,
-                                           max(delay, 1), max(1.0, nodes / cores))
+                                           max(delay, 1), 1.0, links[topology], topology)
                             row.update(predicted_s=pred["epoch"], predicted_phases=pred,
                                        predicted_exchange_bytes=predicted_exchange_bytes(
-                                           per_rank, widths, algo, max(delay, 1)))
+                                           per_rank, widths, algo, max(delay, 1))
+                                       if topology == "flat" else None)
                             row["error"] = ((row["predicted_s"] - row["epoch_s"])
                                             / row["epoch_s"])
                         ph = row["phases"]
@@ -239,8 +306,10 @@ def main() -> int:
                               f"{100 * row['exchange_share']:.0f} % "
                               f"wait {ph['exchange_wait']:.3f} allred {ph['allreduce']:.3f} "
                               f"bytes {row['exchange_bytes_per_epoch']:,.0f}"
-                              + (f"/{row['predicted_exchange_bytes']:,.0f}" if modelled else "")
-                              + f" wire/payload {row['wire_over_payload'] or 0:.3f}", flush=True)
+                              + (f"/{row['predicted_exchange_bytes']:,.0f}"
+                                 if row.get("predicted_exchange_bytes") is not None else "")
+                              + f" wire/payload {row['wire_over_payload'] or 0:.3f}"
+                              + f" busiest link {row['busiest_link_bytes']:,}", flush=True)
                         if a.json:
                             write_atomic(a.json, json.dumps(rows, indent=1))
             finally:

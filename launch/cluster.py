@@ -393,11 +393,13 @@ def cluster_of_hostfile(hostfile: str | Path) -> Cluster | None:
 
 def mpi_options(cluster: Cluster, implementation: str) -> list[str]:
     """The launcher options that start ranks on the cluster's nodes over its links: the
-    agent instead of ssh, TCP only (no shared memory between emulated nodes), on the
-    cluster's subnet.
+    agent instead of ssh, TCP between the nodes (no shared memory between emulated nodes),
+    on the cluster's subnet.
 
     Open MPI: ``plm_rsh_agent``, ``ob1`` over the ``tcp`` BTL and PRRTE's out-of-band
-    channel on the subnet.  Hydra (MPICH, Intel MPI): ``-launcher rsh -launcher-exec
+    channel on the subnet, and the ``sm`` BTL between the ranks of one node (Open MPI
+    reaches a peer through shared memory only when its runtime started both on one node,
+    as a real node's ranks talk).  Hydra (MPICH, Intel MPI): ``-launcher rsh -launcher-exec
     AGENT`` (the agent takes ``HOST COMMAND...`` as rsh does; Hydra's ssh launcher would
     put ``-x``, or Intel's ``-q -x``, before the host); ``-iface BRIDGE`` so the nodes'
     proxies call back to the host's address on the bridge (proxies ignore an interface
@@ -410,7 +412,7 @@ def mpi_options(cluster: Cluster, implementation: str) -> list[str]:
     if implementation == "openmpi":
         subnet = f"{SUBNET}.0/24"
         return ["--mca", "plm_rsh_agent", agent, "--mca", "pml", "ob1", "--mca", "btl",
-                "tcp,self", "--mca", "btl_tcp_if_include", subnet,
+                "tcp,sm,self", "--mca", "btl_tcp_if_include", subnet,
                 "--prtemca", "oob_tcp_if_include", subnet]
     return ["-launcher", "rsh", "-launcher-exec", agent, "-iface", cluster.bridge,
             "-genv", "UCX_TLS", "tcp,self", "-genv", "FI_PROVIDER", "tcp",

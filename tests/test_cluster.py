@@ -63,10 +63,10 @@ def two_nodes(tmp_path_factory):
         os.environ["DISTGNN_CLUSTER_DIR"] = saved[0]
 
 
-def partitioned(out, spec):
-    """``distgnn-partition SPEC --parts 2 --out OUT`` (the tool as a user runs it)."""
-    proc = subprocess.run([str(BIN / "distgnn-partition"), spec, "--parts", "2", "--out",
-                           str(out), "--no-progress"], capture_output=True, text=True)
+def partitioned(out, spec, parts=2):
+    """``distgnn-partition SPEC --parts PARTS --out OUT`` (the tool as a user runs it)."""
+    proc = subprocess.run([str(BIN / "distgnn-partition"), spec, "--parts", str(parts),
+                           "--out", str(out), "--no-progress"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -112,6 +112,34 @@ def test_cd0_across_emulated_nodes_follows_single_socket(two_nodes, cora_p2,
                   for r in records)  # every epoch evaluated (the default)
     for tx in sent:
         assert 0.95 * payload <= tx <= 1.05 * payload * (1 + cluster.TCP_OVERHEAD), (tx, payload)
+
+
+@pytest.mark.mpi  # distgnn-launch jobs across the nodes
+def test_node_aware_cd0_with_two_ranks_per_node_is_exact_and_sends_less(
+        two_nodes, tmp_path_factory, single_socket_losses, tmp_path):
+    """4 ranks, 2 on each emulated node (a hostfile of the same nodes with 2 slots each):
+    MPI's shared-memory split finds the nodes, and cd-0 in two levels follows the
+    single-socket loss curve (<= 1e-4) with fewer bytes on the links than the flat cd-0."""
+    parts = partitioned(tmp_path_factory.mktemp("cora4") / "p4", "cora", parts=4)
+    lines = (two_nodes.state / "hostfile").read_text().splitlines()
+    hosts = tmp_path / "hosts"
+    hosts.write_text("\n".join(lines[:1] + [f"{two_nodes.address(i)} slots=2"
+                                            for i in range(2)]) + "\n")
+    epochs, sent = 10, {}
+    for topology in ("flat", "node"):
+        before = [cluster.link_bytes(two_nodes, i)["tx"] for i in range(2)]
+        metrics = tmp_path / f"{topology}.jsonl"
+        proc = launch("--hostfile", hosts, "-n", 4, "--", BIN / "distgnn-train",
+                      "--partitions", parts, "--dropout", 0, "--epochs", epochs,
+                      "--exchange-topology", topology, "--metrics-out", metrics)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        sent[topology] = sum(cluster.link_bytes(two_nodes, i)["tx"] - before[i]
+                             for i in range(2))
+        got = np.array([r["loss"] for r in read_metrics(metrics)[0]])
+        reference = single_socket_losses[:epochs]
+        assert np.max(np.abs(got - reference) / np.abs(reference)) <= 1e-4
+    assert "exact sums within each node first (2 nodes)" in proc.stdout
+    assert sent["node"] < sent["flat"], sent
 
 
 def checkpointed_run(two_nodes, parts, tmp_path, *flags):

@@ -164,6 +164,15 @@ class Exchange:
         self.exact_sums: dict[tuple, ExactSum | NodeSum] = {}
         self.extremes = Extreme(self.trip)
 
+    def describe(self, schedule: str) -> str:
+        """``schedule`` (the run's words for the algorithm) with the topology, when the exact
+        sums are made within each node first."""
+        if self.tree is None:
+            return schedule
+        nodes = max(self.tree.nodes) + 1
+        return f"{schedule}, exact sums within each node first ({nodes} node" + \
+            ("s)" if nodes > 1 else ")")
+
     def __call__(self, y: torch.Tensor, key: int, epoch: int, training: bool) -> torch.Tensor:
         if self.comm.size == 1:
             return y
