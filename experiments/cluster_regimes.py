@@ -50,6 +50,7 @@ from distgnn.bench.predict import (
     exchange_bytes,
     exchange_widths,
     node_rows,
+    per_peer,
     predict,
     shared_rates,
 )
@@ -92,7 +93,8 @@ def launch(c: cluster.Cluster, command: list, ranks: int | None = None
 
 
 def network_fit(c: cluster.Cluster, out: Path) -> tuple[float, float]:
-    """``(alpha, beta)`` of mpi alltoallv across the cluster's nodes (one rank each: a
+    """``(alpha, beta)`` of mpi alltoallv across the cluster's nodes (latency per peer,
+    :func:`~distgnn.bench.predict.per_peer`; one rank each: a
     node's hostfile entry lists its K slots, so ``-n N`` would fill the first nodes; the
     fit runs on a hostfile of one slot per node)."""
     single = out.with_suffix(".hosts")
@@ -102,8 +104,7 @@ def network_fit(c: cluster.Cluster, out: Path) -> tuple[float, float]:
     run([BIN / "distgnn-launch", "--hostfile", single, "-n", c.nodes, "--",
          BIN / "distgnn-bench", "comm", "--comms", "mpi", "--max-bytes", 4 << 20, "--reps", 5,
          "--json", out])
-    fit = json.loads(out.read_text())["results"][0]
-    return fit["alltoallv_alpha_s"], fit["alltoallv_beta_b_s"]
+    return per_peer(json.loads(out.read_text()))
 
 
 def train_point(c: cluster.Cluster, parts: Path, flags: list, epochs: int,
@@ -128,15 +129,15 @@ def train_point(c: cluster.Cluster, parts: Path, flags: list, epochs: int,
             "wire_over_payload": wire / payload if payload else None}
 
 
-def exactness(c: cluster.Cluster, parts: Path, source: str, topology: str, epochs: int,
-              work: Path) -> float:
+def exactness(c: cluster.Cluster, parts: Path, graph: str, source: str, topology: str,
+              epochs: int, work: Path) -> float:
     """The largest relative difference of cd-0's losses (``topology``, no dropout) from
     single-socket training over ``epochs`` epochs."""
     flags = [*MODEL, "--dropout", 0, "--epochs", epochs, "--eval-every", epochs,
              "--no-progress", "--threads", 1]
-    single = work / "single.jsonl"
+    single = work / f"single-{graph}-{epochs}.jsonl"
     if not single.exists():
-        run([BIN / "distgnn-train", source, *flags, "--metrics-out", single])
+        run([BIN / "distgnn-train", "--dataset", source, *flags, "--metrics-out", single])
     metrics = work / "exact.jsonl"
     launch(c, [BIN / "distgnn-train", "--partitions", parts, *flags, "--algo", "cd-0",
                "--exchange-topology", topology, "--metrics-out", metrics])
@@ -268,7 +269,8 @@ def main() -> int:
             try:
                 if a.exact_epochs:
                     for t in topologies:
-                        worst = exactness(c, parts, source, t, a.exact_epochs, a.work)
+                        worst = exactness(c, parts, graph, source, t, a.exact_epochs,
+                                          a.work)
                         rows.append({"graph": graph, "nodes": nodes, "ranks_per_node": K,
                                      "label": f"exactness cd-0 {t}", "max_rel_loss_diff": worst})
                         print(f"{graph} N={nodes}x{K} cd-0 {t}: losses within {worst:.2e} "

@@ -49,7 +49,15 @@ from .format import (
     write_dataset,
 )
 from .layout import ROOTS, order_layout
-from .stats import PartCounts, clone_sets, counts_from_layout, format_summary, summarize
+from .stats import (
+    MAX_CLONE_SET_PARTS,
+    PartCounts,
+    clone_sets,
+    clone_sets_of,
+    counts_from_layout,
+    format_summary,
+    summarize,
+)
 from .stream import partition_edge_file, vertex_data
 from .vertex_cut import PartitionError, vertex_cut
 
@@ -286,10 +294,10 @@ def stream_main(args, why: str) -> int:
                                    roots=args.roots, force=args.force,
                                    log=lambda line: print(line, flush=True),
                                    progress=bar.update)
-    counts, split = counts_of_directory(args.out)
+    counts, split, sets = counts_of_directory(args.out)
     stats = summarize(counts, meta["num_nodes"], split, width=args.width,
                       num_features=meta["num_features"], num_classes=meta["num_classes"],
-                      hidden=args.hidden, layers=args.layers)
+                      hidden=args.hidden, layers=args.layers, sets=sets)
     _emit(stats, args)
     seconds = meta["seconds"]
     print(f"wrote {args.out} in {sum(seconds.values()):.1f} s (partitioning "
@@ -327,18 +335,25 @@ def partition_main(args) -> int:
     return 0
 
 
-def counts_of_directory(directory) -> tuple[list[PartCounts], int]:
-    """The sizes of each partition of ``directory`` and its split vertices, read from its
-    files."""
-    counts, split = [], 0
-    for rank in range(read_meta(directory)["num_parts"]):
+def counts_of_directory(directory) -> tuple[list[PartCounts], int, list | None]:
+    """The sizes of each partition of ``directory``, its split vertices and its clone sets
+    (:func:`partition.stats.clone_sets`), read from its files."""
+    meta = read_meta(directory)
+    counts, split, held = [], 0, []
+    root = np.zeros(meta["num_nodes"], np.int64)
+    for rank in range(meta["num_parts"]):
         part = load(directory, rank)
-        roots = int(np.count_nonzero(np.asarray(part.root_rank) == rank))
+        is_root = np.asarray(part.root_rank) == rank
+        roots = int(np.count_nonzero(is_root))
         counts.append(PartCounts(part.num_nodes, part.graph.num_edges, roots,
                                  part.num_nodes - roots, int(len(part.leaf_root_local)),
                                  part.graph.indices.itemsize))
         split += part.split_roots
-    return counts, split
+        ids = np.asarray(part.global_ids)
+        root[ids[is_root]] = rank
+        held.append(ids)
+    sets = clone_sets_of(root, held) if meta["num_parts"] <= MAX_CLONE_SET_PARTS else None
+    return counts, split, sets
 
 
 def inspect_main(args) -> int:
@@ -347,11 +362,11 @@ def inspect_main(args) -> int:
     # recomputed as at partitioning time, so both print bit-identical statistics
     weights = meta.get("weights")
     shares = None if weights is None else requested_shares(weights)
-    counts, split = counts_of_directory(args.directory)
+    counts, split, sets = counts_of_directory(args.directory)
     stats = summarize(counts, meta["num_nodes"], split,
                       width=args.width, num_features=meta.get("num_features", 0),
                       num_classes=meta.get("num_classes", 0), hidden=args.hidden,
-                      layers=args.layers, shares=shares)
+                      layers=args.layers, shares=shares, sets=sets)
     print(f"{args.directory}: {meta.get('method')} partitions of {meta.get('dataset')} "
           f"(seed {meta.get('seed')}, vertex order {meta.get('vertex_order', 'given')}, "
           f"format version {meta['format_version']})")

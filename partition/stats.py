@@ -70,11 +70,17 @@ def clone_sets(layout) -> list[list[int]] | None:
     holds one, sorted (``None`` above :data:`MAX_CLONE_SET_PARTS` partitions)."""
     if layout.num_parts > MAX_CLONE_SET_PARTS:
         return None
-    mask = np.zeros(layout.num_nodes, np.int64)
-    for p in range(layout.num_parts):
-        mask[layout.vertices(p)] |= np.int64(1) << p
-    split = layout.clones() > 1
-    keys = np.stack([layout.root[split].astype(np.int64), mask[split]], axis=1)
+    return clone_sets_of(layout.root, [layout.vertices(p) for p in range(layout.num_parts)])
+
+
+def clone_sets_of(root: np.ndarray, held: list[np.ndarray]) -> list[list[int]]:
+    """:func:`clone_sets` from each vertex's ``root`` partition ``[N]`` and the global ids
+    each partition holds (``held[p]``; at most :data:`MAX_CLONE_SET_PARTS` partitions)."""
+    mask = np.zeros(len(root), np.int64)
+    for p, ids in enumerate(held):
+        mask[ids] |= np.int64(1) << p
+    split = np.bitwise_count(mask) > 1
+    keys = np.stack([np.asarray(root)[split].astype(np.int64), mask[split]], axis=1)
     if not len(keys):
         return []
     found, counts = np.unique(keys, axis=0, return_counts=True)

@@ -413,7 +413,8 @@ def shared_rates(source: str, cfg, ranks: int) -> Rates:
         return measure_rates(load(source), cfg)
     ctx = multiprocessing.get_context("spawn")  # torch and Numba threads do not survive fork
     barrier, results = ctx.Barrier(ranks), ctx.Queue()
-    workers = [ctx.Process(target=_measure_beside_others, args=(source, cfg, barrier, results))
+    workers = [ctx.Process(target=_measure_beside_others, args=(source, cfg, barrier, results),
+                           daemon=True)
                for _ in range(ranks)]
     for w in workers:
         w.start()
@@ -605,6 +606,15 @@ def main(args) -> int:
     return 0
 
 
+def per_peer(measured: dict) -> tuple[float, float]:
+    """``(alpha, beta)`` of a ``distgnn-bench comm`` result: its alltoallv fit over its
+    ``ranks`` ranks, ``t = alpha_fit + bytes / beta``, with the latency per peer (``alpha =
+    alpha_fit / (ranks - 1)``), as the model's ``alpha (P - 1)`` counts it."""
+    fit = measured["results"][0]
+    return (fit["alltoallv_alpha_s"] / max(1, measured.get("ranks", 2) - 1),
+            fit["alltoallv_beta_b_s"])
+
+
 def network(args) -> tuple[float, float]:
     """``(alpha, beta)`` of ``--network`` (a preset or a ``distgnn-bench comm`` JSON),
     overridden by ``--latency``/``--bandwidth``."""
@@ -612,7 +622,7 @@ def network(args) -> tuple[float, float]:
         alpha, beta = NETWORKS[args.network]
     else:
         with open(args.network) as f:
-            fit = json.load(f)["results"][0]
-        alpha, beta = fit["alltoallv_alpha_s"], fit["alltoallv_beta_b_s"]
+            measured = json.load(f)
+        alpha, beta = per_peer(measured)
     return (args.latency if args.latency is not None else alpha,
             args.bandwidth * 1e9 if args.bandwidth is not None else beta)
