@@ -321,11 +321,13 @@ def _load_file(path: Path) -> dict:
 
 
 def resume(directory: str | Path, comm: Communicator, fingerprint: dict,
-           log=print) -> tuple[int, dict, dict]:
+           log=print, missing_ok: bool = False) -> tuple[int, dict, dict] | None:
     """``(epoch, shared, local)`` of the newest usable checkpoint in ``directory`` (collective).
 
     Rank 0 picks it: the newest whose manifest and files verify (a newer broken one is
-    reported and skipped) and whose fingerprint matches ``fingerprint``.
+    reported and skipped) and whose fingerprint matches ``fingerprint``.  A ``directory``
+    that holds no checkpoint (or does not exist) is an error, or with ``missing_ok``
+    ``None`` on every rank: decided once, by rank 0, so that every rank starts alike.
     """
     directory = Path(directory)
     chosen = torch.zeros(1, dtype=torch.int64)
@@ -335,6 +337,9 @@ def resume(directory: str | Path, comm: Communicator, fingerprint: dict,
         if comm.rank != 0:
             return
         found = checkpoints(directory)
+        if not found and missing_ok:
+            chosen[0] = -1
+            return
         if not found:
             raise CheckpointError(f"{directory}: no checkpoint to resume from "
                                   "(expected epoch-NNNNNN directories written by "
@@ -361,6 +366,8 @@ def resume(directory: str | Path, comm: Communicator, fingerprint: dict,
 
     all_or_none(comm, pick)
     comm.broadcast(chosen, root=0)
+    if chosen[0] < 0:
+        return None
     path = directory / checkpoint_name(int(chosen[0]))
     shared, local = all_or_none(comm, lambda: (picked.get("state") or
                                                _load_file(path / "state.pt"),

@@ -27,8 +27,9 @@ from .shard import Shard
 # fingerprint.
 RUN_ONLY = frozenset({"epochs", "eval_every", "roc_auc", "patience", "backend", "device",
                       "rank_devices", "rank_backends", "threads", "metrics_out",
-                      "checkpoint_dir", "checkpoint_every", "keep", "resume", "nan_policy",
-                      "comm_timeout", "progress", "comm", "verify", "recompute", "reorder",
+                      "checkpoint_dir", "checkpoint_every", "keep", "resume",
+                      "resume_if_present", "nan_policy", "comm_timeout", "progress", "comm",
+                      "verify", "recompute", "reorder",
                       "save_model", "final_weights", "predictions_out", "embeddings_out",
                       "embeddings_layer", "exchange_topology"})
 # fingerprinted at every value since checkpoint format 2; the others only away from their
@@ -91,17 +92,24 @@ class Checkpointer:
         self.last_saved: int | None = None
 
     def resume(self) -> tuple[int, list, dict, int]:
-        """``(start, history, best, since_best)``: zeros for a new run, else the newest
-        usable checkpoint's, with the model, optimizer, RNG and exchange state restored."""
-        if not self.cfg.resume:
+        """``(start, history, best, since_best)``: zeros for a new run (also under
+        ``--resume-if-present`` with no checkpoint to resume), else the newest usable
+        checkpoint's, with the model, optimizer, RNG and exchange state restored."""
+        directory = self.cfg.resume or self.cfg.resume_if_present
+        if not directory:
             return 0, [], {}, 0
-        start, shared, local = checkpoint.resume(self.cfg.resume, self.comm, self.stamp,
-                                                 self.log)
-        path = f"{self.cfg.resume}/{checkpoint.checkpoint_name(start)}"
+        found = checkpoint.resume(directory, self.comm, self.stamp, self.log,
+                                  missing_ok=not self.cfg.resume)
+        if found is None:
+            if self.comm.rank == 0:
+                self.log(f"no checkpoint in {directory}: starting a new run")
+            return 0, [], {}, 0
+        start, shared, local = found
+        path = f"{directory}/{checkpoint.checkpoint_name(start)}"
         history, best, since_best = all_or_none(self.comm,
                                                 lambda: self.restore(path, shared, local))
         if self.comm.rank == 0:
-            self.log(f"resumed from {self.cfg.resume} after epoch {start}")
+            self.log(f"resumed from {directory} after epoch {start}")
         self.last_saved = start
         return start, history, best, since_best
 

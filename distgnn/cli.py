@@ -255,11 +255,18 @@ def _checkpoints_and_failures_flags(p: argparse.ArgumentParser, d) -> None:
     g.add_argument("--keep", type=int, default=d.keep, metavar="N",
                    help="checkpoints to keep (older ones are removed after a new one is "
                         "complete)")
-    g.add_argument("--resume", metavar="DIR",
-                   help="continue from the newest intact checkpoint in DIR (refused if it "
-                        "comes from other data, another model shape, another rank count or "
-                        "exchange); --epochs stays the total; new checkpoints go to DIR "
-                        "too unless --checkpoint-dir says otherwise")
+    resume = g.add_mutually_exclusive_group()
+    resume.add_argument("--resume", metavar="DIR",
+                        help="continue from the newest intact checkpoint in DIR (refused if "
+                             "it comes from other data, another model shape, another rank "
+                             "count or exchange); --epochs stays the total; new checkpoints "
+                             "go to DIR too unless --checkpoint-dir says otherwise")
+    resume.add_argument("--resume-if-present", metavar="DIR",
+                        help="as --resume DIR when DIR holds a checkpoint, else (no DIR, or "
+                             "none in it) a new run, checkpointing into DIR unless "
+                             "--checkpoint-dir says otherwise: one command line for the first "
+                             "start and every restart, as a requeued batch job needs "
+                             "(another run's checkpoint is refused as with --resume)")
     g.add_argument("--nan-policy", choices=NAN_POLICIES, default=d.nan_policy,
                    help="on a non-finite loss or gradient: stop (naming the epoch and "
                         "ranks, after checkpointing the last good state) or skip the step")

@@ -79,6 +79,7 @@ class TrainConfig:
     checkpoint_every: int = 10
     keep: int = 2
     resume: str | None = None
+    resume_if_present: str | None = None
     nan_policy: str = "stop"
     comm_timeout: float = DEFAULT_TIMEOUT_S
     progress: bool = True
@@ -105,8 +106,9 @@ class TrainConfig:
     def __post_init__(self):
         if self.hidden is None:
             self.hidden = hidden_default(self.model, self.heads)
-        if self.resume and not self.checkpoint_dir:  # a resumed run goes on checkpointing
-            self.checkpoint_dir = self.resume
+        resumed = self.resume or self.resume_if_present
+        if resumed and not self.checkpoint_dir:  # a resumed run goes on checkpointing
+            self.checkpoint_dir = resumed
         self.validate()
 
     def validate(self) -> None:
@@ -206,8 +208,15 @@ class TrainConfig:
              self.embeddings_layer)
         check_model_output(self.save_model)
         check_outputs(self.predictions_out, self.embeddings_out)
+        if self.resume and self.resume_if_present:
+            raise DistGNNError("--resume and --resume-if-present exclude each other (the "
+                               "first needs a checkpoint, the second starts afresh without)")
         if self.resume and not Path(self.resume).is_dir():
             raise DistGNNError(f"--resume {self.resume}: not a directory of checkpoints")
+        if self.resume_if_present and Path(self.resume_if_present).exists() \
+                and not Path(self.resume_if_present).is_dir():
+            raise DistGNNError(f"--resume-if-present {self.resume_if_present}: exists and is "
+                               "not a directory")
 
     def check_model_flags(self) -> None:
         """Refuse a flag away from its default that ``--model`` does not read (it would

@@ -31,8 +31,8 @@ from .storage import check_output_file, check_replaceable, write_atomic
 FORMAT = "distgnn-model"
 VERSION = 1
 # what says where a run reads and writes, not what the model is
-PATH_FIELDS = frozenset({"metrics_out", "checkpoint_dir", "resume", "save_model",
-                         "predictions_out", "embeddings_out"})
+PATH_FIELDS = frozenset({"metrics_out", "checkpoint_dir", "resume", "resume_if_present",
+                         "save_model", "predictions_out", "embeddings_out"})
 
 
 def read_model_file(path: str | Path) -> dict:

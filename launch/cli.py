@@ -3,6 +3,7 @@ emulated cluster of network namespaces on this host.
 
     distgnn-launch -n P [--threads-per-rank T] [--hostfile H] [--mpi auto|openmpi|mpich|impi]
                    [--mpirun PATH] [--dry-run | --slurm FILE] [--timeout S] -- COMMAND ...
+    distgnn-launch -n P --slurm FILE [--nodes N] [--slurm-launcher mpirun|srun] -- COMMAND ...
     distgnn-launch cluster up --nodes N [--rate 1gbit] | down | status | shape | link | kill
 """
 from __future__ import annotations
@@ -36,7 +37,9 @@ from .mpirun import (
 from .slurm import (
     DEFAULT_STOP_BEFORE_S,
     DEFAULT_TIME,
+    LAUNCHERS,
     MAX_SIGNAL_S,
+    SRUN_MPI,
     TIME_FORMATS,
     is_sbatch_script,
     sbatch_script,
@@ -46,10 +49,10 @@ PROG = "distgnn-launch"
 # Options of one way of running the job only (their defaults are None, so that given ones
 # can be told apart): those of running it here, with why each does not apply to --slurm,
 # and those of the sbatch script, which would change nothing here.
-RUN_ONLY = {"hostfile": "SLURM chooses the nodes", "mpirun": "srun starts the ranks",
-            "mpi": "srun starts the ranks", "gpus_per_node": "the script binds no GPUs",
+RUN_ONLY = {"hostfile": "SLURM chooses the nodes", "gpus_per_node": "the script binds no GPUs",
             "timeout": "give the job's --time", "stop_grace": "give --stop-before"}
-SLURM_ONLY = ("nodes", "time", "partition", "account", "job_name", "stop_before")
+SLURM_ONLY = ("nodes", "ranks_per_node", "time", "partition", "account", "job_name",
+              "stop_before", "slurm_launcher", "srun_mpi", "env_setup", "requeue")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -71,10 +74,13 @@ def parser() -> argparse.ArgumentParser:
                         f"MPI); its launcher is looked for in {MPI_HOME}/NAME/bin, next to "
                         "python, then on PATH, and recognised by its --version; auto (the "
                         "default): the implementation of --mpirun, or of the first mpirun "
-                        "found")
+                        "found. Every rank's mpi4py loads the library beside that launcher "
+                        "(MPI4PY_LIBMPI); with --slurm, the script runs that launcher (or "
+                        "srun with that library) on the nodes, at the same path")
     p.add_argument("--mpirun", metavar="PATH",
                    help="the launcher to use (mpirun or mpiexec); its implementation is "
-                        "asked with --version unless --mpi names it (None: see --mpi)")
+                        "asked with --version unless --mpi names it (None: see --mpi). With "
+                        "--slurm-launcher srun, only its MPI library is used")
     p.add_argument("--gpus-per-node", metavar="G",
                    help="GPUs of each node; with G > 0 each rank sees only the GPU of its "
                         "local rank (CUDA_VISIBLE_DEVICES), so distgnn-train's --device auto "
@@ -94,7 +100,12 @@ def parser() -> argparse.ArgumentParser:
     mode.add_argument("--slurm", metavar="FILE",
                       help="write an sbatch script for the job to FILE instead of running it")
     g = p.add_argument_group("SLURM (with --slurm)")
-    g.add_argument("--nodes", type=int, help="number of nodes (None: as SLURM places the tasks)")
+    g.add_argument("--nodes", type=int,
+                   help="number of nodes, each running the same number of ranks (None: as "
+                        "SLURM places the tasks, or from --ranks-per-node)")
+    g.add_argument("--ranks-per-node", type=int, metavar="R",
+                   help="ranks on each node (sbatch --ntasks-per-node; None: P / --nodes); "
+                        "with --nodes, R x N must be P")
     g.add_argument("--time", help=f"wall-clock limit of the job: {TIME_FORMATS}, or "
                                   f"UNLIMITED (default {DEFAULT_TIME})")
     g.add_argument("--partition",
@@ -102,10 +113,30 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--account", help="account to charge the core hours to")
     g.add_argument("--job-name", help="job name shown by squeue (default distgnn)")
     g.add_argument("--stop-before", type=int, metavar="SECONDS",
-                   help="SLURM sends SIGTERM to the ranks this long before --time runs out, "
-                        "so distgnn-train can checkpoint and exit (0: only at the limit; at "
-                        f"most {MAX_SIGNAL_S}, less than --time; default "
-                        f"{DEFAULT_STOP_BEFORE_S})")
+                   help="SLURM signals the script this long before --time runs out (or up "
+                        "to about 30 s earlier), and the script the ranks, so that "
+                        "distgnn-train checkpoints and exits (see --requeue; 0: no signal, "
+                        f"SIGTERM at the limit only; at most {MAX_SIGNAL_S}, less than --time; "
+                        f"default {DEFAULT_STOP_BEFORE_S})")
+    g.add_argument("--slurm-launcher", choices=LAUNCHERS,
+                   help="what starts the ranks: mpirun, the launcher of --mpi inside the "
+                        "allocation (works with any MPI, the pip wheels included); or srun, "
+                        "for a site MPI built with support for srun's --srun-mpi plugin "
+                        "(default mpirun)")
+    g.add_argument("--srun-mpi", metavar="PLUGIN",
+                   help="srun --mpi=PLUGIN with --slurm-launcher srun (srun --mpi=list names "
+                        "a cluster's); default: " + ", ".join(
+                            f"{p} for {IMPLEMENTATIONS[m].title}" for m, p in SRUN_MPI.items()))
+    g.add_argument("--env-setup", metavar="LINES",
+                   help="shell lines that make COMMAND and python runnable on the nodes, run "
+                        "before the job, e.g. 'module load openmpi; source ~/venv/bin/"
+                        "activate' ('': none; default: activate the environment of this "
+                        f"python, {sys.prefix}, which must be at that path on every node)")
+    g.add_argument("--requeue", action=argparse.BooleanOptionalAction,
+                   help="when SLURM signals the job before its time limit, requeue it once "
+                        "the ranks have checkpointed, to resume where it stopped "
+                        "(distgnn-train gets --resume-if-present DIR of its --checkpoint-dir "
+                        "DIR); default: for a distgnn-train that checkpoints")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="the program every rank runs, after --")
     return p
@@ -206,12 +237,18 @@ def main(argv: list[str] | None = None) -> int:
             return fail(PROG, f"--{dest.replace('_', '-')} applies only to the sbatch script "
                               "of --slurm")
 
+    implementation = None if args.mpi in (None, "auto") else args.mpi
+    mpirun = args.mpirun and (shutil.which(args.mpirun) or args.mpirun)
+    if mpirun and os.sep in mpirun:  # absolute: the ranks find its library by it
+        mpirun = os.path.abspath(mpirun)
+
     def write_slurm():
         out = check_output_file(args.slurm, "--slurm")
         check_replaceable(out, is_sbatch_script, "an sbatch script written by distgnn-launch")
         given = {dest: getattr(args, dest) for dest in SLURM_ONLY
                  if getattr(args, dest) is not None}
-        script = sbatch_script(args.ranks, command, args.threads_per_rank, **given)
+        script = sbatch_script(args.ranks, command, args.threads_per_rank,
+                               implementation=implementation, mpirun=mpirun, **given)
         write_atomic(out, script)
         print(f"wrote {out}; submit it with: sbatch {out}")
         return 0
@@ -223,12 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         if given != "auto" and not re.fullmatch(r"[0-9]+", given):
             raise LaunchError(f"--gpus-per-node must be a count or auto, got {given!r}")
         gpus = count_gpus() if given == "auto" else int(given)
-        mpirun = args.mpirun and (shutil.which(args.mpirun) or args.mpirun)
-        if mpirun and os.sep in mpirun:  # absolute: the ranks find its library by it
-            mpirun = os.path.abspath(mpirun)
         job = plan(args.ranks, command, args.threads_per_rank, hostfile=args.hostfile,
-                   implementation=None if args.mpi in (None, "auto") else args.mpi,
-                   mpirun=mpirun, gpus_per_node=gpus)
+                   implementation=implementation, mpirun=mpirun, gpus_per_node=gpus)
         if args.dry_run:
             print(job.shell())
             return 0

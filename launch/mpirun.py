@@ -224,15 +224,27 @@ def rank_command(ranks: int, command: list[str], threads_per_rank: int) -> list[
     command = list(command)
     if os.path.basename(command[0]) != "distgnn-train":
         return command
-    if ranks > 1 and not any(a == "--partitions" or a.startswith("--partitions=")
-                             for a in command):
+    if ranks > 1 and flag_value(command, "--partitions") is None:
         raise LaunchError(f"distgnn-train without --partitions trains the whole graph in every "
                           f"rank: {ranks} identical jobs; partition it first "
                           f"(distgnn-partition DATASET --parts {ranks} --out DIR) and pass "
                           "--partitions DIR")
-    if not any(a == "--threads" or a.startswith("--threads=") for a in command):
+    if flag_value(command, "--threads") is None:
         command += ["--threads", str(threads_per_rank)]
     return command
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The value of option ``flag`` in ``argv``, given as ``FLAG VALUE`` or ``FLAG=VALUE``
+    (the last one, as argparse takes it); ``""`` for a ``flag`` that ends ``argv``, ``None``
+    for one not given."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag:
+            value = argv[i + 1] if i + 1 < len(argv) else ""
+        elif arg.startswith(flag + "="):
+            value = arg[len(flag) + 1:]
+    return value
 
 
 def count_gpus() -> int:
@@ -259,12 +271,9 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
     gpus_per_node
         With ``G > 0``, :mod:`launch.rank`, which every rank runs first, gives local
         rank ``i`` GPU ``i mod G`` alone in ``CUDA_VISIBLE_DEVICES``.
-    implementation
-        A key of :data:`IMPLEMENTATIONS`; ``None`` asks the launcher (``--version``).
-    mpirun
-        Launcher path, taken as ``implementation``'s when both are given; ``None``:
-        :func:`find_launcher` of ``implementation``, or with neither, the ``mpirun`` next
-        to ``sys.executable`` or on ``PATH`` (:func:`find_mpirun`).
+    implementation, mpirun
+        A key of :data:`IMPLEMENTATIONS` and a launcher path, each ``None`` or not, as
+        :func:`resolve_launcher` takes them.
     cores
         Cores of this node (default ``os.cpu_count()``); ignored with a hostfile, whose
         nodes' cores are not known here.
@@ -274,13 +283,7 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
         raise LaunchError(f"GPUs per node must be >= 0, got {gpus_per_node}")
     if hostfile is not None:
         read_hostfile(hostfile)
-    if implementation is not None and implementation not in IMPLEMENTATIONS:
-        raise LaunchError(f"unknown MPI implementation {implementation!r}; "
-                          f"choose from {', '.join(IMPLEMENTATIONS)}")
-    if mpirun is None:
-        mpirun = find_launcher(implementation) if implementation else find_mpirun()
-    if implementation is None:
-        implementation = detect_implementation(mpirun)
+    mpirun, implementation = resolve_launcher(implementation, mpirun)
     # Binding P x T threads to fewer cores fails (Open MPI) or stacks ranks on the same
     # cores, so an oversubscribed node runs unbound and lets the OS spread the threads.
     # The nodes of an emulated cluster share this host's cores: each would bind its ranks
@@ -288,23 +291,60 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
     emulated = cluster_of_hostfile(hostfile) if hostfile is not None else None
     oversubscribed = emulated is not None or (
         hostfile is None and ranks * threads_per_rank > (cores or os.cpu_count()))
-    env = dict.fromkeys(RANK_ENV, str(threads_per_rank))
-    library = libmpi_of(mpirun, implementation)
-    if library is not None:
-        env[LIBMPI_ENV] = library
+    env = rank_environment(threads_per_rank, mpirun, implementation)
     impl = IMPLEMENTATIONS[implementation]
-    compose = _hydra if impl.hydra else _openmpi
-    argv, launcher_env = compose(impl, ranks, threads_per_rank, hostfile, emulated,
-                                 oversubscribed, env)
+    argv = launcher_options(implementation, ranks, threads_per_rank, env, hostfile, emulated,
+                            oversubscribed)
+    # Open MPI's ranks take their variables from mpirun's environment (-x); Hydra's from -genv
+    launcher_env = {} if impl.hydra else {**env, **(ROOT_ENV if os.geteuid() == 0 else {})}
     wrapper = [sys.executable, *RANK_WRAPPER, *(["--watch"] if impl.hydra else []),
                str(gpus_per_node)]
     return LaunchPlan([mpirun, *argv, *wrapper, *command], launcher_env, ranks)
 
 
+def resolve_launcher(implementation: str | None, mpirun: str | None) -> tuple[str, str]:
+    """``(launcher, implementation)`` of a job: ``mpirun`` taken as ``implementation``'s
+    when both are given; ``None`` for ``mpirun``: :func:`find_launcher` of
+    ``implementation``, or with neither, the ``mpirun`` next to ``sys.executable`` or on
+    ``PATH`` (:func:`find_mpirun`); ``None`` for ``implementation``: the launcher's own
+    (asked with ``--version``)."""
+    if implementation is not None and implementation not in IMPLEMENTATIONS:
+        raise LaunchError(f"unknown MPI implementation {implementation!r}; "
+                          f"choose from {', '.join(IMPLEMENTATIONS)}")
+    if mpirun is None:
+        mpirun = find_launcher(implementation) if implementation else find_mpirun()
+    if implementation is None:
+        implementation = detect_implementation(mpirun)
+    return mpirun, implementation
+
+
+def rank_environment(threads: int, mpirun: str, implementation: str) -> dict[str, str]:
+    """The variables every rank needs: its thread counts (:data:`RANK_ENV`) and the MPI
+    library of its launcher for mpi4py (:data:`LIBMPI_ENV`, where :func:`libmpi_of` finds
+    one)."""
+    env = dict.fromkeys(RANK_ENV, str(threads))
+    library = libmpi_of(mpirun, implementation)
+    if library is not None:
+        env[LIBMPI_ENV] = library
+    return env
+
+
+def launcher_options(implementation: str, ranks: int, threads: int, env: dict[str, str],
+                     hostfile: str | None = None, emulated: Cluster | None = None,
+                     oversubscribed: bool = False) -> list[str]:
+    """The options of ``implementation``'s launcher for ``ranks`` ranks of ``threads``
+    cores each (bound to them unless ``oversubscribed``), the variables of ``env`` passed to
+    every rank, on the nodes of ``hostfile`` (``None``: this node, or inside a SLURM
+    allocation its nodes, which every launcher reads by itself)."""
+    impl = IMPLEMENTATIONS[implementation]
+    compose = _hydra if impl.hydra else _openmpi
+    return compose(impl, ranks, threads, hostfile, emulated, oversubscribed, env)
+
+
 def _openmpi(impl: Implementation, ranks: int, threads: int, hostfile: str | None,
-             emulated: Cluster | None, oversubscribed: bool,
-             env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """Open MPI's options; the ranks' variables go in mpirun's environment, with ``-x``."""
+             emulated: Cluster | None, oversubscribed: bool, env: dict[str, str]) -> list[str]:
+    """Open MPI's options; the ranks' variables are forwarded from mpirun's environment,
+    where they must be set, with ``-x``."""
     argv = ["-np", str(ranks)]
     if hostfile is not None:
         argv += ["--hostfile", hostfile]
@@ -320,14 +360,11 @@ def _openmpi(impl: Implementation, ranks: int, threads: int, hostfile: str | Non
     # -x forwards the variable from mpirun's environment to ranks on every node.
     for name in env:
         argv += ["-x", name]
-    if os.geteuid() == 0:
-        env = {**env, **ROOT_ENV}
-    return argv, env
+    return argv
 
 
 def _hydra(impl: Implementation, ranks: int, threads: int, hostfile: str | None,
-           emulated: Cluster | None, oversubscribed: bool,
-           env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+           emulated: Cluster | None, oversubscribed: bool, env: dict[str, str]) -> list[str]:
     """The options of Hydra (MPICH's and Intel MPI's ``mpiexec``); the ranks' variables
     go on the command line with ``-genv``, for every node."""
     argv = ["-n", str(ranks)]
@@ -346,7 +383,7 @@ def _hydra(impl: Implementation, ranks: int, threads: int, hostfile: str | None,
                  else "core" if threads == 1 else f"core:{threads}"]
     for name, value in genv.items():
         argv += ["-genv", name, value]
-    return argv, {}
+    return argv
 
 
 def read_hostfile(hostfile: str) -> str:

@@ -1,13 +1,68 @@
-"""The sbatch script of a distgnn job: P tasks of T cores each, started by ``srun``."""
+"""The sbatch script of a distgnn job: P ranks of T cores each on SLURM's nodes, started by
+an MPI launcher inside the allocation or by ``srun``, stopped with a checkpoint before the
+time limit and requeued to go on from it.
+
+What the script does, in order:
+
+1. ``#SBATCH`` options: the ranks (``--ntasks``, and ``--nodes``/``--ntasks-per-node`` when
+   the placement is given), T cores per rank (``--cpus-per-task``), the time limit and the
+   signal before it (``--signal=B:USR1@S``), ``--requeue`` and ``--open-mode=append`` (a
+   requeued job writes on in the same log).
+2. The environment: by default the Python environment of the ``distgnn-launch`` that wrote
+   it (``sys.prefix``: its ``bin/activate``, or its ``bin`` first on ``PATH``), which must be
+   at the same path on every node (a shared filesystem); ``--env-setup`` replaces it with
+   the site's own lines (``module load ...``).
+3. Every rank's variables, as :func:`launch.mpirun.plan` sets them for a job run here:
+   ``OMP_NUM_THREADS`` and ``NUMBA_NUM_THREADS`` (T), and ``MPI4PY_LIBMPI``, the library of
+   the chosen MPI, so that mpi4py loads the one its launcher speaks to.
+4. The launch, in the background of the batch shell:
+
+   * ``mpirun`` (the default): the chosen MPI's own launcher, with the options of
+     :func:`launch.mpirun.launcher_options`.  Inside an allocation, Open MPI's ``mpirun``
+     and the Hydra ``mpiexec`` of MPICH and Intel MPI read the nodes and the ranks per node
+     from SLURM and start their daemons with ``srun``; this works with MPIs built without
+     SLURM support, such as the pip wheels.
+   * ``srun --mpi=PLUGIN``: SLURM starts the ranks itself, which needs an MPI built with
+     the plugin's support: PMIx for Open MPI 5 (``pmix``; Open MPI 5 has no PMI-2, and under
+     ``pmi2`` each rank would run alone), PMI-2 for MPICH (``pmi2``; the pip wheel refuses
+     PMIx), either for Intel MPI.  ``--cpu-bind=cores`` binds each rank to its T cores.
+
+5. Stopping and restarting.  SLURM sends SIGUSR1 to the batch shell alone (``B:``) S seconds
+   before the time limit (or up to about half a minute earlier: slurmctld checks the
+   limits periodically).  The
+   shell passes it to the launcher, which passes it to every rank; ``distgnn-train``
+   finishes its epoch, writes a checkpoint and exits.  The shell then requeues the job
+   (``scontrol requeue``): it goes back to the queue under the same job id and starts the
+   script again from the top, and ``distgnn-train --resume-if-present DIR`` resumes from
+   the newest checkpoint.  The script adds ``--resume-if-present`` to a ``distgnn-train``
+   that checkpoints (``--checkpoint-dir DIR``), and requeues only such a job: one that
+   checkpoints nowhere would start again from epoch 0 at every requeue, forever.  SIGTERM
+   (``scancel``, or the limit itself) is passed on as SIGUSR1 too, but never requeues; it
+   reaches the job's steps at the same time, so a last checkpoint is written only where
+   the ranks outlive that (SLURM kills them ``KillWait`` later; Open MPI's daemons at
+   once).  Signalling the shell rather than the ranks matters for the
+   ``mpirun`` launcher: Open MPI's ``mpirun`` answers SIGTERM by killing its ranks.
+"""
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import sys
 from pathlib import Path
 
 from distgnn.storage import file_head
 
-from .mpirun import RANK_ENV, LaunchError, rank_command
+from .mpirun import (
+    IMPLEMENTATIONS,
+    ROOT_ENV,
+    LaunchError,
+    flag_value,
+    launcher_options,
+    rank_command,
+    rank_environment,
+    resolve_launcher,
+)
 
 MARK = "# written by distgnn-launch --slurm"
 DEFAULT_TIME = "01:00:00"
@@ -17,6 +72,9 @@ MAX_SIGNAL_S = 65535
 # SLURM reads a time limit into a C int of seconds
 MAX_TIME_S = 2**31 - 1
 TIME_FORMATS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+LAUNCHERS = ("mpirun", "srun")
+# srun --mpi of each MPI (see the module docstring)
+SRUN_MPI = {"openmpi": "pmix", "mpich": "pmi2", "impi": "pmi2"}
 
 
 def is_sbatch_script(path: Path) -> bool:
@@ -45,22 +103,103 @@ def time_limit_s(time: str) -> int | None:
     return limit or None
 
 
-def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
-                  nodes: int | None = None, time: str = DEFAULT_TIME,
-                  partition: str | None = None, job_name: str = "distgnn",
-                  account: str | None = None,
-                  stop_before: int = DEFAULT_STOP_BEFORE_S) -> str:
-    """A bash script for ``sbatch`` that runs ``command`` on ``ranks`` tasks.
-
-    ``--cpus-per-task`` reserves T cores per rank and ``srun --cpu-bind=cores`` pins each
-    rank to its own, for the reasons given in :mod:`launch.mpirun`.  ``--signal`` has
-    SLURM send SIGTERM to every rank ``stop_before`` seconds before the time limit, so
-    that ``distgnn-train`` finishes its epoch and writes a checkpoint in time (at the
-    limit itself only SLURM's KillWait, often 30 s, is left before SIGKILL).
-    """
-    command = rank_command(ranks, command, threads_per_rank)
+def placement(ranks: int, nodes: int | None,
+              ranks_per_node: int | None) -> tuple[int | None, int | None]:
+    """``(nodes, ranks per node)`` of ``ranks`` ranks from either or both (``None`` and
+    ``None``: SLURM places them); refused unless the ranks fill every node alike."""
     if nodes is not None and not 1 <= nodes <= ranks:
         raise LaunchError(f"--nodes must be from 1 to the {ranks} ranks, got {nodes}")
+    if ranks_per_node is not None and not 1 <= ranks_per_node <= ranks:
+        raise LaunchError(f"--ranks-per-node must be from 1 to the {ranks} ranks, got "
+                          f"{ranks_per_node}")
+    if nodes is not None and ranks_per_node is not None:
+        if nodes * ranks_per_node != ranks:
+            raise LaunchError(f"--nodes {nodes} x --ranks-per-node {ranks_per_node} is "
+                              f"{nodes * ranks_per_node} ranks, not the {ranks} of -n")
+    elif nodes is not None:
+        if ranks % nodes:
+            raise LaunchError(f"{ranks} ranks do not divide among --nodes {nodes}: every node "
+                              "runs the same number of ranks; give -n a multiple of --nodes")
+        ranks_per_node = ranks // nodes
+    elif ranks_per_node is not None:
+        if ranks % ranks_per_node:
+            raise LaunchError(f"{ranks} ranks do not fill nodes of --ranks-per-node "
+                              f"{ranks_per_node}; give -n a multiple of it")
+        nodes = ranks // ranks_per_node
+    return nodes, ranks_per_node
+
+
+def resumable(command: list[str], requeue: bool | None) -> tuple[list[str], bool]:
+    """``(command, requeue)``: the command a requeued job runs again, and whether the job
+    requeues itself when stopped before its time limit (``requeue``; ``None``: when the
+    command is a ``distgnn-train`` that checkpoints).
+
+    A ``distgnn-train`` with ``--checkpoint-dir DIR`` and neither ``--resume`` nor
+    ``--resume-if-present`` gets ``--resume-if-present DIR``: the first run starts afresh,
+    every restart resumes.  One that resumes from another directory than it checkpoints
+    into is refused when requeued: every restart would resume from the same old checkpoint.
+    """
+    if os.path.basename(command[0]) != "distgnn-train":
+        return command, bool(requeue)
+    written = flag_value(command, "--checkpoint-dir")
+    read = flag_value(command, "--resume-if-present") or flag_value(command, "--resume")
+    if requeue is False:
+        return command, False
+    if not (written or read):
+        if requeue:
+            raise LaunchError("--requeue: distgnn-train writes no checkpoints, so a requeued "
+                              "job would start again from epoch 0; give --checkpoint-dir DIR")
+        return command, False
+    if read and written and os.path.normpath(read) != os.path.normpath(written):
+        raise LaunchError(f"a requeued job would resume from {read} again, not from the newer "
+                          f"checkpoints in --checkpoint-dir {written}: give one directory to "
+                          "both, or --no-requeue")
+    if not read:
+        command = [*command, "--resume-if-present", written]
+    return command, True
+
+
+def default_env_setup() -> str:
+    """The shell line that puts this Python environment (``sys.prefix``) first, for the
+    ranks' ``distgnn-train`` and ``python``: its ``bin/activate``, else its ``bin`` on
+    ``PATH``."""
+    activate = Path(sys.prefix) / "bin" / "activate"
+    if activate.is_file():
+        return f"source {shlex.quote(str(activate))}"
+    return f'export PATH={shlex.quote(str(Path(sys.prefix) / "bin"))}:"$PATH"'
+
+
+def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
+                  nodes: int | None = None, ranks_per_node: int | None = None,
+                  time: str = DEFAULT_TIME, partition: str | None = None,
+                  job_name: str = "distgnn", account: str | None = None,
+                  stop_before: int = DEFAULT_STOP_BEFORE_S, slurm_launcher: str = "mpirun",
+                  implementation: str | None = None, mpirun: str | None = None,
+                  srun_mpi: str | None = None, env_setup: str | None = None,
+                  requeue: bool | None = None) -> str:
+    """A bash script for ``sbatch`` that runs ``command`` on ``ranks`` ranks of
+    ``threads_per_rank`` cores each (see the module docstring).
+
+    Parameters
+    ----------
+    nodes, ranks_per_node
+        The placement, either or both (:func:`placement`).
+    stop_before
+        Seconds before the time limit at which SLURM signals the job (0: none).
+    slurm_launcher
+        ``mpirun`` (the MPI's own launcher) or ``srun``; ``srun_mpi`` is srun's ``--mpi``
+        (``None``: :data:`SRUN_MPI` of the MPI).
+    implementation, mpirun
+        The MPI, as :func:`launch.mpirun.resolve_launcher` takes them: its launcher (an
+        absolute path, the same on every node) and its library for ``MPI4PY_LIBMPI``.
+    env_setup
+        Shell lines that make ``command`` runnable on the nodes (``None``:
+        :func:`default_env_setup`; ``""``: none).
+    requeue
+        As :func:`resumable` takes it.
+    """
+    command = rank_command(ranks, command, threads_per_rank)
+    nodes, ranks_per_node = placement(ranks, nodes, ranks_per_node)
     if not 0 <= stop_before <= MAX_SIGNAL_S:
         raise LaunchError(f"--stop-before must be from 0 to {MAX_SIGNAL_S} seconds (sbatch "
                           f"--signal), got {stop_before}")
@@ -68,9 +207,22 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
     if stop_before and limit is not None and stop_before >= limit:
         raise LaunchError(f"--stop-before {stop_before} s must be shorter than --time {time} "
                           f"({limit} s): SLURM would signal the job as it starts")
-    options = {"job-name": job_name, "ntasks": ranks, "cpus-per-task": threads_per_rank,
-               "nodes": nodes, "time": time, "partition": partition, "account": account,
-               "signal": f"TERM@{stop_before}" if stop_before else None}
+    if slurm_launcher not in LAUNCHERS:
+        raise LaunchError(f"--slurm-launcher must be one of {', '.join(LAUNCHERS)}, got "
+                          f"{slurm_launcher!r}")
+    if srun_mpi is not None and slurm_launcher != "srun":
+        raise LaunchError("--srun-mpi applies to --slurm-launcher srun; mpirun starts the "
+                          "ranks through its own daemons")
+    if srun_mpi is not None and not re.fullmatch(r"[A-Za-z0-9_]+", srun_mpi):
+        raise LaunchError(f"--srun-mpi must be the name of a SLURM MPI plugin (srun "
+                          f"--mpi=list), got {srun_mpi!r}")
+    if env_setup is not None and "\0" in env_setup:
+        raise LaunchError("--env-setup must be shell text without NUL characters")
+    command, requeue = resumable(command, requeue)
+    options = {"job-name": job_name, "ntasks": ranks, "nodes": nodes,
+               "ntasks-per-node": ranks_per_node, "cpus-per-task": threads_per_rank,
+               "time": time, "partition": partition, "account": account,
+               "signal": f"B:USR1@{stop_before}" if stop_before else None}
     lines = ["#!/bin/bash", MARK]
     for key, value in options.items():
         if value is None:
@@ -79,11 +231,65 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
         if not str(value) or any(c.isspace() for c in str(value)):
             raise LaunchError(f"--{key} must be a non-empty word without spaces, got {value!r}")
         lines.append(f"#SBATCH --{key}={value}")
-    lines += ["set -euo pipefail",
-              *(f"export {name}=$SLURM_CPUS_PER_TASK" for name in RANK_ENV),
-              # srun no longer inherits --cpus-per-task from sbatch (Slurm >= 22.05), and
-              # without it every rank would be bound to a single core.
-              'srun --cpus-per-task="$SLURM_CPUS_PER_TASK" --cpu-bind=cores '
-              + shlex.join(command),
-              ""]
+    mpirun, implementation = resolve_launcher(implementation, mpirun)
+    env = rank_environment(threads_per_rank, mpirun, implementation)
+    lines += ["#SBATCH --requeue" if requeue else "#SBATCH --no-requeue",
+              "#SBATCH --open-mode=append",
+              *_comments(ranks, threads_per_rank, slurm_launcher, implementation, requeue,
+                         stop_before),
+              default_env_setup() if env_setup is None else env_setup,
+              "set -euo pipefail",
+              *(f"export {name}={shlex.quote(value)}" for name, value in env.items())]
+    impl = IMPLEMENTATIONS[implementation]
+    if slurm_launcher == "mpirun":
+        if not impl.hydra:
+            allow = " ".join(f"{k}={v}" for k, v in ROOT_ENV.items())
+            lines += ["# Open MPI's mpirun refuses to run as root without these",
+                      f'if [ "$(id -u)" -eq 0 ]; then export {allow}; fi']
+        launch = [mpirun, *launcher_options(implementation, ranks, threads_per_rank, env)]
+    else:
+        # srun does not inherit --cpus-per-task from sbatch (Slurm 22.05 to 23.02), and
+        # without it every rank would be bound to a single core.
+        launch = ["srun", f"--mpi={srun_mpi or SRUN_MPI[implementation]}",
+                  "--kill-on-bad-exit=1", f"--cpus-per-task={threads_per_rank}",
+                  "--cpu-bind=cores"]
+    lines += [
+        'stop="" launcher=""',
+        """trap 'stop=USR1; kill -USR1 "$launcher" 2>/dev/null || true' USR1""",
+        """trap 'stop=TERM; kill -USR1 "$launcher" 2>/dev/null || true' TERM""",
+        shlex.join([*launch, *command]) + " &",
+        'launcher=$!',
+        '[ -z "$stop" ] || kill -USR1 "$launcher"  # signalled while it started',
+        'while :; do  # until the launcher ends: a trapped signal ends a wait early',
+        '    wait "$launcher" && status=0 || status=$?',
+        '    kill -0 "$launcher" 2>/dev/null || break',
+        'done',
+        'launcher=""  # gone: a later signal must not reach whatever process takes its id']
+    if requeue:
+        lines += [
+            'if [ "$stop" = USR1 ] && [ "$status" -ne 0 ]; then',
+            '    echo "distgnn-launch: stopped before the time limit (status $status);'
+            ' requeueing" >&2',
+            '    scontrol requeue "$SLURM_JOB_ID"',
+            'fi']
+    lines += ['exit "$status"', ""]
     return "\n".join(lines)
+
+
+def _comments(ranks: int, threads: int, launcher: str, implementation: str, requeue: bool,
+              stop_before: int) -> list[str]:
+    """The script's own explanation of what it does, after the header."""
+    title = IMPLEMENTATIONS[implementation].title
+    started = (f"started by {title}'s launcher inside the allocation" if launcher == "mpirun"
+               else f"started by srun, which needs {title} built with its --mpi plugin")
+    lines = [f"# {ranks} ranks of {threads} cores each, {started}."]
+    if stop_before:
+        lines += ["# SLURM sends SIGUSR1 to this shell before the time limit; it passes it to "
+                  "the ranks,",
+                  "# which checkpoint and exit"
+                  + (", then requeues the job, which resumes from the checkpoint."
+                     if requeue else ".")]
+    if not requeue:
+        lines.append("# Not requeued (--no-requeue, or a command that writes no checkpoints "
+                     "to resume from).")
+    return lines

@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -46,6 +47,49 @@ def test_resume_continues_exactly(cora, tmp_path, model):
         assert torch.equal(p, q), name
     assert resumed.best["epoch"] == whole.best["epoch"]
     assert names(ckpt) == ["epoch-000012", "epoch-000010"]  # --resume goes on writing there
+
+
+def test_resume_if_present_starts_afresh_then_resumes(cora, tmp_path):
+    """--resume-if-present DIR: a new run checkpointing into DIR while DIR holds no
+    checkpoint (missing, or empty), and the same command resumes once it holds one,
+    continuing exactly as the uninterrupted run."""
+    whole = run(cora, epochs=12, seed=1)
+    for name, make in (("missing", False), ("empty", True)):
+        ckpt = tmp_path / name
+        if make:
+            ckpt.mkdir()
+        logged = []
+        first = run(cora, epochs=7, seed=1, checkpoint_every=5, resume_if_present=str(ckpt),
+                    log=logged.append)
+        assert f"no checkpoint in {ckpt}: starting a new run" in logged
+        assert losses(first) == losses(whole)[:7]
+        assert names(ckpt) == ["epoch-000007", "epoch-000005"]
+    logged = []
+    resumed = run(cora, epochs=12, seed=1, checkpoint_every=5, resume_if_present=str(ckpt),
+                  log=logged.append)
+    assert f"resumed from {ckpt} after epoch 7" in logged
+    assert losses(resumed) == losses(whole)
+    assert names(ckpt) == ["epoch-000012", "epoch-000010"]
+
+
+def test_resume_if_present_refuses_another_runs_checkpoint(cora, tmp_path):
+    """A checkpoint in DIR is never taken for an absent one: another run's is refused, as
+    --resume refuses it, and not overwritten."""
+    run(cora, epochs=1, hidden=8, checkpoint_dir=str(tmp_path))
+    with pytest.raises(DistGNNError, match=r"another --hidden than this run.s \(8 there, 16 "
+                                           r"here\)"):
+        run(cora, epochs=2, resume_if_present=str(tmp_path))
+    assert names(tmp_path) == ["epoch-000001"]
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(resume="a", resume_if_present="b"), "--resume and --resume-if-present exclude"),
+    (dict(resume_if_present=__file__), f"--resume-if-present {__file__}: exists and is not "
+                                       "a directory"),
+])
+def test_resume_if_present_flag_checks(tmp_path, kw, message):
+    with pytest.raises(DistGNNError, match=re.escape(message)):
+        TrainConfig(checkpoint_dir=str(tmp_path), **kw)
 
 
 def test_keep_retains_the_newest(cora, tmp_path):

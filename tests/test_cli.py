@@ -65,6 +65,9 @@ def test_missing_checkpoint(tmp_path):
                           "--resume", "not a directory of checkpoints")
     assert_one_line_error(cli("distgnn-train", "--epochs", 1, "--resume", tmp_path),
                           "no checkpoint to resume from")
+    assert_one_line_error(cli("distgnn-train", "--resume", tmp_path, "--resume-if-present",
+                              tmp_path), "--resume-if-present: not allowed with argument "
+                                         "--resume")
 
 
 def test_launch_without_ranks():
@@ -88,8 +91,9 @@ def test_help_explains_every_flag():
     for flag in ("--dataset", "--model", "--aggregator", "--layers", "--hidden", "--dropout",
                  "--lr", "--weight-decay", "--epochs", "--seed", "--eval-every",
                  "--metrics-out", "--checkpoint-dir", "--checkpoint-every", "--keep",
-                 "--resume", "--nan-policy", "--comm-timeout", "--threads", "--device",
-                 "--rank-devices", "--rank-backends", "--comm", "--backend", "--patience"):
+                 "--resume", "--resume-if-present", "--nan-policy", "--comm-timeout",
+                 "--threads", "--device", "--rank-devices", "--rank-backends", "--comm",
+                 "--backend", "--patience"):
         assert flag in out
 
 

@@ -2,6 +2,8 @@
 launcher and library, SLURM scripts, and real runs under Open MPI, MPICH and Intel MPI."""
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -14,13 +16,15 @@ from launch import mpirun as mpirun_module
 from launch.cli import main
 from launch.rank import STARTED
 from launch.mpirun import (
+    IMPLEMENTATIONS,
     RANK_WRAPPER,
     StderrCopy,
     detect_implementation,
     find_launcher,
     find_mpirun,
+    launcher_options,
 )
-from launch.slurm import time_limit_s
+from launch.slurm import LAUNCHERS, placement, time_limit_s
 from tests.helpers.mpi import installed
 
 BIN = Path(sys.executable).parent
@@ -272,22 +276,144 @@ def test_shell_line_quotes_what_the_shell_would_split():
     assert p.shell() == "OMP_NUM_THREADS=2 mpirun -np 2 python -c 'print('\"'\"'a b'\"'\"')'"
 
 
-def test_sbatch_script():
-    s = sbatch_script(8, ["distgnn-train", "--partitions", "a b"], threads_per_rank=4, nodes=2,
-                      time="00:30:00", partition="cpu", account="proj", job_name="gcn")
+BANNERS = {"openmpi": "mpirun (Open MPI) 5.0.3", "mpich": HYDRA, "impi": INTEL}
+
+
+@pytest.fixture
+def fake_mpis(tmp_path):
+    """``{mpi: (launcher, library)}``: a prefix of each MPI with a launcher that answers
+    ``--version`` and a library beside it."""
+    found = {}
+    for mpi, impl in IMPLEMENTATIONS.items():
+        launcher = fake_launcher(tmp_path / mpi / "bin", BANNERS[mpi], impl.launcher)
+        library = tmp_path / mpi / "lib" / impl.libraries[0]
+        library.parent.mkdir()
+        library.touch()
+        found[mpi] = str(launcher), str(library)
+    return found
+
+
+def script(fake_mpis, ranks=2, command=("prog",), mpi="openmpi", **kw):
+    """The sbatch script of ``command`` under the fake ``mpi``."""
+    return sbatch_script(ranks, list(command), implementation=mpi, mpirun=fake_mpis[mpi][0],
+                         **kw)
+
+
+def launch_line(text):
+    """The script's line that starts the job (it ends with ``&``)."""
+    return next(line for line in text.splitlines() if line.endswith(" &"))
+
+
+def test_sbatch_script(fake_mpis):
+    s = script(fake_mpis, 8, ["distgnn-train", "--partitions", "a b"], threads_per_rank=4,
+               nodes=4, time="00:30:00", partition="cpu", account="proj", job_name="gcn",
+               env_setup="module load x; source ~/env/bin/activate")
     lines = s.splitlines()
-    assert lines[0] == "#!/bin/bash"
-    for line in ("#SBATCH --ntasks=8", "#SBATCH --cpus-per-task=4", "#SBATCH --nodes=2",
-                 "#SBATCH --time=00:30:00", "#SBATCH --partition=cpu",
-                 "#SBATCH --account=proj", "#SBATCH --job-name=gcn",
-                 "#SBATCH --signal=TERM@120",
-                 "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK",
-                 "export NUMBA_NUM_THREADS=$SLURM_CPUS_PER_TASK"):
+    assert lines[:2] == ["#!/bin/bash", "# written by distgnn-launch --slurm"]
+    for line in ("#SBATCH --ntasks=8", "#SBATCH --nodes=4", "#SBATCH --ntasks-per-node=2",
+                 "#SBATCH --cpus-per-task=4", "#SBATCH --time=00:30:00",
+                 "#SBATCH --partition=cpu", "#SBATCH --account=proj", "#SBATCH --job-name=gcn",
+                 "#SBATCH --signal=B:USR1@120", "#SBATCH --open-mode=append",
+                 "#SBATCH --no-requeue",  # it writes no checkpoints
+                 "module load x; source ~/env/bin/activate", "set -euo pipefail",
+                 "export OMP_NUM_THREADS=4", "export NUMBA_NUM_THREADS=4",
+                 f"export MPI4PY_LIBMPI={fake_mpis['openmpi'][1]}"):
         assert line in lines
-    assert lines[-1].startswith("srun ") and "--cpu-bind=cores" in lines[-1]
-    assert lines[-1].endswith("distgnn-train --partitions 'a b' --threads 4")
-    plain = sbatch_script(2, ["prog"])
-    assert "--nodes" not in plain and "--partition" not in plain and "--account" not in plain
+    # the environment first: a site's module and activate scripts are not written for set -u
+    assert lines.index("module load x; source ~/env/bin/activate") < lines.index(
+        "set -euo pipefail")
+    assert launch_line(s).endswith("distgnn-train --partitions 'a b' --threads 4 &")
+    assert "scontrol requeue" not in s
+    plain = script(fake_mpis)
+    for option in ("--nodes", "--ntasks-per-node", "--partition", "--account"):
+        assert option not in plain
+
+
+def test_sbatch_script_is_valid_bash(fake_mpis, tmp_path):
+    for mpi in IMPLEMENTATIONS:
+        for launcher in LAUNCHERS:
+            path = tmp_path / f"{mpi}-{launcher}.sbatch"
+            path.write_text(script(fake_mpis, 4, ["distgnn-train", "--partitions", "p",
+                                                  "--checkpoint-dir", "ck"],
+                                   mpi=mpi, slurm_launcher=launcher))
+            proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+            assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("mpi", list(IMPLEMENTATIONS))
+def test_sbatch_mpirun_launcher_is_the_mpis_own(fake_mpis, mpi):
+    """The default launcher: the MPI's own, with the options of a local job of the same
+    sizes (inside an allocation it reads the nodes from SLURM), and its library for
+    mpi4py in every rank."""
+    launcher, library = fake_mpis[mpi]
+    s = script(fake_mpis, 4, ["prog"], mpi=mpi, threads_per_rank=2, nodes=2)
+    env = {"OMP_NUM_THREADS": "2", "NUMBA_NUM_THREADS": "2", "MPI4PY_LIBMPI": library}
+    assert launch_line(s) == shlex.join([launcher, *launcher_options(mpi, 4, 2, env),
+                                         "prog"]) + " &"
+    assert f"export MPI4PY_LIBMPI={library}" in s.splitlines()
+    assert ("OMPI_ALLOW_RUN_AS_ROOT=1" in s) is (mpi == "openmpi")  # checked at run time
+    assert "srun" not in s
+
+
+@pytest.mark.parametrize("mpi, plugin", [("openmpi", "pmix"), ("mpich", "pmi2"),
+                                         ("impi", "pmi2")])
+def test_sbatch_srun_launcher(fake_mpis, mpi, plugin):
+    """srun starts the ranks through the MPI's plugin (PMIx for Open MPI 5, PMI-2 for
+    MPICH's wheel), each bound to its cores; mpi4py still loads the chosen library."""
+    s = script(fake_mpis, 4, ["prog"], mpi=mpi, threads_per_rank=2, slurm_launcher="srun")
+    assert launch_line(s) == (f"srun --mpi={plugin} --kill-on-bad-exit=1 --cpus-per-task=2 "
+                              "--cpu-bind=cores prog &")
+    assert f"export MPI4PY_LIBMPI={fake_mpis[mpi][1]}" in s.splitlines()
+    assert fake_mpis[mpi][0] not in s and "OMPI_ALLOW_RUN_AS_ROOT" not in s
+    assert launch_line(script(fake_mpis, mpi=mpi, slurm_launcher="srun", srun_mpi="pmix_v4")
+                       ).startswith("srun --mpi=pmix_v4 ")
+
+
+def test_sbatch_environment_defaults_to_this_python(fake_mpis):
+    lines = script(fake_mpis).splitlines()
+    activate = Path(sys.prefix) / "bin" / "activate"
+    assert (f"source {activate}" if activate.is_file() else
+            f'export PATH={Path(sys.prefix) / "bin"}:"$PATH"') in lines
+    assert not any(line.startswith(("source ", "export PATH"))
+                   for line in script(fake_mpis, env_setup="").splitlines())
+
+
+@pytest.mark.parametrize("nodes, per_node, expected", [
+    (2, None, (2, 4)), (None, 4, (2, 4)), (2, 4, (2, 4)), (8, None, (8, 1)),
+    (None, None, (None, None))])
+def test_sbatch_placement(fake_mpis, nodes, per_node, expected):
+    lines = script(fake_mpis, 8, nodes=nodes, ranks_per_node=per_node).splitlines()
+    assert placement(8, nodes, per_node) == expected
+    for option, value in zip(("nodes", "ntasks-per-node"), expected):
+        assert (f"#SBATCH --{option}={value}" in lines) is (value is not None)
+
+
+@pytest.mark.parametrize("command, requeue, expected", [
+    # a distgnn-train that checkpoints: requeued, and resumes from where it checkpoints
+    (["--checkpoint-dir", "ck"], None,
+     ["--checkpoint-dir", "ck", "--threads", "1", "--resume-if-present", "ck"]),
+    (["--checkpoint-dir=ck"], True,
+     ["--checkpoint-dir=ck", "--threads", "1", "--resume-if-present", "ck"]),
+    (["--resume", "ck"], None, ["--resume", "ck", "--threads", "1"]),
+    (["--resume-if-present", "ck", "--checkpoint-dir", "ck/"], None,
+     ["--resume-if-present", "ck", "--checkpoint-dir", "ck/", "--threads", "1"]),
+    # not requeued: asked not to, or nothing to resume from
+    (["--checkpoint-dir", "ck"], False, ["--checkpoint-dir", "ck", "--threads", "1"]),
+    ([], None, ["--threads", "1"]),
+])
+def test_sbatch_requeues_a_run_that_checkpoints(fake_mpis, command, requeue, expected):
+    s = script(fake_mpis, command=["distgnn-train", "--partitions", "p", *command],
+               requeue=requeue)
+    assert launch_line(s).endswith(shlex.join(["p", *expected]) + " &")
+    requeued = "--resume" in shlex.join(expected) and requeue is not False
+    assert ("#SBATCH --requeue" in s.splitlines()) is requeued
+    assert ('    scontrol requeue "$SLURM_JOB_ID"' in s.splitlines()) is requeued
+    assert ("#SBATCH --no-requeue" in s.splitlines()) is not requeued
+
+
+def test_sbatch_requeues_another_command_only_when_asked(fake_mpis):
+    assert "scontrol requeue" not in script(fake_mpis, command=["./train.sh"])
+    assert "scontrol requeue" in script(fake_mpis, command=["./train.sh"], requeue=True)
 
 
 @pytest.mark.parametrize("kw, message", [
@@ -302,10 +428,28 @@ def test_sbatch_script():
     (dict(stop_before=120, time="2"), "--stop-before 120 s must be shorter than --time 2 "
                                       "(120 s)"),
     (dict(time="garbage"), "--time 'garbage' is not a SLURM time limit"),
+    (dict(ranks=8, nodes=3), "8 ranks do not divide among --nodes 3: every node runs the same "
+                             "number of ranks; give -n a multiple of --nodes"),
+    (dict(ranks=8, ranks_per_node=3), "8 ranks do not fill nodes of --ranks-per-node 3"),
+    (dict(ranks=8, nodes=2, ranks_per_node=2), "--nodes 2 x --ranks-per-node 2 is 4 ranks, "
+                                               "not the 8 of -n"),
+    (dict(ranks_per_node=0), "--ranks-per-node must be from 1 to the 2 ranks, got 0"),
+    (dict(slurm_launcher="mpiexec"), "--slurm-launcher must be one of mpirun, srun"),
+    (dict(srun_mpi="pmix"), "--srun-mpi applies to --slurm-launcher srun"),
+    (dict(slurm_launcher="srun", srun_mpi="pmix --x"), "--srun-mpi must be the name of a "
+                                                       "SLURM MPI plugin"),
+    (dict(env_setup="a\0b"), "--env-setup must be shell text without NUL characters"),
+    (dict(command=["distgnn-train", "--partitions", "p"], requeue=True),
+     "--requeue: distgnn-train writes no checkpoints, so a requeued job would start again "
+     "from epoch 0"),
+    (dict(command=["distgnn-train", "--partitions", "p", "--resume", "old",
+                   "--checkpoint-dir", "new"]),
+     "a requeued job would resume from old again, not from the newer checkpoints in "
+     "--checkpoint-dir new"),
 ])
-def test_sbatch_script_rejects_bad_input(kw, message):
+def test_sbatch_script_rejects_bad_input(fake_mpis, kw, message):
     with pytest.raises(LaunchError, match=re.escape(message)):
-        sbatch_script(**{"ranks": 2, "command": ["prog"], **kw})
+        script(fake_mpis, **{"ranks": 2, "command": ["prog"], **kw})
 
 
 @pytest.mark.parametrize("time, seconds", [
@@ -324,14 +468,53 @@ def test_time_limit_refuses_what_sbatch_would(time):
         time_limit_s(time)
 
 
-def test_sbatch_signal_fits_the_time_limit():
-    """--signal=TERM@S: S at most 65535 and shorter than --time; none at 0 or no limit."""
-    lines = sbatch_script(2, ["prog"], time="2-00", stop_before=65535).splitlines()
-    assert "#SBATCH --signal=TERM@65535" in lines and "#SBATCH --time=2-00" in lines
-    assert "#SBATCH --signal=TERM@119" in sbatch_script(2, ["prog"], time="2", stop_before=119)
-    assert "--signal" not in sbatch_script(2, ["prog"], time="1", stop_before=0)
-    assert "#SBATCH --signal=TERM@600" in sbatch_script(2, ["prog"], time="UNLIMITED",
-                                                        stop_before=600)
+def test_sbatch_signal_fits_the_time_limit(fake_mpis):
+    """--signal=B:USR1@S (to the batch shell, which passes it on): S at most 65535 and
+    shorter than --time; none at 0 or no limit."""
+    lines = script(fake_mpis, time="2-00", stop_before=65535).splitlines()
+    assert "#SBATCH --signal=B:USR1@65535" in lines and "#SBATCH --time=2-00" in lines
+    assert "#SBATCH --signal=B:USR1@119" in script(fake_mpis, time="2", stop_before=119)
+    assert "--signal" not in script(fake_mpis, time="1", stop_before=0)
+    assert "#SBATCH --signal=B:USR1@600" in script(fake_mpis, time="UNLIMITED",
+                                                   stop_before=600)
+
+
+SLEEPER = """
+import os, signal, sys, time
+signal.signal(signal.SIGUSR1, lambda *a: sys.exit(128 + signal.SIGUSR1))
+open(sys.argv[1], "w").close()
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("sig, requeued", [(signal.SIGUSR1, True), (signal.SIGTERM, False)])
+def test_sbatch_script_passes_the_signal_on_and_requeues(fake_mpis, tmp_path, sig, requeued):
+    """The script run by bash as SLURM runs it, with srun and scontrol replaced by fakes:
+    SIGUSR1 (the signal before the time limit) reaches the ranks, and once they have
+    stopped the job is requeued; SIGTERM (scancel) reaches them too but requeues nothing."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("srun", 'while [ "${1#--}" != "$1" ]; do shift; done; exec "$@"'),
+                       ("scontrol", f'echo "$@" >> {tmp_path}/scontrol')):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    started = tmp_path / "started"
+    job = tmp_path / "job.sbatch"
+    job.write_text(script(fake_mpis, 1, [sys.executable, "-c", SLEEPER, str(started)],
+                          slurm_launcher="srun", env_setup="", requeue=True))
+    proc = subprocess.Popen(["bash", str(job)], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+                                 "SLURM_JOB_ID": "7"})
+    deadline = time.monotonic() + 30
+    while not started.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGUSR1, err  # the ranks' status
+    assert ((tmp_path / "scontrol").exists() and
+            (tmp_path / "scontrol").read_text() == "requeue 7\n") is requeued
+    assert ("stopped before the time limit (status 138); requeueing" in err) is requeued
 
 
 def test_cli_refuses_a_hostfile_that_is_not_text(tmp_path, capsys):
@@ -356,14 +539,19 @@ def test_cli_dry_run_prints_the_plan(capsys):
     assert out.endswith("distgnn-train --partitions d --threads 1")
 
 
-def test_cli_slurm_writes_the_script_atomically(tmp_path, capsys):
+def test_cli_slurm_writes_the_script_atomically(fake_mpis, tmp_path, capsys):
     out = tmp_path / "job.sbatch"
     job = ["distgnn-train", "--partitions", "d"]
-    out.write_text(sbatch_script(2, job))  # an earlier script of ours: replaced
+    out.write_text(script(fake_mpis, 2, job))  # an earlier script of ours: replaced
+    mpich = fake_mpis["mpich"][0]
     assert main(["-n", "4", "--threads-per-rank", "2", "--slurm", str(out), "--partition",
-                 "cpu", "--", *job]) == 0
-    assert out.read_text() == sbatch_script(4, job, 2, partition="cpu")
-    assert os.listdir(tmp_path) == ["job.sbatch"]
+                 "cpu", "--nodes", "2", "--mpi", "mpich", "--mpirun", mpich,
+                 "--slurm-launcher", "srun", "--srun-mpi", "pmix", "--env-setup", "true",
+                 "--no-requeue", "--", *job]) == 0
+    assert out.read_text() == script(fake_mpis, 4, job, mpi="mpich", threads_per_rank=2,
+                                     partition="cpu", nodes=2, slurm_launcher="srun",
+                                     srun_mpi="pmix", env_setup="true", requeue=False)
+    assert sorted(os.listdir(tmp_path)) == ["impi", "job.sbatch", "mpich", "openmpi"]
     assert str(out) in capsys.readouterr().out
 
 
@@ -373,7 +561,6 @@ def test_cli_slurm_writes_the_script_atomically(tmp_path, capsys):
     (["-n", "2", "--dry-run", "--hostfile", "/no/such/hosts", "--", "prog"],
      "hostfile /no/such/hosts does not exist"),
     (["-n", "2", "--slurm", "x", "--hostfile", "h", "--", "prog"], "--hostfile"),
-    (["-n", "2", "--slurm", "x", "--mpirun", "m", "--", "prog"], "--mpirun"),
     (["-n", "2", "--dry-run", "--mpirun", "/bin/true", "--", "prog"],
      "not the launcher of Open MPI, MPICH or Intel MPI"),
     (["-n", "2", "--timeout", "0", "--", "prog"], "timeout must be a finite number of seconds > 0"),
@@ -381,7 +568,13 @@ def test_cli_slurm_writes_the_script_atomically(tmp_path, capsys):
     (["-n", "2", "--slurm", "x", "--timeout", "60", "--", "prog"],
      "--timeout does not apply to --slurm (give the job's --time)"),
     (["-n", "2", "--slurm", "x", "--stop-grace", "5", "--", "prog"], "--stop-grace"),
-    (["-n", "2", "--slurm", "x", "--mpi", "mpich", "--", "prog"], "--mpi"),
+    (["-n", "4", "--slurm", "x", "--nodes", "3", "--", "prog"],
+     "4 ranks do not divide among --nodes 3"),
+    (["-n", "2", "--dry-run", "--slurm-launcher", "srun", "--", "prog"],
+     "--slurm-launcher applies only to the sbatch script of --slurm"),
+    (["-n", "2", "--requeue", "--", "prog"], "--requeue applies only"),
+    (["-n", "2", "--slurm", "x", "--srun-mpi", "pmix", "--", "prog"],
+     "--srun-mpi applies to --slurm-launcher srun"),
     (["-n", "2", "--slurm", "x", "--gpus-per-node", "1", "--", "prog"], "--gpus-per-node"),
     (["-n", "2", "--dry-run", "--time", "10:00", "--", "prog"],
      "--time applies only to the sbatch script of --slurm"),

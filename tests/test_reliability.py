@@ -122,18 +122,24 @@ def test_non_finite_loss_stops_every_rank_with_one_message(cora_parts, tmp_path)
 
 
 def test_checkpoint_of_another_rank_count_or_exchange_is_refused(cora_parts, tmp_path):
-    run_to_end(2, ["--partitions", str(cora_parts[2]), "--epochs", "2", "--checkpoint-dir",
-                   str(tmp_path)], "first")
+    """Refused by --resume and by --resume-if-present alike; the first run, with
+    --resume-if-present of a folder that does not exist yet, starts afresh on every rank."""
+    first = run_to_end(2, ["--partitions", str(cora_parts[2]), "--epochs", "2",
+                           "--resume-if-present", str(tmp_path / "ck")], "first")
+    assert f"no checkpoint in {tmp_path / 'ck'}: starting a new run" in first
     for ranks, extra, fragment in [
-            (2, ["--algo", "cd-r", "--delay", "5"], "another split-vertex exchange than this "
-                                                    "run's (cd-0 there, cd-r delay 5 here)"),
-            (4, [], "another rank count than this run's (2 there, 4 here)")]:
+            (2, ["--resume", "--algo", "cd-r", "--delay", "5"],
+             "another split-vertex exchange than this run's (cd-0 there, cd-r delay 5 here)"),
+            (4, ["--resume"], "another rank count than this run's (2 there, 4 here)"),
+            (4, ["--resume-if-present"], "another rank count than this run's (2 there, 4 "
+                                         "here)")]:
         job = launch.plan(ranks, [str(BIN / "distgnn-train"), "--partitions",
                                   str(cora_parts[ranks]), "--epochs", "4", "--no-progress",
-                                  "--resume", str(tmp_path), *extra], threads_per_rank=1)
+                                  extra[0], str(tmp_path / "ck"), *extra[1:]],
+                          threads_per_rank=1)
         proc = subprocess.run(job.argv, env={**os.environ, **job.env}, capture_output=True,
                               text=True, timeout=300)
         assert proc.returncode == 2, proc.stderr
         assert fragment in proc.stderr
         assert "Traceback" not in proc.stderr
-    assert newest_epoch(tmp_path) == 2
+    assert newest_epoch(tmp_path / "ck") == 2
