@@ -42,6 +42,16 @@ no ``t_comm`` and no ``t_prepost``.  Each row also gives the largest rank's memo
 model of :func:`partition.stats.summarize` (``predicted_memory_bytes``, evaluated on the
 same per-rank counts).
 
+Ranks sharing nodes (``--ranks-per-node K``: ranks ``kK .. kK + K - 1`` on node ``k``, whose
+link runs at ``beta``): the bandwidth term of ``t_comm`` takes the rows of the busiest node
+link in one alltoallv instead of the busiest rank's, counted from the cut's clone sets
+(:func:`node_rows`; the flat exchange sends a row per clone off its root's node, the
+node-aware one of :mod:`distgnn.exchange.nodes` a row per vertex and node off it, with 4
+alltoallvs' latency instead of 2 and its leader's copies in ``t_prepost``), and the rates are
+measured with ``R`` (``--host-ranks``, default ``K``) processes training at once on this
+host (:func:`shared_rates`), as ranks sharing a node's cores and memory slow each other.  A
+``distgnn-bench comm`` network's ``alpha`` is its fitted latency over its ranks' peers.
+
 A graph too large to load here (``--size nodes=N,edges=E``): the ``--dataset`` is a proxy,
 trained to measure the rates and partitioned at each ``P``, and each rank's counts at that
 ``P`` are scaled to the target's size,
@@ -242,6 +252,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--validate", type=comma_list(int),
                    help="comma-separated P to measure here and compare (e.g. 1,2,4)")
     output_arguments(p, "scaling.png and forward_aggregation.png")
+
 
 def node_rows(sets: list[list[int]], nodes: list[int], topology: str) -> dict[str, int]:
     """Rows of one exact exchange for ranks on ``nodes`` ``[P]``, from the cut's clone sets
