@@ -329,6 +329,19 @@ def test_the_scaling_model_counts_the_rows_each_node_link_carries(heavy, nodes):
     assert node_rows(sets, nodes, "flat")["across"] == max(out.max(), into.max())
 
 
+def test_one_rank_needs_no_node_tables():
+    """``--exchange-topology node`` on a job of one rank: nothing is exchanged, and no
+    two-level tables are built."""
+    def work(comm):
+        none = torch.zeros(0, dtype=torch.int64)
+        index = SplitIndex(none, [0], none, [0], np.zeros(0, np.int64), np.zeros(0, np.int64))
+        ex = Exchange(index=index, comm=comm, topology="node")
+        y = torch.ones(3, 2)
+        return ex.topology, ex.tree, ex(y, 0, 0, True) is y
+
+    assert run_ranks(1, work) == [("flat", None, True)]
+
+
 def test_evaluation_sums_are_two_level_and_exact_under_cdr(heavy):
     """cd-r with a node topology: the evaluation pass and :meth:`Exchange.exact` are the
     exact sum over clones (made in two levels); the training schedule is cd-r's own."""

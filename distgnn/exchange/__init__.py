@@ -133,10 +133,10 @@ class Exchange:
         self.trip = RoundTrip(index, comm, self.timer)
         if topology not in TOPOLOGIES:
             raise ValueError(f"no exchange topology {topology!r}")
+        # one rank has nothing to exchange (``__call__`` returns its input): no tables
         nodes = comm.node_ids() if topology != "flat" and comm.size > 1 else []
         spans = 1 < len(set(nodes)) < len(nodes)
-        self.topology = "node" if topology == "node" or (topology == "auto" and spans) \
-            else "flat"
+        self.topology = "node" if nodes and (topology == "node" or spans) else "flat"
         self.tree = NodeTree(index, comm, nodes, self.timer) if self.topology == "node" \
             else None
         # what makes a training layer's exchange, given the width, type and device of its
