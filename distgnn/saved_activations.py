@@ -16,6 +16,8 @@ tensors halves.  A tensor saved twice in one forward pass is stored once.
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch import nn
 
@@ -31,16 +33,21 @@ def _storage_key(t: torch.Tensor) -> tuple:
 def saved_in_bf16(parameters: set[int], packed: dict):
     """The ``saved_tensors_hooks`` context of the module docstring; ``parameters``: the
     storage addresses of the tensors kept exact (the model's parameters); ``packed``: the
-    bf16 copies made so far in this pass (to clear when it ends: autograd holds them)."""
+    bf16 copies made so far in this pass, each as (weak reference to the tensor it was
+    made from, copy), to clear when the pass ends (autograd holds the copies)."""
 
     def pack(t: torch.Tensor):
         if (t.dtype != torch.float32 or t.numel() < MIN_ELEMENTS
                 or t.untyped_storage().data_ptr() in parameters):
             return t, False
         key = _storage_key(t)
-        if key not in packed:
-            packed[key] = t.detach().to(torch.bfloat16)
-        return packed[key], True
+        # the address names the storage only while the tensor first saved under it lives:
+        # an intermediate freed within the pass leaves its address to the next allocation
+        first, narrow = packed.get(key, (lambda: None, None))
+        if first() is None:
+            narrow = t.detach().to(torch.bfloat16)
+            packed[key] = weakref.ref(t), narrow
+        return narrow, True
 
     def unpack(saved):
         t, narrowed = saved

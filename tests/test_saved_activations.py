@@ -19,8 +19,8 @@ def test_large_float_tensors_are_narrowed_once_and_parameters_never():
         y = x * x  # saves x twice: stored once
         z = lin(y)  # saves y and the weight; the weight stays float32
     assert len(packed) == 2
-    assert all(t.dtype == torch.bfloat16 for t in packed.values())
-    assert {t.shape for t in packed.values()} == {(512, 512)}
+    assert all(t.dtype == torch.bfloat16 for _, t in packed.values())
+    assert {t.shape for _, t in packed.values()} == {(512, 512)}
     z.sum().backward()
     # d/dx sum(W (x*x)) = 2 x * (1 W): the saved x and x*x are rounded, W is not
     want = 2 * x.detach() * lin.weight.detach().sum(0)
@@ -30,6 +30,25 @@ def test_large_float_tensors_are_narrowed_once_and_parameters_never():
     with saved_in_bf16(set(), packed):
         (small * small).sum().backward()
     assert not packed and torch.equal(small.grad, 2 * small.detach())
+
+
+def test_an_address_freed_within_the_pass_is_not_mistaken_for_its_next_tensor():
+    # sin saves (a * 2), which nothing else holds: it is freed at once and the allocator
+    # hands its address to (b * 3), of the same shape; a copy found by address alone would
+    # give b the gradient of a's values
+    reused = 0
+    for _ in range(20):
+        a, b = (torch.randn(256, 256, requires_grad=True) for _ in range(2))
+        packed = {}
+        with saved_in_bf16(set(), packed):
+            y = (a * 2).sin()
+            z = (b * 3).sin()
+        reused += len(packed) == 1  # both saved under one address
+        (y.sum() + z.sum()).backward()
+        for x, scale in ((a, 2), (b, 3)):  # d/dx sin(s x) = s cos(s x), s x read back rounded
+            want = scale * torch.cos((scale * x.detach()).bfloat16().float())
+            torch.testing.assert_close(x.grad, want, rtol=1e-5, atol=1e-6)
+    assert reused  # the case this test is about happened
 
 
 def _gradients(model, g, x, y, bf16: bool) -> dict:
