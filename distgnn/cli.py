@@ -134,7 +134,7 @@ def _optimisation_flags(p: argparse.ArgumentParser, d) -> None:
 
 
 def _distributed_flags(p: argparse.ArgumentParser, d) -> None:
-    from .comm import COMMUNICATORS
+    from .comm import COMMUNICATORS, WAITS
     from .config import DEFAULT_DELAY, DEFAULT_SCHEDULE_PRECISION
     from .exchange import ALGORITHMS, PRECISIONS, TOPOLOGIES
 
@@ -169,6 +169,14 @@ def _distributed_flags(p: argparse.ArgumentParser, d) -> None:
                         "through pinned memory), gloo, nccl (every rank on a GPU) or ccl "
                         "(needs oneccl_bindings_for_pytorch) over torch.distributed; auto: "
                         "nccl when every rank is on a GPU, else mpi")
+    g.add_argument("--comm-wait", choices=WAITS, default=d.comm_wait,
+                   help="how a rank of the mpi communicator waits in a blocking collective: "
+                        "poll (inside MPI, which keeps its core busy; the lowest latency) or "
+                        "sleep (tests the request and sleeps between tests, 20 to 200 us, "
+                        "leaving its core to ranks still computing); auto (default): sleep "
+                        "when this host's ranks times threads outnumber its cores (an "
+                        "oversubscribed node, or an emulated cluster's nodes sharing one "
+                        "host), else poll")
     g.add_argument("--exchange-topology", choices=TOPOLOGIES, default=d.exchange_topology,
                    help="node: the exact sums over clones (cd-0's training exchanges, every "
                         "algorithm's evaluation) add up within each node first, and one row "

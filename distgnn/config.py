@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 from .backends import AGGREGATION_PRECISIONS
-from .comm import COMMUNICATORS
+from .comm import COMMUNICATORS, WAITS
 from .comm.watchdog import DEFAULT_TIMEOUT_S
 from .epoch_log import is_metrics_file
 from .errors import DistGNNError
@@ -86,6 +86,7 @@ class TrainConfig:
     algo: str = "cd-0"
     delay: int | None = None
     comm: str = "auto"
+    comm_wait: str = "auto"
     verify: bool = True
     backward_exchange: bool = True
     exchange_topology: str = "auto"
@@ -147,12 +148,16 @@ class TrainConfig:
                               ("nan-policy", NAN_POLICIES),
                               ("backend", BACKEND_CHOICES), ("device", DEVICES),
                               ("algo", ALGORITHMS), ("comm", COMMUNICATORS),
+                              ("comm-wait", WAITS),
                               ("exchange-topology", TOPOLOGIES),
                               ("reorder", ORDER_CHOICES),
                               ("final-weights", FINAL_WEIGHTS)):
             value = getattr(self, flag.replace("-", "_"))
             need(value in choices, flag, "one of " + ", ".join(choices), value)
         self.check_model_flags()
+        if self.comm_wait == "sleep" and self.comm not in ("auto", "mpi"):
+            raise DistGNNError(f"--comm-wait sleep applies to the mpi communicator; {self.comm} "
+                               "waits in torch.distributed's own way")
         if self.model == "gat" and self.layers > 1 and self.hidden % self.heads:
             raise DistGNNError(f"--hidden {self.hidden} must be a multiple of --heads "
                                f"{self.heads} (GAT concatenates its heads)")

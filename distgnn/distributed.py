@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from .comm import Communicator, RankFailed, all_or_none, get_communicator
+from .comm import Communicator, RankFailed, all_or_none, get_communicator, resolve_wait
 from .comm.heartbeat import Heartbeat
 from .comm.mpi import MPICommunicator
 from .comm.watchdog import Watchdog
@@ -58,10 +58,12 @@ def open_partitions(directory: str, config: TrainConfig | Callable[[], TrainConf
     when set-up fails on any."""
     world = MPICommunicator()  # the job itself: agreement on set-up errors
     cfg = all_or_none(world, config if callable(config) else lambda: config)
-    configure_threads(cfg.threads or threads_per_rank(world))
+    threads = cfg.threads or threads_per_rank(world)
+    configure_threads(threads)
     device, backend = all_or_none(world, lambda: placement(
         world.rank, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends))
-    comm = all_or_none(world, lambda: get_communicator(cfg.comm, device))
+    wait = resolve_wait(cfg.comm_wait, threads, world.host_ranks())
+    comm = all_or_none(world, lambda: get_communicator(cfg.comm, device, wait))
     timer = PhaseTimer()
     heartbeat = Heartbeat.start(world) if cfg.comm_timeout and world.size > 1 else None
     watchdog = Watchdog(comm, cfg.comm_timeout, prog, heartbeat)
@@ -73,7 +75,8 @@ def open_partitions(directory: str, config: TrainConfig | Callable[[], TrainConf
         schedule = (exchange.describe(cfg.exchange_schedule) if exchange is not None
                     else cfg.exchange_schedule)
         log(f"{directory}: {comm.size} ranks ({int(places[0])} on GPUs, "
-            f"{int(places[1])} with the torch backend), {schedule}, {comm.name} communicator")
+            f"{int(places[1])} with the torch backend), {schedule}, {comm.name} communicator"
+            + (f" (waits: {wait})" if comm.name == "mpi" else ""))
     return RankSetup(cfg, shard, watchdog, timer)
 
 

@@ -8,6 +8,7 @@ from distgnn.comm import (
     all_or_none,
     get_communicator,
     rank_ranges,
+    resolve_wait,
 )
 from distgnn.config import DEFAULT_DELAY, TrainConfig
 from distgnn.distributed import threads_per_rank
@@ -87,3 +88,17 @@ def test_threads_per_rank_divides_the_node(monkeypatch):
 def test_unknown_communicator():
     with pytest.raises(DistGNNError, match="unknown communicator"):
         get_communicator("carrier-pigeon")
+
+
+def test_comm_wait_auto_sleeps_only_where_ranks_times_threads_outnumber_the_cores():
+    assert resolve_wait("auto", threads=1, host_ranks=2, cores=2) == "poll"
+    assert resolve_wait("auto", threads=1, host_ranks=3, cores=2) == "sleep"
+    assert resolve_wait("auto", threads=4, host_ranks=2, cores=8) == "poll"
+    assert resolve_wait("auto", threads=4, host_ranks=4, cores=8) == "sleep"
+    assert resolve_wait("poll", threads=8, host_ranks=8, cores=1) == "poll"
+    assert resolve_wait("sleep", threads=1, host_ranks=1, cores=64) == "sleep"
+    with pytest.raises(DistGNNError, match="comm-wait sleep applies to the mpi"):
+        TrainConfig(comm="gloo", comm_wait="sleep")
+    with pytest.raises(DistGNNError, match="--comm-wait must be one of auto, poll, sleep"):
+        TrainConfig(comm_wait="spin")
+    assert TrainConfig(comm="gloo", comm_wait="poll").comm_wait == "poll"

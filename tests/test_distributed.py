@@ -102,18 +102,19 @@ def random_parts(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exchange_job(random_parts):
-    """``exchange_job(P, comm, dtype)``: per-rank outputs of ``tests/mpi/exchange_ranks.py``
-    on the P-partition directory (each job runs once)."""
+    """``exchange_job(P, comm, dtype, wait)``: per-rank outputs of
+    ``tests/mpi/exchange_ranks.py`` on the P-partition directory, the mpi communicator
+    waiting as ``wait`` says (each job runs once)."""
     cache = {}
 
-    def get(P, comm, dtype):
-        key = (P, comm, dtype)
+    def get(P, comm, dtype, wait="poll"):
+        key = (P, comm, dtype, wait)
         if key not in cache:
             out = random_parts["root"] / "-".join(map(str, ("out", *key)))
             out.mkdir()
             proc, _ = mpirun(P, [sys.executable, RANK_SCRIPTS / "exchange_ranks.py",
                                  random_parts["dirs"][P], out, random_parts["root"] / "ref.npz",
-                                 "--comm", comm, "--dtype", dtype])
+                                 "--comm", comm, "--dtype", dtype, "--wait", wait])
             assert proc.returncode == 0, proc.stdout + proc.stderr
             cache[key] = [dict(np.load(out / f"rank-{p}.npz")) for p in range(P)]
         return cache[key]
@@ -220,13 +221,15 @@ def check_cdr_against_threads(random_parts, outs):
     assert want[0]["cdr_bytes"][-1] > 0
 
 
-@pytest.mark.parametrize("P, comm, dtype", [(3, "mpi", "float64"), (2, "gloo", "float32")])
-def test_exchange_over_each_transport(random_parts, exchange_job, P, comm, dtype):
-    """Over mpi4py (3 ranks, stored in another local order) and torch.distributed's gloo:
-    cd-0 forward gives every clone the whole-graph aggregate ``A X``, and its backward makes
-    the clone gradients sum to ``A^T G`` (without the exchange both checks fail); cd-r gives
+@pytest.mark.parametrize("P, comm, dtype, wait", [(3, "mpi", "float64", "sleep"),
+                                                  (2, "gloo", "float32", "poll")])
+def test_exchange_over_each_transport(random_parts, exchange_job, P, comm, dtype, wait):
+    """Over mpi4py (3 ranks, stored in another local order, its blocking calls waiting by
+    sleeping; every other MPI job of the suite polls) and torch.distributed's gloo: cd-0
+    forward gives every clone the whole-graph aggregate ``A X``, and its backward makes the
+    clone gradients sum to ``A^T G`` (without the exchange both checks fail); cd-r gives
     what it gives on threads."""
-    outs = exchange_job(P, comm, dtype)
+    outs = exchange_job(P, comm, dtype, wait)
     check_exchange(random_parts, outs, dtype)
     check_cdr_against_threads(random_parts, outs)
 
@@ -251,8 +254,10 @@ def test_cd0_training_follows_the_single_socket_loss_curve(train_job, single_soc
     proc, metrics = train_job(P, "cd-0", mpi=mpi)
     assert [r["epoch"] for r in metrics] == list(range(1, 31))
     on_gpus = P if torch.cuda.is_available() else 0  # --device auto: every rank sees the GPU
-    assert f"{P} ranks ({on_gpus} on GPUs, {on_gpus} with the torch backend), cd-0, mpi" \
-        in proc.stdout
+    # --comm-wait auto: sleeping waits where the job's ranks outnumber this host's cores
+    waits = "sleep" if P > os.cpu_count() else "poll"
+    assert f"{P} ranks ({on_gpus} on GPUs, {on_gpus} with the torch backend), cd-0, mpi " \
+        f"communicator (waits: {waits})" in proc.stdout
     diff = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(metrics, single_socket))
     assert diff <= 1e-4, f"max relative loss difference {diff:.3g}"
     assert metrics[-1]["loss"] < metrics[0]["loss"]

@@ -19,7 +19,7 @@ import time
 import torch
 
 from ..cli_common import comma_list
-from ..comm import COMMUNICATORS, get_communicator
+from ..comm import COMMUNICATORS, WAITS, get_communicator, resolve_wait
 from .machine import machine_info
 from .output import finish, output_arguments
 
@@ -42,6 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--width", type=int, default=16,
                    help="feature width of the --partitions exchange")
     p.add_argument("--threads", type=int, default=1, help="threads per rank")
+    p.add_argument("--comm-wait", choices=WAITS, default="auto",
+                   help="how the mpi communicator's blocking calls wait, as distgnn-train's "
+                        "--comm-wait: poll, sleep, or auto (sleep when this host's ranks "
+                        "times --threads outnumber its cores)")
     output_arguments(p, "comm.png")
 
 def timed(comm, operation, reps: int) -> float:
@@ -136,16 +140,19 @@ def format_result(result: dict, P: int) -> str:
 
 
 def main(args) -> int:
+    from ..comm.mpi import MPICommunicator
+
+    wait = resolve_wait(args.comm_wait, args.threads, MPICommunicator().host_ranks())
     results = []
     for name in args.comms:
-        comm = get_communicator(name)
+        comm = get_communicator(name, wait=wait)
         result = run_communicator(comm, args)
         result["width"] = args.width
         if comm.rank == 0:
             print(format_result(result, comm.size), flush=True)
         results.append(result)
     if comm.rank == 0:
-        finish({"benchmark": "comm", "ranks": comm.size,
+        finish({"benchmark": "comm", "ranks": comm.size, "comm_wait": wait,
                 "machine": machine_info(args.threads), "results": results}, args)
     return 0
 

@@ -19,6 +19,8 @@ from ..errors import DistGNNError
 from ..placement import gpu_identity
 
 COMMUNICATORS = ("auto", "mpi", "gloo", "nccl", "ccl")
+# how the mpi communicator's blocking calls wait (comm/mpi.py); auto: resolve_wait
+WAITS = ("auto", "poll", "sleep")
 T = TypeVar("T")
 
 
@@ -159,13 +161,27 @@ def all_or_none(comm: Communicator, step: Callable[[], T]) -> T:
     return result
 
 
-def get_communicator(name: str, device: torch.device | str = "cpu") -> Communicator:
+def resolve_wait(choice: str, threads: int, host_ranks: int, cores: int | None = None
+                 ) -> str:
+    """``poll`` or ``sleep`` for ``--comm-wait choice``: ``auto`` sleeps when the
+    ``host_ranks`` ranks of this host, ``threads`` threads each, outnumber its ``cores``
+    (default: ``os.cpu_count()``), so that a waiting rank leaves its core to one that
+    computes."""
+    if choice != "auto":
+        return choice
+    return "sleep" if host_ranks * threads > (cores or os.cpu_count() or 1) else "poll"
+
+
+def get_communicator(name: str, device: torch.device | str = "cpu", wait: str = "poll"
+                     ) -> Communicator:
     """The communicator ``name`` for a rank computing on ``device``, behind
     :class:`~distgnn.comm.staging.Staged` (so tensors on another device are copied).
 
-    ``mpi``: mpi4py on host buffers; ``gloo``, ``nccl``, ``ccl``: torch.distributed with that
-    backend; ``auto``: nccl when every rank of the job computes on a GPU of its own, else
-    mpi (nccl refuses two ranks on one GPU).
+    ``mpi``: mpi4py on host buffers, its blocking calls waiting as ``wait`` says (``poll``
+    or ``sleep``, :mod:`distgnn.comm.mpi`); ``gloo``, ``nccl``, ``ccl``: torch.distributed
+    with that backend (which waits in its own way, whatever ``wait``); ``auto``:
+    nccl when every rank of the job computes on a GPU of its own, else mpi (nccl refuses
+    two ranks on one GPU).
     """
     from .staging import Staged
 
@@ -181,7 +197,7 @@ def get_communicator(name: str, device: torch.device | str = "cpu") -> Communica
     if name == "mpi":
         from .mpi import MPICommunicator
 
-        return Staged(MPICommunicator())
+        return Staged(MPICommunicator(wait=wait))
     from .torch_dist import TorchCommunicator
 
     return Staged(TorchCommunicator(name, device))

@@ -9,6 +9,14 @@ hosts a TCP transfer stalls as soon as the socket buffers fill, so cd-r's exchan
 wait for the next blocking collective instead of overlapping the compute.  A progress thread
 (:class:`_Progress`) tests the requests in flight every :data:`PROGRESS_INTERVAL_S` while
 the main thread computes (the Numba kernels and torch release the GIL).
+
+A blocking collective (``alltoallv``, ``allreduce``, ``broadcast``, ``barrier``) waits in one
+of two ways (``wait``, ``--comm-wait``).  ``poll``: inside MPI, which polls its transports
+until the operation completes (the lowest latency; the rank keeps its core busy while it
+waits).  ``sleep``: the non-blocking form, tested and, once it has not completed within
+:data:`SPIN_S`, tested again after sleeps that double from :data:`SLEEP_FIRST_S` to
+:data:`SLEEP_MAX_S`; a waiting rank then leaves its core to the ranks still computing,
+which is what counts where a host runs more ranks (times threads) than it has cores.
 """
 from __future__ import annotations
 
@@ -31,6 +39,12 @@ def _mpi():
     return MPI
 
 
+# How a blocking call of the sleep mode waits: tests for SPIN_S, then sleeps between tests,
+# doubling from SLEEP_FIRST_S to SLEEP_MAX_S (at 1 Gbit/s a 0.2 ms gap is 25 KB, well
+# within the kernel's TCP buffers, so a transfer in progress does not stall)
+SPIN_S = 50e-6
+SLEEP_FIRST_S = 20e-6
+SLEEP_MAX_S = 200e-6
 # How often the progress thread enters MPI while requests are in flight: at 10 Gbit/s a
 # 0.5 ms gap is 625 KB, about what the kernel's TCP buffers hold, so the link stays busy.
 PROGRESS_INTERVAL_S = 0.5e-3
@@ -115,14 +129,40 @@ class _Request:
             raise self.error
 
 
+def sleep_until_done(request) -> None:
+    """Complete ``request`` (an mpi4py request) as the module docstring's sleep mode waits."""
+    start = time.perf_counter()
+    pause = SLEEP_FIRST_S
+    while not request.Test():
+        if time.perf_counter() - start > SPIN_S:
+            time.sleep(pause)
+            pause = min(2 * pause, SLEEP_MAX_S)
+
+
+def boot_id() -> str:
+    """What names this host's kernel: ranks that share it share its cores (the nodes of an
+    emulated cluster, whose network namespaces run on one host, included)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:  # not Linux: the host name
+        import socket
+
+        return socket.gethostname()
+
+
 class MPICommunicator:
-    """Collectives of ``MPI.COMM_WORLD`` (or ``comm``) on CPU tensors."""
+    """Collectives of ``MPI.COMM_WORLD`` (or ``comm``) on CPU tensors; blocking calls wait as
+    ``wait`` says (``"poll"`` or ``"sleep"``, see the module docstring)."""
 
     name = "mpi"
     device = torch.device("cpu")
 
-    def __init__(self, comm=None):
+    def __init__(self, comm=None, wait: str = "poll"):
+        if wait not in ("poll", "sleep"):
+            raise DistGNNError(f"the mpi communicator waits by poll or sleep, not {wait!r}")
         self.MPI = _mpi()
+        self.wait = wait
         self.comm = comm if comm is not None else self.MPI.COMM_WORLD
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
@@ -143,20 +183,34 @@ class MPICommunicator:
         return [array, (counts, displs), self.MPI._typedict[array.dtype.char]]
 
     def alltoallv(self, send, send_counts, recv, recv_counts):
-        self.comm.Alltoallv(self._spec(send, send_counts), self._spec(recv, recv_counts))
+        s, r = self._spec(send, send_counts), self._spec(recv, recv_counts)
+        if self.wait == "sleep":
+            sleep_until_done(self.comm.Ialltoallv(s, r))
+        else:
+            self.comm.Alltoallv(s, r)
 
     def ialltoallv(self, send, send_counts, recv, recv_counts):
         s, r = self._spec(send, send_counts), self._spec(recv, recv_counts)
         return _Request(self.comm.Ialltoallv(s, r), (s, r), self.progress_thread)
 
     def allreduce(self, tensor, op="sum"):
-        self.comm.Allreduce(self.MPI.IN_PLACE, tensor.detach().numpy(), op=self._ops[op])
+        array = tensor.detach().numpy()
+        if self.wait == "sleep":
+            sleep_until_done(self.comm.Iallreduce(self.MPI.IN_PLACE, array, op=self._ops[op]))
+        else:
+            self.comm.Allreduce(self.MPI.IN_PLACE, array, op=self._ops[op])
 
     def broadcast(self, tensor, root=0):
-        self.comm.Bcast(tensor.detach().numpy(), root=root)
+        if self.wait == "sleep":
+            sleep_until_done(self.comm.Ibcast(tensor.detach().numpy(), root=root))
+        else:
+            self.comm.Bcast(tensor.detach().numpy(), root=root)
 
     def barrier(self):
-        self.comm.Barrier()
+        if self.wait == "sleep":
+            sleep_until_done(self.comm.Ibarrier())
+        else:
+            self.comm.Barrier()
 
     def abort(self, code):
         self.comm.Abort(code)
@@ -169,3 +223,8 @@ class MPICommunicator:
         finally:
             node.Free()
         return numbered(self.comm.allgather(first))
+
+    def host_ranks(self) -> int:
+        """How many ranks of the job run on this rank's host (its kernel; collective)."""
+        mine = boot_id()
+        return sum(other == mine for other in self.comm.allgather(mine))

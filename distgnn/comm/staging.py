@@ -50,7 +50,13 @@ class Staged:
         return buf
 
     def alltoallv(self, send, send_counts, recv, recv_counts):
-        self.ialltoallv(send, send_counts, recv, recv_counts).wait()
+        # the blocking call itself, not ialltoallv and a wait: that would go through the
+        # progress thread of comm/mpi.py, a sleep of up to its interval per call
+        s = self._stage(send, "send", copy=True)
+        r = self._stage(recv, "recv", copy=False)
+        self.comm.alltoallv(s, send_counts, r, recv_counts)
+        if r is not recv:
+            recv.copy_(r)
 
     def ialltoallv(self, send, send_counts, recv, recv_counts):
         s = self._stage(send, "send", copy=True, per_tensor=True)
