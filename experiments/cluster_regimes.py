@@ -10,8 +10,8 @@ For each graph and node count N it partitions the graph (libra, seed 0) into N K
 brings up an emulated cluster of N nodes (:mod:`launch.cluster`, needs CAP_NET_ADMIN; K
 ranks of one thread per node, consecutive ranks on one node), and for each link rate:
 
-1. fits the network (latency, bandwidth) with ``distgnn-bench comm`` across the nodes (one
-   rank per node: the bandwidth of a node's link);
+1. fits the network (latency, a node link's bandwidth, the allreduce) with ``distgnn-bench
+   comm`` on every rank of the job (:func:`distgnn.bench.predict.measured_network`);
 2. trains GraphSAGE-gcn (hidden 256) with 0c, cd-0 in each ``--topologies``
    (``--exchange-topology``) and cd-r for each delay, reading the median epoch (the first
    epoch excluded) and its phases (max over ranks);
@@ -26,9 +26,9 @@ ranks of one thread per node, consecutive ranks on one node), and for each link 
 4. predicts the epoch of 0c, cd-0 (each topology) and cd-r with
    :func:`distgnn.bench.predict.predict` from this network, the partition statistics (with
    K > 1, the rows on each node link from the clone sets), and rates measured by training
-   on the whole graph here with N K processes at once
-   (:func:`~distgnn.bench.predict.shared_rates`): all emulated nodes share this host's
-   cores and memory, as the ranks do during the runs;
+   the N K partitions here at once (:func:`~distgnn.bench.rates.host_rates`): all
+   emulated nodes share this host's cores and memory, as the ranks do during the runs
+   (whose communicator waits by sleeping there: ``--comm-wait auto``);
 5. with ``--exact-epochs E``, once per graph and N: cd-0 in each topology without dropout
    for E epochs at the first rate, against single-socket training (the largest relative
    loss difference).
@@ -47,13 +47,14 @@ import sys
 from pathlib import Path
 
 from distgnn.bench.predict import (
+    Network,
     exchange_bytes,
     exchange_widths,
+    measured_network,
     node_rows,
-    per_peer,
     predict,
-    shared_rates,
 )
+from distgnn.bench.rates import directory_graphs, host_rates
 from distgnn.cli_common import use_huge_pages
 from distgnn.config import DEFAULT_SCHEDULE_PRECISION
 from distgnn.epoch_log import read_metrics
@@ -92,19 +93,13 @@ def launch(c: cluster.Cluster, command: list, ranks: int | None = None
                 ranks or c.nodes * c.slots, "--", *command])
 
 
-def network_fit(c: cluster.Cluster, out: Path) -> tuple[float, float]:
-    """``(alpha, beta)`` of mpi alltoallv across the cluster's nodes (latency per peer,
-    :func:`~distgnn.bench.predict.per_peer`; one rank each: a
-    node's hostfile entry lists its K slots, so ``-n N`` would fill the first nodes; the
-    fit runs on a hostfile of one slot per node)."""
-    single = out.with_suffix(".hosts")
-    lines = c.state.joinpath("hostfile").read_text().splitlines()
-    single.write_text("\n".join(lines[:1] + [f"{c.address(i)} slots=1"
-                                             for i in range(c.nodes)]) + "\n")
-    run([BIN / "distgnn-launch", "--hostfile", single, "-n", c.nodes, "--",
-         BIN / "distgnn-bench", "comm", "--comms", "mpi", "--max-bytes", 4 << 20, "--reps", 5,
-         "--json", out])
-    return per_peer(json.loads(out.read_text()))
+def network_fit(c: cluster.Cluster, out: Path) -> Network:
+    """The network as the job's ranks see it (:func:`~distgnn.bench.predict.measured_network`):
+    ``distgnn-bench comm`` on every slot of the cluster, its communicator waiting as the
+    training runs' do (``--comm-wait auto``)."""
+    launch(c, [BIN / "distgnn-bench", "comm", "--comms", "mpi", "--max-bytes", 4 << 20,
+               "--reps", 5, "--json", out])
+    return measured_network(json.loads(out.read_text()))
 
 
 def train_point(c: cluster.Cluster, parts: Path, flags: list, epochs: int,
@@ -252,14 +247,15 @@ def main() -> int:
         params = sum(q.numel() for q in build_model(cfg, data.num_features,
                                                      data.num_classes).parameters())
         for nodes in map(int, a.nodes.split(",")):
-            # every rank of the emulated cluster runs on this host: measured together
-            rates = shared_rates(source, cfg, nodes * K)
             P = nodes * K
             parts = a.work / f"{graph}-p{P}"
             stats_file = a.work / f"{graph}-p{P}.json"
             if not stats_file.exists():
                 run([BIN / "distgnn-partition", source, "--parts", P, "--out", parts,
                      "--force", "--no-progress", "--json", stats_file])
+            # every rank of the emulated cluster runs on this host: its P partitions
+            # measured together
+            rates = host_rates(directory_graphs(parts, P), cfg)
             stats = json.loads(stats_file.read_text())
             per_rank = stats["per_rank"]
             of = [p // K for p in range(P)]
@@ -278,7 +274,8 @@ def main() -> int:
                 for rate in a.rates.split(","):
                     for i in range(nodes):
                         cluster.shape(c, i, rate)
-                    alpha, beta = network_fit(c, a.work / f"comm-{nodes}-{rate}.json")
+                    net = network_fit(c, a.work / f"comm-{nodes}x{K}-{rate}.json")
+                    alpha, beta = net.alpha, net.beta
                     for label, flags, modelled in points:
                         point = train_point(c, parts, flags, a.epochs, a.work / "m.jsonl")
                         row = {"graph": graph, "nodes": nodes, "ranks_per_node": K,
@@ -288,7 +285,8 @@ def main() -> int:
                         if modelled:
                             algo, delay, topology = modelled
                             pred = predict(per_rank, rates, widths, params, alpha, beta, algo,
-                                           max(delay, 1), 1.0, links[topology], topology)
+                                           max(delay, 1), 1.0, links[topology], topology,
+                                           net.allreduce)
                             row.update(predicted_s=pred["epoch"], predicted_phases=pred,
                                        predicted_exchange_bytes=predicted_exchange_bytes(
                                            per_rank, widths, algo, max(delay, 1))

@@ -1,4 +1,5 @@
-"""distgnn-bench predict --size: a proxy's partitions scaled to a graph that is not loaded."""
+"""distgnn-bench predict: a proxy's partitions scaled to a graph that is not loaded (--size),
+ranks sharing nodes, a measured network and the rates measured on partitions."""
 import argparse
 import json
 import subprocess
@@ -36,9 +37,13 @@ def proxy():
     return data, partition_statistics(data.graph, [1, 2, 4])[0]
 
 
+def rates(stats):
+    return dict.fromkeys(stats, RATES)
+
+
 def rows_of(stats):
     widths = [min(a, b) for a, b in zip([F, H], [H, C])]
-    return table(stats, RATES, widths, exchange_widths(F, H, C, LAYERS), PARAMS, ALPHA, BETA,
+    return table(stats, rates(stats), widths, exchange_widths(F, H, C, LAYERS), PARAMS, ALPHA, BETA,
                  5, 1, None)
 
 
@@ -193,7 +198,7 @@ def test_default_schedule_waits_half_its_epochs_and_the_verdict_follows_the_netw
     widths = exchange_widths(F, H, C, LAYERS)
     for beta, pays in ((1e6, True), (1e12, False)):
         for slowdown in (1.0, 2.0):
-            row = table(stats, RATES, [16, 4], widths, PARAMS, ALPHA, beta, 5, 1,
+            row = table(stats, rates(stats), [16, 4], widths, PARAMS, ALPHA, beta, 5, 1,
                         None if slowdown == 1 else 2)[2]
             assert row["parts"] == 4
             wire = exchange_seconds(stats[4], widths, ALPHA, beta, "int4")
@@ -221,15 +226,17 @@ def test_ranks_per_node_counts_node_links_and_predicts_the_node_aware_exchange(p
     busiest = max(max(r["leaves"], r["leaf_entries"]) for r in stats[4])
     assert flat["across"] >= busiest
     for alpha, beta, node_faster in ((0.0, 1e6, True), (1e-3, 1e15, False)):
-        row = table(stats, RATES, [16, 4], widths, PARAMS, alpha, beta, 5, 1, None, 2, sets)[0]
+        row = table(stats, rates(stats), [16, 4], widths, PARAMS, alpha, beta, 5, 1, None, 2,
+                    sets)[0]
         assert row["links"] == {"flat": flat, "node": node}
         assert (row["cd-0 node"]["comm"] < row["cd-0"]["comm"]) == node_faster
         assert row["cd-0 node"]["local_aggregation"] == row["cd-0"]["local_aggregation"]
 
 
 def test_predict_measures_the_rates_of_ranks_sharing_the_host(tmp_path):
-    """End to end: ``--ranks-per-node 2`` measures the rates with two processes at once and
-    adds the node-aware cd-0 column; the two-level counts are in the JSON rows."""
+    """End to end: ``--ranks-per-node 2`` measures each P's rates on two of its partitions
+    at once (the whole graph alone at P = 1) and adds the node-aware cd-0 column; the
+    two-level counts and the rates of each P are in the JSON."""
     out = tmp_path / "predict.json"
     proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--dataset",
                            "rmat:scale=8,edge_factor=8,features=8,classes=4", "--parts", "1,4",
@@ -237,6 +244,66 @@ def test_predict_measures_the_rates_of_ranks_sharing_the_host(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "cd-0 node s" in proc.stdout
-    four = json.loads(out.read_text())["rows"][1]
+    result = json.loads(out.read_text())
+    assert sorted(result["rates"]) == ["1", "4"] and "rates at P=4" in proc.stdout
+    four = result["rows"][1]
+    assert four["rates"] == result["rates"]["4"]
     assert four["parts"] == 4 and four["cd-0 node"]["epoch"] > 0
     assert 0 < four["links"]["node"]["across"] < four["links"]["flat"]["across"]
+
+
+def test_a_measured_network_gives_a_node_links_bandwidth_and_its_allreduce():
+    """``distgnn-bench comm``'s JSON as predict reads it: with a rank per node, alpha and
+    beta are the bench's own fit (per peer); with K ranks per node, K (P - K) blocks of each
+    size cross a node's link; the allreduce it measured is interpolated at that P only."""
+    from distgnn.bench.comm import fit_alpha_beta
+    from distgnn.bench.predict import allreduce_seconds, measured_network
+
+    sizes = [{"bytes": 1024, "alltoallv_s": 3e-4, "allreduce_s": 1e-4},
+             {"bytes": 4096, "alltoallv_s": 5e-4, "allreduce_s": 2e-4},
+             {"bytes": 65536, "alltoallv_s": 4.3e-3, "allreduce_s": 9e-4}]
+    one = measured_network({"ranks": 4, "results": [{"sizes": sizes}]})
+    fit = fit_alpha_beta([(r["bytes"] * 3, r["alltoallv_s"]) for r in sizes])
+    assert one.alpha == pytest.approx(fit[0] / 3) and one.beta == pytest.approx(fit[1])
+    two = measured_network({"ranks": 8, "ranks_per_node": 2, "results": [{"sizes": sizes}]})
+    assert two.beta == pytest.approx(2 * 6 * (65536 - 1024) / 4e-3)
+    assert two.ranks == 8 and two.allreduce[-1] == [65536, 9e-4]
+    assert allreduce_seconds(8, 4096, two.alpha, two.beta, two.allreduce) == 2e-4
+    assert allreduce_seconds(8, 2560, two.alpha, two.beta, two.allreduce) == \
+        pytest.approx(1.5e-4)
+    assert allreduce_seconds(8, 131072, two.alpha, two.beta, two.allreduce) == \
+        pytest.approx(1.8e-3)  # beyond the largest: its seconds per byte
+    assert allreduce_seconds(1, 4096, two.alpha, two.beta, two.allreduce) == 0.0
+    rows = table(*proxy_rows_inputs(two))
+    assert rows[0]["cd-0"]["allreduce"] == allreduce_seconds(4, 4 * PARAMS, two.alpha, two.beta)
+    assert rows[1]["cd-0"]["allreduce"] == allreduce_seconds(8, 4 * PARAMS, two.alpha, two.beta,
+                                                             two.allreduce)
+
+
+def proxy_rows_inputs(net):
+    """table()'s arguments for two hand-made P (4 and 8) under ``net``'s allreduce at 8."""
+    rank = {"vertices": 100, "edges": 1000, "roots": 50, "leaves": 10, "leaf_entries": 10,
+            "index_bytes": 4}
+    stats = {4: [dict(rank)] * 4, 8: [dict(rank)] * 8}
+    return (stats, rates(stats), [16, 4], exchange_widths(F, H, C, LAYERS), PARAMS,
+            net.alpha, net.beta, 5, 1, None, 1, None, {net.ranks: net.allreduce})
+
+
+def test_partition_graphs_are_what_each_rank_computes_on(tmp_path, proxy):
+    """The rates are measured on partitions as graphs of their own: a layout's (in memory)
+    and a partition directory's hold each partition's vertices, edges and feature rows."""
+    from distgnn.bench.predict import cut_statistics
+    from distgnn.bench.rates import directory_graphs, partition_graphs
+    from partition.format import write_dataset
+
+    data, _ = proxy
+    layout, per_rank, _ = cut_statistics(data.graph, 4)
+    write_dataset(tmp_path / "p", data, layout, {"method": "libra", "seed": 0})
+    for graphs in (partition_graphs(data, layout, 3), directory_graphs(tmp_path / "p", 3)):
+        assert len(graphs) == 3
+        for p, g in enumerate(graphs):
+            ids = layout.vertices(p)
+            assert g.graph.num_nodes == per_rank[p]["vertices"] == len(ids)
+            assert g.graph.num_edges == per_rank[p]["edges"]
+            assert g.train_mask.any() and g.num_classes == data.num_classes
+            assert sorted(map(tuple, g.x.tolist())) == sorted(map(tuple, data.x[ids].tolist()))

@@ -7,8 +7,9 @@ to ``--max-bytes``; with ``--partitions DIR`` it also times the exact cd-0 excha
 partitioning at ``--width`` (its per-peer counts).  Reported per communicator and size:
 median seconds over ``--reps`` (max over ranks), latency-bound small sizes and bandwidth
 ``bytes sent per rank / time``.  A two-point fit ``t = alpha + bytes / beta`` (smallest and
-largest size) gives the latency and bandwidth that ``distgnn-bench predict --network FILE``
-takes from this command's JSON.
+largest size) is printed; ``distgnn-bench predict --network FILE`` takes this command's JSON
+(its sizes, ranks and ranks per node) and derives the latency and a node link's bandwidth
+from it (:func:`distgnn.bench.predict.measured_network`).
 """
 from __future__ import annotations
 
@@ -143,16 +144,20 @@ def main(args) -> int:
     from ..comm.mpi import MPICommunicator
 
     wait = resolve_wait(args.comm_wait, args.threads, MPICommunicator().host_ranks())
-    results = []
+    results, per_node = [], None
     for name in args.comms:
         comm = get_communicator(name, wait=wait)
+        if per_node is None:  # what distgnn-bench predict needs of the layout
+            nodes = comm.node_ids()
+            per_node = max(nodes.count(n) for n in set(nodes))
         result = run_communicator(comm, args)
         result["width"] = args.width
         if comm.rank == 0:
             print(format_result(result, comm.size), flush=True)
         results.append(result)
     if comm.rank == 0:
-        finish({"benchmark": "comm", "ranks": comm.size, "comm_wait": wait,
+        finish({"benchmark": "comm", "ranks": comm.size, "ranks_per_node": per_node,
+                "comm_wait": wait,
                 "machine": machine_info(args.threads), "results": results}, args)
     return 0
 

@@ -2,11 +2,12 @@
 and whether cd-r pays.
 
 Inputs: each P's partition statistics (partitioning the graph here, or ``--stats`` files
-written by ``distgnn-partition --json``); this machine's rates, measured by training the
-model on the whole graph with ``T`` threads for a few epochs (local aggregation seconds
-per edge, dense seconds per vertex, optimizer seconds) and by the STREAM triad; and a
-network (latency ``alpha``, bandwidth ``beta`` per rank: presets, or measured by
-``distgnn-bench comm``).  With ``E_p``, ``n_p``, ``l_p`` leaves and ``L_p`` leaf entries of
+written by ``distgnn-partition --json``); this machine's rates at each P, measured by
+training that P's partitions with ``T`` threads for a few epochs, ``R`` of them at once as
+``R`` ranks of one host (:mod:`distgnn.bench.rates`: local aggregation seconds per edge,
+dense seconds per vertex, optimizer seconds; at P = 1 the whole graph), and by the STREAM
+triad; and a network (latency ``alpha``, bandwidth ``beta`` of a node's link: presets, or
+measured by ``distgnn-bench comm``).  With ``E_p``, ``n_p``, ``l_p`` leaves and ``L_p`` leaf entries of
 rank ``p`` (see :mod:`partition.stats`) and the widths ``d_k`` of the ``K`` exchanges of one
 epoch (each layer's forward aggregation, then its backward one, except for a first layer
 that aggregates the input features, which need no gradient; :func:`exchange_widths`):
@@ -48,9 +49,16 @@ link in one alltoallv instead of the busiest rank's, counted from the cut's clon
 (:func:`node_rows`; the flat exchange sends a row per clone off its root's node, the
 node-aware one of :mod:`distgnn.exchange.nodes` a row per vertex and node off it, with 4
 alltoallvs' latency instead of 2 and its leader's copies in ``t_prepost``), and the rates are
-measured with ``R`` (``--host-ranks``, default ``K``) processes training at once on this
-host (:func:`shared_rates`), as ranks sharing a node's cores and memory slow each other.  A
-``distgnn-bench comm`` network's ``alpha`` is its fitted latency over its ranks' peers.
+measured with ``R`` (``--host-ranks``, default ``K``) partitions training at once on this
+host, as ranks sharing a node's cores and memory slow each other.
+
+A ``distgnn-bench comm`` network (:func:`measured_network`), run on the nodes and ranks per
+node of the job (``distgnn-launch -n P --hostfile ...``, the communicator waiting as the
+job's will: ``--comm-wait``), gives ``alpha``, the smallest alltoallv's time per peer, and
+``beta``, the bytes a node's link carries per second in its alltoallvs, both as the job's
+ranks see them (where the ranks of several nodes share one host's cores, as in an emulated
+cluster, that includes the CPU time the transfers take from them); at the P it was measured
+at, ``t_allreduce`` is its allreduce time at ``4 G`` bytes instead of the formula.
 
 A graph too large to load here (``--size nodes=N,edges=E``): the ``--dataset`` is a proxy,
 trained to measure the rates and partitioned at each ``P``, and each rank's counts at that
@@ -80,7 +88,6 @@ import argparse
 import dataclasses
 import json
 import math
-import queue
 
 import numpy as np
 
@@ -93,8 +100,9 @@ from ..config import DEFAULT_SCHEDULE_PRECISION
 from ..exchange.controller import EXACT_EVERY
 from ..exchange.wire import row_bytes
 from .output import finish, output_arguments
+from .rates import Rates, host_rates, measure_rates, partition_graphs
 
-NETWORKS = {  # alpha (s), beta (bytes/s per rank)
+NETWORKS = {  # alpha (s), beta (bytes/s of a node's link)
     "100gbe": (5e-6, 10e9),
     "hdr-ib": (1.5e-6, 22e9),
 }
@@ -102,16 +110,6 @@ NETWORKS = {  # alpha (s), beta (bytes/s per rank)
 ALGOS = ("0c", "cd-0", "cd-r", "cd-r default")
 # the epoch saving below which a delayed exchange is not worth its staleness
 PAYS = 0.1
-
-
-@dataclasses.dataclass
-class Rates:
-    """Seconds per unit on one rank of ``T`` threads (measured by :func:`measure_rates`)."""
-
-    aggregation_per_edge: float  # forward + backward, all layers
-    dense_per_vertex: float  # forward + backward, all layers
-    optimizer: float  # one step
-    triad_bytes_s: float
 
 
 SIZE_KEYS = ("nodes", "edges", "features", "classes")
@@ -232,11 +230,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="r of the cd-r column (binned cd-r); the 'cd-r dflt' column is cd-r's "
                         "default schedule (no --delay)")
     p.add_argument("--network", default="100gbe",
-                   help=f"a preset ({', '.join(NETWORKS)}) or a distgnn-bench comm --json file")
+                   help=f"a preset ({', '.join(NETWORKS)}) or a distgnn-bench comm --json file, "
+                        "best measured on the job's nodes and ranks per node (its allreduce "
+                        "times are then used at that P)")
     p.add_argument("--latency", type=float,
                    help="override the network latency in seconds (default: the network's)")
     p.add_argument("--bandwidth", type=float,
-                   help="override the bandwidth in GB/s per rank (default: the network's)")
+                   help="override the bandwidth in GB/s of a node's link (default: the "
+                        "network's)")
     p.add_argument("--cores", type=int,
                    help="cores of the one node all ranks share (slows oversubscribed P); "
                         "leave out for a cluster with cores per rank")
@@ -246,9 +247,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "then each node's), and a 'cd-0 node' column gives cd-0 with "
                         "--exchange-topology node")
     p.add_argument("--host-ranks", type=int, metavar="R",
-                   help="measure the rates with R processes at once on this host, as R ranks "
-                        "sharing a node's cores and memory slow each other (default: "
-                        "--ranks-per-node)")
+                   help="measure each P's rates on R of its partitions trained at once on "
+                        "this host, as R ranks sharing a node's cores and memory slow each "
+                        "other (default: --ranks-per-node; at most P)")
     p.add_argument("--validate", type=comma_list(int),
                    help="comma-separated P to measure here and compare (e.g. 1,2,4)")
     output_arguments(p, "scaling.png and forward_aggregation.png")
@@ -290,12 +291,13 @@ def node_rows(sets: list[list[int]], nodes: list[int], topology: str) -> dict[st
 
 def predict(per_rank: list[dict], rates: Rates, widths: list[int], params: int,
             alpha: float, beta: float, algo: str, delay: int = 5, slowdown: float = 1.0,
-            links: dict[str, int] | None = None, topology: str = "flat"
-            ) -> dict[str, float]:
+            links: dict[str, int] | None = None, topology: str = "flat",
+            allreduce: list[list[float]] | None = None) -> dict[str, float]:
     """Predicted phases (seconds) of one epoch; ``per_rank`` as in ``partition.stats``,
     ``widths`` those of the epoch's exchanges (:func:`exchange_widths`); ``links``: the
     :func:`node_rows` of the ranks' nodes for cd-0's exchange in ``topology`` (``None``: a
-    rank per node)."""
+    rank per node); ``allreduce``: the job's allreduce measured (:func:`allreduce_seconds`),
+    else the formula of the module docstring."""
     P = len(per_rank)
     local = rates.aggregation_per_edge * max(r["edges"] for r in per_rank)
     dense = rates.dense_per_vertex * max(r["vertices"] for r in per_rank)
@@ -313,10 +315,25 @@ def predict(per_rank: list[dict], rates: Rates, widths: list[int], params: int,
         else:  # exact epochs wait for the whole exchange, stale ones send nothing
             out["comm"] = exchange_seconds(per_rank, widths, alpha, beta,
                                            DEFAULT_SCHEDULE_PRECISION, links) / EXACT_EVERY
-    out["allreduce"] = (2 * alpha * math.ceil(math.log2(P)) + 2 * (P - 1) / P * 4 * params / beta
-                        if P > 1 else 0.0)
+    out["allreduce"] = allreduce_seconds(P, 4 * params, alpha, beta, allreduce)
     out["epoch"] = sum(out.values())
     return out
+
+
+def allreduce_seconds(P: int, nbytes: int, alpha: float, beta: float,
+                      measured: list[list[float]] | None = None) -> float:
+    """Seconds of the gradient allreduce of ``nbytes`` over ``P`` ranks: interpolated in
+    ``measured`` (``[[bytes, seconds], ...]`` of the job's own ranks, from ``distgnn-bench
+    comm``: linear between sizes, and beyond the largest at its seconds per byte), else
+    ``2 alpha ceil(log2 P) + 2 (P - 1) / P nbytes / beta``."""
+    if P == 1:
+        return 0.0
+    if not measured:
+        return 2 * alpha * math.ceil(math.log2(P)) + 2 * (P - 1) / P * nbytes / beta
+    sizes, seconds = zip(*sorted(measured))
+    if nbytes > sizes[-1]:
+        return seconds[-1] * nbytes / sizes[-1]
+    return float(np.interp(nbytes, sizes, seconds))
 
 
 def exchange_seconds(per_rank: list[dict], widths: list[int], alpha: float, beta: float,
@@ -388,79 +405,34 @@ def exchange_bytes(leaf_counts: list[int], root_counts: list[int], widths: list[
             / (delay if algo == "cd-r" else 1))
 
 
-def measure_rates(data, cfg) -> Rates:
-    """Train ``cfg`` on the whole graph for a few epochs; rates from the median phases."""
-    from ..training import train
-    from .machine import triad_bandwidth
+def cut_statistics(graph, P: int, seed: int = 0) -> tuple:
+    """``(layout, per_rank, clone_sets)`` of a libra vertex-cut of ``graph`` into ``P``
+    (the per-rank counts of :mod:`partition.stats`, its
+    :func:`~partition.stats.clone_sets`)."""
+    from partition.stats import clone_sets, counts_from_layout
+    from partition.vertex_cut import vertex_cut
 
-    result = train(data, cfg, log=lambda s: None)
-    records = result.history[1:]  # the first epoch compiles and allocates
-    med = lambda key: float(np.median([r["phases"][key] for r in records]))  # noqa: E731
-    return Rates(aggregation_per_edge=med("aggregation") / max(data.graph.num_edges, 1),
-                 dense_per_vertex=med("dense") / data.graph.num_nodes,
-                 optimizer=med("optimizer"), triad_bytes_s=triad_bandwidth() * 1e9)
-
-
-def _measure_beside_others(source: str, cfg, barrier, results) -> None:
-    """One of :func:`shared_rates`' processes."""
-    from ..datasets import load
-    from ..training import configure_threads
-
-    configure_threads(cfg.threads)
-    data = load(source)
-    barrier.wait()
-    results.put(dataclasses.asdict(measure_rates(data, cfg)))
-
-
-def shared_rates(source: str, cfg, ranks: int) -> Rates:
-    """The rates of ``ranks`` processes measuring at once on this host, as ``ranks`` ranks
-    sharing a node's cores and memory run: each :func:`measure_rates` on ``source``, started
-    together; the slowest of each rate (the rank an epoch waits for)."""
-    import multiprocessing
-
-    if ranks == 1:
-        from ..datasets import load
-
-        return measure_rates(load(source), cfg)
-    ctx = multiprocessing.get_context("spawn")  # torch and Numba threads do not survive fork
-    barrier, results = ctx.Barrier(ranks), ctx.Queue()
-    workers = [ctx.Process(target=_measure_beside_others, args=(source, cfg, barrier, results),
-                           daemon=True)
-               for _ in range(ranks)]
-    for w in workers:
-        w.start()
-    got = []
-    while len(got) < ranks:
-        try:
-            got.append(results.get(timeout=1.0))
-        except queue.Empty:
-            failed = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
-            if failed:
-                for w in workers:
-                    w.kill()
-                raise DistGNNError(f"measuring the rates of {ranks} ranks at once: a process "
-                                   f"failed (exit status {failed[0]})") from None
-    for w in workers:
-        w.join()
-    slowest = {k: max(r[k] for r in got) for k in got[0]}
-    slowest["triad_bytes_s"] = min(r["triad_bytes_s"] for r in got)
-    return Rates(**slowest)
+    layout = vertex_cut(graph, P, "libra", seed=seed)
+    return (layout, [dataclasses.asdict(c) for c in counts_from_layout(layout)],
+            clone_sets(layout))
 
 
 def partition_statistics(graph, parts: list[int], seed: int = 0
                          ) -> tuple[dict[int, list[dict]], dict[int, list | None]]:
-    """Per P, the per-rank counts of a libra vertex-cut of ``graph``, and its clone sets
-    (:func:`partition.stats.clone_sets`)."""
-    from partition.stats import clone_sets, counts_from_layout
-    from partition.vertex_cut import vertex_cut
-
+    """Per P, the per-rank counts and clone sets of :func:`cut_statistics`."""
     stats, sets = {}, {}
     for P in parts:
-        layout = vertex_cut(graph, P, "libra", seed=seed)
-        stats[P] = [dataclasses.asdict(c) for c in counts_from_layout(layout)]
-        sets[P] = clone_sets(layout)
-        print(f"  partitioned P={P}", flush=True)
+        _, stats[P], sets[P] = cut_statistics(graph, P, seed)
     return stats, sets
+
+
+def partition_rates(data, layout, cfg, host_ranks: int) -> Rates:
+    """The rates of the ranks of ``layout`` (a cut of ``data``): ``min(host_ranks, P)`` of
+    its partitions trained at once (:func:`~distgnn.bench.rates.host_rates`), or the whole
+    graph alone at P = 1."""
+    P = layout.num_parts
+    return (measure_rates(data, cfg) if P == 1 else
+            host_rates(partition_graphs(data, layout, min(host_ranks, P)), cfg))
 
 
 def read_statistics(paths: list[str]) -> tuple[dict[int, list[dict]], dict[int, list | None]]:
@@ -475,29 +447,34 @@ def read_statistics(paths: list[str]) -> tuple[dict[int, list[dict]], dict[int, 
     return stats, sets
 
 
-def table(stats: dict[int, list[dict]], rates: Rates, widths, exchanges, params, alpha, beta,
-          delay, threads: int, cores: int | None, ranks_per_node: int = 1,
-          sets: dict[int, list] | None = None) -> list[dict]:
-    """Per P, the prediction of each algorithm; ``widths`` per layer (forward),
-    ``exchanges`` those of an epoch's exchanges.  With ``ranks_per_node`` K > 1, ranks
-    ``kK .. kK + K - 1`` share node ``k`` and its link (``beta``), counted from the clone
-    ``sets`` of each P, and ``"cd-0 node"`` is cd-0 with the node-aware exchange."""
+def table(stats: dict[int, list[dict]], rates: dict[int, Rates], widths, exchanges, params,
+          alpha, beta, delay, threads: int, cores: int | None, ranks_per_node: int = 1,
+          sets: dict[int, list] | None = None, allreduce: dict[int, list] | None = None
+          ) -> list[dict]:
+    """Per P, the prediction of each algorithm from that P's ``rates``; ``widths`` per layer
+    (forward), ``exchanges`` those of an epoch's exchanges.  With ``ranks_per_node`` K > 1,
+    ranks ``kK .. kK + K - 1`` share node ``k`` and its link (``beta``), counted from the
+    clone ``sets`` of each P, and ``"cd-0 node"`` is cd-0 with the node-aware exchange;
+    ``allreduce``: per P, the allreduce measured at that P, as :func:`predict` takes it."""
     rows = []
     for P, per_rank in sorted(stats.items()):
+        rate, measured = rates[P], (allreduce or {}).get(P)
         slowdown = max(1.0, P * threads / cores) if cores else 1.0
         row = {"parts": P, "slowdown": slowdown}
         nodes = [p // ranks_per_node for p in range(P)]
         links = {t: node_rows(sets[P], nodes, t) if ranks_per_node > 1 else None
                  for t in ("flat", "node")}
         for algo in ALGOS:
-            row[algo] = predict(per_rank, rates, exchanges, params, alpha, beta, algo, delay,
-                                slowdown, links["flat"])
+            row[algo] = predict(per_rank, rate, exchanges, params, alpha, beta, algo, delay,
+                                slowdown, links["flat"], allreduce=measured)
         if ranks_per_node > 1:
-            row["cd-0 node"] = predict(per_rank, rates, exchanges, params, alpha, beta,
-                                       "cd-0", delay, slowdown, links["node"], "node")
+            row["cd-0 node"] = predict(per_rank, rate, exchanges, params, alpha, beta,
+                                       "cd-0", delay, slowdown, links["node"], "node",
+                                       measured)
             row["links"] = links
         row["forward_local_s"], row["forward_remote_s"] = forward_aggregation(
-            per_rank, rates, widths, alpha, beta)
+            per_rank, rate, widths, alpha, beta)
+        row["rates"] = dataclasses.asdict(rate)
         rows.append(row)
     for row in rows:  # against the smallest P (normally 1, where the algorithms coincide)
         for algo in (*ALGOS, "cd-0 node"):
@@ -559,14 +536,19 @@ def main(args) -> int:
         check_size(args.size, data.num_features, data.num_classes, data.name)
     cfg = TrainConfig(model=args.model, hidden=args.hidden, layers=args.layers, epochs=4,
                       eval_every=4, threads=args.threads, progress=False)
-    sharing = args.host_ranks or args.ranks_per_node
-    rates = measure_rates(data, cfg) if sharing == 1 else shared_rates(args.dataset, cfg, sharing)
     widths = aggregation_widths(data.num_features, args.hidden, data.num_classes, args.layers)
     params = sum(p.numel() for p in build_model(cfg, data.num_features,
                                                  data.num_classes).parameters())
-    alpha, beta = network(args)
-    stats, sets = (read_statistics(args.stats) if args.stats
-                   else partition_statistics(data.graph, args.parts))
+    net = network(args)
+    alpha, beta = net.alpha, net.beta
+    stats, sets = read_statistics(args.stats) if args.stats else ({}, {})
+    rates = {}
+    for P in sorted(stats) or args.parts:  # the rates on this graph's cut at each P
+        layout, per_rank, clones = cut_statistics(data.graph, P)
+        if not args.stats:
+            stats[P], sets[P] = per_rank, clones
+        rates[P] = partition_rates(data, layout, cfg, args.host_ranks or args.ranks_per_node)
+        print(f"  P={P}: partitioned, rates measured", flush=True)
     if args.ranks_per_node > 1:
         missing = [P for P in stats if sets.get(P) is None]
         if missing:
@@ -580,7 +562,8 @@ def main(args) -> int:
         sets = {P: s and [[root, mask, round(count * ratios[P]["vertex_ratio"])]
                           for root, mask, count in s] for P, s in sets.items()}
     rows = table(stats, rates, widths, exchanges, params, alpha, beta, args.delay,
-                 args.threads, args.cores, args.ranks_per_node, sets)
+                 args.threads, args.cores, args.ranks_per_node, sets,
+                 {net.ranks: net.allreduce} if net.allreduce else None)
     for row in rows:
         row["predicted_memory_bytes"] = predicted_memory(
             stats[row["parts"]], data.num_features, data.num_classes, args.hidden, args.layers)
@@ -591,10 +574,11 @@ def main(args) -> int:
         print(f"projected to {args.size.nodes:,} vertices and {args.size.edges:,} edges: "
               f"vertex counts x{first['vertex_ratio']:.4g}, edge counts "
               f"x{first['edge_ratio']:.4g} (replication of {data.name}'s partitions)")
-    print(f"rates: aggregation {rates.aggregation_per_edge * 1e9:.2f} ns/edge, dense "
-          f"{rates.dense_per_vertex * 1e6:.2f} us/vertex, optimizer "
-          f"{rates.optimizer * 1e3:.2f} ms; network alpha {alpha * 1e6:.1f} us, beta "
-          f"{beta / 1e9:.1f} GB/s")
+    print(f"network: alpha {alpha * 1e6:.1f} us, beta {beta / 1e9:.3g} GB/s per node link"
+          + (f", allreduce measured over {net.ranks} ranks" if net.allreduce else ""))
+    for P, r in sorted(rates.items()):
+        print(f"rates at P={P}: aggregation {r.aggregation_per_edge * 1e9:.2f} ns/edge, dense "
+              f"{r.dense_per_vertex * 1e6:.2f} us/vertex, optimizer {r.optimizer * 1e3:.2f} ms")
     print(format_table(rows, args.delay))
     for row in rows:
         if row["parts"] > 1:
@@ -602,8 +586,11 @@ def main(args) -> int:
             print("  " + row["verdict"])
     result = {"benchmark": "predict", "dataset": data.name, "model": args.model,
               "hidden": args.hidden, "layers": args.layers, "threads": args.threads,
-              "delay": args.delay, "network": {"alpha_s": alpha, "beta_b_s": beta},
-              "rates": dataclasses.asdict(rates), "widths": widths,
+              "delay": args.delay, "network": {"alpha_s": alpha, "beta_b_s": beta,
+                                               "allreduce_ranks": net.ranks,
+                                               "allreduce": net.allreduce},
+              "rates": {P: dataclasses.asdict(r) for P, r in sorted(rates.items())},
+              "widths": widths,
               "exchange_widths": exchanges, "params": params,
               "size": (None if not args.size else
                        {"nodes": args.size.nodes, "edges": args.size.edges,
@@ -617,23 +604,44 @@ def main(args) -> int:
     return 0
 
 
-def per_peer(measured: dict) -> tuple[float, float]:
-    """``(alpha, beta)`` of a ``distgnn-bench comm`` result: its alltoallv fit over its
-    ``ranks`` ranks, ``t = alpha_fit + bytes / beta``, with the latency per peer (``alpha =
-    alpha_fit / (ranks - 1)``), as the model's ``alpha (P - 1)`` counts it."""
-    fit = measured["results"][0]
-    return (fit["alltoallv_alpha_s"] / max(1, measured.get("ranks", 2) - 1),
-            fit["alltoallv_beta_b_s"])
+@dataclasses.dataclass
+class Network:
+    """The network the model assumes: ``alpha`` (s) the latency of an alltoallv per peer,
+    ``beta`` (bytes/s) what one node's link carries, and, when measured, ``allreduce``
+    ``[[bytes, seconds], ...]`` of a job of ``ranks`` ranks."""
+
+    alpha: float
+    beta: float
+    ranks: int | None = None
+    allreduce: list[list[float]] | None = None
 
 
-def network(args) -> tuple[float, float]:
-    """``(alpha, beta)`` of ``--network`` (a preset or a ``distgnn-bench comm`` JSON),
-    overridden by ``--latency``/``--bandwidth``."""
+def measured_network(measured: dict) -> Network:
+    """The :class:`Network` of a ``distgnn-bench comm`` result over its ``ranks`` ranks, ``K``
+    on each node (``ranks_per_node``): ``alpha`` the smallest alltoallv's time per peer (the
+    model's ``alpha (P - 1)`` counts it), ``beta`` the bytes one node's link carries per
+    second between the smallest and the largest alltoallv (``K (P - K)`` blocks of each size
+    leave a node; with ``K = 1``, the bytes each rank sends), and its allreduce times."""
+    P, K = measured.get("ranks", 2), measured.get("ranks_per_node", 1)
+    sizes = sorted(measured["results"][0]["sizes"], key=lambda r: r["bytes"])
+    small, large = sizes[0], sizes[-1]
+    spent = large["alltoallv_s"] - small["alltoallv_s"]
+    crossing = K * max(P - K, 1) * (large["bytes"] - small["bytes"])
+    return Network(alpha=small["alltoallv_s"] / max(1, P - 1),
+                   beta=crossing / spent if spent > 0 else float("inf"), ranks=P,
+                   allreduce=[[r["bytes"], r["allreduce_s"]] for r in sizes])
+
+
+def network(args) -> Network:
+    """The :class:`Network` of ``--network`` (a preset or a ``distgnn-bench comm`` JSON),
+    ``alpha`` and ``beta`` overridden by ``--latency``/``--bandwidth``."""
     if args.network in NETWORKS:
-        alpha, beta = NETWORKS[args.network]
+        net = Network(*NETWORKS[args.network])
     else:
         with open(args.network) as f:
-            measured = json.load(f)
-        alpha, beta = per_peer(measured)
-    return (args.latency if args.latency is not None else alpha,
-            args.bandwidth * 1e9 if args.bandwidth is not None else beta)
+            net = measured_network(json.load(f))
+    if args.latency is not None:
+        net.alpha = args.latency
+    if args.bandwidth is not None:
+        net.beta = args.bandwidth * 1e9
+    return net
