@@ -51,10 +51,10 @@ from distgnn.bench.predict import (
     exchange_bytes,
     exchange_widths,
     measured_network,
-    node_rows,
     predict,
 )
 from distgnn.bench.rates import directory_graphs, host_rates
+from partition.stats import node_rows
 from distgnn.cli_common import use_huge_pages
 from distgnn.config import DEFAULT_SCHEDULE_PRECISION
 from distgnn.epoch_log import read_metrics

@@ -90,6 +90,11 @@ def _stat_flags(parser: argparse.ArgumentParser) -> None:
                         help="hidden width for the predicted memory per rank (default 256)")
     parser.add_argument("--layers", type=count(MAX_LAYERS), default=2,
                         help="model layers for the predicted memory per rank (default 2)")
+    parser.add_argument("--ranks-per-node", type=count(), default=1, metavar="K",
+                        help="with K > 1, also count the busiest node link's rows per "
+                             "alltoallv of cd-0's flat and node-aware exchanges "
+                             "(--exchange-topology), ranks 0..K-1 on the first node and so "
+                             "on (up to 62 partitions; default 1)")
     parser.add_argument("--json", metavar="FILE", help="also write the statistics as JSON")
 
 
@@ -217,11 +222,12 @@ def partition_dataset(data, out, parts: int, *, method: str = "libra", seed: int
                       keep_pairs: bool | None = None, weights=None,
                       order_vertices: str = "auto", force: bool = False,
                       progress: bool = False, width: int = 128, hidden: int = 256,
-                      layers: int = 2) -> Partitioned:
+                      layers: int = 2, ranks_per_node: int = 1) -> Partitioned:
     """Vertex-cut of the NodeDataset ``data`` into ``parts`` partitions, written to the
     partition directory ``out`` (what ``distgnn-partition`` does after loading; the keywords
     are its flags).  ``progress`` shows bars on a terminal for large graphs; ``width``,
-    ``hidden`` and ``layers`` size the predicted exchange volume and memory of ``stats``."""
+    ``hidden`` and ``layers`` size the predicted exchange volume and memory of ``stats``,
+    ``ranks_per_node`` its node links."""
     weights = check_options(out, parts, seed, weights, force)
     shares = None if weights is None else requested_shares(weights)
     started = time.perf_counter()
@@ -240,7 +246,8 @@ def partition_dataset(data, out, parts: int, *, method: str = "libra", seed: int
     stats = summarize(counts_from_layout(layout), graph.num_nodes,
                       int(np.count_nonzero(layout.clones() > 1)), width=width,
                       num_features=data.num_features, num_classes=data.num_classes,
-                      hidden=hidden, layers=layers, shares=shares, sets=clone_sets(layout))
+                      hidden=hidden, layers=layers, shares=shares, sets=clone_sets(layout),
+                      ranks_per_node=ranks_per_node)
     settings = {"method": method, "seed": seed, "order": stream_order_name(method, order),
                 "roots": roots, **ordering}
     if weights is not None:
@@ -297,7 +304,8 @@ def stream_main(args, why: str) -> int:
     counts, split, sets = counts_of_directory(args.out)
     stats = summarize(counts, meta["num_nodes"], split, width=args.width,
                       num_features=meta["num_features"], num_classes=meta["num_classes"],
-                      hidden=args.hidden, layers=args.layers, sets=sets)
+                      hidden=args.hidden, layers=args.layers, sets=sets,
+                      ranks_per_node=args.ranks_per_node)
     _emit(stats, args)
     seconds = meta["seconds"]
     print(f"wrote {args.out} in {sum(seconds.values()):.1f} s (partitioning "
@@ -322,7 +330,8 @@ def partition_main(args) -> int:
                              order=args.order, roots=args.roots, keep_pairs=args.keep_pairs,
                              weights=args.weights, order_vertices=args.order_vertices,
                              force=args.force, progress=args.progress, width=args.width,
-                             hidden=args.hidden, layers=args.layers)
+                             hidden=args.hidden, layers=args.layers,
+                             ranks_per_node=args.ranks_per_node)
     _emit(done.stats, args)
     seconds, ordering = done.seconds, done.ordering
     trial = ordering.get("vertex_order_trial")
@@ -366,7 +375,8 @@ def inspect_main(args) -> int:
     stats = summarize(counts, meta["num_nodes"], split,
                       width=args.width, num_features=meta.get("num_features", 0),
                       num_classes=meta.get("num_classes", 0), hidden=args.hidden,
-                      layers=args.layers, shares=shares, sets=sets)
+                      layers=args.layers, shares=shares, sets=sets,
+                      ranks_per_node=args.ranks_per_node)
     print(f"{args.directory}: {meta.get('method')} partitions of {meta.get('dataset')} "
           f"(seed {meta.get('seed')}, vertex order {meta.get('vertex_order', 'given')}, "
           f"format version {meta['format_version']})")

@@ -20,7 +20,9 @@ elsewhere) and ``L_p`` leaf entries (copies elsewhere of roots held here) on par
   rank ``p`` sends ``d (l_p + L_p)`` floats (its leaves' partials to their roots, then its
   roots' sums back to their leaves) and receives as many;
 - the split vertices by root rank and set of ranks holding a clone (:func:`clone_sets`): what
-  any grouping of the ranks into nodes sends across them is counted from it;
+  any grouping of the ranks into nodes sends across them is counted from it
+  (:func:`node_rows`); with ``K`` consecutive ranks per node, the busiest node link's rows
+  per alltoallv of the flat and the node-aware exchange (:func:`node_links`);
 - predicted peak memory of rank ``p``: :func:`training_memory` of its ``n_p`` vertices,
   ``E_p`` edges and ``l_p + L_p`` split entries, for GraphSAGE-gcn (or GCN) of the given
   hidden width and layers.
@@ -85,6 +87,50 @@ def clone_sets_of(root: np.ndarray, held: list[np.ndarray]) -> list[list[int]]:
         return []
     found, counts = np.unique(keys, axis=0, return_counts=True)
     return [[int(r), int(m), int(c)] for (r, m), c in zip(found, counts)]
+
+
+def node_rows(sets: list[list[int]], nodes: list[int], topology: str) -> dict[str, int]:
+    """Rows of one exact exchange for ranks on ``nodes`` ``[P]``, from the cut's clone sets
+    (:func:`partition.stats.clone_sets`), each node's link full duplex:
+
+    - ``across``: the most rows one node sends or receives across its link in one alltoallv
+      (up, leaves to roots, or down, the same rows back): ``flat``, one per clone off its
+      root's node; ``node`` (``distgnn.exchange.nodes``), one per vertex and node off
+      the root's node;
+    - ``touched``: the most rows one node's ranks gather, scatter and add per direction:
+      ``flat``, its ranks' leaves and leaf entries; ``node``, at the leader, twice the
+      clones of its node (in through shared memory, then out) plus its rows across.
+    """
+    out = np.zeros(max(nodes) + 1, np.int64)
+    into, touched = out.copy(), out.copy()
+    for root, mask, count in sets:
+        holders = [p for p in range(len(nodes)) if mask >> p & 1]
+        home = nodes[root]
+        if topology == "flat":
+            off = [nodes[p] for p in holders if nodes[p] != home]
+            np.add.at(out, off, count)
+            into[home] += len(off) * count
+            np.add.at(touched, [nodes[p] for p in holders if p != root], count)
+            touched[home] += (len(holders) - 1) * count
+        else:
+            on = {nodes[p] for p in holders}
+            for n in on - {home}:
+                out[n] += count
+            into[home] += (len(on) - 1) * count
+            np.add.at(touched, [nodes[p] for p in holders], 2 * count)
+    if topology == "node":
+        touched += out + into
+    return {"across": int(np.maximum(out, into).max()), "touched": int(touched.max())}
+
+
+def node_links(sets: list[list[int]], num_parts: int, ranks_per_node: int) -> dict:
+    """The busiest node link's rows per alltoallv of the flat and the node-aware exchange
+    (:func:`node_rows`) with ``ranks_per_node`` consecutive ranks on each node, and their
+    ratio."""
+    nodes = [p // ranks_per_node for p in range(num_parts)]
+    flat, node = (node_rows(sets, nodes, t)["across"] for t in ("flat", "node"))
+    return {"ranks_per_node": ranks_per_node, "flat_rows": flat, "node_rows": node,
+            "ratio": node / flat if flat else None}
 
 
 def layer_widths(num_features: int, hidden: int, num_classes: int, layers: int) -> list[int]:
@@ -181,11 +227,12 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
 def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
               width: int = 128, num_features: int = 0, num_classes: int = 0,
               hidden: int = 256, layers: int = 2, shares=None,
-              sets: list[list[int]] | None = None) -> dict:
+              sets: list[list[int]] | None = None, ranks_per_node: int = 1) -> dict:
     """The statistics of the module docstring as a JSON-ready dict (per-rank lists too).
 
     ``shares``: the requested edge share of each partition (default equal); ``sets``: the
-    :func:`clone_sets` of the cut, when known (written as ``clone_sets``).
+    :func:`clone_sets` of the cut, when known (written as ``clone_sets``, and with
+    ``ranks_per_node`` > 1 its :func:`node_links` as ``node_links``).
     """
     P = len(counts)
     edges = np.array([c.edges for c in counts], np.float64)
@@ -232,6 +279,8 @@ def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
                      for c, x, m, r, a, err in zip(counts, exchange, memory, requested,
                                                    achieved, share_error)],
         **({"clone_sets": sets} if sets is not None else {}),
+        **({"node_links": node_links(sets, P, ranks_per_node)}
+           if sets is not None and ranks_per_node > 1 else {}),
     }
 
 
@@ -250,6 +299,12 @@ def format_summary(stats: dict) -> str:
         f"{stats['exchange_floats_per_layer']['max']:,} floats/rank   predicted memory max "
         f"{stats['predicted_memory_bytes']['max'] / mib:,.1f} MiB/rank "
         f"(hidden {stats['memory_model']['hidden']}, {stats['memory_model']['layers']} layers)",
+        *([] if "node_links" not in stats else [
+            f"  busiest node link per alltoallv ({stats['node_links']['ranks_per_node']} "
+            f"consecutive ranks per node): flat exchange {stats['node_links']['flat_rows']:,} "
+            f"rows, node-aware {stats['node_links']['node_rows']:,}"
+            + (f" ({stats['node_links']['ratio']:.3f}x)"
+               if stats['node_links']['ratio'] is not None else "")]),
         f"  {'rank':>5} {'vertices':>12} {'edges':>13} {'roots':>12} {'leaves':>12} "
         f"{'leaf entries':>12} {'exchange':>13} {'memory MiB':>10} {'share req.':>10} "
         f"{'achieved':>8} {'rel. err':>8}",

@@ -215,7 +215,7 @@ def test_ranks_per_node_counts_node_links_and_predicts_the_node_aware_exchange(p
     busiest link carries at least the busiest rank's rows (two ranks share it) and the
     node-aware cd-0's fewer; on a slow network its epoch is the shorter, with two more
     alltoallvs' latency, and on a latency-bound one the longer."""
-    from distgnn.bench.predict import node_rows
+    from partition.stats import node_rows
 
     data, _ = proxy
     stats, sets = partition_statistics(data.graph, [4])

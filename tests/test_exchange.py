@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from distgnn.bench.predict import node_rows
+from partition.stats import node_rows
 from distgnn.comm import RankFailed
 from distgnn.errors import DistGNNError
 from distgnn.exchange import Exchange, SplitIndex
@@ -303,7 +303,7 @@ def test_auto_topology_is_two_level_when_nodes_hold_several_ranks(heavy, nodes, 
 
 @pytest.mark.parametrize("nodes", [[0, 0, 1, 1], [0, 1, 0, 1], [0, 0, 0, 1]])
 def test_the_scaling_model_counts_the_rows_each_node_link_carries(heavy, nodes):
-    """``distgnn-bench predict``'s :func:`~distgnn.bench.predict.node_rows`, from the clone
+    """:func:`partition.stats.node_rows` (what ``distgnn-bench predict`` counts), from the clone
     sets, gives the rows of the busiest node link per alltoallv as the exchanges make
     them: the node-aware tree's leaders, and the flat exchange's leaves and leaf entries
     summed per node."""

@@ -16,6 +16,30 @@ from tests.helpers.partitions import (
 
 
 # ---- 11. the command line ------------------------------------------------------------------------
+def test_inspect_counts_the_node_links_of_both_exchanges(tmp_path, capsys):
+    """``--ranks-per-node 2``: the busiest node link's rows per alltoallv of the flat and the
+    node-aware exchange, from the clone sets, on the command line and in the JSON; the
+    node-aware exchange sends at most the flat one's rows."""
+    from partition.stats import node_rows
+
+    out = tmp_path / "parts"
+    assert run_cli([SMALL_RMAT, "--parts", 4, "--out", out, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert run_cli(["inspect", out, "--ranks-per-node", 2, "--json", tmp_path / "s.json"]) == 0
+    text = capsys.readouterr().out
+    stats = json.loads((tmp_path / "s.json").read_text())
+    links = stats["node_links"]
+    nodes = [0, 0, 1, 1]
+    assert links["flat_rows"] == node_rows(stats["clone_sets"], nodes, "flat")["across"]
+    assert links["node_rows"] == node_rows(stats["clone_sets"], nodes, "node")["across"]
+    assert 0 < links["node_rows"] <= links["flat_rows"]
+    assert links["ratio"] == pytest.approx(links["node_rows"] / links["flat_rows"])
+    assert (f"(2 consecutive ranks per node): flat exchange {links['flat_rows']:,} rows, "
+            f"node-aware {links['node_rows']:,} ({links['ratio']:.3f}x)") in text
+    assert run_cli(["inspect", out, "--json", tmp_path / "one.json"]) == 0
+    assert "node_links" not in json.loads((tmp_path / "one.json").read_text())
+
+
 def test_cli_partitions_and_inspect_reports_the_same_statistics(tmp_path, capsys):
     out = tmp_path / "parts"
     rc = run_cli([SMALL_RMAT, "--parts", 3, "--out", out, "--seed", 4, "--no-progress",

@@ -46,7 +46,7 @@ same per-rank counts).
 Ranks sharing nodes (``--ranks-per-node K``: ranks ``kK .. kK + K - 1`` on node ``k``, whose
 link runs at ``beta``): the bandwidth term of ``t_comm`` takes the rows of the busiest node
 link in one alltoallv instead of the busiest rank's, counted from the cut's clone sets
-(:func:`node_rows`; the flat exchange sends a row per clone off its root's node, the
+(:func:`partition.stats.node_rows`; the flat exchange sends a row per clone off its root's node, the
 node-aware one of :mod:`distgnn.exchange.nodes` a row per vertex and node off it, with 4
 alltoallvs' latency instead of 2 and its leader's copies in ``t_prepost``), and the rates are
 measured with ``R`` (``--host-ranks``, default ``K``) partitions training at once on this
@@ -91,7 +91,7 @@ import math
 
 import numpy as np
 
-from partition.stats import layer_widths, training_memory
+from partition.stats import layer_widths, node_rows, training_memory
 
 from ..cli_common import comma_list
 from ..errors import DistGNNError
@@ -255,47 +255,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     output_arguments(p, "scaling.png and forward_aggregation.png")
 
 
-def node_rows(sets: list[list[int]], nodes: list[int], topology: str) -> dict[str, int]:
-    """Rows of one exact exchange for ranks on ``nodes`` ``[P]``, from the cut's clone sets
-    (:func:`partition.stats.clone_sets`), each node's link full duplex:
-
-    - ``across``: the most rows one node sends or receives across its link in one alltoallv
-      (up, leaves to roots, or down, the same rows back): ``flat``, one per clone off its
-      root's node; ``node`` (:mod:`distgnn.exchange.nodes`), one per vertex and node off
-      the root's node;
-    - ``touched``: the most rows one node's ranks gather, scatter and add per direction:
-      ``flat``, its ranks' leaves and leaf entries; ``node``, at the leader, twice the
-      clones of its node (in through shared memory, then out) plus its rows across.
-    """
-    out = np.zeros(max(nodes) + 1, np.int64)
-    into, touched = out.copy(), out.copy()
-    for root, mask, count in sets:
-        holders = [p for p in range(len(nodes)) if mask >> p & 1]
-        home = nodes[root]
-        if topology == "flat":
-            off = [nodes[p] for p in holders if nodes[p] != home]
-            np.add.at(out, off, count)
-            into[home] += len(off) * count
-            np.add.at(touched, [nodes[p] for p in holders if p != root], count)
-            touched[home] += (len(holders) - 1) * count
-        else:
-            on = {nodes[p] for p in holders}
-            for n in on - {home}:
-                out[n] += count
-            into[home] += (len(on) - 1) * count
-            np.add.at(touched, [nodes[p] for p in holders], 2 * count)
-    if topology == "node":
-        touched += out + into
-    return {"across": int(np.maximum(out, into).max()), "touched": int(touched.max())}
-
-
 def predict(per_rank: list[dict], rates: Rates, widths: list[int], params: int,
             alpha: float, beta: float, algo: str, delay: int = 5, slowdown: float = 1.0,
             links: dict[str, int] | None = None, topology: str = "flat",
             allreduce: list[list[float]] | None = None) -> dict[str, float]:
     """Predicted phases (seconds) of one epoch; ``per_rank`` as in ``partition.stats``,
     ``widths`` those of the epoch's exchanges (:func:`exchange_widths`); ``links``: the
-    :func:`node_rows` of the ranks' nodes for cd-0's exchange in ``topology`` (``None``: a
+    :func:`~partition.stats.node_rows` of the ranks' nodes for cd-0's exchange in ``topology`` (``None``: a
     rank per node); ``allreduce``: the job's allreduce measured (:func:`allreduce_seconds`),
     else the formula of the module docstring."""
     P = len(per_rank)
@@ -342,7 +308,7 @@ def exchange_seconds(per_rank: list[dict], widths: list[int], alpha: float, beta
     """Blocking exchanges of ``widths`` (cd-0's, on a ``precision`` wire): each two
     alltoallvs across the network (leaves to roots, roots to leaves), bounded by the rank
     with the most rows to move (a rank per node, ``beta`` its link), or, with ``links``
-    (:func:`node_rows`), by the node link with the most rows (``beta`` each node's link);
+    (:func:`~partition.stats.node_rows`), by the node link with the most rows (``beta`` each node's link);
     at :func:`~distgnn.exchange.wire.row_bytes` per row.  The ``node`` topology adds two
     alltoallvs within the nodes (their latency; their copies are in ``prepost``)."""
     P = len(per_rank)
