@@ -53,7 +53,7 @@ from distgnn.bench.predict import (
     measured_network,
     predict,
 )
-from distgnn.bench.rates import directory_graphs, host_rates
+from distgnn.bench.rates import RATE_EPOCHS, directory_graphs, host_rates
 from partition.stats import node_rows
 from distgnn.cli_common import use_huge_pages
 from distgnn.config import DEFAULT_SCHEDULE_PRECISION
@@ -93,12 +93,12 @@ def launch(c: cluster.Cluster, command: list, ranks: int | None = None
                 ranks or c.nodes * c.slots, "--", *command])
 
 
-def network_fit(c: cluster.Cluster, out: Path) -> Network:
+def network_fit(c: cluster.Cluster, out: Path, wait: str) -> Network:
     """The network as the job's ranks see it (:func:`~distgnn.bench.predict.measured_network`):
     ``distgnn-bench comm`` on every slot of the cluster, its communicator waiting as the
-    training runs' do (``--comm-wait auto``)."""
+    training runs' do (``--comm-wait wait``)."""
     launch(c, [BIN / "distgnn-bench", "comm", "--comms", "mpi", "--max-bytes", 4 << 20,
-               "--reps", 5, "--json", out])
+               "--reps", 5, "--comm-wait", wait, "--json", out])
     return measured_network(json.loads(out.read_text()))
 
 
@@ -204,6 +204,9 @@ def main() -> int:
                         "epochs, once per graph and node count (0: not)")
     p.add_argument("--rates", default="10gbit,1gbit,200mbit", help="comma-separated tc rates")
     p.add_argument("--delays", default="2,5,10", help="comma-separated r of cd-r (may be empty)")
+    p.add_argument("--comm-wait", default="auto", choices=("auto", "poll", "sleep"),
+                   help="distgnn-train's and distgnn-bench comm's --comm-wait (auto: sleep "
+                        "here, where the emulated nodes share this host's cores)")
     p.add_argument("--variants", default="",
                    help="comma-separated exchange configurations of drpa_figures.py "
                         "staleness to time too (e.g. 'cd-5 smooth,adaptive,cd-0 bf16')")
@@ -236,13 +239,15 @@ def main() -> int:
                        for f in STALENESS_CONFIGS[name][0]],
                 ("cd-r default", 1, "flat") if name == "default" else None)
                for name in filter(None, a.variants.split(","))]
+    points = [(label, [*flags, "--comm-wait", a.comm_wait], modelled)
+              for label, flags, modelled in points]
     rows = []
     for graph in a.graphs.split(","):
         source = spec(graph, a.data)
         configure_threads(1)
         data = load(source)
-        cfg = TrainConfig(model="sage", hidden=256, layers=2, epochs=4, eval_every=4,
-                          threads=1, progress=False)
+        cfg = TrainConfig(model="sage", hidden=256, layers=2, epochs=RATE_EPOCHS,
+                          eval_every=RATE_EPOCHS, threads=1, progress=False)
         widths = exchange_widths(data.num_features, 256, data.num_classes, 2)
         params = sum(q.numel() for q in build_model(cfg, data.num_features,
                                                      data.num_classes).parameters())
@@ -274,7 +279,8 @@ def main() -> int:
                 for rate in a.rates.split(","):
                     for i in range(nodes):
                         cluster.shape(c, i, rate)
-                    net = network_fit(c, a.work / f"comm-{nodes}x{K}-{rate}.json")
+                    net = network_fit(c, a.work / f"comm-{nodes}x{K}-{rate}.json",
+                                      a.comm_wait)
                     alpha, beta = net.alpha, net.beta
                     for label, flags, modelled in points:
                         point = train_point(c, parts, flags, a.epochs, a.work / "m.jsonl")

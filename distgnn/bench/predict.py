@@ -100,7 +100,7 @@ from ..config import DEFAULT_SCHEDULE_PRECISION
 from ..exchange.controller import EXACT_EVERY
 from ..exchange.wire import row_bytes
 from .output import finish, output_arguments
-from .rates import Rates, host_rates, measure_rates, partition_graphs
+from .rates import RATE_EPOCHS, Rates, host_rates, measure_rates, partition_graphs
 
 NETWORKS = {  # alpha (s), beta (bytes/s of a node's link)
     "100gbe": (5e-6, 10e9),
@@ -500,8 +500,9 @@ def main(args) -> int:
           flush=True)
     if args.size:
         check_size(args.size, data.num_features, data.num_classes, data.name)
-    cfg = TrainConfig(model=args.model, hidden=args.hidden, layers=args.layers, epochs=4,
-                      eval_every=4, threads=args.threads, progress=False)
+    cfg = TrainConfig(model=args.model, hidden=args.hidden, layers=args.layers,
+                      epochs=RATE_EPOCHS, eval_every=RATE_EPOCHS, threads=args.threads,
+                      progress=False)
     widths = aggregation_widths(data.num_features, args.hidden, data.num_classes, args.layers)
     params = sum(p.numel() for p in build_model(cfg, data.num_features,
                                                  data.num_classes).parameters())

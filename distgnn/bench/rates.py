@@ -14,7 +14,8 @@ sizes set how well it uses the caches, so the rates of a job of ``P`` ranks are 
 that job's partitions.  Ranks that share a host slow each other: they divide its cores and
 its memory bandwidth.  :func:`host_rates` therefore trains ``R`` partitions at once in ``R``
 processes, as the ``R`` ranks of one host run, and keeps the slowest of each rate (the rank
-an epoch waits for).
+an epoch waits for); each process compiles its kernels first, and the measured epochs
+start together once all have.
 """
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ import numpy as np
 
 from ..errors import DistGNNError
 from ..graph import NodeDataset
+
+
+# epochs each rate measurement trains (the first, which allocates, is not counted): beside
+# other processes, fewer left the median at the mercy of when each one started and ended
+RATE_EPOCHS = 8
 
 
 @dataclasses.dataclass
@@ -97,10 +103,13 @@ def partition_graph(arrays: dict, num_classes: int, name: str) -> NodeDataset:
 
 
 def _measure_beside_others(data: NodeDataset, cfg, barrier, results) -> None:
-    """One of :func:`host_rates`' processes."""
-    from ..training import configure_threads
+    """One of :func:`host_rates`' processes: one epoch to compile the kernels, then, once
+    every process has, the measured run (a process still compiling would leave the others
+    more of the cores than a job's ranks get)."""
+    from ..training import configure_threads, train
 
     configure_threads(cfg.threads)
+    train(data, dataclasses.replace(cfg, epochs=1, eval_every=1), log=lambda s: None)
     barrier.wait()
     results.put(dataclasses.asdict(measure_rates(data, cfg)))
 
