@@ -179,7 +179,8 @@ def test_bench_predict_and_report_write_json_charts_and_markdown(tmp_path):
     both charts; report turns it into Markdown that links the charts it drew."""
     pytest.importorskip("matplotlib")
     out = tmp_path / "predict.json"
-    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--dataset",
+    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--rate-epochs", "3",
+                           "--dataset",
                            "sbm:nodes=400,features=16", "--parts", "1,2", "--hidden", "8",
                            "--validate", "1", "--cores", "2", "--json", str(out),
                            "--plot", str(tmp_path / "plots")],

@@ -97,6 +97,10 @@ def test_malformed_size_is_one_line_on_the_command_line():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--validate" in proc.stderr, proc.stderr
     assert "no-such-file" not in proc.stderr
+    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--dataset", "no-such-file",
+                           "--rate-epochs", "1"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--rate-epochs must be at least 2" in proc.stderr, \
+        proc.stderr
 
 
 def test_target_of_the_proxys_size_gives_the_unscaled_prediction(proxy):
@@ -165,7 +169,8 @@ def test_predict_with_size_writes_memory_and_the_ratios(tmp_path):
     report shows both."""
     out = tmp_path / "predict.json"
     spec = "rmat:scale=8,edge_factor=8,features=8,classes=4"
-    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--dataset", spec,
+    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--rate-epochs", "3",
+                           "--dataset", spec,
                            "--parts", "1,2", "--hidden", "8", "--size",
                            "nodes=2560,edges=100000,features=8,classes=4", "--json", str(out)],
                           capture_output=True, text=True, timeout=300)
@@ -238,7 +243,8 @@ def test_predict_measures_the_rates_of_ranks_sharing_the_host(tmp_path):
     at once (the whole graph alone at P = 1) and adds the node-aware cd-0 column; the
     two-level counts and the rates of each P are in the JSON."""
     out = tmp_path / "predict.json"
-    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--dataset",
+    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--rate-epochs", "3",
+                           "--dataset",
                            "rmat:scale=8,edge_factor=8,features=8,classes=4", "--parts", "1,4",
                            "--hidden", "8", "--ranks-per-node", "2", "--json", str(out)],
                           capture_output=True, text=True, timeout=300)

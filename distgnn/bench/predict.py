@@ -250,6 +250,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="measure each P's rates on R of its partitions trained at once on "
                         "this host, as R ranks sharing a node's cores and memory slow each "
                         "other (default: --ranks-per-node; at most P)")
+    p.add_argument("--rate-epochs", type=int, default=RATE_EPOCHS, metavar="E",
+                   help="epochs each rate measurement trains, the first not counted "
+                        f"(default {RATE_EPOCHS}; fewer is quicker and noisier)")
     p.add_argument("--validate", type=comma_list(int),
                    help="comma-separated P to measure here and compare (e.g. 1,2,4)")
     output_arguments(p, "scaling.png and forward_aggregation.png")
@@ -494,6 +497,9 @@ def main(args) -> int:
                            "to --size; validate without --size")
     if args.ranks_per_node < 1 or (args.host_ranks is not None and args.host_ranks < 1):
         raise DistGNNError("--ranks-per-node and --host-ranks must be at least 1")
+    if args.rate_epochs < 2:
+        raise DistGNNError(f"--rate-epochs must be at least 2 (the first is not counted), "
+                           f"got {args.rate_epochs}")
     configure_threads(args.threads)
     data = load(args.dataset)
     print(f"{data.name}: {data.graph.num_nodes:,} vertices, {data.graph.num_edges:,} edges",
@@ -501,7 +507,7 @@ def main(args) -> int:
     if args.size:
         check_size(args.size, data.num_features, data.num_classes, data.name)
     cfg = TrainConfig(model=args.model, hidden=args.hidden, layers=args.layers,
-                      epochs=RATE_EPOCHS, eval_every=RATE_EPOCHS, threads=args.threads,
+                      epochs=args.rate_epochs, eval_every=args.rate_epochs, threads=args.threads,
                       progress=False)
     widths = aggregation_widths(data.num_features, args.hidden, data.num_classes, args.layers)
     params = sum(p.numel() for p in build_model(cfg, data.num_features,
