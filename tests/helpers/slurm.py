@@ -37,6 +37,7 @@ TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "srun",
          "unshare", "ip", "tc")
 NAME = "dgslurm"  # the emulated cluster's name
 START_S = 60  # how long the nodes may take to register with slurmctld
+RATE = "10gbit"  # the nodes' links
 STOP_S = 10  # how long a daemon gets to end after SIGTERM
 CONF = """\
 ClusterName={name}
@@ -89,12 +90,13 @@ def missing() -> str | None:
 
 @dataclass
 class Slurm:
-    """A running test cluster: its configuration, and the environment that points the
-    SLURM commands at it."""
+    """A running test cluster: its configuration, the environment that points the SLURM
+    commands at it, and the emulated cluster its nodes run on (whose links can be shaped)."""
 
     root: Path
     nodes: list[str]
     env: dict[str, str]
+    emulated: cluster.Cluster
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
         proc = subprocess.run(list(argv), capture_output=True, text=True, env=self.env,
@@ -171,7 +173,7 @@ def running_slurm(root: Path, nodes: int = 2):
     cluster.STATE_ROOT = root / "cluster"
     daemons: list[subprocess.Popen] = []
     try:
-        emulated = cluster.up(nodes, "10gbit", 1, NAME)
+        emulated = cluster.up(nodes, RATE, 1, NAME)
         names = [f"node{i}" for i in range(nodes)]
         host = socket.gethostname().split(".")[0]
         cpus = os.cpu_count() or 1
@@ -207,7 +209,7 @@ def running_slurm(root: Path, nodes: int = 2):
         # the nodes share this host's cores: ranks that spin while they wait would take
         # them from the ranks of the other node
         env = {**os.environ, "SLURM_CONF": conf, "OMPI_MCA_mpi_yield_when_idle": "1"}
-        slurm = Slurm(root, names, env)
+        slurm = Slurm(root, names, env, emulated)
         deadline = time.monotonic() + START_S
         while slurm.run("sinfo", "--noheader", "--format=%T", check=False).stdout.split() \
                 != ["idle"]:
