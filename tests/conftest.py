@@ -116,6 +116,20 @@ def pytest_configure(config):
         fuzz.configure(examples, seed)
 
 
+def pytest_sessionstart(session):
+    """A run killed before its teardowns leaves its emulated clusters up, and the next run's
+    first cluster would find their subnet taken: the controller takes down the suite's own
+    (a user's, of other names, are left alone) where it may make namespaces at all."""
+    if hasattr(session.config, "workerinput") or os.geteuid() != 0:
+        return
+    from launch import cluster
+    from tests.helpers import hostile_launch, slurm
+
+    for name in (hostile_launch.NAME, slurm.NAME):
+        with contextlib.suppress(cluster.ClusterError):  # no ip here: no cluster either
+            cluster.down(name)
+
+
 def pytest_sessionfinish(session):
     if hasattr(session.config, "workeroutput"):  # a worker: its cases go to the controller
         session.config.workeroutput["fuzz"] = fuzz_report.export()

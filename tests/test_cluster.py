@@ -13,11 +13,11 @@ import pytest
 
 from distgnn.epoch_log import read_metrics
 from launch import cluster
+from tests.helpers.hostile_launch import NAME
 from tests.helpers.mpi import installed
 from tests.helpers.training import losses, train_quietly
 
 BIN = Path(sys.executable).parent
-NAME = "dgtest"
 pytestmark = pytest.mark.skipif(
     not cluster.has_net_admin() or not all(map(shutil.which, ("ip", "tc", "unshare"))),
     reason="the emulated cluster needs CAP_NET_ADMIN and ip, tc, unshare")

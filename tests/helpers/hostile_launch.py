@@ -21,7 +21,8 @@ from tests.helpers.hostile import Case, Outcome, Runner, both, tool, user_file
 
 CASES: list[Case] = []
 add = CASES.append
-NAME = "dghx"  # the cluster of these cases: not the default one a user may have up
+NAME = "dghx"  # the suite's emulated cluster (tests/test_cluster.py's too): not the default
+# one a user may have up
 
 
 def launch(tmp: Path, run: Runner, *argv, timeout: float = 120) -> Outcome:
