@@ -185,17 +185,19 @@ def check_exchange(random_parts, outs, dtype):
     assert split.sum() >= 3, "the partition must split vertices for the test to mean much"
     rtol = 1e-5 if dtype == "float32" else 1e-10
     atol_y, atol_g = rtol * np.abs(y_ref).max(), rtol * np.abs(grad_ref).max()
-    # forward: every clone, root or leaf, holds the whole-graph aggregate A @ X
-    for p, o in enumerate(outs):
-        np.testing.assert_allclose(o["y"], y_ref[o["global_ids"]], rtol=rtol, atol=atol_y,
-                                   err_msg=f"rank {p}: y differs from A @ X")
-    # backward: the clone gradients are partial sums of A^T G (each loss term counted once)
-    grad_sum = np.zeros_like(grad_ref)
+    for topology in ("", "_node"):  # flat, and two-level over communicators split off
+        # forward: every clone, root or leaf, holds the whole-graph aggregate A @ X
+        for p, o in enumerate(outs):
+            np.testing.assert_allclose(o["y" + topology], y_ref[o["global_ids"]], rtol=rtol,
+                                       atol=atol_y, err_msg=f"rank {p}: y{topology} is not A X")
+        # backward: the clone gradients are partial sums of A^T G (each loss term once)
+        grad_sum = np.zeros_like(grad_ref)
+        for o in outs:
+            np.add.at(grad_sum, o["global_ids"], o["grad" + topology])
+        np.testing.assert_allclose(grad_sum, grad_ref, rtol=rtol, atol=atol_g)
     grad_none = np.zeros_like(grad_ref)
     for o in outs:
-        np.add.at(grad_sum, o["global_ids"], o["grad"])
         np.add.at(grad_none, o["global_ids"], o["grad_none"])
-    np.testing.assert_allclose(grad_sum, grad_ref, rtol=rtol, atol=atol_g)
     # the same checks fail without the exchange: local partials are not the aggregate at
     # split vertices (and are exact at the others), and gradient is lost at leaf clones
     wrong = np.zeros(n, bool)
@@ -227,8 +229,9 @@ def test_exchange_over_each_transport(random_parts, exchange_job, P, comm, dtype
     """Over mpi4py (3 ranks, stored in another local order, its blocking calls waiting by
     sleeping; every other MPI job of the suite polls) and torch.distributed's gloo: cd-0
     forward gives every clone the whole-graph aggregate ``A X``, and its backward makes the
-    clone gradients sum to ``A^T G`` (without the exchange both checks fail); cd-r gives
-    what it gives on threads."""
+    clone gradients sum to ``A^T G`` (without the exchange both checks fail), flat and
+    two-level (the ranks told they are on two nodes: its node and leader communicators are
+    the transport's own, split off); cd-r gives what it gives on threads."""
     outs = exchange_job(P, comm, dtype, wait)
     check_exchange(random_parts, outs, dtype)
     check_cdr_against_threads(random_parts, outs)

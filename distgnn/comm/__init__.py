@@ -60,6 +60,11 @@ class Communicator(Protocol):
         """``[P]`` the node of every rank, numbered ``0, 1, ...`` in the order of each
         node's first rank: ranks with one id share a host's memory (collective)."""
 
+    def split(self, color: int | None) -> "Communicator | None":
+        """The ranks that pass one ``color`` (an int >= 0) as a communicator of their own,
+        ranked in this one's order; ``None`` to a rank that passes ``None`` (MPI's
+        ``Comm_split``; collective)."""
+
 
 class Done:
     """The handle of an operation that completed when it was started."""
@@ -100,6 +105,9 @@ class SelfCommunicator:
 
     def node_ids(self):
         return [0]
+
+    def split(self, color):
+        return self if color is not None else None
 
 
 class RankFailed(DistGNNError):

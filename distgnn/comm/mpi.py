@@ -224,6 +224,10 @@ class MPICommunicator:
             node.Free()
         return numbered(self.comm.allgather(first))
 
+    def split(self, color):
+        part = self.comm.Split(self.MPI.UNDEFINED if color is None else color, self.rank)
+        return None if part == self.MPI.COMM_NULL else MPICommunicator(part, self.wait)
+
     def host_ranks(self) -> int:
         """How many ranks of the job run on this rank's host (its kernel; collective)."""
         mine = boot_id()

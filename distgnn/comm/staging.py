@@ -83,3 +83,7 @@ class Staged:
 
     def node_ids(self):
         return self.comm.node_ids()
+
+    def split(self, color):
+        part = self.comm.split(color)
+        return None if part is None else Staged(part)

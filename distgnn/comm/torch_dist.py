@@ -7,6 +7,7 @@ MPI, and rank 0 picks a free TCP port for the rendezvous and broadcasts it, so n
 from __future__ import annotations
 
 import atexit
+import copy
 import importlib.util
 import socket
 
@@ -65,7 +66,8 @@ class _Work:
 
 
 class TorchCommunicator:
-    """Collectives of the default torch.distributed process group.
+    """Collectives of the default torch.distributed process group (or of ``group``, a part
+    of it made by :meth:`split`).
 
     ``transport``: ``gloo`` (CPU tensors), ``nccl`` (tensors on ``device``, a GPU), ``ccl``
     (CPU tensors; needs ``oneccl_bindings_for_pytorch``).
@@ -94,24 +96,26 @@ class TorchCommunicator:
         self.device = device if transport == "nccl" else torch.device("cpu")
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
+        self.group = None  # the default group
         self._ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
                      "min": dist.ReduceOp.MIN}
 
     def ialltoallv(self, send, send_counts, recv, recv_counts):
         return _Work(dist.all_to_all_single(recv, send, [int(c) for c in recv_counts],
-                                            [int(c) for c in send_counts], async_op=True))
+                                            [int(c) for c in send_counts], group=self.group,
+                                            async_op=True))
 
     def alltoallv(self, send, send_counts, recv, recv_counts):
         self.ialltoallv(send, send_counts, recv, recv_counts).wait()
 
     def allreduce(self, tensor, op="sum"):
-        dist.all_reduce(tensor, op=self._ops[op])
+        dist.all_reduce(tensor, op=self._ops[op], group=self.group)
 
     def broadcast(self, tensor, root=0):
-        dist.broadcast(tensor, src=root)
+        dist.broadcast(tensor, group=self.group, group_src=root)
 
     def barrier(self):
-        dist.barrier()
+        dist.barrier(group=self.group)
 
     def abort(self, code):
         from mpi4py import MPI
@@ -120,3 +124,22 @@ class TorchCommunicator:
 
     def node_ids(self):
         return nodes_by_host_name(self)
+
+    def split(self, color):
+        # torch.distributed makes a group only with every rank of the parent calling
+        # new_group for it, in one order: every rank makes every color's group
+        colors = torch.zeros(self.size, dtype=torch.int64, device=self.device)
+        colors[self.rank] = -1 if color is None else color + 1  # the sum gathers each rank's
+        self.allreduce(colors)
+        mine = None
+        for c in sorted(set(colors.tolist()) - {-1}):
+            ranks = [r for r, k in enumerate(colors.tolist()) if k == c]
+            group = dist.new_group([self._global(r) for r in ranks])
+            if self.rank in ranks:
+                mine = copy.copy(self)
+                mine.group, mine.rank, mine.size = group, ranks.index(self.rank), len(ranks)
+        return mine
+
+    def _global(self, rank: int) -> int:
+        """The default group's rank of this group's ``rank``."""
+        return rank if self.group is None else dist.get_global_rank(self.group, rank)

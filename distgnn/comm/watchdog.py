@@ -12,6 +12,7 @@ the job), falling back to ``os._exit`` if the abort itself does not return promp
 """
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import threading
@@ -115,6 +116,18 @@ class Watchdog:
     def node_ids(self):
         with self.guard("node_ids"):
             return self.comm.node_ids()
+
+    def split(self, color):
+        """The part of ``comm`` (see :meth:`Communicator.split`) under this watchdog: its
+        calls keep the deadline this one's thread watches, which aborts the whole job."""
+        with self.guard("split"):
+            part = self.comm.split(color)
+        if part is None:
+            return None
+        view = copy.copy(self)
+        view.comm, view.rank, view.size = part, part.rank, part.size
+        view.guard = self.guard  # this watchdog's deadline, not a copy of it
+        return view
 
     def abort(self, code):
         self.comm.abort(code)

@@ -14,9 +14,10 @@ vertex ``v`` with clones on the ranks ``R(v)`` and its root on rank ``r(v)``:
 
 Per vertex and direction, ``|{N(p) : p in R(v)}| - 1`` rows cross the network, against the
 flat exchange's ``|{p in R(v) : N(p) != N(r(v))}|`` (one per leaf off the root's node), and
-each leader sends one message to each other leader.  Steps 1 and 4 stay within a node (MPI
-moves them through shared memory).  Every step is one ``alltoallv`` of the job's
-communicator in which only the pairs named send rows.
+each leader sends one message to each other leader.  Steps 1 and 4 are ``alltoallv``\ s of
+the node's own communicator (its ranks, split from the job's by node: MPI moves them
+through shared memory), steps 2 and 3 of the leaders' communicator, one rank per node; the
+other ranks of a node take no part in them.
 """
 from __future__ import annotations
 
@@ -57,14 +58,18 @@ class NodeTree:
 
     Attributes:
         nodes: ``[P]`` the node of each rank.
+        node_comm: the communicator of this node's ``K`` ranks (steps 1 and 4).
+        leader_comm: the communicator of the ``N`` leaders (steps 2 and 3); ``None`` on
+            every other rank.
         clone_ids: int64 ``[c]`` this rank's split vertices (local ids: its leaves, then its
             roots), in the order it sends them to its leader.
-        to_leader: ``[P]`` rows sent in step 1 (``c`` to the leader, 0 to every other rank).
-        entry_counts: ``[P]`` rows the leader receives from each rank in step 1.
+        to_leader: ``[K]`` rows sent in step 1 (``c`` to the leader, 0 to every other rank
+            of the node).
+        entry_counts: ``[K]`` rows the leader receives from each rank of its node in step 1.
         entry_rows: int64 ``[E]`` the node row of each of those entries (leader only).
         rows: node rows: the split vertices with a clone on this node (leader only).
         out_rows, out_counts: node rows sent across in step 2, grouped by the leader of
-            their root's node (``[P]`` counts).
+            their root's node (``[N]`` counts, by node).
         in_rows, in_counts: node rows whose partials arrive across in step 2, grouped by
             sending leader.
         across_bytes: bytes this rank has sent to other nodes (steps 2 and 3).
@@ -113,6 +118,17 @@ class NodeTree:
         self.rows = len(gids)
         self.entry_rows, self.out_rows, self.in_rows = (
             torch.from_numpy(r.astype(np.int64)) for r in (entry_rows, out_rows, in_rows))
+        # the tables above count rows per rank of the job, nonzero only for ranks of this
+        # node (steps 1, 4) and for leaders (2, 3): per rank of the communicators that move
+        # them, each ranked in the job's order
+        self.node_comm = comm.split(nodes[me])
+        self.leader_comm = comm.split(0 if me == self.leader else None)
+        members = [r for r in range(size) if nodes[r] == nodes[me]]
+        self.to_leader, self.entry_counts = (
+            [counts[r] for r in members] for counts in (self.to_leader, self.entry_counts))
+        heads = sorted(leaders.values())
+        self.out_counts, self.in_counts = (
+            [counts[r] for r in heads] for counts in (self.out_counts, self.in_counts))
         self.buffers: dict[tuple, list[torch.Tensor]] = {}
         self.on_device: dict[torch.device, list[torch.Tensor]] = {}
         self.across_bytes = 0
@@ -139,26 +155,29 @@ class NodeTree:
         steps of the module docstring; returns the bytes this rank sent."""
         clones, entries, sums, out, into = self._buffers(a)
         clone_ids, entry_rows, out_rows, in_rows = self._ids(a.device)
-        comm, row = self.comm, a.shape[1] * a.element_size()
+        node, across, row = self.node_comm, self.leader_comm, a.shape[1] * a.element_size()
         with self.timer("exchange_pre"):
             torch.index_select(a, 0, clone_ids, out=clones)
         with self.timer("exchange_wait"):
-            comm.alltoallv(clones, self.to_leader, entries, self.entry_counts)
+            node.alltoallv(clones, self.to_leader, entries, self.entry_counts)
         with self.timer("exchange_post"):
             sums.zero_().index_add_(0, entry_rows, entries)
-            torch.index_select(sums, 0, out_rows, out=out)
-        with self.timer("exchange_wait"):
-            comm.alltoallv(out, self.out_counts, into, self.in_counts)
+        if across is not None:
+            with self.timer("exchange_post"):
+                torch.index_select(sums, 0, out_rows, out=out)
+            with self.timer("exchange_wait"):
+                across.alltoallv(out, self.out_counts, into, self.in_counts)
+            with self.timer("exchange_post"):
+                sums.index_add_(0, in_rows, into)
+                torch.index_select(sums, 0, in_rows, out=into)
+            with self.timer("exchange_wait"):
+                across.alltoallv(into, self.in_counts, out, self.out_counts)
+            with self.timer("exchange_post"):
+                sums.index_copy_(0, out_rows, out)
         with self.timer("exchange_post"):
-            sums.index_add_(0, in_rows, into)
-            torch.index_select(sums, 0, in_rows, out=into)
-        with self.timer("exchange_wait"):
-            comm.alltoallv(into, self.in_counts, out, self.out_counts)
-        with self.timer("exchange_post"):
-            sums.index_copy_(0, out_rows, out)
             torch.index_select(sums, 0, entry_rows, out=entries)
         with self.timer("exchange_wait"):
-            comm.alltoallv(entries, self.entry_counts, clones, self.to_leader)
+            node.alltoallv(entries, self.entry_counts, clones, self.to_leader)
         with self.timer("exchange_post"):
             a.index_copy_(0, clone_ids, clones)
         across = (len(self.out_rows) + len(self.in_rows)) * row

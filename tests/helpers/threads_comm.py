@@ -30,15 +30,27 @@ class Aborted(RuntimeError):
 
 
 class World:
-    """What the ranks share: the posted parts of every operation, by sequence number."""
+    """What the ranks share: the posted parts of every operation, by sequence number.  The
+    worlds of the communicators split from it are its children: a failure in any of them
+    fails them all."""
 
-    def __init__(self, size: int, nodes: Sequence[int] | None = None):
-        self.size = size
+    def __init__(self, size: int, nodes: Sequence[int] | None = None,
+                 parent: World | None = None):
+        self.size, self.parent = size, parent
         self.nodes = list(nodes) if nodes is not None else [0] * size  # node of each rank
         self.cond = threading.Condition()
         self.parts: dict[int, list] = {}  # operation -> part of each rank
         self.collected: dict[int, int] = {}  # operation -> ranks that collected it
         self.failure: str | None = None
+        self.children: dict[tuple, World] = {}
+
+    def child(self, key: tuple, nodes: Sequence[int]) -> World:
+        """The world of the part ``key`` (the split and a color), made by its first rank."""
+        with self.cond:
+            if key not in self.children:
+                self.children[key] = World(len(nodes), nodes, self)
+                self.children[key].failure = self.failure
+            return self.children[key]
 
     def post(self, op: int, rank: int, part) -> None:
         with self.cond:
@@ -62,10 +74,19 @@ class World:
             return parts
 
     def fail(self, why: str) -> None:
+        if self.parent is not None:
+            self.parent.fail(why)
+            return
+        self._fail(why)
+
+    def _fail(self, why: str) -> None:
         with self.cond:
             if self.failure is None:
                 self.failure = why
             self.cond.notify_all()
+            children = list(self.children.values())
+        for child in children:
+            child._fail(why)
 
 
 class ThreadsHandle:
@@ -137,6 +158,15 @@ class ThreadsCommunicator:
     def node_ids(self) -> list[int]:
         self.barrier()  # collective, as MPI's
         return list(self.world.nodes)
+
+    def split(self, color: int | None) -> ThreadsCommunicator | None:
+        op = self._post(color)
+        colors = self.world.collect(op)
+        if color is None:
+            return None
+        members = [r for r, c in enumerate(colors) if c == color]
+        part = self.world.child((op, color), [self.world.nodes[r] for r in members])
+        return ThreadsCommunicator(part, members.index(self.rank))
 
     def abort(self, code: int) -> None:
         self.world.fail(f"rank {self.rank} aborted with status {code}")

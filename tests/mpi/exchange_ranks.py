@@ -7,8 +7,10 @@ Rank ``p`` loads partition ``p`` of ``DIR`` and writes ``OUT/rank-p.npz``:
 
 - from ``REF.npz`` (the whole graph's features ``x`` and loss weights ``g``): the cd-0
   aggregate ``y = nbr.reduce(h, "sum")`` (training, epoch 0, key 0) of ``h = x[global_ids]``
-  and the gradient ``h.grad`` of ``sum over root clones of y * g[global_ids]``, once with
-  the exchange (``y``, ``grad``) and once without any (``y_none``, ``grad_none``);
+  and the gradient ``h.grad`` of ``sum over root clones of y * g[global_ids]``, with the
+  flat exchange (``y``, ``grad``), the node-aware one with the ranks told they are on two
+  nodes (``y_node``, ``grad_node``: ranks ``p < P/2`` on one), and without any (``y_none``,
+  ``grad_none``);
 - cd-r with delay 2 (non-blocking alltoallv in flight across epochs) through autograd
   for ``EPOCHS`` epochs (:func:`delayed_run`): the forward outputs (``cdr_fwd``), the
   gradients that come back (``cdr_bwd``) and the bytes sent (``cdr_bytes``), which the test
@@ -42,7 +44,12 @@ def exchange_check(part, index, comm, ref, dtype, out):
     x = torch.from_numpy(data["x"][gids]).to(dtype)
     g = torch.from_numpy(data["g"][gids]).to(dtype)
     root = torch.from_numpy(np.asarray(part.root_rank) == comm.rank)
-    for suffix, exchange in (("", Exchange(index=index, comm=comm)), ("_none", None)):
+    # two nodes, so that the two-level sum splits its node and leaders' communicators off
+    # this transport's and moves rows through both
+    comm.node_ids = lambda: [2 * p // comm.size for p in range(comm.size)]
+    for suffix, exchange in (("", Exchange(index=index, comm=comm)),
+                             ("_node", Exchange(index=index, comm=comm, topology="node")),
+                             ("_none", None)):
         nbr = Neighbourhood(part.graph, get_backend("torch"), global_ids=gids,
                             exchange=exchange)
         h = x.clone().requires_grad_(True)
