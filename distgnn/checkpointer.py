@@ -28,8 +28,8 @@ from .shard import Shard
 RUN_ONLY = frozenset({"epochs", "eval_every", "roc_auc", "patience", "backend", "device",
                       "rank_devices", "rank_backends", "threads", "metrics_out",
                       "checkpoint_dir", "checkpoint_every", "keep", "resume",
-                      "resume_if_present", "nan_policy", "comm_timeout", "progress", "comm", "comm_wait",
-                      "verify", "recompute", "reorder",
+                      "resume_if_present", "nan_policy", "comm_timeout", "progress", "comm",
+                      "comm_wait", "verify", "recompute", "reorder",
                       "save_model", "final_weights", "predictions_out", "embeddings_out",
                       "embeddings_layer", "exchange_topology"})
 # fingerprinted at every value since checkpoint format 2; the others only away from their

@@ -54,13 +54,14 @@ from distgnn.bench.predict import (
     predict,
 )
 from distgnn.bench.rates import RATE_EPOCHS, directory_graphs, host_rates
-from partition.stats import node_rows
 from distgnn.cli_common import use_huge_pages
+from distgnn.comm import WAITS
 from distgnn.config import DEFAULT_SCHEDULE_PRECISION
 from distgnn.epoch_log import read_metrics
 from distgnn.exchange.controller import EXACT_EVERY
 from distgnn.storage import write_atomic
 from launch import cluster
+from partition.stats import node_rows
 
 BIN = Path(sys.executable).parent
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
@@ -204,7 +205,7 @@ def main() -> int:
                         "epochs, once per graph and node count (0: not)")
     p.add_argument("--rates", default="10gbit,1gbit,200mbit", help="comma-separated tc rates")
     p.add_argument("--delays", default="2,5,10", help="comma-separated r of cd-r (may be empty)")
-    p.add_argument("--comm-wait", default="auto", choices=("auto", "poll", "sleep"),
+    p.add_argument("--comm-wait", default="auto", choices=WAITS,
                    help="distgnn-train's and distgnn-bench comm's --comm-wait (auto: sleep "
                         "here, where the emulated nodes share this host's cores)")
     p.add_argument("--variants", default="",

@@ -267,10 +267,11 @@ def pytest_collection_modifyitems(config, items):
 # ---- parallel runs (pytest-xdist): -n auto in pyproject.toml ------------------------------------
 # A worker per core plus one: the suite's CPU time fills about 83 % of two cores with two
 # workers, the rest being tests that wait (on MPI jobs, signals, timeouts); a third worker
-# computes meanwhile (10 min 4 s -> 9 min 5 s on 2 cores).  Every ``cluster`` test runs in one worker, one after another (two at once
-# share the emulated links, and each sees the other's traffic); the other tests, MPI jobs
-# included, go one at a time to whichever worker is free.  (pytest-xdist's own xdist_group
-# does not group under pytest 9: it renames item._nodeid, which pytest 9 no longer reads.)
+# computes meanwhile (10 min 4 s -> 9 min 5 s on 2 cores).  Every ``cluster`` test runs in
+# one worker, one after another (two at once share the emulated links, and each sees the
+# other's traffic); the other tests, MPI jobs included, go one at a time to whichever worker
+# is free.  (pytest-xdist's own xdist_group does not group under pytest 9: it renames
+# item._nodeid, which pytest 9 no longer reads.)
 GROUPS_ENV = "DISTGNN_TEST_GROUPS"  # the folder where each worker writes {node id: group}
 # module-scoped fixtures that run one MPI job whose results several tests read: their tests
 # go to one worker, or each worker would run the job again

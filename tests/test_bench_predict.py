@@ -12,9 +12,9 @@ from distgnn.bench.predict import (
     Rates,
     TargetSize,
     check_size,
+    cut_statistics,
     exchange_widths,
     parse_size,
-    partition_statistics,
     predicted_memory,
     scale_statistics,
     table,
@@ -34,7 +34,7 @@ def proxy():
     from distgnn.datasets import load
 
     data = load(f"rmat:scale=9,edge_factor=8,features={F},classes={C}")
-    return data, partition_statistics(data.graph, [1, 2, 4])[0]
+    return data, {P: cut_statistics(data.graph, P)[1] for P in (1, 2, 4)}
 
 
 def rates(stats):
@@ -223,7 +223,8 @@ def test_ranks_per_node_counts_node_links_and_predicts_the_node_aware_exchange(p
     from partition.stats import node_rows
 
     data, _ = proxy
-    stats, sets = partition_statistics(data.graph, [4])
+    _, per_rank, clones = cut_statistics(data.graph, 4)
+    stats, sets = {4: per_rank}, {4: clones}
     widths = exchange_widths(F, H, C, LAYERS)
     nodes = [0, 0, 1, 1]
     flat, node = (node_rows(sets[4], nodes, t) for t in ("flat", "node"))
@@ -298,7 +299,6 @@ def proxy_rows_inputs(net):
 def test_partition_graphs_are_what_each_rank_computes_on(tmp_path, proxy):
     """The rates are measured on partitions as graphs of their own: a layout's (in memory)
     and a partition directory's hold each partition's vertices, edges and feature rows."""
-    from distgnn.bench.predict import cut_statistics
     from distgnn.bench.rates import directory_graphs, partition_graphs
     from partition.format import write_dataset
 

@@ -7,10 +7,11 @@ training that P's partitions with ``T`` threads for a few epochs, ``R`` of them 
 ``R`` ranks of one host (:mod:`distgnn.bench.rates`: local aggregation seconds per edge,
 dense seconds per vertex, optimizer seconds; at P = 1 the whole graph), and by the STREAM
 triad; and a network (latency ``alpha``, bandwidth ``beta`` of a node's link: presets, or
-measured by ``distgnn-bench comm``).  With ``E_p``, ``n_p``, ``l_p`` leaves and ``L_p`` leaf entries of
-rank ``p`` (see :mod:`partition.stats`) and the widths ``d_k`` of the ``K`` exchanges of one
-epoch (each layer's forward aggregation, then its backward one, except for a first layer
-that aggregates the input features, which need no gradient; :func:`exchange_widths`):
+measured by ``distgnn-bench comm``).  With ``E_p``, ``n_p``, ``l_p`` leaves and ``L_p`` leaf
+entries of rank ``p`` (see :mod:`partition.stats`) and the widths ``d_k`` of the ``K``
+exchanges of one epoch (each layer's forward aggregation, then its backward one, except for
+a first layer that aggregates the input features, which need no gradient;
+:func:`exchange_widths`):
 
 .. math::
     t_{local} = a \\max_p E_p, \\quad t_{dense} = u \\max_p n_p, \\quad
@@ -264,9 +265,9 @@ def predict(per_rank: list[dict], rates: Rates, widths: list[int], params: int,
             allreduce: list[list[float]] | None = None) -> dict[str, float]:
     """Predicted phases (seconds) of one epoch; ``per_rank`` as in ``partition.stats``,
     ``widths`` those of the epoch's exchanges (:func:`exchange_widths`); ``links``: the
-    :func:`~partition.stats.node_rows` of the ranks' nodes for cd-0's exchange in ``topology`` (``None``: a
-    rank per node); ``allreduce``: the job's allreduce measured (:func:`allreduce_seconds`),
-    else the formula of the module docstring."""
+    :func:`~partition.stats.node_rows` of the ranks' nodes for cd-0's exchange in
+    ``topology`` (``None``: a rank per node); ``allreduce``: the job's allreduce measured
+    (:func:`allreduce_seconds`), else the formula of the module docstring."""
     P = len(per_rank)
     local = rates.aggregation_per_edge * max(r["edges"] for r in per_rank)
     dense = rates.dense_per_vertex * max(r["vertices"] for r in per_rank)
@@ -311,9 +312,9 @@ def exchange_seconds(per_rank: list[dict], widths: list[int], alpha: float, beta
     """Blocking exchanges of ``widths`` (cd-0's, on a ``precision`` wire): each two
     alltoallvs across the network (leaves to roots, roots to leaves), bounded by the rank
     with the most rows to move (a rank per node, ``beta`` its link), or, with ``links``
-    (:func:`~partition.stats.node_rows`), by the node link with the most rows (``beta`` each node's link);
-    at :func:`~distgnn.exchange.wire.row_bytes` per row.  The ``node`` topology adds two
-    alltoallvs within the nodes (their latency; their copies are in ``prepost``)."""
+    (:func:`~partition.stats.node_rows`), by the node link with the most rows (``beta`` each
+    node's link); at :func:`~distgnn.exchange.wire.row_bytes` per row.  The ``node`` topology
+    adds two alltoallvs within the nodes (their latency; their copies are in ``prepost``)."""
     P = len(per_rank)
     if P == 1:
         return 0.0
@@ -384,15 +385,6 @@ def cut_statistics(graph, P: int, seed: int = 0) -> tuple:
     layout = vertex_cut(graph, P, "libra", seed=seed)
     return (layout, [dataclasses.asdict(c) for c in counts_from_layout(layout)],
             clone_sets(layout))
-
-
-def partition_statistics(graph, parts: list[int], seed: int = 0
-                         ) -> tuple[dict[int, list[dict]], dict[int, list | None]]:
-    """Per P, the per-rank counts and clone sets of :func:`cut_statistics`."""
-    stats, sets = {}, {}
-    for P in parts:
-        _, stats[P], sets[P] = cut_statistics(graph, P, seed)
-    return stats, sets
 
 
 def partition_rates(data, layout, cfg, host_ranks: int) -> Rates:

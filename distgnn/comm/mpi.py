@@ -182,35 +182,31 @@ class MPICommunicator:
         np.cumsum(counts[:-1], out=displs[1:])
         return [array, (counts, displs), self.MPI._typedict[array.dtype.char]]
 
-    def alltoallv(self, send, send_counts, recv, recv_counts):
-        s, r = self._spec(send, send_counts), self._spec(recv, recv_counts)
+    def _blocking(self, blocking, started, *args, **kwargs) -> None:
+        """``blocking(*args, **kwargs)``, or in the sleep mode its non-blocking form
+        ``started`` completed by :func:`sleep_until_done`."""
         if self.wait == "sleep":
-            sleep_until_done(self.comm.Ialltoallv(s, r))
+            sleep_until_done(started(*args, **kwargs))
         else:
-            self.comm.Alltoallv(s, r)
+            blocking(*args, **kwargs)
+
+    def alltoallv(self, send, send_counts, recv, recv_counts):
+        self._blocking(self.comm.Alltoallv, self.comm.Ialltoallv,
+                       self._spec(send, send_counts), self._spec(recv, recv_counts))
 
     def ialltoallv(self, send, send_counts, recv, recv_counts):
         s, r = self._spec(send, send_counts), self._spec(recv, recv_counts)
         return _Request(self.comm.Ialltoallv(s, r), (s, r), self.progress_thread)
 
     def allreduce(self, tensor, op="sum"):
-        array = tensor.detach().numpy()
-        if self.wait == "sleep":
-            sleep_until_done(self.comm.Iallreduce(self.MPI.IN_PLACE, array, op=self._ops[op]))
-        else:
-            self.comm.Allreduce(self.MPI.IN_PLACE, array, op=self._ops[op])
+        self._blocking(self.comm.Allreduce, self.comm.Iallreduce, self.MPI.IN_PLACE,
+                       tensor.detach().numpy(), op=self._ops[op])
 
     def broadcast(self, tensor, root=0):
-        if self.wait == "sleep":
-            sleep_until_done(self.comm.Ibcast(tensor.detach().numpy(), root=root))
-        else:
-            self.comm.Bcast(tensor.detach().numpy(), root=root)
+        self._blocking(self.comm.Bcast, self.comm.Ibcast, tensor.detach().numpy(), root=root)
 
     def barrier(self):
-        if self.wait == "sleep":
-            sleep_until_done(self.comm.Ibarrier())
-        else:
-            self.comm.Barrier()
+        self._blocking(self.comm.Barrier, self.comm.Ibarrier)
 
     def abort(self, code):
         self.comm.Abort(code)

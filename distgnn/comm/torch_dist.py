@@ -131,9 +131,9 @@ class TorchCommunicator:
         colors = torch.zeros(self.size, dtype=torch.int64, device=self.device)
         colors[self.rank] = -1 if color is None else color + 1  # the sum gathers each rank's
         self.allreduce(colors)
-        mine = None
-        for c in sorted(set(colors.tolist()) - {-1}):
-            ranks = [r for r, k in enumerate(colors.tolist()) if k == c]
+        colors, mine = colors.tolist(), None
+        for c in sorted(set(colors) - {-1}):
+            ranks = [r for r, k in enumerate(colors) if k == c]
             group = dist.new_group([self._global(r) for r in ranks])
             if self.rank in ranks:
                 mine = copy.copy(self)

@@ -77,7 +77,7 @@ class NodeTree:
 
     def __init__(self, index: SplitIndex, comm: Communicator, nodes: list[int],
                  timer: PhaseTimer):
-        self.comm, self.nodes, self.timer = comm, nodes, timer
+        self.nodes, self.timer = nodes, timer
         size, me = comm.size, comm.rank
         leaders = {}
         for rank, node in enumerate(nodes):
