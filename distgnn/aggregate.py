@@ -196,15 +196,31 @@ class Neighbourhood:
             self.graph.cache[key] = loops if bool(loops.any()) else None
         return self.graph.cache[key]
 
-    def edge_keys(self) -> tuple[np.ndarray, np.ndarray]:
+    def placed(self, name: str, arrays, device):
+        """``arrays`` (numpy) as they are on the CPU, where the Numba kernels read them, or as
+        int64 tensors on ``device``, copied there once and kept in the graph's cache."""
+        if device is None or torch.device(device).type == "cpu":
+            return arrays
+        key = (name, str(device))
+        if key not in self.graph.cache:
+            self.graph.cache[key] = tuple(torch.from_numpy(a).to(device) for a in arrays)
+        return self.graph.cache[key]
+
+    def vertex_ids(self, device=None):
+        """int64 ``[N]``: the global ids that key vertex dropout (:meth:`placed` on
+        ``device``)."""
+        return self.placed("global_ids", (self.global_ids,), device)[0]
+
+    def edge_keys(self, device=None):
         """int64 ``[E]`` and ``[N]``: a key per edge (in CSR order) and per self-loop from
         the global ids of both ends, ``(g_u << 32) | g_v``, so a partition keys each edge as
-        the whole graph does (edge dropout draws the same masks)."""
+        the whole graph does (edge dropout draws the same masks); :meth:`placed` on
+        ``device``."""
         if "edge_keys" not in self.graph.cache:
             src, dst = self.graph.edges()
             g = self.global_ids
             self.graph.cache["edge_keys"] = ((g[src] << 32) | g[dst], (g << 32) | g)
-        return self.graph.cache["edge_keys"]
+        return self.placed("edge_keys", self.graph.cache["edge_keys"], device)
 
     def attend(self, loop: torch.Tensor, s: torch.Tensor, t: torch.Tensor, z: torch.Tensor,
                slope: float, p: float, key: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -29,6 +29,7 @@ uses).  To add one, implement the three methods and name it in :func:`get_backen
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Protocol
 
@@ -38,7 +39,7 @@ import torch.nn.functional as F
 
 from .dropout import vertex_dropout
 from .errors import DistGNNError
-from .graph import CSRGraph, GraphError
+from .graph import CSRGraph, GraphError, csr_rows
 from .kernels import REDUCES, inverse_degree, spmm
 from .kernels import attention as k
 from .kernels.attention import transposed_order
@@ -256,9 +257,146 @@ class TorchSparseBackend:
                             exact=True) + loop_weight
         alpha = weight / total[dst]
         if p:
-            alpha = vertex_dropout(alpha, nbr.edge_keys()[0], p, key)
+            alpha = vertex_dropout(alpha, nbr.edge_keys(alpha.device)[0], p, key)
         y = torch.zeros_like(z).index_add(0, dst, alpha.unsqueeze(-1) * z[src])
         return y.view(len(y), -1), loop_weight / total
+
+
+class TritonBackend(TorchSparseBackend):
+    """Deterministic Triton kernels on CUDA tensors (:mod:`distgnn.kernels.gpu`): the sum and
+    mean aggregations and their backward (on the transposed CSR) as row-parallel SpMM, GAT's
+    softmax and aggregation without an ``[E, H, C]`` tensor (:class:`TritonSoftmaxAggregate`),
+    both formed in the same order every run, so that a GPU run repeats bit for bit.  Max and
+    min are the torch backend's (scatter operations).  The default on GPU ranks where Triton
+    is installed (it comes with CUDA builds of PyTorch).  ``aggregation_precision`` as in
+    the module docstring: under bf16 the kernels gather bf16 rows (half the bytes)."""
+
+    name = "triton"
+
+    def csr(self, graph: CSRGraph, device: torch.device) -> dict:
+        """The CSR and its transpose on ``device`` (``indptr``, ``indices``, ``order``: the
+        rows by decreasing degree, ``weight`` or ``None``; the same with ``_t`` by source),
+        ``rows`` (each edge's destination) and ``position`` (the edge of each transposed
+        entry), ``loops`` (which edges are stored self-loops, ``None`` if none is), made once
+        per device and kept in ``graph.cache``."""
+        from .kernels import gpu
+
+        key = f"triton:{device}"
+        if key not in graph.cache:
+            n = graph.num_nodes
+            itype = np.int32 if max(n, graph.num_edges) < 2**31 - 1 else np.int64
+            indptr_t, dst_t, position = transposed_order(graph.indptr, graph.indices, n)
+            on = lambda a, dtype=None: torch.from_numpy(  # noqa: E731
+                np.ascontiguousarray(a, dtype=dtype)).to(device)
+            weight = graph.edge_weight
+            t = {"indptr": on(graph.indptr, np.int64), "indices": on(graph.indices, itype),
+                 "indptr_t": on(indptr_t), "indices_t": on(dst_t, itype),
+                 "rows": on(csr_rows(graph.indptr, itype)), "position": on(position),
+                 "weight": None if weight is None else on(weight, np.float32),
+                 "weight_t": None if weight is None else on(weight[position], np.float32),
+                 "inv_deg": (1.0 / torch.from_numpy(graph.in_degrees()).clamp(min=1)
+                             ).to(device, torch.float32).unsqueeze(1)}
+            t["order"], t["order_t"] = gpu.row_order(t["indptr"]), gpu.row_order(t["indptr_t"])
+            loops = t["indices"] == t["rows"]
+            t["loops"] = loops if bool(loops.any()) else None
+            graph.cache[key] = t
+        return graph.cache[key]
+
+    def gathered(self, x: torch.Tensor, reduce: str) -> torch.Tensor:
+        """What the kernels gather for ``x``: itself, or a bf16 copy (see the class)."""
+        return x.to(torch.bfloat16) if self.bf16 and reduce in LINEAR else x
+
+    def product(self, graph: CSRGraph, x: torch.Tensor, reduce: str, transposed: bool
+                ) -> torch.Tensor:
+        """``A x`` (``A^T x`` when ``transposed``), scaled for the mean."""
+        from .kernels import gpu
+
+        t, side = self.csr(graph, x.device), "_t" if transposed else ""
+        if reduce == "mean" and transposed:
+            x = x * t["inv_deg"].to(x.dtype)
+        y = gpu.spmm(t["indptr" + side], t["indices" + side], t["order" + side],
+                     self.gathered(x.contiguous(), reduce), t["weight" + side],
+                     out_dtype=x.dtype)
+        return y * t["inv_deg"].to(x.dtype) if reduce == "mean" and not transposed else y
+
+    def spmm(self, graph, x, reduce):
+        if reduce not in LINEAR:
+            return super().spmm(graph, x, reduce)
+        check_operand(graph, x, reduce)
+        return self.product(graph, x, reduce, False), None
+
+    def spmm_backward(self, graph, grad_y, reduce, arg):
+        if reduce not in LINEAR:
+            return super().spmm_backward(graph, grad_y, reduce, arg)
+        check_operand(graph, grad_y, reduce, "grad_y")
+        return self.product(graph, grad_y, reduce, True)
+
+    def attend(self, nbr, loop, s, t, z, slope, p, key):
+        """In the kernels of :mod:`distgnn.kernels.gpu` (:class:`TritonSoftmaxAggregate`)."""
+        return TritonSoftmaxAggregate.apply(loop, s, t, z, nbr, self, slope, p, key)
+
+
+class TritonSoftmaxAggregate(torch.autograd.Function):
+    """GAT's edge softmax and aggregation (the mathematics of
+    :mod:`distgnn.kernels.attention`) on a GPU: per-edge ``[E, H]`` logits, coefficients and
+    their gradients in torch operations, every sum over a vertex's edges in
+    :func:`distgnn.kernels.gpu.spmm` (the per-head aggregation of ``z`` too) and the
+    coefficients' gradient ``k_e <g_v, z_u>`` in :func:`~distgnn.kernels.gpu.sddmm_heads`:
+    no ``[E, H, C]`` tensor is made, and no sum depends on the order of atomics.  Returns,
+    as :class:`SoftmaxAggregate` does, this rank's partial ``y`` ``[N, H C]`` and the
+    self-loop coefficients ``[N, H]``."""
+
+    @staticmethod
+    def forward(ctx, loop, s, t, z, nbr, backend, slope, p, key):
+        from .kernels import gpu
+
+        c = backend.csr(nbr.graph, z.device)
+        n, heads = z.shape[0], z.shape[1]
+        src, dst = c["indices"], c["rows"]
+        rows = functools.partial(gpu.spmm, c["indptr"], c["indices"], c["order"], None,
+                                 heads=heads)
+        logits = F.leaky_relu(s[src] + t[dst], slope)  # [E, H]
+        if c["loops"] is not None:  # stored self-loops take no part; the caller adds one
+            logits.masked_fill_(c["loops"].unsqueeze(1), -torch.inf)
+        top = nbr.combine(torch.maximum(loop, rows(logits, row_max=True)), "max",
+                          empty_rows=False)
+        alpha = logits.sub_(top[dst]).exp_()  # the weights, made the coefficients below
+        loop_weight = torch.exp(loop - top)
+        total = nbr.combine(rows(alpha), exact=True) + loop_weight
+        alpha.div_(total[dst])
+        kept = (gpu.keyed_dropout(alpha, torch.as_tensor(nbr.edge_keys(z.device)[0],
+                                                         device=z.device), p, key)
+                if p else alpha)
+        y = gpu.spmm(c["indptr"], c["indices"], c["order"], z.reshape(n, -1), kept, heads)
+        loop_alpha = loop_weight / total
+        ctx.nbr, ctx.backend, ctx.slope = nbr, backend, slope
+        ctx.save_for_backward(s, t, z, alpha, kept, loop_alpha)
+        return y, loop_alpha
+
+    @staticmethod
+    def backward(ctx, grad_y, grad_loop_alpha):
+        from .kernels import gpu
+
+        s, t, z, alpha, kept, loop_alpha = ctx.saved_tensors
+        c = ctx.backend.csr(ctx.nbr.graph, z.device)
+        n, heads = z.shape[0], z.shape[1]
+        src, dst, position = c["indices"], c["rows"], c["position"]
+        rows = functools.partial(gpu.spmm, c["indptr"], c["indices"], c["order"], None,
+                                 heads=heads)
+        g = grad_y.reshape(n, -1).contiguous()
+        # alpha_e dL/dalpha_e = k_e <g_v, z_u>, summed per vertex over its in-edges and loop
+        grad = gpu.sddmm_heads(src, dst, g, z.reshape(n, -1), heads, kept)
+        dot = rows(grad) + loop_alpha * grad_loop_alpha
+        grad_loop = loop_alpha * grad_loop_alpha - loop_alpha * dot  # this clone's part
+        dot = ctx.nbr.combine(dot, exact=True)
+        grad.sub_(alpha * dot[dst])  # dL/d(s_u + t_v), through the LeakyReLU below
+        grad = torch.where(s[src] + t[dst] > 0, grad, grad * ctx.slope)
+        grad_t = rows(grad)
+        grad_s = gpu.spmm(c["indptr_t"], c["indices_t"], c["order_t"], None, grad[position],
+                          heads)
+        grad_z = gpu.spmm(c["indptr_t"], c["indices_t"], c["order_t"], g, kept[position],
+                          heads)
+        return (grad_loop, grad_s, grad_t, grad_z.view_as(z), None, None, None, None, None)
 
 
 class NumbaBackend:
@@ -412,7 +550,7 @@ def _array(t: torch.Tensor) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
 
-BACKENDS = ("numba", "torch")
+BACKENDS = ("numba", "torch", "triton")
 
 
 def get_backend(name: str, aggregation_precision: str = "fp32", kernel_trial: bool = True
@@ -423,6 +561,8 @@ def get_backend(name: str, aggregation_precision: str = "fp32", kernel_trial: bo
     (:meth:`NumbaBackend.plan`)."""
     if name == "torch":
         return TorchSparseBackend(aggregation_precision)
+    if name == "triton":
+        return TritonBackend(aggregation_precision)
     if name == "numba":
         return NumbaBackend(aggregation_precision, kernel_trial)
     raise DistGNNError(f"unknown aggregation backend {name!r}; choose from "

@@ -196,7 +196,8 @@ def _execution_and_output_flags(p: argparse.ArgumentParser, d) -> None:
     g = p.add_argument_group("execution and output")
     g.add_argument("--backend", choices=BACKEND_CHOICES, default=d.backend,
                    help="aggregation kernels: numba (cache-blocked CPU kernels), torch "
-                        "(torch.sparse, any device) or auto (torch on a GPU, else numba)")
+                        "(torch.sparse, any device), triton (deterministic GPU kernels) or "
+                        "auto (triton on a GPU, torch there without Triton; else numba)")
     g.add_argument("--device", choices=DEVICES, default=d.device,
                    help="where each rank computes: cpu, cuda (the local rank's GPU) or auto "
                         "(cuda when the rank sees a GPU)")
@@ -204,7 +205,7 @@ def _execution_and_output_flags(p: argparse.ArgumentParser, d) -> None:
                    help="per-rank --device for the ranks named, e.g. 0:cpu,1:cuda (a job "
                         "may mix CPU and GPU ranks)")
     g.add_argument("--rank-backends", metavar="R:BACKEND,...",
-                   help="per-rank --backend for the ranks named, e.g. 1:torch,3:torch")
+                   help="per-rank --backend for the ranks named, e.g. 1:triton,3:triton")
     g.add_argument("--threads", type=int, default=d.threads,
                    help="torch and Numba threads (None: the libraries' own defaults on one "
                         "socket; under MPI, this node's cores divided by its ranks)")

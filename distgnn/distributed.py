@@ -24,6 +24,7 @@ from .comm import Communicator, RankFailed, all_or_none, get_communicator, resol
 from .comm.heartbeat import Heartbeat
 from .comm.mpi import MPICommunicator
 from .comm.watchdog import Watchdog
+from .backends import BACKENDS
 from .config import TrainConfig
 from .errors import DistGNNError
 from .placement import local_size, placement
@@ -68,15 +69,17 @@ def open_partitions(directory: str, config: TrainConfig | Callable[[], TrainConf
     heartbeat = Heartbeat.start(world) if cfg.comm_timeout and world.size > 1 else None
     watchdog = Watchdog(comm, cfg.comm_timeout, prog, heartbeat)
     shard = partition_shard(directory, cfg, watchdog, timer, device, backend)
-    places = torch.tensor([float(device.type == "cuda"), float(backend == "torch")])
+    places = torch.tensor([float(device.type == "cuda")]
+                          + [float(backend == name) for name in BACKENDS[1:]])
     world.allreduce(places)
     if comm.rank == 0:
         exchange = shard.nbr.exchange
         schedule = (exchange.describe(cfg.exchange_schedule) if exchange is not None
                     else cfg.exchange_schedule)
-        log(f"{directory}: {comm.size} ranks ({int(places[0])} on GPUs, "
-            f"{int(places[1])} with the torch backend), {schedule}, {comm.name} communicator"
-            + (f" (waits: {wait})" if comm.name == "mpi" else ""))
+        others = "".join(f", {int(count)} with the {name} backend"
+                         for name, count in zip(BACKENDS[1:], places[1:].tolist()) if count)
+        log(f"{directory}: {comm.size} ranks ({int(places[0])} on GPUs{others}), {schedule}, "
+            f"{comm.name} communicator" + (f" (waits: {wait})" if comm.name == "mpi" else ""))
     return RankSetup(cfg, shard, watchdog, timer)
 
 

@@ -126,33 +126,40 @@ def dropout_mask_torch(global_ids: torch.Tensor, width: int, p: float, key: int,
 
 
 class VertexDropout(torch.autograd.Function):
-    """Forward and backward both multiply by the same mask: recomputed from the key on the
-    CPU (the Numba kernel is cheaper than storing it), kept as a bool tensor on a GPU."""
+    """Forward and backward both multiply by the same mask, recomputed from the key each
+    time: by the Numba kernel on the CPU, by a Triton kernel on a GPU
+    (:func:`distgnn.kernels.gpu.keyed_dropout`).  Without Triton, a GPU computes it with
+    torch operations and keeps it as a bool tensor for the backward pass."""
 
     @staticmethod
-    def forward(ctx, h, global_ids, p, key):
-        ctx.scale = 1.0 / (1.0 - p)
+    def forward(ctx, h, ids, p, key):
+        ctx.args = (ids, p, key)
         if h.device.type == "cpu":
-            ctx.args = (global_ids, p, key)
             return torch.from_numpy(apply_dropout_mask(h.detach().contiguous().numpy(),
-                                                       global_ids, p, key))
-        ids = torch.from_numpy(np.asarray(global_ids, dtype=np.int64)).to(h.device)
+                                                       ids, p, key))
+        from .kernels import gpu
+
+        if gpu.available():
+            return gpu.keyed_dropout(h, ids, p, key)
         keep = dropout_keep_torch(ids, h.shape[1], p, key)
-        ctx.save_for_backward(keep)
-        return h * keep * ctx.scale
+        ctx.args = (keep, 1.0 / (1.0 - p))
+        return h * keep * ctx.args[1]
 
     @staticmethod
     def backward(ctx, grad):
-        if grad.device.type == "cpu":
-            return (torch.from_numpy(apply_dropout_mask(grad.contiguous().numpy(), *ctx.args)),
-                    None, None, None)
-        (keep,) = ctx.saved_tensors
-        return grad * keep * ctx.scale, None, None, None
+        if len(ctx.args) == 2:  # the torch operations' kept mask and scale
+            keep, scale = ctx.args
+            return grad * keep * scale, None, None, None
+        return VertexDropout.forward(ctx, grad, *ctx.args), None, None, None
 
 
-def vertex_dropout(h: torch.Tensor, global_ids: np.ndarray, p: float, key: int) -> torch.Tensor:
-    """Dropout of ``h`` ``[N, d]`` (on any device) with the mask of the module docstring."""
-    check_dropout(h, global_ids, p)
+def vertex_dropout(h: torch.Tensor, ids, p: float, key: int) -> torch.Tensor:
+    """Dropout of ``h`` ``[N, d]`` with the mask of the module docstring for row ids ``ids``
+    ``[N]``: an int64 numpy array for a CPU ``h``, an int64 tensor on ``h``'s device for
+    another (:meth:`distgnn.aggregate.Neighbourhood.vertex_ids` gives either)."""
+    check_dropout(h, ids, p)
     if p == 0.0:
         return h
-    return VertexDropout.apply(h, global_ids, p, key)
+    if h.device.type != "cpu" and not isinstance(ids, torch.Tensor):
+        ids = torch.from_numpy(np.asarray(ids, dtype=np.int64)).to(h.device)
+    return VertexDropout.apply(h, ids, p, key)

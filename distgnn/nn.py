@@ -23,7 +23,6 @@ in a distributed run, the exchange.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -67,16 +66,17 @@ class GraphLayer(nn.Module):
     key: int | None = None
 
 
-def aggregate_and_project(conv, lin, g: Neighbourhood, h: torch.Tensor,
+def aggregate_and_project(conv, weight: torch.Tensor, bias: torch.Tensor | None,
+                          g: Neighbourhood, h: torch.Tensor,
                           aggregated: torch.Tensor | None) -> torch.Tensor:
-    """``lin(aggregated)`` when ``agg(h)`` is known; else ``lin`` on the narrower side of
-    ``conv.aggregate``: ``agg(lin(h))`` when the layer projects first, else ``lin(agg(h))``
-    (equal for the linear aggregators)."""
-    if aggregated is not None:
-        return lin(aggregated)
-    if conv.project_first:
-        return conv.aggregate(g, lin(h))
-    return lin(conv.aggregate(g, h))
+    """``agg(h) W^T + b`` on the narrower side of ``conv.aggregate``: ``agg(h W^T) + b`` when
+    the layer projects first (equal for the linear aggregators), else one matrix product
+    with the bias added in it (a pass fewer over the output); ``aggregated``: ``agg(h)``,
+    known."""
+    if aggregated is None and conv.project_first:
+        out = conv.aggregate(g, F.linear(h, weight))
+        return out if bias is None else out + bias
+    return F.linear(conv.aggregate(g, h) if aggregated is None else aggregated, weight, bias)
 
 
 class SAGEConv(GraphLayer):
@@ -126,8 +126,8 @@ class SAGEConv(GraphLayer):
 
     def aggregate(self, g: Neighbourhood, z: torch.Tensor) -> torch.Tensor:
         """The neighbourhood term before (or, when projecting first, after) ``W``."""
-        if self.aggr == "gcn":
-            return (g.reduce(z, "sum") + z) / (g.degree + 1)
+        if self.aggr == "gcn":  # in place on the new sum: a pass and a tensor fewer
+            return torch.add(g.reduce(z, "sum"), z).div_(g.degree + 1)
         return g.reduce(z, self.aggr)
 
     def forward(self, g: Neighbourhood, h: torch.Tensor,
@@ -135,10 +135,8 @@ class SAGEConv(GraphLayer):
                 ) -> torch.Tensor:
         """``aggregated``: ``aggregate(g, h)`` computed earlier (constant input features)."""
         g = g.enter(self, self.lin_neigh.weight, key, h=h, aggregated=aggregated)
-        out = aggregate_and_project(self, self.lin_neigh, g, h, aggregated)
-        if self.lin_root is not None:
-            out = out + self.lin_root(h)
-        return out if self.bias is None else out + self.bias
+        out = aggregate_and_project(self, self.lin_neigh.weight, self.bias, g, h, aggregated)
+        return out if self.lin_root is None else out + self.lin_root(h)
 
 
 class GCNConv(GraphLayer):
@@ -183,15 +181,14 @@ class GCNConv(GraphLayer):
         """``D^-1/2 (A + I) D^-1/2 z`` (GCN2Conv's propagation too)."""
         scale = (g.degree + 1).rsqrt()
         z = scale * z
-        return scale * (g.reduce(z, "sum") + z)
+        return torch.add(g.reduce(z, "sum"), z).mul_(scale)  # in place on the new sum
 
     def forward(self, g: Neighbourhood, h: torch.Tensor,
                 aggregated: torch.Tensor | None = None, key: int | None = None
                 ) -> torch.Tensor:
         """``aggregated``: ``aggregate(g, h)`` computed earlier (constant input features)."""
         g = g.enter(self, self.lin.weight, key, h=h, aggregated=aggregated)
-        out = aggregate_and_project(self, self.lin, g, h, aggregated)
-        return out if self.bias is None else out + self.bias
+        return aggregate_and_project(self, self.lin.weight, self.bias, g, h, aggregated)
 
 
 class _MaskReLU(torch.autograd.Function):
@@ -263,7 +260,8 @@ class KeyedDropout(nn.Module):
         if not g.training or not self.p:
             return h
         key = g.claim("dropout", self, key)
-        return vertex_dropout(h, g.global_ids, self.p, dropout_key(g.seed, g.epoch, key))
+        return vertex_dropout(h, g.vertex_ids(h.device), self.p,
+                              dropout_key(g.seed, g.epoch, key))
 
 
 class MLP(nn.Sequential):
@@ -358,10 +356,7 @@ class GINConv(GraphLayer):
             g = g.enter(self, torch.empty(0, h.shape[-1], dtype=self.eps.dtype), key, h=h)
             return self.nn(self.aggregate(g, h))
         g = g.enter(self, first.weight, key, h=h)
-        hidden = aggregate_and_project(self, functools.partial(F.linear, weight=first.weight),
-                                       g, h, None)
-        if first.bias is not None:
-            hidden = hidden + first.bias
+        hidden = aggregate_and_project(self, first.weight, first.bias, g, h, None)
         for layer in list(self.nn)[1:]:
             hidden = layer(hidden)
         return hidden
@@ -458,7 +453,8 @@ class GATConv(GraphLayer):
         out, loop_alpha = g.attend(loop, score_src, score_dst, z, self.negative_slope, p,
                                    mask_key)
         if p:
-            loop_alpha = vertex_dropout(loop_alpha, g.edge_keys()[1], p, mask_key)
+            loop_alpha = vertex_dropout(loop_alpha, g.edge_keys(loop_alpha.device)[1], p,
+                                        mask_key)
         out = out + loop_alpha.unsqueeze(-1) * z
         out = out.flatten(1) if self.concat else out.mean(1)
         return out if self.bias is None else out + self.bias

@@ -3,8 +3,8 @@
 One ``mpirun`` line serves a job whose ranks differ: ``--device`` and ``--backend`` give
 every rank's choice, ``--rank-devices 0:cpu,1:cuda`` and ``--rank-backends 1:torch``
 override them for the ranks named.  ``auto`` picks, per rank: the GPU when the rank sees
-one (the local rank's share of the visible GPUs), else the CPU; the torch backend on a
-GPU, the Numba kernels on a CPU.
+one (the local rank's share of the visible GPUs), else the CPU; on a GPU the triton backend
+(or, where Triton cannot be imported, the torch backend), on a CPU the Numba kernels.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 from .errors import DistGNNError
 
 DEVICES = ("auto", "cpu", "cuda")
-BACKEND_CHOICES = ("auto", "numba", "torch")
+BACKEND_CHOICES = ("auto", "numba", "torch", "triton")
 # the node-local rank and the ranks on this node, as each launcher names them (Open MPI,
 # MPICH/Hydra and Intel MPI, SLURM)
 LOCAL_RANK_VARIABLES = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
@@ -60,13 +60,28 @@ def rank_device(choice: str, rank: int) -> torch.device:
     return torch.device("cuda", local_rank() % gpus)
 
 
+def gpu_backend() -> str:
+    """A GPU rank's default backend: ``triton`` (deterministic kernels) where Triton can be
+    imported, else ``torch`` (cuSPARSE)."""
+    from .kernels import gpu
+
+    return "triton" if gpu.available() else "torch"
+
+
 def rank_backend(choice: str, device: torch.device, rank: int) -> str:
-    """The aggregation backend of ``choice`` (``auto``, ``numba``, ``torch``) on ``device``."""
+    """The aggregation backend of ``choice`` (``auto``, ``numba``, ``torch``, ``triton``) on
+    ``device``."""
     if choice == "auto":
-        return "numba" if device.type == "cpu" else "torch"
+        return "numba" if device.type == "cpu" else gpu_backend()
     if choice == "numba" and device.type != "cpu":
         raise DistGNNError(f"rank {rank}: the numba backend runs on CPUs, not {device}; use "
-                           "--backend torch (or auto) on GPU ranks")
+                           "--backend triton, torch (or auto) on GPU ranks")
+    if choice == "triton" and device.type != "cuda":
+        raise DistGNNError(f"rank {rank}: the triton backend runs on CUDA GPUs, not {device}; "
+                           "use --backend numba (or auto) on CPU ranks")
+    if choice == "triton" and gpu_backend() != "triton":
+        raise DistGNNError(f"rank {rank}: --backend triton needs Triton, which this Python "
+                           "cannot import (it comes with CUDA builds of PyTorch)")
     return choice
 
 

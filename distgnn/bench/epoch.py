@@ -5,18 +5,18 @@ thread count, against PyG's same model (:mod:`distgnn.bench.pyg` says which PyG 
 equivalent to ours):
 
 1. **Same model check.**  From the same initial weights with dropout 0, this project
-   (numba backend) and PyG (on ``--device``) train ``CHECK_EPOCHS`` epochs; their losses
-   must agree to ``CHECK_RTOL`` relative, else the timing compares different things and
-   is flagged.
-2. **Timing.**  Each implementation (``numba``, ``torch``: this project's trainer with
-   either backend; ``pyg``) trains in a worker process of its own, so that its peak
-   resident memory is its own; ``--rounds`` rounds run the workers in turn (interleaved),
-   each a warm-up epoch and then ``--epochs`` timed epochs of forward, backward and
-   optimizer step.  Reported: median and range of the epoch time, speed-up against PyG,
-   peak resident set.  With ``--device cuda`` the ``torch`` and ``pyg`` workers compute on
-   the GPU (``numba`` stays on the CPU cores, as the CPU peer), epochs are timed up to a
-   device synchronisation, and their peak GPU memory (``torch.cuda.max_memory_allocated``)
-   is reported too.
+   (the first of its backends in ``--impls``, on its device) and PyG (on ``--device``)
+   train ``CHECK_EPOCHS`` epochs; their losses must agree to ``CHECK_RTOL`` relative, else
+   the timing compares different things and is flagged.
+2. **Timing.**  Each implementation (``numba``, ``torch``, ``triton``: this project's
+   trainer with that backend; ``pyg``) trains in a worker process of its own, so that its
+   peak resident memory is its own; ``--rounds`` rounds run the workers in turn
+   (interleaved), each a warm-up epoch and then ``--epochs`` timed epochs of forward,
+   backward and optimizer step.  Reported: median and range of the epoch time, speed-up
+   against PyG, peak resident set.  With ``--device cuda`` the ``torch``, ``triton`` and
+   ``pyg`` workers compute on the GPU (``numba`` stays on the CPU cores, as the CPU peer),
+   epochs are timed up to a device synchronisation, and their peak GPU memory
+   (``torch.cuda.max_memory_allocated``) is reported too.
 
 ``--order`` relabels each dataset once, before any worker starts, in a locality order of
 :mod:`distgnn.ordering` (its cost is reported once per dataset): every implementation, PyG
@@ -54,6 +54,7 @@ from torch import nn
 from ..backends import AGGREGATION_PRECISIONS, BACKENDS
 from ..cli_common import comma_list
 from ..datasets import load
+from ..errors import DistGNNError
 from ..graph import NodeDataset
 from ..memory import process_mib
 from ..ordering import CHOICES as ORDER_CHOICES
@@ -63,7 +64,9 @@ from . import pyg
 from .machine import machine_info
 from .output import finish, output_arguments
 
-IMPLS = ("numba", "torch", "pyg")
+IMPLS = ("numba", "torch", "triton", "pyg")
+# what runs without --impls: triton only where there is a GPU (it runs CUDA tensors)
+DEFAULT_IMPLS = {"cpu": ("numba", "torch", "pyg"), "cuda": ("numba", "torch", "triton", "pyg")}
 MODELS = ("sage", "gcn", "gin", "gat", "gcnii")
 DEFAULT_MODELS = ("sage", "gcn")
 CHECK_EPOCHS, CHECK_RTOL = 3, 1e-4
@@ -84,9 +87,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default=list(DEFAULT_MODELS), type=comma_list(str, MODELS),
                    help="comma-separated models: sage (GraphSAGE-gcn), gcn, gin, gat, gcnii "
                         "(default: sage,gcn)")
-    p.add_argument("--impls", default=list(IMPLS), type=comma_list(str, IMPLS),
-                   help="comma-separated implementations: numba, torch (this project's "
-                        "backends), pyg (PyTorch Geometric)")
+    p.add_argument("--impls", type=comma_list(str, IMPLS),
+                   help="comma-separated implementations: numba, torch, triton (this "
+                        "project's backends; triton on --device cuda only), pyg (PyTorch "
+                        "Geometric) (default: numba,torch,pyg; on cuda also triton)")
     p.add_argument("--hidden", type=int, default=256, help="hidden width")
     p.add_argument("--layers", type=int, default=2,
                    help="number of layers (gcnii: of GCN2Conv layers, between its input and "
@@ -195,8 +199,8 @@ def worker(job: dict) -> dict:
     """One worker's measurement (``job["impl"] == "check"``: the same-model check)."""
     data = load(job["npz"])
     if job["impl"] == "check":
-        ours, _ = train_ours(data, dict(job, impl="numba", aggregation_precision="fp32"), 0.0,
-                             CHECK_EPOCHS)
+        ours, _ = train_ours(data, dict(job, impl=job["check"], aggregation_precision="fp32"),
+                             0.0, CHECK_EPOCHS)
         theirs, _ = train_pyg(data, job, 0.0, CHECK_EPOCHS)
         return {"ours": ours, "pyg": theirs}
     rss_loaded = process_mib("VmRSS")
@@ -232,11 +236,12 @@ def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
            "threads": args.threads, "epochs": args.epochs,
            "rounds": args.rounds, "device": args.device}
     if "pyg" in impls:
-        check = run_worker(dict(job, impl="check"))
+        check = run_worker(dict(job, impl="check", check=impls[0]))
         diff = max(abs(a - b) / abs(b) for a, b in zip(check["ours"], check["pyg"]))
         row["same_model_check"] = {"max_rel_loss_diff": diff, "ok": diff <= CHECK_RTOL,
-                                   "losses": check}
-        print(f"  same-model check ({CHECK_EPOCHS} epochs, dropout 0, same initial weights): "
+                                   "losses": check, "ours": impls[0]}
+        print(f"  same-model check ({impls[0]} against PyG, {CHECK_EPOCHS} epochs, dropout 0, "
+              "same initial weights): "
               f"max relative loss difference {diff:.1e} "
               f"{'<=' if diff <= CHECK_RTOL else 'EXCEEDS'} {CHECK_RTOL:g}", flush=True)
     runs = {impl: [] for impl in impls}
@@ -277,7 +282,9 @@ def main(args) -> int:
     args.dataset = args.dataset or [DEFAULT_DATASET]
     for model in args.models:  # refuse a model the sizes cannot make before any work
         _config(make_job(model, args, impl="numba"), args.dropout, args.epochs)
-    impls = list(args.impls)
+    impls = list(args.impls or DEFAULT_IMPLS[args.device])
+    if "triton" in impls and args.device != "cuda":
+        raise DistGNNError("--impls triton runs on a GPU: add --device cuda")
     if "pyg" in impls and not pyg.available():
         print("PyTorch Geometric is not installed (pip install '.[bench]'): benchmarking "
               "without it", flush=True)
@@ -303,7 +310,7 @@ def main(args) -> int:
                       f"{model}, {args.layers} layers, hidden {args.hidden}"
                       f"{f', {args.heads} heads' if model == 'gat' else ''}"
                       f"{', recompute' if args.recompute else ''}", flush=True)
-                row = measure(npz, data.name, model, impls, args)
+                row = measure(npz, data.name, model, sorted(impls, key=IMPLS.index), args)
                 row.update(order=order, order_requested=args.order, order_s=order_s)
                 print(format_row(row), flush=True)
                 rows.append(row)
