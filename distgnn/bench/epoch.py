@@ -213,8 +213,12 @@ def worker(job: dict) -> dict:
 
 
 def run_worker(job: dict) -> dict:
+    """The worker's result; ``{"out_of_memory": True}`` where its device ran out of memory
+    (a result too: one implementation fits where another does not)."""
     proc = subprocess.run([sys.executable, "-m", "distgnn.bench.epoch", json.dumps(job)],
                           capture_output=True, text=True)
+    if proc.returncode and "OutOfMemoryError" in proc.stderr:
+        return {"out_of_memory": True}
     if proc.returncode:
         raise RuntimeError(f"{job['impl']} worker failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -235,8 +239,11 @@ def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
            "recompute": args.recompute, "aggregation_precision": args.aggregation_precision,
            "threads": args.threads, "epochs": args.epochs,
            "rounds": args.rounds, "device": args.device}
-    if "pyg" in impls:
-        check = run_worker(dict(job, impl="check", check=impls[0]))
+    check = run_worker(dict(job, impl="check", check=impls[0])) if "pyg" in impls else None
+    if check is not None and check.get("out_of_memory"):
+        row["same_model_check"] = {"out_of_memory": True}
+        print("  same-model check: out of memory", flush=True)
+    elif check is not None:
         diff = max(abs(a - b) / abs(b) for a, b in zip(check["ours"], check["pyg"]))
         row["same_model_check"] = {"max_rel_loss_diff": diff, "ok": diff <= CHECK_RTOL,
                                    "losses": check, "ours": impls[0]}
@@ -250,6 +257,10 @@ def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
             runs[impl].append(run_worker(dict(job, impl=impl)))
     row["impls"] = {}
     for impl, results in runs.items():
+        if any(r.get("out_of_memory") for r in results):
+            row["impls"][impl] = {"device": impl_device(impl, args.device),
+                                  "out_of_memory": True}
+            continue
         times = [t for r in results for t in r["times"]]
         row["impls"][impl] = {"device": impl_device(impl, args.device),
                               "epoch_s_median": statistics.median(times),
@@ -259,10 +270,11 @@ def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
                               "rss_loaded_mib": max(r["rss_loaded_mib"] for r in results)}
         if "peak_gpu_mib" in results[0]:
             row["impls"][impl]["peak_gpu_mib"] = max(r["peak_gpu_mib"] for r in results)
-    if "pyg" in impls:
+    if "pyg" in impls and not row["impls"]["pyg"].get("out_of_memory"):
         ref = row["impls"]["pyg"]["epoch_s_median"]
         for impl, r in row["impls"].items():
-            r["speedup_vs_pyg"] = ref / r["epoch_s_median"]
+            if not r.get("out_of_memory"):
+                r["speedup_vs_pyg"] = ref / r["epoch_s_median"]
     return row
 
 
@@ -270,6 +282,9 @@ def format_row(row: dict) -> str:
     lines = [f"  {'impl':>6} {'device':>6} {'epoch s (median)':>17} {'range':>17} "
              f"{'vs PyG':>7} {'peak RSS MiB':>13} {'peak GPU MiB':>13}"]
     for impl, r in row["impls"].items():
+        if r.get("out_of_memory"):
+            lines.append(f"  {impl:>6} {r['device']:>6} {'out of memory':>17}")
+            continue
         speed = f"{r['speedup_vs_pyg']:.2f}x" if "speedup_vs_pyg" in r else "-"
         gpu = f"{r['peak_gpu_mib']:,.0f}" if "peak_gpu_mib" in r else "-"
         lines.append(f"  {impl:>6} {r['device']:>6} {r['epoch_s_median']:>17.3f} "

@@ -259,7 +259,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     output_arguments(p, "scaling.png and forward_aggregation.png")
 
 
-def predict(per_rank: list[dict], rates: Rates, widths: list[int], params: int,
+def predict(per_rank: list[dict], rates: Rates | list[Rates], widths: list[int], params: int,
             alpha: float, beta: float, algo: str, delay: int = 5, slowdown: float = 1.0,
             links: dict[str, int] | None = None, topology: str = "flat",
             allreduce: list[list[float]] | None = None) -> dict[str, float]:
@@ -267,10 +267,19 @@ def predict(per_rank: list[dict], rates: Rates, widths: list[int], params: int,
     ``widths`` those of the epoch's exchanges (:func:`exchange_widths`); ``links``: the
     :func:`~partition.stats.node_rows` of the ranks' nodes for cd-0's exchange in
     ``topology`` (``None``: a rank per node); ``allreduce``: the job's allreduce measured
-    (:func:`allreduce_seconds`), else the formula of the module docstring."""
+    (:func:`allreduce_seconds`), else the formula of the module docstring.  ``rates``: the
+    ranks' (alike), or one per rank for ranks that differ (a job mixing GPUs and CPUs),
+    whose compute ``a_p E_p + u_p n_p`` the epoch waits for at its slowest rank."""
     P = len(per_rank)
-    local = rates.aggregation_per_edge * max(r["edges"] for r in per_rank)
-    dense = rates.dense_per_vertex * max(r["vertices"] for r in per_rank)
+    if isinstance(rates, list):  # the slowest rank's phases (and its optimizer)
+        p = max(range(P), key=lambda q: rates[q].aggregation_per_edge * per_rank[q]["edges"]
+                + rates[q].dense_per_vertex * per_rank[q]["vertices"])
+        local = rates[p].aggregation_per_edge * per_rank[p]["edges"]
+        dense = rates[p].dense_per_vertex * per_rank[p]["vertices"]
+        rates = rates[p]
+    else:
+        local = rates.aggregation_per_edge * max(r["edges"] for r in per_rank)
+        dense = rates.dense_per_vertex * max(r["vertices"] for r in per_rank)
     split_rows = (max(r["leaves"] + r["leaf_entries"] for r in per_rank) if links is None
                   else links["touched"])
     out = {"local_aggregation": local * slowdown, "dense": dense * slowdown,
