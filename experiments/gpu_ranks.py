@@ -172,8 +172,9 @@ def shared_gpu(a) -> dict:
     try:
         train_records([*common, "--device", "cuda", "--comm", "nccl"], a.work / "n.jsonl", 2)
         row["trainer_nccl"] = "ran"
-    except RuntimeError as e:
-        row["trainer_nccl"] = str(e).strip().splitlines()[-1]
+    except RuntimeError as e:  # the trainer's one line, among what mpirun adds
+        said = [line for line in str(e).splitlines() if "nccl communicator" in line]
+        row["trainer_nccl"] = said[0] if said else str(e).strip().splitlines()[-1]
     print(f"distgnn-train --device cuda --comm nccl, 2 ranks on one GPU: {row['trainer_nccl']}",
           flush=True)
     cpu = train_records([*common, "--device", "cpu"], a.work / "c.jsonl", 2)

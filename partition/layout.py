@@ -37,9 +37,13 @@ ROOTS = ("balanced", "random")
 
 
 @numba.njit(cache=True)
-def _place_isolated(member, num_parts):
-    """Give every vertex without edges a bit in the partition with fewest vertices so far."""
-    count = np.zeros(num_parts, np.int64)
+def _place_isolated(member, capacity):
+    """Give every vertex without edges a bit in the partition with the fewest vertices so
+    far for its ``capacity`` (float ``[P]``: the partitions' weights; a vertex without edges
+    still costs its rank the dense work of a vertex, so a rank of a tenth of the weight
+    takes about a tenth of them)."""
+    num_parts = len(capacity)
+    count = np.zeros(num_parts, np.float64)
     for v in range(member.shape[0]):
         for p in range(num_parts):
             count[p] += _has(member, v, p)
@@ -49,7 +53,7 @@ def _place_isolated(member, num_parts):
             if member[v, w]:
                 empty = False
         if empty:
-            p = np.argmin(count)
+            p = np.argmin(count / capacity)
             member[v, p >> 6] |= np.uint64(1) << np.uint64(p & 63)
             count[p] += 1
 
@@ -164,24 +168,28 @@ class Layout:
 
 
 def build_layout(indptr: np.ndarray, indices: np.ndarray, part: np.ndarray, num_parts: int,
-                 roots: str = "balanced", seed: int = 0) -> Layout:
-    """Vertex sets, isolated-vertex placement and roots for the assignment ``part``."""
+                 roots: str = "balanced", seed: int = 0, weights=None) -> Layout:
+    """Vertex sets, isolated-vertex placement (by ``weights``) and roots for the assignment
+    ``part``."""
     member = membership(indptr, indices, part, num_parts)
     edge_counts = np.bincount(part, minlength=num_parts).astype(np.int64)
-    return layout_from_membership(member, edge_counts, roots, seed, part)
+    return layout_from_membership(member, edge_counts, roots, seed, part, weights)
 
 
 def layout_from_membership(member: np.ndarray, edge_counts: np.ndarray, roots: str = "balanced",
-                           seed: int = 0, part: np.ndarray | None = None) -> Layout:
+                           seed: int = 0, part: np.ndarray | None = None,
+                           weights=None) -> Layout:
     """The :class:`Layout` of a cut given by its membership bitsets (``uint64 [N, words]``,
     bit ``p`` of row ``v``: partition ``p`` holds an edge of ``v``; isolated vertices are
-    placed into it here) and its edges per partition; ``part``, the partition of each CSR
-    entry, where the caller holds it (``None`` when the edges were written out as they were
+    placed into it here, in proportion to ``weights``, the partitions' relative capacities,
+    default equal) and its edges per partition; ``part``, the partition of each CSR entry,
+    where the caller holds it (``None`` when the edges were written out as they were
     assigned, :mod:`partition.stream`)."""
     if roots not in ROOTS:
         raise ValueError(f"roots must be one of {', '.join(ROOTS)}, got {roots!r}")
     n, num_parts = len(member), len(edge_counts)
-    _place_isolated(member, num_parts)
+    _place_isolated(member, np.ones(num_parts) if weights is None
+                    else np.asarray(weights, np.float64))
     visit = np.random.default_rng(seed + 1).permutation(n)
     root = _choose_roots(member, num_parts, visit, roots == "balanced", seed + 2)
     offsets, flat = _vertex_lists(member, num_parts)

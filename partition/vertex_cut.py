@@ -34,7 +34,8 @@ def vertex_cut(graph: CSRGraph, num_parts: int, method: str = "libra", seed: int
     try:
         part = assign_edges(graph.indptr, graph.indices, num_parts, method, seed, order,
                             keep_pairs, progress, weights, hdrf_lambda)
-        layout = build_layout(graph.indptr, graph.indices, part, num_parts, roots, seed)
+        layout = build_layout(graph.indptr, graph.indices, part, num_parts, roots, seed,
+                              weights)
     except ValueError as e:
         raise PartitionError(str(e)) from None
     filled = np.diff(layout.vertex_offsets) > 0

@@ -286,3 +286,19 @@ def test_inspect_refuses_bad_weights_in_meta(good_dir, tmp_path, capsys, weights
     (d / "meta.json").write_text(json.dumps(meta))
     rc = run_cli(["inspect", d])
     assert_one_line_error(rc, capsys.readouterr().err, "meta.json", "weights")
+
+
+def test_vertices_without_edges_go_to_ranks_by_weight():
+    """A vertex without edges still costs its rank a vertex's dense work: weights 9:1 put
+    about nine in ten of them on the first rank (equal weights: about half each)."""
+    from distgnn.graph import CSRGraph
+
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 500, 4000), rng.integers(0, 500, 4000)
+    graph = CSRGraph.from_edges(src, dst, 5500)  # vertices 500..5499 have no edges
+    isolated = np.arange(500, 5500)
+    for weights, share in (([9.0, 1.0], 0.9), (None, 0.5)):
+        layout = vertex_cut(graph, 2, "libra", weights=weights)
+        on = [np.isin(isolated, layout.vertices(p)) for p in range(2)]
+        assert abs(on[0].mean() - share) < 0.03, (weights, on[0].mean())
+        assert not (on[0] & on[1]).any()  # each on one rank

@@ -11,7 +11,7 @@ import torch
 
 import launch
 from distgnn.errors import DistGNNError
-from distgnn.placement import parse_per_rank, placement, rank_backend
+from distgnn.placement import gpu_backend, parse_per_rank, placement, rank_backend
 from launch.rank import gpu_for
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
@@ -31,7 +31,8 @@ def test_auto_placement_and_per_rank_overrides():
     if not torch.cuda.is_available():
         assert placement(0, "auto", "auto") == (torch.device("cpu"), "numba")
     else:
-        assert placement(0, "auto", "auto") == (placement(0, "cuda", "torch")[0], "torch")
+        assert placement(0, "auto", "auto") == (placement(0, "cuda", "torch")[0],
+                                                 gpu_backend())
     assert placement(1, "cpu", "numba", rank_backends="1:torch,3:torch") == \
         (torch.device("cpu"), "torch")
     assert placement(2, "cpu", "numba", rank_backends="1:torch,3:torch") == \

@@ -125,7 +125,7 @@ if triton is not None:
         keep = (z >> 40) >= threshold.to(tl.uint64)
         r64 = r.to(tl.int64)[:, None]
         v = tl.load(x + r64 * stride_x + f[None, :], mask=inside, other=0.0)
-        kept = tl.where(keep, v * scale, 0.0).to(out.dtype.element_ty)
+        kept = tl.where(keep, v * tl.load(scale), 0.0).to(out.dtype.element_ty)
         tl.store(out + r64 * stride_out + f[None, :], kept, mask=inside)
 
 
@@ -194,9 +194,11 @@ def keyed_dropout(x: torch.Tensor, ids: torch.Tensor, p: float, key: int) -> tor
         return out
     key64 = torch.tensor([key - (1 << 64) if key >= 1 << 63 else key], dtype=torch.int64,
                          device=x.device)
+    # a tensor of x's type: a float argument would reach the kernel as float32
+    scale = torch.tensor([1.0 / (1.0 - p)], dtype=x.dtype, device=x.device)
     block_w = min(_pow2(width), 128)
     block_r = max(1, 4096 // block_w)
     _dropout[(-(-rows // block_r), -(-width // block_w))](
-        x, ids, key64, out, rows, width, int(p * (1 << 24)), 1.0 / (1.0 - p), x.stride(0),
+        x, ids, key64, out, rows, width, int(p * (1 << 24)), scale, x.stride(0),
         out.stride(0), BLOCK_R=block_r, BLOCK_W=block_w)
     return out

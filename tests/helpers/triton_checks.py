@@ -78,8 +78,9 @@ def kernels(device: str) -> None:
     got = gpu.sddmm_heads(indices, rows, on(ga), on(gb), heads, on(scale))
     np.testing.assert_allclose(cpu(got), (expected * scale).numpy(), rtol=1e-12, atol=1e-12)
     ids = rng.integers(0, 2**40, 50)
-    for columns, key in ((1, dropout_key(3, 5, 1)), (7, 2**64 - 12345), (130, 77)):
-        h = torch.randn(50, columns)
+    for columns, key, dtype in ((1, dropout_key(3, 5, 1), torch.float32),
+                                (7, 2**64 - 12345, torch.float64), (130, 77, torch.float32)):
+        h = torch.randn(50, columns, dtype=dtype)
         got = gpu.keyed_dropout(on(h), on(ids), 0.3, key)
         np.testing.assert_array_equal(cpu(got), apply_dropout_mask(h.numpy(), ids, 0.3, key))
 
