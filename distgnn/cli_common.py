@@ -28,6 +28,15 @@ class OneLineParser(argparse.ArgumentParser):
         rank = next((os.environ[v] for v in WORLD_RANK_VARIABLES if v in os.environ), "0")
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n" if rank == "0" else None)
 
+    def _get_values(self, action, arg_strings):
+        # argparse's one hook where every given value meets its flag, subcommands' included:
+        # an empty value read as "not given" would train the default dataset or write nothing
+        if "" in arg_strings and action.nargs not in (argparse.REMAINDER, argparse.PARSER):
+            name = "/".join(action.option_strings) or action.metavar or action.dest
+            self.error(f"{name}: the value is empty; give one"
+                       + (", or leave the flag out" if action.option_strings else ""))
+        return super()._get_values(action, arg_strings)
+
 
 def fail(prog: str, message: str) -> int:
     print(f"{prog}: error: {message}", file=sys.stderr)

@@ -12,7 +12,7 @@ Every MPI job goes through a :class:`Runner` method whose name starts with ``mpi
 names ``tests/conftest.py`` marks the case ``mpi``, and a case that starts a job otherwise
 fails (the marker's guard, ``tests/helpers/mpi_guard``).
 The cases of the first eleven classes are below; those of later classes live by area in
-``tests/helpers/hostile_{training,partition,launch,api}.py`` (:func:`all_cases`).
+``tests/helpers/hostile_{training,partition,launch,api,data}.py`` (:func:`all_cases`).
 """
 from __future__ import annotations
 
@@ -52,7 +52,13 @@ CLASSES = {1: "--force / overwrite deletes what it did not write",
            14: "the Python API fed the wrong shapes or graph",
            15: "a traceback or crash on bad input",
            16: "a launch or SLURM script that cannot run as written",
-           17: "figures printed that cannot be"}
+           17: "figures printed that cannot be",
+           18: "two outputs on one path, or a collision found after the work",
+           19: "an empty value, or a flag that does nothing, accepted",
+           20: "data read with a silent trap",
+           21: "the memory check refuses a run that fits",
+           22: "launching, signals and leftovers",
+           23: "inference from Python and for own models"}
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
@@ -840,7 +846,7 @@ add(Case(11, "verify: no such folder", tool("partition", "verify", "{tmp}/absent
 
 
 # ---- every case ---------------------------------------------------------------------------------
-AREAS = ("training", "partition", "launch", "api")
+AREAS = ("training", "partition", "launch", "api", "data")
 
 
 def all_cases() -> list[Case]:
