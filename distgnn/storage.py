@@ -105,6 +105,24 @@ def check_output_dir(path: str | Path, flag: str) -> Path:
 
 
 # ---- 2. replace only our own -------------------------------------------------------------------
+def check_distinct_outputs(outputs: dict[str, str | Path | None]) -> None:
+    """Refuse, before any work, two outputs of one run that are the same path or one inside
+    the other (``{flag: path}``; ``None``: not asked for).  Paths are compared resolved
+    (``res/./c.pt``, ``res/../res/c.pt`` and a symbolic link to it are one file), so one
+    output cannot silently overwrite another, nor be written into another's directory."""
+    given = [(flag, Path(os.path.realpath(path))) for flag, path in outputs.items()
+             if path is not None]
+    for i, (flag, path) in enumerate(given):
+        for other, there in given[i + 1:]:
+            if path == there:
+                raise OutputError(f"{flag} and {other} name the same path {there}: give "
+                                  "each output a path of its own")
+            for inner, outer, a, b in ((path, there, flag, other), (there, path, other, flag)):
+                if outer in inner.parents:
+                    raise OutputError(f"{a} {inner} is inside {b} {outer}: give each output "
+                                      "a path of its own")
+
+
 def check_replaceable(path: str | Path, recognise: Callable[[Path], bool], what: str) -> None:
     """Refuse to replace an existing ``path`` unless ``recognise(path)`` says it is ``what``
     (an output of this tool).  Nothing is read beyond what ``recognise`` reads."""
