@@ -12,6 +12,7 @@ import statistics
 from .cli_common import (
     DefaultsHelpFormatter,
     OneLineParser,
+    check_outputs_spare_inputs,
     dataset_file_flags,
     load_dataset,
     refuse_dataset_flags,
@@ -311,7 +312,7 @@ def train_parser() -> argparse.ArgumentParser:
 def train_main(argv: list[str] | None = None) -> int:
     use_huge_pages()
     args = train_parser().parse_args(argv)
-    from .config import TrainConfig
+    from .config import OUTPUT_FLAGS, TrainConfig
     from .distributed import run_rank, train_partitions
     from .errors import DistGNNError
     from .training import train
@@ -322,8 +323,11 @@ def train_main(argv: list[str] | None = None) -> int:
                 raise DistGNNError("--reorder applies to --dataset; partitions keep the order "
                                    "distgnn-partition --order-vertices gave them")
             refuse_dataset_flags(args, "split")
-        return TrainConfig(**{f.name: getattr(args, f.name)
-                              for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)})
+        cfg = TrainConfig(**{f.name: getattr(args, f.name)
+                             for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)})
+        check_outputs_spare_inputs(args, {f"--{flag}": getattr(cfg, flag.replace("-", "_"))
+                                          for flag in OUTPUT_FLAGS})
+        return cfg
 
     if args.partitions:  # every rank checks the flags; rank 0 reports once
         from .comm.mpi import MPICommunicator
@@ -442,6 +446,11 @@ def predict_main(argv: list[str] | None = None) -> int:
 
     options = dict(predictions_out=args.predictions_out, embeddings_out=args.embeddings_out,
                    embeddings_layer=args.embeddings_layer, threads=args.threads, log=say)
+    status = run_guarded("distgnn-predict", lambda: check_outputs_spare_inputs(
+        args, {"--predictions-out": args.predictions_out,
+               "--embeddings-out": args.embeddings_out}, MODEL=args.model))
+    if status:
+        return status
     if args.partitions:
         from .comm.mpi import MPICommunicator
 

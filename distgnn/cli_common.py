@@ -164,6 +164,18 @@ def refuse_dataset_flags(args, *more: str) -> None:
                                "wrote")
 
 
+def check_outputs_spare_inputs(args, outputs: dict[str, str | None], **inputs) -> None:
+    """Refuse, before any data is read, an output (``{flag: path}``) that is a file the
+    command reads (``--dataset``, ``--partitions``, the dataset files' flags, and
+    ``inputs``: ``{name: path}``) or lies inside a directory it reads, and two outputs on
+    one path (:func:`distgnn.storage.check_distinct_outputs`)."""
+    from .storage import check_distinct_outputs
+
+    read = {f"--{name.replace('_', '-')}": getattr(args, name, None)
+            for name in ("dataset", "partitions", "features", "labels", "split_file")}
+    check_distinct_outputs(outputs, {**read, **inputs})
+
+
 def load_dataset(args, split: int = 0):
     """``args.dataset`` (default: the bundled cora) as :func:`distgnn.datasets.load` reads
     it with :func:`dataset_file_flags`' flags."""

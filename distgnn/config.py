@@ -20,7 +20,12 @@ from .models import MODELS
 from .nn import LINEAR_AGGREGATORS, SAGE_AGGREGATORS
 from .ordering import CHOICES as ORDER_CHOICES
 from .placement import BACKEND_CHOICES, DEVICES, parse_per_rank
-from .storage import check_output_dir, check_output_file, check_replaceable
+from .storage import (
+    check_distinct_outputs,
+    check_output_dir,
+    check_output_file,
+    check_replaceable,
+)
 from .model_file import check_model_output
 from .vertex_outputs import check_outputs
 
@@ -202,8 +207,13 @@ class TrainConfig:
         if self.aggregation_precision == "bf16" and self.dtype == "float64":
             raise DistGNNError("--aggregation-precision bf16 rounds float32 operands; --dtype "
                                "float64 is for exact checks: use fp32 with it")
+        for flag in PATH_FLAGS + ("rank-devices", "rank-backends"):
+            if getattr(self, flag.replace("-", "_")) == "":  # "" would read as not given
+                raise DistGNNError(f"--{flag}: the value is empty; give one, or leave it out")
         parse_per_rank(self.rank_devices, "--rank-devices", DEVICES)
         parse_per_rank(self.rank_backends, "--rank-backends", BACKEND_CHOICES)
+        check_distinct_outputs({f"--{flag}": getattr(self, flag.replace("-", "_"))
+                                for flag in OUTPUT_FLAGS})
         if self.metrics_out:
             check_replaceable(check_output_file(self.metrics_out, "--metrics-out"),
                               is_metrics_file, "a metrics file written by distgnn-train")
@@ -211,6 +221,9 @@ class TrainConfig:
             check_output_dir(self.checkpoint_dir, "--checkpoint-dir")
         need(integer(self.embeddings_layer), "embeddings-layer", "an integer",
              self.embeddings_layer)
+        if self.embeddings_layer != DEFAULTS["embeddings_layer"] and not self.embeddings_out:
+            raise DistGNNError("--embeddings-layer chooses what --embeddings-out writes; "
+                               "without --embeddings-out it would change nothing")
         check_model_output(self.save_model)
         check_outputs(self.predictions_out, self.embeddings_out)
         if self.resume and self.resume_if_present:
@@ -299,7 +312,11 @@ MODEL_FLAGS = {"aggregator": ("sage",), "heads": ("gat",), "train-eps": ("gin",)
                "residual": ("gcn", "sage", "gin", "gat")}
 # the flags of the split-vertex exchange: meaningful with --partitions only
 EXCHANGE_FLAGS = ("algo", "delay", "smoothing", "comm-budget", "exchange-precision",
-                  "backward-exchange")
+                  "backward-exchange", "exchange-topology")
+# what a run writes (each on a path of its own), and every flag that names a path
+OUTPUT_FLAGS = ("metrics-out", "checkpoint-dir", "save-model", "predictions-out",
+                "embeddings-out")
+PATH_FLAGS = OUTPUT_FLAGS + ("resume", "resume-if-present")
 
 
 def hidden_default(model: str, heads: int) -> int:

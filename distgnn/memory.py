@@ -15,10 +15,11 @@ import zlib
 
 import torch
 
-from partition.stats import training_memory
+from partition.stats import exchange_widths, training_memory
 
 from .comm import SelfCommunicator
 from .errors import DistGNNError
+from .exchange.wire import row_bytes
 from .graph import format_bytes
 
 
@@ -80,14 +81,18 @@ def predict(cfg, num_nodes: int, num_edges: int, num_features: int, num_classes:
     layers = cfg.layers + (cfg.model == "gcnii")
     delayed = cfg.algo == "cd-r" and cfg.comm_budget is None
     value_bytes = 8 if cfg.dtype == "float64" else 4
+    widths = exchange_widths(num_features, cfg.hidden, num_classes, layers,
+                             cfg.precompute_first, cfg.backward_exchange) if delayed else ()
+    compressed = cfg.wire != "fp32"
     return training_memory(
         num_nodes, num_edges, num_features, num_classes, cfg.hidden, layers,
         # no credit for activations stored in bf16: they halve what autograd keeps, but the
         # measured peak (in the backward pass) stayed the same on R-MAT 2^20
         cfg.model == "sage" and cfg.aggregator != "gcn", value_bytes, cfg.precompute_first,
         cfg.heads if cfg.model == "gat" else 0, cfg.hidden if cfg.model == "gin" else 0,
-        split_entries, layers * (1 + cfg.backward_exchange) if delayed else 0,
-        cfg.delay_epochs if delayed else 0, cfg.recompute)
+        split_entries, widths, cfg.delay_epochs if delayed else 0,
+        (lambda w: row_bytes(cfg.wire, w, value_bytes)) if compressed else None,
+        cfg.recompute)
 
 
 def _refusal(where: str, need: dict, have: int, device, ranks: int = 1) -> DistGNNError:

@@ -12,6 +12,7 @@ no activations for a backward pass (:mod:`distgnn.inference`).
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -30,6 +31,7 @@ from .model_file import read_model_file
 from .nn import prepare
 from .replicas import rank_statistics
 from .shard import Shard, dataset_shard
+from .storage import check_distinct_outputs
 from .timing import PhaseTimer
 from .training import ModelFactory, build_model, configure_threads
 
@@ -68,6 +70,11 @@ def _build(path: str | Path, saved: dict, cfg: TrainConfig,
         lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
         raise DistGNNError(f"{path}: the weights do not fit the model: "
                            f"{lines[1] if len(lines) > 1 else lines[0]}") from None
+    for name, value in model.state_dict().items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise DistGNNError(f"{path}: {name} holds values that are not finite (NaN or "
+                               "inf): every prediction would be NaN; save the model of an "
+                               "earlier epoch (--final-weights best, or a checkpoint)")
     return model.eval()
 
 
@@ -109,6 +116,8 @@ def predict(model_file: str | Path, source: str | Path | NodeDataset, *,
     return the accuracies where the data has labels (see the module docstring)."""
     from .api import is_partition_directory  # the one test of what a source is
 
+    check_distinct_outputs({"--predictions-out": predictions_out,
+                            "--embeddings-out": embeddings_out}, {"the model file": model_file})
     saved = read_model_file(model_file)
     outputs = {"predictions_out": predictions_out, "embeddings_out": embeddings_out,
                "embeddings_layer": embeddings_layer}
@@ -133,6 +142,10 @@ def _apply(path, saved: dict, cfg: TrainConfig, shard: Shard, comm: Communicator
         if shard.num_features != int(saved["num_features"]):
             raise DistGNNError(f"{path} takes {saved['num_features']} features; the data "
                                f"has {shard.num_features}")
+        if shard.num_classes > int(saved["num_classes"]) and comm.rank == 0:
+            print(f"warning: {path} predicts {saved['num_classes']} classes but the data's "
+                  f"labels name {shard.num_classes}: the vertices of the classes it cannot "
+                  "predict count as wrong in the accuracies", file=sys.stderr, flush=True)
         model = _build(path, saved, cfg, make_model).to(shard.x.device)
         prepare(model, shard.nbr)
         return model

@@ -105,22 +105,30 @@ def check_output_dir(path: str | Path, flag: str) -> Path:
 
 
 # ---- 2. replace only our own -------------------------------------------------------------------
-def check_distinct_outputs(outputs: dict[str, str | Path | None]) -> None:
-    """Refuse, before any work, two outputs of one run that are the same path or one inside
-    the other (``{flag: path}``; ``None``: not asked for).  Paths are compared resolved
-    (``res/./c.pt``, ``res/../res/c.pt`` and a symbolic link to it are one file), so one
-    output cannot silently overwrite another, nor be written into another's directory."""
-    given = [(flag, Path(os.path.realpath(path))) for flag, path in outputs.items()
-             if path is not None]
+def check_distinct_outputs(outputs: dict[str, str | Path | None],
+                           inputs: dict[str, str | Path | None] | None = None) -> None:
+    """Refuse, before any work, two outputs of one run on the same path, and an output that
+    is one of the run's ``inputs`` or lies inside an input directory (``{flag: path}``;
+    ``None``: not given; an input that is not an existing path, a dataset name, is
+    skipped).  Paths are compared resolved (``res/./c.pt``, ``res/../res/c.pt`` and a
+    symbolic link to it are one file), so no output silently replaces another or what the
+    run reads.  An output inside another output directory is allowed (a run folder holding
+    the checkpoints and the metrics file)."""
+    def resolved(paths: dict, existing: bool) -> list[tuple[str, Path]]:
+        return [(flag, Path(os.path.realpath(path))) for flag, path in paths.items()
+                if path is not None and (not existing or Path(path).exists())]
+
+    given = resolved(outputs, False)
     for i, (flag, path) in enumerate(given):
         for other, there in given[i + 1:]:
             if path == there:
                 raise OutputError(f"{flag} and {other} name the same path {there}: give "
                                   "each output a path of its own")
-            for inner, outer, a, b in ((path, there, flag, other), (there, path, other, flag)):
-                if outer in inner.parents:
-                    raise OutputError(f"{a} {inner} is inside {b} {outer}: give each output "
-                                      "a path of its own")
+        for source, there in resolved(inputs or {}, True):
+            if path == there or (there.is_dir() and there in path.parents):
+                where = "is" if path == there else "is inside"
+                raise OutputError(f"{flag} {path} {where} {source} {there}, which the run "
+                                  "reads: write the output elsewhere")
 
 
 def check_replaceable(path: str | Path, recognise: Callable[[Path], bool], what: str) -> None:
@@ -157,17 +165,35 @@ def _commit(tmp: Path, target: Path) -> None:
     fsync_path(target.absolute().parent)
 
 
+def write_failed(path: Path, error: OSError, existed: bool) -> OutputError:
+    """The one line for a write of ``path`` that failed (a full disk, a quota, a file size
+    limit, an I/O error): the file, why, the room left, and what was kept -- the earlier
+    ``path`` unchanged, or nothing there (the temporary file is removed)."""
+    try:
+        room = f", {format_bytes(shutil.disk_usage(_nearest_existing(path)).free)} free there"
+    except OSError:
+        room = ""
+    kept = (f"the earlier {path.name} is unchanged" if existed
+            else f"nothing was written at {path.name}")
+    return OutputError(f"{path}: writing it failed ({error.strerror or error}{room}); {kept}")
+
+
 def write_atomic(path: str | Path, data: bytes | str) -> Path:
-    """Write ``data`` to ``path`` durably and atomically (see the module docstring)."""
+    """Write ``data`` to ``path`` durably and atomically (see the module docstring); a
+    failed write raises :func:`write_failed`'s error, leaving ``path`` as it was."""
     path = Path(path)
     remove_leftovers(path)
     tmp = temp_path(path)
+    existed = path.exists()
     try:
         with open(tmp, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
         _commit(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise write_failed(path, e, existed) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -182,21 +208,33 @@ class AtomicStream:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         remove_leftovers(self.path)
+        self.existed = self.path.exists()
         self.tmp = temp_path(self.path)
         self.file = open(self.tmp, "w", encoding="utf-8")
 
     def write(self, text: str) -> None:
-        self.file.write(text)
-        self.file.flush()
+        try:
+            self.file.write(text)
+            self.file.flush()
+        except OSError as e:
+            self.discard()
+            raise write_failed(self.path, e, self.existed) from None
 
     def commit(self) -> None:
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
-        _commit(self.tmp, self.path)
+        try:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
+            _commit(self.tmp, self.path)
+        except OSError as e:
+            self.discard()
+            raise write_failed(self.path, e, self.existed) from None
 
     def discard(self) -> None:
-        self.file.close()
+        try:
+            self.file.close()
+        except OSError:  # the buffer's last flush failed: the file goes anyway
+            pass
         self.tmp.unlink(missing_ok=True)
 
 

@@ -45,6 +45,7 @@ from .storage import (
     fsync_path,
     remove_leftovers,
     temp_path,
+    write_failed,
 )
 
 PREDICTION_SUFFIXES = (".csv", ".npz")
@@ -84,8 +85,6 @@ def check_outputs(predictions: str | None, embeddings: str | None) -> None:
             raise DistGNNError(f"{flag} {path}: the name must end in "
                                f"{' or '.join(suffixes)} (the format)")
         check_replaceable(check_output_file(path, flag), recognise, what)
-    if predictions and embeddings and Path(predictions).absolute() == Path(embeddings).absolute():
-        raise DistGNNError("--predictions-out and --embeddings-out name the same file")
 
 
 def write_rows(comm: Communicator, target: str | Path, rows: dict[str, np.ndarray],
@@ -106,14 +105,27 @@ def write_rows(comm: Communicator, target: str | Path, rows: dict[str, np.ndarra
     # temp_path's name with rank 0's process: remove_leftovers knows it once that is gone
     staging = target.parent / f".{target.name}.tmp-{int(pid[0])}-rows"
 
+    existed = target.exists()
+
+    def failing_as_one_line(step):
+        def run():
+            try:
+                return step()
+            except OSError as e:  # a full disk, a quota: the file, and that it was kept
+                raise write_failed(target, e, existed) from None
+        return run
+
+    @failing_as_one_line
     def create():
         if comm.rank == 0:
             remove_leftovers(target)
             staging.mkdir()
             for name in names:
-                np.lib.format.open_memmap(staging / f"{name}.npy", "w+", dtypes[name],
-                                          shapes[name]).flush()
+                path = staging / f"{name}.npy"
+                np.lib.format.open_memmap(path, "w+", dtypes[name], shapes[name]).flush()
+                claim(path)
 
+    @failing_as_one_line
     def fill():
         for name in names:
             out = np.lib.format.open_memmap(staging / f"{name}.npy", "r+")
@@ -132,10 +144,19 @@ def write_rows(comm: Communicator, target: str | Path, rows: dict[str, np.ndarra
             raise DistGNNError(f"{target}: the ranks' root clones hold {int(written[0])} of "
                                f"{num_vertices} vertices; the partitions are inconsistent "
                                "(distgnn-partition verify DIR)")
-        all_or_none(comm, lambda: comm.rank != 0 or _finish(staging, target, user_ids))
+        all_or_none(comm, failing_as_one_line(
+            lambda: comm.rank != 0 or _finish(staging, target, user_ids)))
     finally:
         if comm.rank == 0:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def claim(path: Path) -> None:
+    """Give the file ``path`` all of its blocks now, so that a full disk fails here with
+    ``ENOSPC`` rather than later as a fault: a store through a memory map into a block the
+    disk cannot give kills the process (SIGBUS)."""
+    with open(path, "r+b") as f:
+        os.posix_fallocate(f.fileno(), 0, path.stat().st_size)
 
 
 def _finish(staging: Path, target: Path, user_ids: Callable[[], np.ndarray | None]) -> bool:
@@ -181,9 +202,10 @@ def _write_csv(path: Path, ids: np.ndarray, probabilities: np.ndarray) -> None:
 
 
 def _write_npz(path: Path, ids: np.ndarray, probabilities: np.ndarray) -> None:
-    predicted = np.lib.format.open_memmap(Path(str(path) + "-class.npy"), "w+", np.int64,
-                                          (len(probabilities),))
+    staged = Path(str(path) + "-class.npy")
+    predicted = np.lib.format.open_memmap(staged, "w+", np.int64, (len(probabilities),))
     try:
+        claim(staged)
         for block in _blocks(len(probabilities)):
             predicted[block] = np.asarray(probabilities[block]).argmax(1)
         predicted.flush()
@@ -197,5 +219,5 @@ def _write_npz(path: Path, ids: np.ndarray, probabilities: np.ndarray) -> None:
             os.fsync(f.fileno())
     finally:
         del predicted
-        Path(str(path) + "-class.npy").unlink(missing_ok=True)
+        staged.unlink(missing_ok=True)
 

@@ -140,6 +140,29 @@ def layer_widths(num_features: int, hidden: int, num_classes: int, layers: int) 
     return [num_features] + [hidden] * (layers - 1) + [num_classes]
 
 
+def aggregation_widths(num_features: int, hidden: int, num_classes: int, layers: int
+                       ) -> list[int]:
+    """Width each layer aggregates (and exchanges) at: the narrower side of its weight (a
+    linear aggregation commutes with the projection, :mod:`distgnn.nn`)."""
+    d = layer_widths(num_features, hidden, num_classes, layers)
+    return [min(a, b) for a, b in zip(d[:-1], d[1:])]
+
+
+def exchange_widths(num_features: int, hidden: int, num_classes: int, layers: int,
+                    precompute_first: bool = False, backward: bool = True) -> list[int]:
+    """Widths of the split-vertex exchanges of one training epoch: every layer's forward
+    aggregation, then (``backward``) the gradients', without the first layer's when it
+    aggregates the input features (``F <= hidden``: they need no gradient).  With the first
+    aggregation precomputed (``--precompute-first-aggregation``) neither pass exchanges at
+    the first layer: its one exchange, ``F`` wide, is made once before the first epoch."""
+    forward = aggregation_widths(num_features, hidden, num_classes, layers)
+    if precompute_first:
+        forward = forward[1:]
+        return forward * 2 if backward else forward
+    first = hidden if layers > 1 else num_classes
+    return forward + ((forward[1:] if num_features <= first else forward) if backward else [])
+
+
 #: resident memory of a rank apart from its data: Python, torch, Numba, mpi4py and the MPI
 #: library (300 MiB after the imports) and the kernels Numba compiles in the first epoch
 #: (fitted with the other terms on R-MAT 2^19 to 2^21, 4 ranks, fp32, 2026-11-25)
@@ -150,7 +173,8 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
                     hidden: int, layers: int, two_weights: bool = False,
                     value_bytes: int = 4,
                     precompute_first: bool = False, heads: int = 0, mlp: int = 0,
-                    split_entries: int = 0, exchanges: int = 0, delay: int = 0,
+                    split_entries: int = 0, delayed_widths: tuple[int, ...] = (),
+                    delay: int = 0, wire_row_bytes=None,
                     recompute: bool = False) -> dict[str, int]:
     r"""Predicted peak resident memory (bytes) of one training process over ``N`` vertices
     and ``E`` edges (a whole graph, or a rank's partition with ``S`` split entries: its
@@ -170,7 +194,8 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
         \text{graph} = 22 E + 40 N \qquad \text{features} = c\, s N F + 24 N
         \qquad \text{exchange} = S (s\, w + 80)
 
-        \text{delayed exchange} = X \big(B\, r + 5\, s\, S \max_l d_l\big)
+        \text{delayed exchange} = \sum_{w \in W} \Big(B\, r + S\, \big(3 s w + u(w)
+            + [\text{compressed}]\, (s w + u(w))\big)\Big)
 
     with ``w_l = k (d_{l-1} + 1) d_l`` parameters per layer (``k = 2`` for GraphSAGE's
     mean/sum/max aggregators, a root and a neighbour weight, else 1), except GIN, whose MLP
@@ -193,10 +218,14 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     model reads (``c = 2`` with ``--precompute-first-aggregation``, which keeps their
     aggregate too), labels, masks and degrees.  Exchange: the split tables and one buffer
     row per split entry at the widest exchanged width ``w = max_l min(d_{l-1}, d_l)`` (a
-    layer aggregates on its narrower side).  cd-r keeps, for each of its ``X`` exchanges
-    (one per layer and pass: ``2 L`` with the backward exchange, else ``L``), ``r`` bins
-    (``delay``) of ``B`` = 6 KiB of index tensors and bookkeeping each (measured), and
-    about five rows per split entry.  GCNII counts as ``L + 1`` layers of width ``H``.
+    layer aggregates on its narrower side).  cd-r keeps, for each of its exchanges, of the
+    widths ``W`` it really carries (``delayed_widths``: :func:`exchange_widths`), ``r`` bins
+    (``delay``) of ``B`` = 6 KiB of index tensors and bookkeeping each (measured), and per
+    split entry three rows of ``w`` values in the run's type (the kept partials or
+    complement, the staged messages, the roots' own partials) and a received row of ``u(w)``
+    bytes on the wire (``wire_row_bytes(w)``; default: the run's type), twice as much with a
+    compressed wire (its error-feedback residual and encoded send buffer).  GCNII counts as
+    ``L + 1`` layers of width ``H``.
 
     The runtime and the graph's bytes per edge were fitted on R-MAT 2^19 to 2^21
     (GraphSAGE-gcn, hidden 256, 4 ranks, fp32); R-MAT 2^22 and the runs with activations in
@@ -219,9 +248,23 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
         "graph": 22 * E + 40 * N,
         "features": (2 if precompute_first else 1) * s * N * num_features + 24 * N,
         "exchange": S * (s * max(min(i, o) for i, o in zip(d[:-1], d[1:])) + 80),
-        "delayed exchange": exchanges * (DELAY_BIN_BYTES * delay + 5 * s * S * max(d)),
+        "delayed exchange": sum(delayed_exchange_bytes(w, S, delay, s, wire_row_bytes)
+                                for w in delayed_widths),
     }
     return {**parts, "total": sum(parts.values())}
+
+
+def delayed_exchange_bytes(width: int, split_entries: int, delay: int, value_bytes: int = 4,
+                           wire_row_bytes=None) -> int:
+    """What one delayed exchange of ``width`` keeps (the term of :func:`training_memory`):
+    ``delay`` bins of bookkeeping, and per split entry three rows of values and a received
+    row on the wire (``wire_row_bytes(width)``, ``None``: uncompressed), twice that with a
+    compressed wire."""
+    values = value_bytes * width
+    wire = values if wire_row_bytes is None else wire_row_bytes(width)
+    compressed = wire_row_bytes is not None
+    return (DELAY_BIN_BYTES * delay
+            + split_entries * (3 * values + wire + compressed * (values + wire)))
 
 
 def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,

@@ -6,6 +6,7 @@ import pytest
 
 from distgnn.config import TrainConfig
 from distgnn.errors import DistGNNError
+from distgnn.exchange.wire import row_bytes
 from distgnn.memory import predict, require
 from partition.stats import training_memory as estimate
 
@@ -71,12 +72,15 @@ def test_gin_counts_its_mlp_weights():
         require(TrainConfig(model="gin", hidden=65536), 2708, 10556, 1433, 7, "cpu", "cora")
 
 
-def test_delayed_exchange_counts_its_bins():
+def test_delayed_exchange_counts_its_bins_at_the_widths_it_carries():
     """cd-r's state grows with --delay (6 KiB of bookkeeping per bin and exchange), and
-    with the split entries at the widest layer."""
+    with the split entries at the width of each exchange: three rows of values and a
+    received row per entry (twice that on a compressed wire), never the features' width
+    that no exchange carries."""
     base = estimate(1000, 5000, 32, 4, 16, 2)
-    cdr = estimate(1000, 5000, 32, 4, 16, 2, exchanges=4, delay=100, split_entries=50)
-    assert cdr["delayed exchange"] == 4 * (6 * 1024 * 100 + 5 * 4 * 50 * 32)
+    cdr = estimate(1000, 5000, 32, 4, 16, 2, delayed_widths=(16, 4, 4), delay=100,
+                   split_entries=50)
+    assert cdr["delayed exchange"] == sum(6 * 1024 * 100 + 50 * 4 * 4 * w for w in (16, 4, 4))
     # the split entries' tables and buffer rows are there for cd-0 too
     assert cdr["exchange"] == 50 * (4 * 16 + 80)  # widest exchanged: min(32, 16)
     assert cdr["total"] - base["total"] == cdr["delayed exchange"] + cdr["exchange"]
@@ -84,10 +88,18 @@ def test_delayed_exchange_counts_its_bins():
                   split_entries=500)
     # 100 layers x 2 passes x 10^5 bins x 6 KiB = 123 GB
     assert big["delayed exchange"] > 100 * 2 * 100_000 * 6 * 1024
+    # cora's 1433 features, hidden 16, 7 classes: the layers aggregate at 16 and 7 wide,
+    # both passes of both layers exchange (the first layer projects first)
     small = predict(TrainConfig(algo="cd-r", delay=5), 2708, 10556, 1433, 7, split_entries=500)
-    assert small["delayed exchange"] == 2 * 2 * (6 * 1024 * 5 + 5 * 4 * 500 * 1433)
+    assert small["delayed exchange"] == sum(6 * 1024 * 5 + 500 * 16 * w for w in (16, 7, 16, 7))
+    # the default schedule: one bin, an int4 wire (compressed: residuals and encoded rows)
+    default = predict(TrainConfig(algo="cd-r"), 2708, 10556, 1433, 7, split_entries=500)
+    int4 = {16: row_bytes("int4", 16), 7: row_bytes("int4", 7)}
+    assert default["delayed exchange"] == sum(
+        6 * 1024 + 500 * (4 * 4 * w + 2 * int4[w]) for w in (16, 7, 16, 7))
     assert predict(TrainConfig(algo="cd-0"), 2708, 10556, 1433, 7,
                    split_entries=500)["delayed exchange"] == 0
+
 
 class _Ranks:
     """A communicator of ``size`` ranks on one node whose allreduce adds the rows the

@@ -92,7 +92,12 @@ import math
 
 import numpy as np
 
-from partition.stats import layer_widths, node_rows, training_memory
+from partition.stats import (
+    aggregation_widths,
+    exchange_widths,
+    node_rows,
+    training_memory,
+)
 
 from ..cli_common import comma_list
 from ..errors import DistGNNError
@@ -340,27 +345,6 @@ def forward_aggregation(per_rank: list[dict], rates: Rates, widths: list[int], a
     half of the local rate's forward+backward, and one reduce-broadcast per layer."""
     local = rates.aggregation_per_edge * max(r["edges"] for r in per_rank) / 2
     return local, exchange_seconds(per_rank, widths, alpha, beta)
-
-
-def aggregation_widths(num_features: int, hidden: int, num_classes: int, layers: int
-                       ) -> list[int]:
-    """Width each layer aggregates at: the narrower side (``distgnn.models``)."""
-    dims = layer_widths(num_features, hidden, num_classes, layers)
-    return [min(a, b) for a, b in zip(dims[:-1], dims[1:])]
-
-
-def exchange_widths(num_features: int, hidden: int, num_classes: int, layers: int,
-                    precompute_first: bool = False) -> list[int]:
-    """Widths of the split-vertex exchanges of one training epoch: every layer's forward
-    aggregation, then the backward ones, without the first layer's when it aggregates the
-    input features (``F <= hidden``: they need no gradient).  With the first aggregation
-    precomputed (``--precompute-first-aggregation``) neither pass exchanges at the first
-    layer: its one exchange, ``F`` wide, is made once before the first epoch."""
-    forward = aggregation_widths(num_features, hidden, num_classes, layers)
-    if precompute_first:
-        return forward[1:] * 2
-    first = hidden if layers > 1 else num_classes
-    return forward + (forward[1:] if num_features <= first else forward)
 
 
 def exchange_bytes(leaf_counts: list[int], root_counts: list[int], widths: list[int],
