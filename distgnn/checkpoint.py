@@ -3,7 +3,8 @@
 Layout of ``--checkpoint-dir D``::
 
     D/epoch-000040/              a complete checkpoint after 40 epochs
-        manifest.json            format, epoch, ranks, fingerprint, bytes + SHA-256 per file
+        manifest.json            format, epoch, ranks, run, fingerprint, bytes + SHA-256
+                                 per file
         state.pt                 model, optimizer, best weights, metrics so far (from rank 0:
                                  the replicas are identical)
         rank-00000.pt ...        each rank's RNG states and in-flight cd-r exchange state
@@ -17,6 +18,12 @@ checkpoints as they were.  Free space is checked against the exact serialised si
 anything is written.  A resumed run is refused if its fingerprint (rank count, data,
 parameter shapes, exchange algorithm) differs from the checkpoint's.
 
+Every checkpoint also names its run: a random id drawn when the run starts afresh and kept
+by every resume of it.  A run writes into a directory only while every checkpoint there is
+its own (:func:`claim`), prunes only its own, and never replaces another run's: a new run
+pointed at another run's directory would otherwise prune that run's checkpoints or its own,
+and a later ``--resume`` there would continue whichever was newest.
+
 The directory must be visible to every rank under the same path (a shared filesystem on a
 cluster), since rank 0 assembles and verifies the manifest of all ranks' files.
 """
@@ -28,6 +35,7 @@ import json
 import os
 import random
 import re
+import secrets
 import shutil
 from pathlib import Path
 
@@ -48,6 +56,8 @@ NAME = re.compile(r"^epoch-(\d{6,})$")
 SPACE_MARGIN = 1 << 20
 MAX_EPOCH = 10**9  # epochs of a checkpoint name: six digits or more, never absurd
 MAX_MANIFEST_BYTES = 1 << 26
+# how many of another run's checkpoints a refusal names
+NAMED = 2
 
 
 class CheckpointError(DistGNNError):
@@ -69,6 +79,11 @@ def checkpoint_name(epoch: int) -> str:
 def checkpoint_path(directory: str | Path, epoch: int) -> Path:
     """Where the checkpoint after ``epoch`` epochs lives in ``directory``."""
     return Path(directory) / checkpoint_name(epoch)
+
+
+def new_run() -> str:
+    """The id of a run that starts afresh (see the module docstring)."""
+    return secrets.token_hex(8)
 
 
 def rng_state() -> dict:
@@ -102,11 +117,14 @@ def _gather_digests(comm: Communicator, data: bytes) -> list[tuple[int, str]]:
 
 
 def save(directory: str | Path, epoch: int, comm: Communicator, fingerprint: dict,
-         shared: dict, local: dict, keep: int) -> Path:
-    """Write the checkpoint after ``epoch`` epochs (collective); returns its directory.
+         shared: dict, local: dict, keep: int, run: str | None = None) -> Path:
+    """Write the checkpoint after ``epoch`` epochs of run ``run`` (collective); returns its
+    directory.
 
     ``shared`` (rank 0's) is the state every replica has in common, ``local`` this rank's
-    own.  Older checkpoints beyond the newest ``keep`` are removed afterwards.
+    own.  ``run`` is rank 0's (it alone writes the manifest; ``None``: a run resumed from a
+    checkpoint written before runs had ids).  Of the checkpoints of ``run``, those beyond the
+    newest ``keep`` are removed afterwards; another run's are never touched.
     """
     directory = Path(directory)
     final = checkpoint_path(directory, epoch)
@@ -129,6 +147,9 @@ def save(directory: str | Path, epoch: int, comm: Communicator, fingerprint: dic
             if final.exists() and not is_checkpoint(final):
                 raise CheckpointError(f"{final} exists and is not a checkpoint written by "
                                       "distgnn-train; refusing to replace it")
+            if final.exists() and run_of(final) != run:
+                raise CheckpointError(f"{final} is a checkpoint of another run; refusing to "
+                                      "replace it (give another --checkpoint-dir)")
             partial.mkdir()
 
     def write_files():
@@ -148,7 +169,8 @@ def save(directory: str | Path, epoch: int, comm: Communicator, fingerprint: dic
         files["state.pt"] = {"bytes": len(shared_bytes),
                              "sha256": hashlib.sha256(shared_bytes).hexdigest()}
         manifest = {"format": FORMAT, "version": VERSION, "epoch": epoch, "ranks": comm.size,
-                    "fingerprint": fingerprint, "files": files}
+                    **({} if run is None else {"run": run}), "fingerprint": fingerprint,
+                    "files": files}
         try:
             write_atomic(partial / "manifest.json", json.dumps(manifest, indent=1).encode())
             fsync_path(partial)
@@ -160,7 +182,7 @@ def save(directory: str | Path, epoch: int, comm: Communicator, fingerprint: dic
             raise CheckpointError(f"{final}: publishing the checkpoint failed "
                                   f"({e.strerror or e}); the previous checkpoints are "
                                   "untouched") from None
-        for old in [p for p in checkpoints(directory) if is_checkpoint(p)][keep:]:
+        for old in [p for p in checkpoints(directory) if run_of(p) == run][keep:]:
             shutil.rmtree(old, ignore_errors=True)
 
     try:
@@ -185,14 +207,46 @@ def checkpoints(directory: str | Path) -> list[Path]:
     return [p for _, p in sorted(found, reverse=True)]
 
 
+def _manifest_of(path: Path) -> dict | None:
+    """``path/manifest.json`` parsed, if it is a manifest of this format (any version)."""
+    try:
+        manifest = json.loads(file_head(path / "manifest.json", MAX_MANIFEST_BYTES))
+    except (ValueError, RecursionError):
+        return None
+    return manifest if isinstance(manifest, dict) and manifest.get("format") == FORMAT else None
+
+
 def is_checkpoint(path: Path) -> bool:
     """Whether ``path`` holds a ``manifest.json`` of this format (any version): a checkpoint
     this tool wrote, which pruning and re-writing may remove."""
-    try:
-        manifest = json.loads(file_head(path / "manifest.json", 1 << 20))
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(manifest, dict) and manifest.get("format") == FORMAT
+    return _manifest_of(path) is not None
+
+
+def run_of(path: Path) -> str | None | bool:
+    """The run id of checkpoint ``path`` (``None``: written before runs had ids; ``False``:
+    not a checkpoint)."""
+    manifest = _manifest_of(path)
+    return False if manifest is None else manifest.get("run")
+
+
+def claim(directory: str | Path, comm: Communicator, run: str | None) -> None:
+    """Refuse, on every rank, to checkpoint run ``run`` into ``directory`` while it holds
+    checkpoints of another run (decided by rank 0, whose ``run`` counts; nothing is
+    removed)."""
+    directory = Path(directory)
+
+    def check():
+        if comm.rank != 0:
+            return
+        others = [p for p in checkpoints(directory) if run_of(p) not in (False, run)]
+        if others:
+            names = ", ".join(p.name for p in others[:NAMED]) + (", ..." if others[NAMED:]
+                                                                  else "")
+            raise CheckpointError(f"{directory} holds checkpoints of another run ({names}): "
+                                  f"continue that run with --resume {directory}, or give "
+                                  "another --checkpoint-dir (nothing was removed)")
+
+    all_or_none(comm, check)
 
 
 def _manifest_problem(manifest, path: Path) -> str | None:
@@ -211,6 +265,8 @@ def _manifest_problem(manifest, path: Path) -> str | None:
         return f"ranks must be an integer >= 1, got {ranks!r}"
     if not isinstance(manifest.get("fingerprint"), dict):
         return "fingerprint must be an object"
+    if not isinstance(manifest.get("run", ""), str):
+        return f"run must be a string, got {manifest['run']!r}"
     expected = {"state.pt", *(rank_file(r) for r in range(min(ranks, 1 << 20)))}
     if not isinstance(files, dict) or set(files) != expected:
         return f"files must list state.pt and rank-00000.pt .. {rank_file(ranks - 1)}"
@@ -321,8 +377,9 @@ def _load_file(path: Path) -> dict:
 
 
 def resume(directory: str | Path, comm: Communicator, fingerprint: dict,
-           log=print, missing_ok: bool = False) -> tuple[int, dict, dict] | None:
-    """``(epoch, shared, local)`` of the newest usable checkpoint in ``directory`` (collective).
+           log=print, missing_ok: bool = False) -> tuple[int, dict, dict, str | None] | None:
+    """``(epoch, shared, local, run)`` of the newest usable checkpoint in ``directory``
+    (collective; ``run``, the checkpoint's run id, on rank 0 only, which writes manifests).
 
     Rank 0 picks it: the newest whose manifest and files verify (a newer broken one is
     reported and skipped) and whose fingerprint matches ``fingerprint``.  A ``directory``
@@ -359,7 +416,8 @@ def resume(directory: str | Path, comm: Communicator, fingerprint: dict,
                 log(f"warning: skipping {e}")
                 reasons.append(str(e))
                 continue
-            chosen[0], picked["state"] = manifest["epoch"], state
+            chosen[0], picked["state"], picked["run"] = manifest["epoch"], state, \
+                manifest.get("run")
             return
         raise CheckpointError(f"{directory}: none of its {len(found)} checkpoints can be "
                               f"resumed (newest: {reasons[0]})")
@@ -372,4 +430,4 @@ def resume(directory: str | Path, comm: Communicator, fingerprint: dict,
     shared, local = all_or_none(comm, lambda: (picked.get("state") or
                                                _load_file(path / "state.pt"),
                                                _load_file(path / rank_file(comm.rank))))
-    return int(chosen[0]), shared, local
+    return int(chosen[0]), shared, local, picked.get("run")

@@ -20,6 +20,7 @@ from .comm import Communicator, RankFailed, all_or_none
 from .config import TrainConfig
 from .errors import DistGNNError, one_line
 from .shard import Shard
+from .signals import stopped_line
 
 # the options that do not change what a run computes (where and how fast it runs, in what order
 # a sum adds its terms, how long, what it evaluates and writes): a checkpoint may be resumed
@@ -89,12 +90,23 @@ class Checkpointer:
         self.exchange = shard.nbr.exchange
         self.device = shard.x.device
         self.stamp = fingerprint(cfg, model, shard, comm)
+        # the run's id in the manifests (rank 0's counts: it writes them); a resume takes
+        # the checkpoint's
+        self.run: str | None = checkpoint.new_run()
         self.last_saved: int | None = None
 
     def resume(self) -> tuple[int, list, dict, int]:
         """``(start, history, best, since_best)``: zeros for a new run (also under
         ``--resume-if-present`` with no checkpoint to resume), else the newest usable
-        checkpoint's, with the model, optimizer, RNG and exchange state restored."""
+        checkpoint's, with the model, optimizer, RNG and exchange state restored.  Then the
+        checkpoint directory is claimed: refused while it holds another run's checkpoints
+        (:func:`distgnn.checkpoint.claim`), which a new run would prune, or its own."""
+        start, history, best, since_best = self._resumed()
+        if self.cfg.checkpoint_dir:
+            checkpoint.claim(self.cfg.checkpoint_dir, self.comm, self.run)
+        return start, history, best, since_best
+
+    def _resumed(self) -> tuple[int, list, dict, int]:
         directory = self.cfg.resume or self.cfg.resume_if_present
         if not directory:
             return 0, [], {}, 0
@@ -104,7 +116,7 @@ class Checkpointer:
             if self.comm.rank == 0:
                 self.log(f"no checkpoint in {directory}: starting a new run")
             return 0, [], {}, 0
-        start, shared, local = found
+        start, shared, local, self.run = found
         path = f"{directory}/{checkpoint.checkpoint_name(start)}"
         history, best, since_best = all_or_none(self.comm,
                                                 lambda: self.restore(path, shared, local))
@@ -135,7 +147,7 @@ class Checkpointer:
                  "history": history, "best": best, "since_best": since_best},
                 {"rng": checkpoint.rng_state(),
                  "exchange": self.exchange.state_dict() if self.exchange is not None else {}},
-                self.cfg.keep)
+                self.cfg.keep, self.run)
             self.last_saved = done
         return str(path)
 
@@ -166,8 +178,6 @@ class Checkpointer:
                 cfg.checkpoint_every and done % cfg.checkpoint_every == 0)):
             path = self.save(done, run.history, run.best, run.since_best)
         if signum:
-            then = (f"checkpoint {path}; continue with --resume {cfg.checkpoint_dir}"
-                    if cfg.checkpoint_dir else "no --checkpoint-dir, nothing saved")
             why = ("the launcher (mpirun) is gone" if signum == signal.SIGHUP
                    else f"{signal.Signals(signum).name} received")
-            raise Stopped(f"{why}: stopped after epoch {done}; {then}", signum)
+            raise Stopped(stopped_line(why, done, path, cfg.checkpoint_dir), signum)

@@ -295,8 +295,9 @@ def train_parser() -> argparse.ArgumentParser:
         prog="distgnn-train",
         description="Full-batch GNN training for node classification: on one socket "
                     "(--dataset), or under MPI with one rank per partition "
-                    "(mpirun -np P distgnn-train --partitions DIR). With neither, trains "
-                    "GCN on the bundled Cora graph.",
+                    "(distgnn-launch -n P -- distgnn-train --partitions DIR: the launcher "
+                    "finds the MPI and sets what it needs). With neither, trains GCN on the "
+                    "bundled Cora graph.",
         formatter_class=DefaultsHelpFormatter)
     _data_flags(p, d)
     _model_flags(p, d)
@@ -404,8 +405,9 @@ def predict_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="distgnn-predict",
         description="Apply a model saved by distgnn-train --save-model to a dataset (one "
-                    "process) or to a partition directory (mpirun -np P distgnn-predict "
-                    "MODEL --partitions DIR: exact exchange, whatever the training run's "
+                    "process) or to a partition directory (distgnn-launch -n P -- "
+                    "distgnn-predict MODEL --partitions DIR: exact exchange, whatever the "
+                    "training run's "
                     "algorithm). The graph may be another than the one trained on, with the "
                     "same features (new vertices and edges). Prints the accuracy on each "
                     "labelled split; writes predictions and embeddings as asked.",

@@ -99,13 +99,17 @@ def run_guarded(prog: str, command) -> int:
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """``--help`` with ``(default: X)`` where a default is worth stating: not for flags
-    without one (None), not for switches that are off, not where the text names it."""
+    """``--help`` with every default stated: ``(default: X)``, or ``(default: none)`` for a
+    flag that is off unless given (an output not written, an option not applied); not for
+    switches, which are off unless given, nor where the text names its default itself."""
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+        if ((action.nargs == 0 and not action.default) or action.default is argparse.SUPPRESS
+                or "default" in text or not action.option_strings):
             return text
+        if action.default is None:
+            return f"{text} (default: none)"
         return super()._get_help_string(action)
 
 

@@ -98,15 +98,26 @@ def _rmat_chunk(count: int, scale: int, a: float, b: float, c: float,
 
 def rmat(scale: int, edge_factor: int = 16, num_features: int = 128, num_classes: int = 16,
          seed: int = 0, a: float = 0.57, b: float = 0.19, c: float = 0.19) -> NodeDataset:
-    """R-MAT graph on ``2**scale`` nodes, symmetrised, deduplicated, without self-loops.
+    """R-MAT graph on ``N = 2**scale`` nodes, symmetrised, deduplicated, without self-loops.
 
-    Features are float32 standard normal ``[N, num_features]``, labels uniform in
-    ``0..num_classes-1`` (no signal: this is a benchmark graph), split seeded 60/20/20.
+    ``edge_factor * N`` edges are drawn, at most the ``N (N - 1) / 2`` undirected edges
+    ``N`` vertices hold, and ``num_classes`` is at most ``N``; repeated draws merge, and
+    the note says so when under half the drawn edges remain.  Features are float32 standard
+    normal ``[N, num_features]``, labels uniform in ``0..num_classes-1`` (no signal: this is
+    a benchmark graph), split seeded 60/20/20.
     """
     _check_rmat(scale, edge_factor, a, b, c)
     _check_sizes(num_features=num_features, num_classes=num_classes, source="rmat")
     _require(seed >= 0, "seed must be >= 0", "rmat")
     n = 1 << scale
+    most = (n - 1) // 2
+    _require(edge_factor <= most,
+             (f"edge_factor must lie in 1..{most} for scale {scale}" if most
+              else "scale must be >= 2") + f": {n} vertices hold at most {n * (n - 1) // 2:,} "
+             f"undirected edges, fewer than the edge_factor * 2^scale = {edge_factor * n:,} "
+             "drawn", "rmat")
+    _require(num_classes <= n, f"num_classes must lie in 1..{n} for scale {scale}: each "
+             "class needs a vertex", "rmat")
     require_memory(_GENERATOR_BYTES_PER_EDGE * (edge_factor << scale)
                    + n * (4 * num_features + NODE_BYTES), "rmat")
     rng = np.random.default_rng(seed)
@@ -114,10 +125,12 @@ def rmat(scale: int, edge_factor: int = 16, num_features: int = 128, num_classes
     graph = _undirected_graph(*rmat_edges(scale, edge_factor, a, b, c, seed=rng), n, name)
     x = rng.standard_normal((n, num_features), dtype=np.float32)
     y = rng.integers(0, num_classes, n)
+    random_labels = (f"R-MAT labels are uniform at random: accuracy near 1/{num_classes} is "
+                     "chance; use R-MAT to measure speed, not accuracy")
+    merged = _merged_note(graph, edge_factor << scale, "edge_factor * 2^scale")
     return NodeDataset(graph, x, y, *random_split(n, rng), num_classes=num_classes, name=name,
                        split_note=random_split_note(n, "vertices", seed),
-                       note=f"R-MAT labels are uniform at random: accuracy near 1/{num_classes} "
-                            "is chance; use R-MAT to measure speed, not accuracy")
+                       note="; ".join(filter(None, (random_labels, merged))))
 
 
 def write_rmat_files(out_dir: str | Path, scale: int, edge_factor: int = 16,
@@ -234,7 +247,9 @@ def sbm(num_nodes: int, num_blocks: int = 8, avg_degree: float = 20, p_in: float
     the source by theta, the destination by theta within the source's block with probability
     ``p_in``, else among all nodes; so about ``p_in + (1 - p_in) / num_blocks`` of the edges
     join one block (a little less on small graphs, where repeated hub pairs merge).  The
-    graph is then symmetrised, deduplicated and loop-free.
+    graph is then symmetrised, deduplicated and loop-free; ``avg_degree`` is at most
+    ``num_nodes - 1``, and the note says so when under half the drawn edges remain.
+    ``num_blocks`` is at most ``num_nodes``.
 
     Features are float32 ``[N, num_features]``: the one-hot block in the first ``num_blocks``
     columns plus N(0, noise**2) on every column, so features alone are an imperfect
@@ -244,11 +259,16 @@ def sbm(num_nodes: int, num_blocks: int = 8, avg_degree: float = 20, p_in: float
     _check_sizes(num_nodes=num_nodes, num_blocks=num_blocks, num_features=num_features,
                  source=source)
     _require(num_nodes <= _MAX_NODES, f"num_nodes must be at most {_MAX_NODES}", source)
+    _require(num_nodes >= 2, "num_nodes must be >= 2: an edge joins two vertices", source)
+    _require(num_blocks <= num_nodes, f"num_blocks must lie in 1..{num_nodes} (num_nodes): "
+             "each block is a class and needs a vertex", source)
     _require(num_features >= num_blocks, "num_features must be >= num_blocks", source)
-    _require(0 < avg_degree < math.inf, "avg_degree must be positive and finite", source)
+    # not 0 < avg_degree <= ...: that would pass nan
+    _require(0 < avg_degree <= num_nodes - 1, f"avg_degree must lie in (0, {num_nodes - 1}] for "
+             f"{num_nodes} nodes: a vertex has at most num_nodes - 1 neighbours", source)
     _require(0 <= p_in <= 1, "p_in must lie in [0, 1]", source)
     _require(degree_exponent > 1, "degree_exponent must be > 1", source)
-    _require(noise >= 0, "noise must be >= 0", source)
+    _require(0 <= noise < math.inf, "noise must be >= 0 and finite", source)
     _require(seed >= 0, "seed must be >= 0", source)
     n = num_nodes
     drawn = n * avg_degree / 2  # a float, so that a huge avg_degree cannot overflow an int
@@ -279,7 +299,8 @@ def sbm(num_nodes: int, num_blocks: int = 8, avg_degree: float = 20, p_in: float
         x = noise * rng.standard_normal((n, num_features), dtype=np.float32)
     x[np.arange(n), block] += 1.0
     return NodeDataset(graph, x, block, *random_split(n, rng), num_classes=num_blocks,
-                       name=name, split_note=random_split_note(n, "vertices", seed))
+                       name=name, split_note=random_split_note(n, "vertices", seed),
+                       note=_merged_note(graph, num_edges, "num_nodes * avg_degree / 2"))
 
 
 def _draw_by_weight(cdf: np.ndarray, lo: np.ndarray, hi: np.ndarray,
@@ -291,6 +312,18 @@ def _draw_by_weight(cdf: np.ndarray, lo: np.ndarray, hi: np.ndarray,
     u = cdf[lo] + rng.random(len(lo)) * (cdf[hi] - cdf[lo])
     # Rounding can land u on a slice boundary; clip back inside the slice.
     return np.clip(np.searchsorted(cdf, u, side="right") - 1, lo, hi - 1)
+
+
+def _merged_note(graph: CSRGraph, drawn: int, formula: str) -> str:
+    """The note of a generated ``graph`` of ``drawn`` undirected edge draws (``formula``:
+    how the parameters give that number) when under half of them remain once repeated pairs
+    and self-loops are merged; ``""`` otherwise."""
+    kept = graph.num_edges // 2
+    if 2 * kept >= drawn:
+        return ""
+    return (f"{kept:,} undirected edges (average degree {graph.num_edges / graph.num_nodes:.1f}"
+            f"), under half the {formula} = {drawn:,} drawn: the draws repeat pairs of "
+            "vertices, and repeats merge")
 
 
 def _undirected_graph(src: np.ndarray, dst: np.ndarray, num_nodes: int,
@@ -317,6 +350,10 @@ def _require(ok: bool, problem: str, source: str) -> None:
         raise GraphError(problem, source)
 
 
+# generator name -> {spec key: (other key, its value, why)}: the key does nothing when the
+# other key has that value, so a spec giving both is refused
+_INERT = {"sbm": {"p_in": ("blocks", 1, "every edge joins the one block")}}
+
 # generator name -> (function, {spec key: (keyword, type, default)})
 GENERATORS = {
     "rmat": (rmat, {
@@ -334,14 +371,19 @@ GENERATORS = {
 
 
 def generate(spec: str) -> NodeDataset:
-    """Dataset from ``"kind:key=value,..."``; unknown keys and non-numbers are errors."""
+    """Dataset from ``"kind:key=value,..."``; unknown or repeated keys, non-numbers and a
+    key that does nothing beside another's value (``_INERT``) are errors."""
     kind, _, args = spec.partition(":")
     function, keys = GENERATORS[kind]
     kwargs = {keyword: default for keyword, _, default in keys.values()}
+    given = set()
     for item in filter(None, (s.strip() for s in args.split(","))):
         key, _, value = (s.strip() for s in item.partition("="))
         if key not in keys:
             raise GraphError(f"unknown key {key!r} for {kind} (known: {', '.join(keys)})", spec)
+        if key in given:
+            raise GraphError(f"key {key!r} is given twice: give each key once", spec)
+        given.add(key)
         keyword, kind_of, _ = keys[key]
         try:
             kwargs[keyword] = kind_of(value)
@@ -349,4 +391,8 @@ def generate(spec: str) -> NodeDataset:
             wanted = "an integer" if kind_of is int else "a number"
             shown = value if len(value) <= 40 else value[:40] + "..."
             raise GraphError(f"key {key!r} needs {wanted}, got {shown!r}", spec) from None
+    for key, (other, value, why) in _INERT.get(kind, {}).items():
+        if key in given and kwargs[keys[other][0]] == value:
+            raise GraphError(f"key {key!r} does nothing with {other}={value} ({why}): drop it "
+                             f"or give another {other}", spec)
     return function(**kwargs)

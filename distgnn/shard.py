@@ -90,6 +90,21 @@ def normalize_features(x: np.ndarray, how: str) -> np.ndarray:
     return out
 
 
+ROW_NORM_WARNING = ("warning: the features have negative entries, and --feature-norm row (the "
+                    "default, made for non-negative counts such as bag-of-words) divides each "
+                    "row by the sum of its absolute values, which can cost accuracy; "
+                    "--feature-norm none trains on the features as they are")
+
+
+def negative_features(x: np.ndarray) -> bool:
+    """Whether features ``x`` ``[N, F]`` (a memory map too) hold a negative entry: row
+    normalisation was made for counts and :data:`ROW_NORM_WARNING` says why it may hurt.
+    Checked in the row blocks of :func:`normalize_features`, stopping at the first
+    negative block, with no ``[N, F]`` temporary."""
+    rows = max(1, _NORM_BLOCK_ELEMENTS // max(x.shape[1], 1))
+    return any(x[start:start + rows].min(initial=0) < 0 for start in range(0, len(x), rows))
+
+
 def node_tensors(x: np.ndarray, y: np.ndarray, masks: dict[str, np.ndarray], how: str,
                  device: torch.device | str = "cpu"):
     """Torch tensors of normalised features, labels and masks on ``device`` (copies: the
@@ -125,6 +140,8 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
                    data.num_classes, device, data.name)
     masks = {name: getattr(data, f"{name}_mask") for name in ("train", "val", "test")}
     x, y, masks = node_tensors(data.x, data.y, masks, cfg.feature_norm)
+    if cfg.feature_norm == "row" and negative_features(data.x):
+        log(ROW_NORM_WARNING)
     origin = (f"dataset {data.name}: {data.num_nodes} nodes, {data.graph.num_edges} edges, "
               f"{data.num_features} features, {data.num_classes} classes")
     graph = data.graph
@@ -185,13 +202,19 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                           len(index.leaf_ids) + len(index.root_ids))
     all_or_none(comm, lambda: memory.require_on_node(comm, need, device,
                                                      f"{directory} partition {comm.rank}"))
-    x, y, masks = all_or_none(comm, lambda: node_tensors(
+    (x, y, masks), negative = all_or_none(comm, lambda: (node_tensors(
         part.x, part.y, {"train": part.train_mask, "val": part.val_mask,
-                         "test": part.test_mask}, cfg.feature_norm, device))
+                         "test": part.test_mask}, cfg.feature_norm, device),
+        cfg.feature_norm == "row" and negative_features(part.x)))
+    negative = torch.tensor([float(negative)])
+    comm.allreduce(negative)  # a negative entry may sit on any rank; rank 0 says it once
     index.check(comm, part)
     note = unchecked_fields_note(part.meta)
-    if note and comm.rank == 0:
-        print(f"{directory}: {note}", flush=True)
+    if comm.rank == 0:
+        if negative.item():
+            print(ROW_NORM_WARNING, flush=True)
+        if note:
+            print(f"{directory}: {note}", flush=True)
     exchange = (None if cfg.algo == "0c"
                 else Exchange(index=index, comm=comm, timer=timer, algo=cfg.algo, delay=delay,
                               smoothing=cfg.smoothing, comm_budget=cfg.comm_budget,

@@ -17,6 +17,7 @@ is gone, the rank asks to stop as for SIGHUP.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 
@@ -27,6 +28,19 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 EARLY_INTERRUPTS: list[int] = []
 # what the first Ctrl-C of a training run answers at once, on stderr
 ACKNOWLEDGED_INTERRUPT = "Ctrl-C: stopping after this epoch (Ctrl-C again stops now)\n"
+# the epoch, checkpoint and directory in a line of :func:`stopped_line` (``distgnn-launch``
+# reads it from its ranks' output to say what they wrote and how to continue)
+STOPPED_CHECKPOINT = re.compile(r"stopped after epoch (\d+); checkpoint (.+); "
+                                r"continue with --resume (.+)$")
+
+
+def stopped_line(why: str, done: int, checkpoint: str | None, directory: str | None) -> str:
+    """What a run that stopped on a request says: ``why``, the epochs done, and the
+    checkpoint it wrote in ``directory`` with how to continue from it (``None``: nothing
+    saved, as without ``--checkpoint-dir``)."""
+    then = (f"checkpoint {checkpoint}; continue with --resume {directory}" if checkpoint
+            else "no --checkpoint-dir, nothing saved")
+    return f"{why}: stopped after epoch {done}; {then}"
 
 
 def parent_of(pid: int) -> int | None:

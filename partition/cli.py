@@ -1,6 +1,7 @@
 """``distgnn-partition``: partition a dataset to disk, ``inspect`` or ``verify`` a directory.
 
-    distgnn-partition DATASET --parts P --out DIR [--method libra|hdrf|random|dbh]
+    distgnn-partition DATASET|--dataset DATASET --parts P --out DIR
+                      [--method libra|hdrf|random|dbh]
                       [--seed S] [--order degree|random|given] [--roots random|balanced]
                       [--force]
                       [--weights W0,W1,...] [--order-vertices auto|given|degree|rcm]
@@ -15,21 +16,31 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from distgnn.cli_common import OneLineParser, dataset_file_flags, interruptible, run_guarded
+from distgnn.cli_common import (
+    DefaultsHelpFormatter,
+    OneLineParser,
+    dataset_file_flags,
+    interruptible,
+    run_guarded,
+)
 from distgnn.config import MAX_LAYERS
+from distgnn.datasets import _locate
 from distgnn.datasets import load as load_dataset
 from distgnn.edge_file import edge_count
 from distgnn.errors import DistGNNError
-from distgnn.graph import format_bytes
+from distgnn.generators import GENERATORS
+from distgnn.graph import GraphError, format_bytes
 from distgnn.memory import available_bytes
 from distgnn.ordering import AUTO_WIDTH, CHOICES
-from distgnn.storage import check_json_output, write_json
+from distgnn.storage import check_distinct_outputs, check_json_output, write_json
 
 from .assign import (
     METHODS,
@@ -58,11 +69,13 @@ from .stats import (
     format_summary,
     summarize,
 )
-from .stream import partition_edge_file, vertex_data
+from .stream import Stopped, partition_edge_file, vertex_data
 from .vertex_cut import PartitionError, vertex_cut
 
+PROG = "distgnn-partition"
 PROGRESS_MIN_EDGES = 1_000_000
 MODES = ("auto", "memory", "stream")
+HASHED = ("random", "dbh")  # the methods without a stream: each edge goes by a hash
 # what the in-memory path holds per edge at its peak (the loaded edges, the CSR, its stream
 # order and partition of every entry) and per vertex besides the features
 MEMORY_BYTES_PER_EDGE = 64
@@ -95,7 +108,8 @@ def _stat_flags(parser: argparse.ArgumentParser) -> None:
                              "alltoallv of cd-0's flat and node-aware exchanges "
                              "(--exchange-topology), ranks 0..K-1 on the first node and so "
                              "on (up to 62 partitions; default 1)")
-    parser.add_argument("--json", metavar="FILE", help="also write the statistics as JSON")
+    parser.add_argument("--json", metavar="FILE",
+                        help="also write the statistics as JSON (default: printed only)")
 
 
 def weight_list(text: str) -> list[float]:
@@ -109,18 +123,23 @@ def weight_list(text: str) -> list[float]:
 
 def partition_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
-        prog="distgnn-partition",
-        usage="distgnn-partition DATASET --parts P --out DIR [options]\n"
+        prog=PROG,
+        usage="distgnn-partition DATASET|--dataset DATASET --parts P --out DIR [options]\n"
               "       distgnn-partition inspect DIR [--width D] [--hidden H] [--layers L] "
               "[--json FILE]\n"
               "       distgnn-partition verify DIR [--dataset DATASET]",
         description="Vertex-cut partitioning of a graph into a partition directory "
                     f"(format version {FORMAT_VERSION}). Subcommands: 'inspect DIR' prints "
-                    "the statistics of a directory, 'verify DIR' checks it.")
-    p.add_argument("dataset", help="bundled name (cora), .npz path, edge list, OGB directory "
-                                   "or generator spec such as rmat:scale=20,edge_factor=16")
+                    "the statistics of a directory, 'verify DIR' checks it.",
+        formatter_class=DefaultsHelpFormatter)
+    p.add_argument("dataset", nargs="?", metavar="DATASET",
+                   help="bundled name (cora), .npz path, edge list, OGB directory or "
+                        "generator spec such as rmat:scale=20,edge_factor=16 (or give it as "
+                        "--dataset, as the other tools take it)")
+    p.add_argument("--dataset", dest="dataset_flag", metavar="DATASET",
+                   help="the same as the positional DATASET: give one of the two")
     p.add_argument("--parts", type=int, required=True, help="number of partitions P (ranks)")
-    p.add_argument("--out", required=True, help="partition directory to create")
+    p.add_argument("--out", required=True, metavar="DIR", help="partition directory to create")
     p.add_argument("--method", choices=METHODS, default="libra",
                    help="libra: greedy vertex-cut (default); hdrf: greedy scoring of "
                         "partial degrees and balance (Petroni et al.); random: edge hash; "
@@ -161,8 +180,13 @@ def partition_parser() -> argparse.ArgumentParser:
                         "(libra in degree order, local vertex order given, equal weights); "
                         "auto (default): stream an edge file when the in-memory path would "
                         "need more than half of the available memory")
-    p.add_argument("--force", action="store_true", help="replace an existing --out")
-    p.add_argument("--split", type=int, default=0, help="which fixed split of a .npz to use")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out if it is a partition directory this tool "
+                        "wrote (default: an existing --out is refused)")
+    p.add_argument("--split", type=int, default=0,
+                   help="which of the fixed splits of an .npz holding several to use "
+                        "(default 0: the first, or the only one; a streamed edge file has "
+                        "none: give --split-file)")
     dataset_file_flags(p)
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                    help="progress bars when stderr is a terminal (on large graphs)")
@@ -171,29 +195,32 @@ def partition_parser() -> argparse.ArgumentParser:
 
 
 def inspect_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="distgnn-partition inspect",
-                      description="Statistics of a partition directory.")
-    p.add_argument("directory", help="partition directory")
+    p = OneLineParser(prog=f"{PROG} inspect",
+                      description="Statistics of a partition directory.",
+                      formatter_class=DefaultsHelpFormatter)
+    p.add_argument("directory", metavar="DIR", help="partition directory")
     _stat_flags(p)
     return p
 
 
 def verify_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="distgnn-partition verify",
+    p = OneLineParser(prog=f"{PROG} verify",
                       description="Check a partition directory: format version, checksums, "
                                   "and consistency (edges, vertices, roots, split tables). "
-                                  "Exits 1 on any problem.")
-    p.add_argument("directory", help="partition directory")
+                                  "Exits 1 on any problem.",
+                      formatter_class=DefaultsHelpFormatter)
+    p.add_argument("directory", metavar="DIR", help="partition directory")
     p.add_argument("--dataset", help="also check that the partitions hold exactly this "
                                      "dataset's edges, and meta.json its sizes and number of "
-                                     "classes (any DATASET the partitioner accepts)")
+                                     "classes (any DATASET the partitioner accepts; default: "
+                                     "the directory is checked on its own)")
     return p
 
 
 def _emit(stats: dict, args) -> None:
     print(format_summary(stats))
     if args.json:
-        write_json(args.json, stats, "distgnn-partition")
+        write_json(args.json, stats, PROG)
 
 
 @dataclasses.dataclass
@@ -207,12 +234,24 @@ class Partitioned:
     seconds: dict
 
 
-def check_options(out, parts: int, seed: int, weights, force: bool):
+def check_options(out, parts: int, seed: int, weights, force: bool, method: str = "libra",
+                  order: str | None = None, keep_pairs: bool | None = None):
     """The checks of the options of a cut that need no graph (run before a long load);
-    returns the checked ``weights`` (None: equal)."""
+    returns the checked ``weights`` (None: equal).  An option the ``method`` has no use for
+    is refused: random and dbh hash each edge, so they have no stream ``order``, and they
+    place both directions of an edge alike (``keep_pairs`` cannot change that)."""
     if parts < 1:  # vertex_cut checks P > E
         raise PartitionError(f"--parts must be at least 1, got {parts}")
     check_seed(seed)
+    if method in HASHED:
+        unused = [flag for flag, given in (
+            (f"--order {order}", order is not None),
+            (f"--{'' if keep_pairs else 'no-'}keep-pairs", keep_pairs is not None)) if given]
+        if unused:
+            raise PartitionError(
+                f"{' and '.join(unused)} would change nothing with --method {method}: it "
+                "hashes each edge (no stream order) and places both directions of an edge "
+                "alike; leave it out, or use --method libra or hdrf")
     check_target(out, force)
     return None if weights is None else check_weights(weights, parts)
 
@@ -228,7 +267,7 @@ def partition_dataset(data, out, parts: int, *, method: str = "libra", seed: int
     are its flags).  ``progress`` shows bars on a terminal for large graphs; ``width``,
     ``hidden`` and ``layers`` size the predicted exchange volume and memory of ``stats``,
     ``ranks_per_node`` its node links."""
-    weights = check_options(out, parts, seed, weights, force)
+    weights = check_options(out, parts, seed, weights, force, method, order, keep_pairs)
     shares = None if weights is None else requested_shares(weights)
     started = time.perf_counter()
     graph = data.graph
@@ -282,25 +321,36 @@ def choose_mode(args) -> tuple[str, str]:
         ("--weights", args.weights is not None), ("--keep-pairs", bool(args.keep_pairs)),
         ("--order-vertices " + args.order_vertices,
          args.order_vertices not in ("auto", "given")),
-        ("--symmetrize", args.symmetrize)) if used]
+        ("--symmetrize", args.symmetrize), (f"--split {args.split}", args.split != 0)) if used]
     if unsupported:
-        raise PartitionError(f"streaming ({why}) supports libra in degree order with the "
-                             f"given vertex order only; not {', '.join(unsupported)}")
+        raise PartitionError(f"streaming ({why}) takes libra in degree order, equal weights, "
+                             "the given vertex order, the edges as the file gives them and "
+                             "a split from --split-file only; not "
+                             + ", ".join(unsupported))
     return "stream", why
 
 
 def stream_main(args, why: str) -> int:
-    """``distgnn-partition`` out of core (:mod:`partition.stream`)."""
-    print(f"streaming {args.dataset} from disk ({why})", flush=True)
+    """``distgnn-partition`` out of core (:mod:`partition.stream`); a stop signal ends it
+    with one line saying what was removed (status 128 + the signal)."""
+    # what the stream does where the in-memory path would have chosen (said, not silent)
+    print(f"streaming {args.dataset} from disk ({why}): libra in degree order, local vertex "
+          "order given" + (" (what --order-vertices auto takes when streaming)"
+                           if args.order_vertices == "auto" else "")
+          + ", the two directions of an edge placed independently", flush=True)
     data = vertex_data(args.features, args.labels, args.split_file)
     total = 3 * edge_count(args.dataset)
     show = args.progress and sys.stderr.isatty()
-    with tqdm(total=total, unit="edge", unit_scale=True, disable=not show,
-              desc=f"libra P={args.parts} (3 passes)", file=sys.stderr) as bar:
-        meta = partition_edge_file(args.dataset, data, args.out, args.parts, seed=args.seed,
-                                   roots=args.roots, force=args.force,
-                                   log=lambda line: print(line, flush=True),
-                                   progress=bar.update)
+    try:
+        with tqdm(total=total, unit="edge", unit_scale=True, disable=not show,
+                  desc=f"libra P={args.parts} (3 passes)", file=sys.stderr) as bar:
+            meta = partition_edge_file(args.dataset, data, args.out, args.parts,
+                                       seed=args.seed, roots=args.roots, force=args.force,
+                                       log=lambda line: print(line, flush=True),
+                                       progress=bar.update)
+    except Stopped as stop:
+        print(f"{PROG}: {stop}", file=sys.stderr)
+        return 128 + stop.signum
     counts, split, sets = counts_of_directory(args.out)
     stats = summarize(counts, meta["num_nodes"], split, width=args.width,
                       num_features=meta["num_features"], num_classes=meta["num_classes"],
@@ -313,8 +363,48 @@ def stream_main(args, why: str) -> int:
     return 0
 
 
+def dataset_of(args) -> tuple[str, str]:
+    """The dataset spec given once, as the positional DATASET or as --dataset, and which of
+    the two named it."""
+    if args.dataset is not None and args.dataset_flag is not None:
+        raise PartitionError(f"DATASET {args.dataset} and --dataset {args.dataset_flag}: give "
+                             "the dataset once, as DATASET or as --dataset")
+    if args.dataset is None and args.dataset_flag is None:
+        raise PartitionError("no dataset: give DATASET (or --dataset DATASET)")
+    if args.dataset is not None:
+        return args.dataset, "DATASET"
+    return args.dataset_flag, "--dataset"
+
+
+def input_path(spec: str) -> Path | None:
+    """The file or directory the dataset ``spec`` is read from, found as
+    :func:`distgnn.datasets.load` finds it (a bare name is a bundled dataset first);
+    ``None`` for a generator or a path that does not exist (loading says so)."""
+    if spec.partition(":")[0] in GENERATORS:
+        return None
+    try:
+        with _locate(spec) as path:
+            return path
+    except GraphError:
+        return None
+
+
+def check_statistics_output(json_path: str | None, out: str) -> None:
+    """Refuse a ``--json`` inside ``--out``: a partition directory holds its own files only
+    (a file of anyone else's in it would make ``--force`` refuse to replace it)."""
+    if json_path and Path(os.path.realpath(out)) in Path(os.path.realpath(json_path)).parents:
+        raise PartitionError(f"--json {json_path} is inside --out {out}, which holds the "
+                             "partition files only: write the statistics elsewhere")
+
+
 def partition_main(args) -> int:
-    check_options(args.out, args.parts, args.seed, args.weights, args.force)
+    args.dataset, given_as = dataset_of(args)
+    check_distinct_outputs({"--out": args.out, "--json": args.json},
+                           {given_as: input_path(args.dataset), "--features": args.features,
+                            "--labels": args.labels, "--split-file": args.split_file})
+    check_statistics_output(args.json, args.out)
+    check_options(args.out, args.parts, args.seed, args.weights, args.force, args.method,
+                  args.order, args.keep_pairs)
     check_json_output(args.json)
     mode, why = choose_mode(args)
     if mode == "stream":
@@ -366,6 +456,7 @@ def counts_of_directory(directory) -> tuple[list[PartCounts], int, list | None]:
 
 
 def inspect_main(args) -> int:
+    check_distinct_outputs({"--json": args.json}, {"DIR": args.directory})
     check_json_output(args.json)
     meta = read_meta(args.directory)
     # recomputed as at partitioning time, so both print bit-identical statistics
@@ -403,7 +494,7 @@ def verify_main(args) -> int:
     except DistGNNError as e:  # unreadable before any check could list it
         problems = [str(e)]
     for problem in problems:
-        print(f"distgnn-partition verify: {problem}", file=sys.stderr)
+        print(f"{PROG} verify: {problem}", file=sys.stderr)
     if problems:
         return 1
     meta = read_meta(args.directory)
@@ -417,7 +508,7 @@ def verify_main(args) -> int:
 COMMANDS = {"inspect": (inspect_parser, inspect_main), "verify": (verify_parser, verify_main)}
 
 
-@interruptible("distgnn-partition")
+@interruptible(PROG)
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     make_parser, command = COMMANDS.get(argv[0] if argv else "", (partition_parser,

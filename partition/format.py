@@ -43,6 +43,7 @@ from distgnn.storage import (
     file_head,
     free_space_problem,
     remove_leftovers,
+    temp_path,
     user_mode,
 )
 
@@ -194,16 +195,21 @@ def _flush(f) -> None:
 
 
 def _move_into_place(tmp: Path, out: Path) -> None:
-    """Rename the complete ``tmp`` to ``out``; a previous ``out`` is removed only after."""
+    """Rename the complete ``tmp`` to ``out``; a previous ``out`` is removed only after.
+    Interrupted (a signal raising) before the new ``out`` is in place, the previous one is
+    put back; after, the rest of the previous one is ``.NAME.old-PID``
+    (:func:`~distgnn.storage.temp_path`) beside it."""
     if not out.exists():
         tmp.rename(out)
         return
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    out.rename(old)
+    old = temp_path(out, "old")
     try:
+        out.rename(old)
         tmp.rename(out)
     except BaseException:
-        old.rename(out)
+        # both renames inside the try: an interrupt right after the first must undo it too
+        if old.exists() and not out.exists():
+            old.rename(out)
         raise
     shutil.rmtree(old, ignore_errors=True)
 

@@ -23,15 +23,25 @@ Passes over the edge file ``[E, 2]`` (:mod:`distgnn.edge_file`), each in chunks:
    from its spill file, its rows of the features and labels (memory-mapped ``.npy``), and
    its arrays written as :func:`~partition.format.write_partitions` writes them.
 
-The bucket and spill files live in a temporary folder beside the output (removed at the
-end, also on failure); they take the edge file's size twice at most.
+The bucket and spill files live in a hidden work folder beside the output,
+``.NAME.stream-TOKEN`` (removed at the end, also on failure); they take the edge file's size
+twice at most.  SIGTERM and SIGINT stop the stream after removing it (:class:`Stopped`).  A
+run that is killed outright (SIGKILL, a crash) cannot: its work folder carries a marker
+(this process, host and TOKEN), so that the next run for the same output can prove the
+folder was a work folder of a run that is gone, and remove it (:func:`remove_stale_work`).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
+import os
+import re
+import secrets
 import shutil
-import tempfile
+import signal
+import socket
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -42,8 +52,14 @@ import numpy as np
 from distgnn.datasets import read_split_file
 from distgnn.edge_file import edge_count, iter_edges
 from distgnn.generators import random_split
-from distgnn.graph import UNLABELLED, CSRGraph, GraphError
-from distgnn.storage import free_space_problem
+from distgnn.graph import UNLABELLED, CSRGraph, GraphError, format_bytes
+from distgnn.storage import (
+    file_head,
+    free_space_problem,
+    pid_alive,
+    remove_leftovers,
+    temp_path,
+)
 
 from .assign import GreedyStream, degree_order
 from .format import layout_meta, partition_bytes, write_partitions
@@ -51,6 +67,44 @@ from .layout import Layout, layout_from_membership, leaf_tables, part_arrays
 
 BUCKET_EDGES = 1 << 24  # edges per bucket (about): what pass 3 holds and sorts at once
 CHUNK_EDGES = 1 << 23  # edges read at once by passes 1 and 2
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# in a work folder: the process, host and token of the run that made it (JSON)
+WORK_MARKER = "writer.json"
+WORK_WRITER = "distgnn-partition stream"
+TOKEN_BYTES = 8  # the folder's name ends in this many random bytes, in hex
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGINT received while :func:`partition_edge_file` ran: ``signum``.  A
+    ``BaseException``, as ``KeyboardInterrupt`` is, so that no ``except Exception`` on the
+    way stops it.  By the time it reaches the caller, the work folder and any partly written
+    copy of the output are removed, and ``str()`` says so in one sentence."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+        self.work: Path | None = None  # the work folder it went through, and its size
+        self.work_bytes = 0
+        self.message = f"{signal.Signals(signum).name} received"
+
+    def explain(self, out: Path, written: bool, writing: bool) -> None:
+        """Say what was removed, and whether ``out`` was ``written`` before the signal came
+        (or, ``writing``, its copy was being written)."""
+        name = signal.Signals(self.signum).name
+        work = (f"its work folder {self.work} ({format_bytes(self.work_bytes)} of bucket and "
+                f"partition files)" if self.work is not None else "")
+        if written:
+            self.message = (f"{name} received after {out} was written"
+                            + (f"; removed {work}" if work else ""))
+            return
+        removed = " and ".join(filter(None, (
+            work, f"the partly written copy of {out} beside it" if writing else "")))
+        self.message = (f"{name} received: stopped streaming"
+                        + (f", removed {removed}" if removed else "")
+                        + f"; nothing was written to {out}")
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclasses.dataclass
@@ -209,13 +263,102 @@ def streamed_part_arrays(layout: Layout, parts: _Spill, data: VertexData,
 
 @contextlib.contextmanager
 def work_folder(out: Path):
-    """A temporary folder beside ``out`` for the bucket and spill files, removed after."""
-    out.absolute().parent.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix=f".{out.name}.stream-", dir=out.absolute().parent))
+    """A hidden folder ``.NAME.stream-TOKEN`` beside ``out`` for the bucket and spill files,
+    with its marker (:data:`WORK_MARKER`), removed after.  A :class:`Stopped` passing
+    through learns the folder and its size."""
+    parent = out.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(TOKEN_BYTES)
+    folder = parent / f".{out.name}.stream-{token}"
+    folder.mkdir(mode=0o700)
     try:
+        (folder / WORK_MARKER).write_text(json.dumps({
+            "writer": WORK_WRITER, "pid": os.getpid(), "host": socket.gethostname(),
+            "token": token}))
         yield folder
+    except Stopped as stop:
+        stop.work = folder
+        stop.work_bytes = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+        raise
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        _remove_work(folder)
+
+
+def _remove_work(folder: Path) -> None:
+    """Remove a work folder, its marker last: a removal cut short (SIGKILL) leaves a folder
+    that the next run still recognises."""
+    for entry in folder.iterdir():
+        if entry.name != WORK_MARKER:
+            shutil.rmtree(entry, ignore_errors=True)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _spill_files(entry: Path) -> bool:
+    """Whether ``entry`` is a ``buckets`` or ``parts`` folder of :class:`_Spill` files only."""
+    return (entry.name in ("buckets", "parts") and entry.is_dir() and not entry.is_symlink()
+            and all(re.fullmatch(r"\d{5,}\.bin", f.name) and f.is_file()
+                    and not f.is_symlink() for f in entry.iterdir()))
+
+
+def _abandoned(folder: Path, token: str) -> bool:
+    """Whether ``folder`` is provably the work folder of a run of this host that is gone: its
+    marker names this tool, the folder's own ``token``, this host and a process that no
+    longer runs, and it holds nothing but the marker and spill files."""
+    marker = folder / WORK_MARKER
+    try:
+        if folder.is_symlink() or marker.is_symlink() or not marker.is_file():
+            return False
+        writer = json.loads(file_head(marker))
+        if not (isinstance(writer, dict) and writer.get("writer") == WORK_WRITER
+                and writer.get("token") == token and writer.get("host") == socket.gethostname()
+                and type(writer.get("pid")) is int and not pid_alive(writer["pid"])):
+            return False
+        return all(e.name == WORK_MARKER or _spill_files(e) for e in folder.iterdir())
+    except (OSError, ValueError, RecursionError):
+        return False
+
+
+def remove_stale_work(out: Path) -> list[Path]:
+    """Remove the work folders beside ``out`` that runs for the same output left when they
+    were killed (SIGKILL, a crash, a power cut), and only what it can prove such a run wrote
+    (:func:`_abandoned`): a folder made by hand, one of a run still running or of another
+    host, and anything else are left alone.  Returns what was removed."""
+    pattern = re.compile(rf"\.{re.escape(out.name)}\.stream-([0-9a-f]{{{2 * TOKEN_BYTES}}})")
+    try:
+        entries = list(out.absolute().parent.iterdir())
+    except OSError:
+        return []
+    removed = []
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if m and _abandoned(entry, m.group(1)):
+            _remove_work(entry)
+            if not entry.exists():
+                removed.append(entry)
+    return removed
+
+
+@contextlib.contextmanager
+def _stopped_by_signals():
+    """SIGTERM and SIGINT raise :class:`Stopped` here: the first does, later ones are
+    ignored, so that the clean-up the first started runs to its end.  Outside the main
+    thread, where Python takes no signals, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+
+    def stop(signum, frame):
+        if not received:
+            received.append(signum)
+            raise Stopped(signum)
+
+    previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
 def vertex_data(features: str | Path, labels: str | Path, split_file: str | Path | None
@@ -275,30 +418,62 @@ def partition_edge_file(edges: str | Path, data: VertexData, out: str | Path, pa
                         log: Callable[[str], None] = print, progress=None) -> dict:
     """Libra (``degree`` order) of the edge file ``edges`` with the vertices' ``data`` into
     the partition directory ``out``, out of core (see the module docstring); returns the
-    meta written and ``seconds``, the time of the passes and of writing."""
+    meta written and ``seconds``, the time of the passes and of writing.
+
+    What earlier runs for ``out`` left when they were killed (work folders,
+    :func:`remove_stale_work`; temporary and old copies of ``out``,
+    :func:`~distgnn.storage.remove_leftovers`) is removed first, each said through ``log``.
+    SIGTERM or SIGINT (in the main thread) stops it: the work folder and any partly written
+    copy of ``out`` are removed, an ``out`` being replaced (``force``) is kept, and
+    :class:`Stopped` says what was removed.
+    """
     out = Path(out)
-    # the bucket and partition files (each edge twice at most, as in the edge file) and the
-    # partitions' local indices and feature rows (more exactly checked before writing them)
-    need = 2 * Path(edges).stat().st_size + 4 * edge_count(edges) + 2 * data.x.nbytes
-    problem = free_space_problem(out.absolute().parent, need)
-    if problem:
-        raise GraphError(f"streaming it {problem}", out)
-    started = time.perf_counter()
-    with work_folder(out) as work:
-        layout, spill, in_degree, multigraph = stream_partition(
-            edges, len(data.y), parts, work, seed, roots, log, progress)
-        assigned = time.perf_counter()
-        labelled = data.y[data.y != UNLABELLED]
-        settings = {"method": "libra", "seed": seed, "order": "degree", "roots": roots,
-                    "vertex_order": "given", "vertex_order_requested": "given",
-                    "vertex_order_seconds": 0.0, "streamed": True}
-        meta, counts = layout_meta(layout, settings, Path(edges).stem, int(in_degree.sum()),
-                                   data.x.shape[1],
-                                   int(labelled.max()) + 1 if len(labelled) else 0,
-                                   multigraph)
-        write_partitions(out, streamed_part_arrays(layout, spill, data, in_degree), meta,
-                         force, None, partition_bytes(counts, data.x.shape[1],
-                                                      data.x.dtype.itemsize))
+    before = _identity(out)
+    writing = False
+    with _stopped_by_signals():
+        try:
+            for path in remove_stale_work(out) + remove_leftovers(out):
+                log(f"removed {path}: left by an earlier run that was killed")
+            # the bucket and partition files (each edge twice at most, as in the edge file) and
+            # the partitions' local indices and feature rows (more exactly checked before
+            # writing them)
+            need = 2 * Path(edges).stat().st_size + 4 * edge_count(edges) + 2 * data.x.nbytes
+            problem = free_space_problem(out.absolute().parent, need)
+            if problem:
+                raise GraphError(f"streaming it {problem}", out)
+            started = time.perf_counter()
+            with work_folder(out) as work:
+                layout, spill, in_degree, multigraph = stream_partition(
+                    edges, len(data.y), parts, work, seed, roots, log, progress)
+                assigned = time.perf_counter()
+                labelled = data.y[data.y != UNLABELLED]
+                settings = {"method": "libra", "seed": seed, "order": "degree",
+                            "roots": roots, "vertex_order": "given",
+                            "vertex_order_requested": "given", "vertex_order_seconds": 0.0,
+                            "streamed": True}
+                meta, counts = layout_meta(layout, settings, Path(edges).stem,
+                                           int(in_degree.sum()), data.x.shape[1],
+                                           int(labelled.max()) + 1 if len(labelled) else 0,
+                                           multigraph)
+                writing = True
+                write_partitions(out, streamed_part_arrays(layout, spill, data, in_degree),
+                                 meta, force, None, partition_bytes(
+                                     counts, data.x.shape[1], data.x.dtype.itemsize))
+        except Stopped as stop:
+            written = _identity(out) != before
+            if written:  # the rest of the directory it replaced, if the signal cut that short
+                shutil.rmtree(temp_path(out, "old"), ignore_errors=True)
+            stop.explain(out, written, writing)
+            raise
     meta["seconds"] = {"partitioning": assigned - started,
                        "writing": time.perf_counter() - assigned}
     return meta
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """What tells a directory renamed into place at ``path`` from the one that was there."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino

@@ -252,17 +252,19 @@ def test_edge_list_side_file_errors(tmp_path):
     edges.write_text("0 1\n1 5\n")
     labels = tmp_path / "y.txt"
     labels.write_text("0\n1\n0\n")
-    raises(lambda: load(edges, labels=labels), "vertex id 5 out of range for 3", source=edges)
+    # the short side file is wrong, not the edge list
+    raises(lambda: load(edges, labels=labels), "3 labels, but g.txt's largest vertex id is 5",
+           "one label per vertex", source=labels)
     features = tmp_path / "x.npy"
     np.save(features, np.ones((6, 2)))
-    raises(lambda: load(edges, features=features, labels=labels), "3 labels for 6 nodes",
-           source=labels)
+    raises(lambda: load(edges, features=features, labels=labels), "3 labels", source=labels)
     float_labels = tmp_path / "y.npy"
     np.save(float_labels, np.zeros(6))
     raises(lambda: load(edges, labels=float_labels), "dtype float64", source=float_labels)
     text_labels = tmp_path / "y2.txt"
     text_labels.write_text("0\nfoo\n")
-    raises(lambda: load(edges, labels=text_labels), "cannot read", source=text_labels)
+    raises(lambda: load(edges, labels=text_labels), "line 2: label 'foo' is a name",
+           source=text_labels)
     raises(lambda: load(edges, features=tmp_path / "missing.npy"), "cannot read",
            source=tmp_path / "missing.npy")
 

@@ -158,8 +158,10 @@ def test_load_keeps_file_order_within_a_row_and_splits_at_random(tmp_path):
     np.save(features, np.ones((7, 2), np.float32))  # isolated vertices 5 and 6
     assert load(path, features=features).num_nodes == 7
     np.save(features, np.ones((4, 2), np.float32))
-    with pytest.raises(GraphError, match="vertex id 4 out of range for 4 vertices"):
+    with pytest.raises(GraphError, match="4 feature rows, but e.npy's largest vertex id is 4"
+                       ) as caught:
         load(path, features=features)
+    assert caught.value.source == str(features)  # the short file is blamed, not the edges
     src, dst = map(np.concatenate, zip(*iter_edges(path, 2)))  # chunks of 2, 2 and 1
     assert np.array_equal(src, pairs[:, 0]) and np.array_equal(dst, pairs[:, 1])
 

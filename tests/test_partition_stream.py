@@ -2,6 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -12,6 +17,7 @@ from distgnn.graph import CSRGraph, GraphError, NodeDataset
 from partition import stream
 from partition.cli import partition_dataset
 from partition.format import load, verify
+from tests.helpers.partitions import held_stream_code, run_cli, start_held, write_edge_files
 
 
 def directed_graph(n=400, e=3000, seed=0):
@@ -120,3 +126,125 @@ def test_a_disk_without_room_for_the_stream_is_refused_before_any_pass(files, tm
                                    log=lambda s: None)
     assert seen[0] >= 2 * (folder / "edges.npy").stat().st_size
     assert not (tmp_path / "out").exists()
+
+
+# ---- stop signals and what a killed run left -----------------------------------------------------
+def stream_argv(tmp_path, out, *extra):
+    edges, x, y = write_edge_files(tmp_path)
+    return [edges, "--features", x, "--labels", y, "--parts", 2, "--mode", "stream",
+            "--no-progress", "--out", out, *extra]
+
+
+def hidden(folder) -> list[str]:
+    return sorted(f.name for f in folder.iterdir() if f.name.startswith("."))
+
+
+@pytest.mark.parametrize("sig, at, says", [
+    (signal.SIGTERM, "assign", "SIGTERM received: stopped streaming, removed its work folder "),
+    (signal.SIGINT, "write", "and the partly written copy of ")])
+def test_a_stop_signal_removes_the_work_files_and_says_so_in_one_line(tmp_path, sig, at, says):
+    """A real process, held in pass 3 or after writing its first partition, gets a real
+    signal: it removes the work folder (and the partly written copy of --out), says so in
+    one line and exits 128 + the signal; nothing is left beside --out."""
+    out = tmp_path / "p"
+    proc = start_held([sys.executable, "-c", held_stream_code(at),
+                       *stream_argv(tmp_path, out)])
+    assert len(hidden(tmp_path)) == (1 if at == "assign" else 2)  # the work folder (+ copy)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 128 + sig and len(lines) == 1, err
+    assert lines[0].startswith("distgnn-partition: ") and says in lines[0], err
+    assert lines[0].endswith(f"; nothing was written to {out}"), err
+    assert "of bucket and partition files" in lines[0], err
+    assert hidden(tmp_path) == [] and not out.exists()
+
+
+def test_a_stop_signal_while_replacing_keeps_the_old_partitions(tmp_path):
+    out = tmp_path / "p"
+    argv = stream_argv(tmp_path, out, "--force")
+    assert run_cli([*argv, "--seed", 5]) == 0
+    before = {f: f.read_bytes() for f in out.rglob("*") if f.is_file()}
+    proc = start_held([sys.executable, "-c", held_stream_code("write"), *argv])
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM and "nothing was written" in err, err
+    assert {f: f.read_bytes() for f in out.rglob("*") if f.is_file()} == before
+    assert hidden(tmp_path) == []
+
+
+def test_the_work_folder_of_a_killed_run_is_removed_by_the_next(tmp_path, capsys):
+    """SIGKILL leaves the work folder (nothing can run); the next run for the same --out
+    proves it is a work folder of a run that is gone, removes it and says so."""
+    out = tmp_path / "p"
+    argv = stream_argv(tmp_path, out)
+    proc = start_held([sys.executable, "-c", held_stream_code("assign"), *argv])
+    proc.kill()
+    proc.communicate(timeout=60)
+    [left] = hidden(tmp_path)
+    marker = json.loads((tmp_path / left / stream.WORK_MARKER).read_text())
+    assert marker["pid"] == proc.pid and left.endswith(marker["token"])
+    assert run_cli(argv) == 0
+    assert f"removed {tmp_path / left}: left by an earlier run that was killed" in \
+        capsys.readouterr().out
+    assert hidden(tmp_path) == [] and verify(out) == []
+
+
+def dead_pid() -> int:
+    """The id of a process that has ended (and been reaped)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def work_like(tmp_path, token="0123456789abcdef", **marker):
+    """A folder beside ``tmp_path/p`` named as a work folder, with spill files and (unless
+    ``marker`` is None) a marker: a dead writer of this host by default."""
+    folder = tmp_path / f".p.stream-{token}"
+    (folder / "parts").mkdir(parents=True)
+    (folder / "parts" / "00000.bin").write_bytes(b"\0" * 64)
+    if marker.get("marker", True) is not None:
+        fields = {"writer": stream.WORK_WRITER, "pid": dead_pid(),
+                  "host": socket.gethostname(), "token": token}
+        fields.update({k: v for k, v in marker.items() if k != "marker"})
+        (folder / stream.WORK_MARKER).write_text(json.dumps(fields))
+    return folder
+
+
+@pytest.mark.parametrize("change, removed", [
+    ({}, True),
+    ({"marker": None}, False),  # made by hand: no marker
+    ({"pid": os.getpid()}, False),  # its writer still runs
+    ({"host": "elsewhere"}, False),  # another host's: its process cannot be looked up
+    ({"token": "fedcba9876543210"}, False),  # a marker copied from another folder
+    ({"pid": "1"}, False),  # not what the writer writes
+    ({"user_file": True}, False)])  # a file of someone else's inside
+def test_only_provable_work_folders_of_runs_that_are_gone_are_removed(tmp_path, change,
+                                                                       removed):
+    user_file = change.pop("user_file", False)
+    folder = work_like(tmp_path, **change)
+    if user_file:
+        (folder / "notes.txt").write_text("mine")
+    got = stream.remove_stale_work(tmp_path / "p")
+    assert got == ([folder] if removed else []) and folder.exists() != removed
+
+
+def test_another_outputs_work_folder_and_a_short_token_are_left_alone(tmp_path):
+    other = work_like(tmp_path)
+    other.rename(tmp_path / ".q.stream-0123456789abcdef")
+    short = work_like(tmp_path, token="0123")
+    assert stream.remove_stale_work(tmp_path / "p") == []
+    assert short.exists() and (tmp_path / ".q.stream-0123456789abcdef").exists()
+
+
+def test_the_stream_says_what_it_takes_instead_of_auto_and_refuses_split(tmp_path, capsys):
+    argv = stream_argv(tmp_path, tmp_path / "p")
+    assert run_cli(argv) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("libra in degree order, local vertex order given (what "
+                          "--order-vertices auto takes when streaming), the two directions "
+                          "of an edge placed independently"), first
+    assert run_cli([*argv[:-2], "--out", tmp_path / "q", "--split", 1]) == 2
+    assert capsys.readouterr().err.strip().endswith("a split from --split-file only; not "
+                                                    "--split 1")
+    assert not (tmp_path / "q").exists()

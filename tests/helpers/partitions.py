@@ -6,6 +6,9 @@ entries are streamed row by row (destination), columns as stored, so a list of e
 destinations never decrease is streamed exactly in list order (see :func:`stream_csr`).
 """
 
+import signal
+import subprocess
+
 import numpy as np
 
 import partition
@@ -17,6 +20,58 @@ from partition.format import (
 from partition.layout import order_layout
 from partition.stats import counts_from_layout, summarize
 from partition.vertex_cut import vertex_cut
+
+# A program running ``distgnn-partition`` (its argv) that stops where the stream is held: in
+# pass 3 ("assign"), or after the first partition was written ("write"), says "held" on
+# stdout and waits there, so that a signal arrives at a known point of a real run.
+HELD_STREAM = {
+    "assign": "def held(*args, **kw):\n"
+              "    print('held', flush=True)\n"
+              "    time.sleep(600)\n"
+              "stream.GreedyStream.assign = held\n",
+    "write": "parts = stream.streamed_part_arrays\n"
+             "def held(*args, **kw):\n"
+             "    for k, item in enumerate(parts(*args, **kw)):\n"
+             "        if k == 1:\n"
+             "            print('held', flush=True)\n"
+             "            time.sleep(600)\n"
+             "        yield item\n"
+             "stream.streamed_part_arrays = held\n"}
+
+
+def held_stream_code(at: str) -> str:
+    """The Python program of :data:`HELD_STREAM` for ``at``."""
+    return ("import sys, time\nfrom partition import stream\nfrom partition.cli import main\n"
+            + HELD_STREAM[at] + "sys.exit(main(sys.argv[1:]))\n")
+
+
+def start_held(command: list[str], env: dict | None = None) -> subprocess.Popen:
+    """``command`` (a :func:`held_stream_code` program) started with SIGINT as a foreground
+    process has it (a shell running the suite in the background makes its children ignore
+    it); returns once the program said "held"."""
+    proc = subprocess.Popen([str(c) for c in command], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    while (line := proc.stdout.readline()) != "held\n":
+        if not line:
+            proc.wait()
+            raise AssertionError(f"the held stream ended first: {proc.stderr.read()}")
+    return proc
+
+
+def write_edge_files(folder, n: int = 400, e: int = 3000, seed: int = 0):
+    """A binary edge file ``edges.npy`` with ``x.npy`` and ``y.npy`` in ``folder``; returns
+    the three paths."""
+    from distgnn.edge_file import EdgeFileWriter
+
+    rng = np.random.default_rng(seed)
+    writer = EdgeFileWriter(folder / "edges.npy", e)
+    writer.write(rng.integers(0, n, e), rng.integers(0, n, e))
+    writer.close()
+    np.save(folder / "x.npy", rng.standard_normal((n, 5), dtype=np.float32))
+    np.save(folder / "y.npy", rng.integers(0, 3, n))
+    return folder / "edges.npy", folder / "x.npy", folder / "y.npy"
+
 
 RMAT = "rmat:scale=12,edge_factor=8,features=4,classes=3,seed=1"
 SMALL_RMAT = "rmat:scale=8,edge_factor=4,features=3,classes=2,seed=2"
