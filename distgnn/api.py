@@ -34,6 +34,7 @@ from .datasets import load
 from .distributed import open_partitions, train_partitions
 from .errors import DistGNNError
 from .graph import NodeDataset
+from .inference import check_logits
 from .nn import prepare
 from .replicas import ReplicaSync
 from .shard import Shard, dataset_shard
@@ -59,6 +60,19 @@ def _config(config: Config) -> TrainConfig:
     return cfg
 
 
+def check_source(source) -> None:
+    """Refuse, in one line, a ``source`` that is none of what :func:`train` takes (a PyTorch
+    Geometric ``Data`` gets the call that converts it)."""
+    if isinstance(source, (str, Path, NodeDataset)):
+        return
+    if hasattr(source, "edge_index"):
+        raise DistGNNError(f"source is a PyTorch Geometric {type(source).__name__}: convert "
+                           "it first, distgnn.train(distgnn.from_pyg(data), ...), or "
+                           "partition it, distgnn.pyg.to_partitions(data, DIR, P)")
+    raise DistGNNError(f"source must be a dataset name, a path or a distgnn.NodeDataset, "
+                       f"got {type(source).__name__}")
+
+
 def _dataset(source: Source, cfg: TrainConfig) -> NodeDataset:
     return source if isinstance(source, NodeDataset) else load(source, split=cfg.split)
 
@@ -73,6 +87,7 @@ def train(source: Source, config: Config = None, make_model: ModelFactory | None
 
     Returns the :class:`~distgnn.training.TrainResult` on every rank; ``log`` receives the
     progress lines (rank 0's only under MPI).  Collective under MPI."""
+    check_source(source)
     if is_partition_directory(source):
         return train_partitions(str(source), config if callable(config) else _config(config),
                                 make_model, log)
@@ -140,6 +155,7 @@ class Run:
         total = self.count(mask)
         if not total:
             raise DistGNNError(f"the {mask} mask is empty on every rank")
+        check_logits(logits, self.shard)
         m = self.mask(mask)
         return F.cross_entropy(logits[m], self.y[m], reduction="sum") / total
 
@@ -178,6 +194,7 @@ def setup(source: Source, config: Config = None, *, log: Callable[[str], None] =
     from ``source`` as :func:`train` takes it.  Seeds torch with ``config.seed`` last, so a
     model built next starts from the same weights on one socket and on partitions.
     Collective under MPI."""
+    check_source(source)
     if is_partition_directory(source):
         rank = open_partitions(str(source), config if callable(config) else _config(config),
                                log)

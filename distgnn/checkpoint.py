@@ -44,7 +44,7 @@ import torch
 
 from .comm import Communicator, all_or_none
 from .errors import DistGNNError, one_line
-from .storage import file_head, free_space_problem, fsync_path, write_atomic
+from .storage import OutputError, file_head, free_space_problem, fsync_path, write_atomic
 
 FORMAT = "distgnn-checkpoint"
 # 2: the fingerprint holds the options and the content of the data; 3: each rank's exchange
@@ -157,9 +157,9 @@ def save(directory: str | Path, epoch: int, comm: Communicator, fingerprint: dic
             write_atomic(partial / rank_file(comm.rank), local_bytes)
             if lead:
                 write_atomic(partial / "state.pt", shared_bytes)
-        except OSError as e:
-            raise CheckpointError(f"{partial}: writing the checkpoint failed ({e.strerror or e}); "
-                                  "the previous checkpoints are untouched") from None
+        except OutputError as e:  # write_atomic's line: the file, why, the room left
+            raise CheckpointError(f"writing the checkpoint failed: {e}; the previous "
+                                  "checkpoints are untouched") from None
 
     def publish():
         if not lead:
@@ -178,10 +178,10 @@ def save(directory: str | Path, epoch: int, comm: Communicator, fingerprint: dic
                 shutil.rmtree(final)
             os.replace(partial, final)
             fsync_path(directory)
-        except OSError as e:
-            raise CheckpointError(f"{final}: publishing the checkpoint failed "
-                                  f"({e.strerror or e}); the previous checkpoints are "
-                                  "untouched") from None
+        except (OSError, OutputError) as e:
+            why = e.strerror or e if isinstance(e, OSError) else e
+            raise CheckpointError(f"{final}: publishing the checkpoint failed ({why}); the "
+                                  "previous checkpoints are untouched") from None
         for old in [p for p in checkpoints(directory) if run_of(p) == run][keep:]:
             shutil.rmtree(old, ignore_errors=True)
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import statistics
+from pathlib import Path
 
 from .cli_common import (
     DefaultsHelpFormatter,
@@ -419,12 +421,49 @@ def predict_parser() -> argparse.ArgumentParser:
     g.add_argument("--partitions", metavar="DIR",
                    help="a directory written by distgnn-partition, one rank per partition")
     dataset_file_flags(g)
+    p.add_argument("--model-factory", metavar="MODULE:FUNCTION",
+                   help="for a model file of your own model (distgnn.train's make_model): "
+                        "the function that builds it, make_model(in_channels, "
+                        "num_classes), from a module on the Python path or the current "
+                        "directory, or from a .py file (path/to/models.py:make)")
     g = p.add_argument_group("results (each vertex once, in the dataset's own ids)")
     vertex_output_flags(g, TrainConfig.embeddings_layer)
     g.add_argument("--threads", type=int,
                    help="torch and Numba threads (default: the libraries' own on one "
                         "socket; under MPI, this node's cores divided by its ranks)")
     return p
+
+
+def model_factory(spec: str):
+    """The function ``MODULE:FUNCTION`` names (``--model-factory``): ``MODULE`` imported as
+    Python imports it, from the current directory too, or a ``.py`` file by its path."""
+    import importlib
+    import importlib.util
+    import sys
+
+    from .errors import DistGNNError
+
+    module, sep, name = spec.rpartition(":")
+    if not sep or not module or not name.isidentifier():
+        raise DistGNNError(f"--model-factory {spec}: give MODULE:FUNCTION, e.g. "
+                           "my_models:make_model or path/to/models.py:make_model")
+    try:
+        if module.endswith(".py"):
+            found = importlib.util.spec_from_file_location(Path(module).stem, module)
+            if found is None or not Path(module).is_file():
+                raise DistGNNError(f"--model-factory {spec}: no file {module}")
+            loaded = importlib.util.module_from_spec(found)
+            found.loader.exec_module(loaded)
+        else:
+            if "" not in sys.path and os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())  # as `python -m` would find it
+            loaded = importlib.import_module(module)
+    except ImportError as e:
+        raise DistGNNError(f"--model-factory {spec}: cannot import {module} ({e})") from None
+    factory = getattr(loaded, name, None)
+    if not callable(factory):
+        raise DistGNNError(f"--model-factory {spec}: {module} has no function {name}")
+    return factory
 
 
 @interruptible("distgnn-predict")
@@ -446,13 +485,17 @@ def predict_main(argv: list[str] | None = None) -> int:
         for what, path in result.written.items():
             print(f"{what} written to {path}")
 
-    options = dict(predictions_out=args.predictions_out, embeddings_out=args.embeddings_out,
-                   embeddings_layer=args.embeddings_layer, threads=args.threads, log=say)
-    status = run_guarded("distgnn-predict", lambda: check_outputs_spare_inputs(
-        args, {"--predictions-out": args.predictions_out,
-               "--embeddings-out": args.embeddings_out}, MODEL=args.model))
-    if status:
-        return status
+    def checked():
+        check_outputs_spare_inputs(args, {"--predictions-out": args.predictions_out,
+                                          "--embeddings-out": args.embeddings_out},
+                                   MODEL=args.model)
+        return dict(predictions_out=args.predictions_out, embeddings_out=args.embeddings_out,
+                    embeddings_layer=args.embeddings_layer, threads=args.threads, log=say,
+                    make_model=args.model_factory and model_factory(args.model_factory))
+
+    options = run_guarded("distgnn-predict", checked)
+    if isinstance(options, int):
+        return options
     if args.partitions:
         from .comm.mpi import MPICommunicator
 

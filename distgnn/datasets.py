@@ -449,8 +449,9 @@ def _by_name(path: Path, src: np.ndarray, dst: np.ndarray, features: Path | None
         if numeric.any() and not numeric.all():
             notes.append(f"the vertex ids are names, sorted as text ('10' before '9'), "
                          f"because {ids[~numeric][0].item()!r} is not an integer")
-    sources = " and ".join(f.name for f, _, _ in keyed.values())
-    counted = f"the {n:,} distinct ids of {path.name}" + (f" and {sources}" if sources else "")
+    files = [path.name, *(f.name for f, _, _ in keyed.values())]
+    counted = f"the {n:,} distinct ids of " + (", ".join(files[:-1]) + " and " + files[-1]
+                                               if len(files) > 1 else files[0])
     out = {}
     for what, file, dtype, ndim in (("feature row", features, np.float32, 2),
                                     ("label", labels, np.int64, 1)):

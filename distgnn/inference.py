@@ -33,6 +33,21 @@ def embedding_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
             if isinstance(m, (GraphLayer, torch.nn.Linear)) and id(m) not in inside]
 
 
+def check_logits(logits, shard: Shard) -> None:
+    """Refuse, in one line naming what is wrong, a model output that is not the logits
+    ``[n, C]`` of this shard's ``n`` vertices and the data's ``C`` classes (a user's
+    ``make_model`` of the wrong width, a tuple, ...) before it meets the loss."""
+    want = (shard.x.shape[0], shard.num_classes)
+    if not isinstance(logits, torch.Tensor):
+        raise DistGNNError(f"the model returned a {type(logits).__name__}; it must return the "
+                           f"logits, one tensor [{want[0]}, {want[1]}] (vertices, classes)")
+    if tuple(logits.shape) != want:
+        raise DistGNNError(f"the model returned logits of shape "
+                           f"[{', '.join(map(str, logits.shape))}], expected [{want[0]}, "
+                           f"{want[1]}]: a row per vertex and a column per class (make_model "
+                           f"gets the number of classes, {want[1]}, as its second argument)")
+
+
 @torch.no_grad()
 def forward_eval(model: torch.nn.Module, shard: Shard, layer: int | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -56,6 +71,7 @@ def forward_eval(model: torch.nn.Module, shard: Shard, layer: int | None = None
     finally:
         if handle is not None:
             handle.remove()
+    check_logits(logits, shard)
     return logits, captured[-1] if captured else None
 
 

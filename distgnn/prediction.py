@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 
 from .comm import Communicator, SelfCommunicator, all_or_none
@@ -59,7 +60,8 @@ def _build(path: str | Path, saved: dict, cfg: TrainConfig,
            make_model: ModelFactory | None) -> torch.nn.Module:
     if saved.get("custom") and make_model is None:
         raise DistGNNError(f"{path} holds a model built by make_model "
-                           f"({saved.get('model_class')}): pass that factory as make_model")
+                           f"({saved.get('model_class')}): pass that factory as make_model "
+                           "(distgnn-predict --model-factory MODULE:FUNCTION)")
     f, c = int(saved["num_features"]), int(saved["num_classes"])
     torch.manual_seed(cfg.seed)  # buffers a factory draws; the weights are overwritten
     model = make_model(f, c) if make_model is not None else build_model(cfg, f, c)
@@ -92,13 +94,26 @@ def load_model(path: str | Path, make_model: ModelFactory | None = None) -> torc
 
 @dataclasses.dataclass
 class Prediction:
-    """What :func:`predict` returns on every rank: ``scores``, ``{mask}_acc`` and
-    ``val_loss`` over all ranks (``None`` where a mask is empty: unlabelled data);
-    ``seconds``, the inference's wall-clock time (forward pass and scores, the slowest
-    rank); ``written``, ``{what: path}``; ``peak_rss_mib_max`` and ``peak_rss_mib_mean``,
-    the ranks' peak resident memory since they started (``VmHWM``, MiB: loading the data
-    included), max and mean over ranks, taken after the forward pass."""
+    """What :func:`predict` returns on every rank.
 
+    The per-vertex results, as arrays, of the vertices this rank holds the root clone of (in
+    one process every vertex; under MPI each vertex on exactly one rank), in global order:
+    ``vertex`` ``[n]`` (the dataset's own ids: the edge list's names or numbers),
+    ``probabilities`` float32 ``[n, C]`` (softmax of the logits), ``predicted_class``
+    int64 ``[n]`` and ``embeddings`` float32 ``[n, d]`` (the input of the chosen layer;
+    ``None`` unless asked for).
+
+    And: ``scores``, ``{mask}_acc`` and ``val_loss`` over all ranks (``None`` where a mask
+    is empty: unlabelled data); ``seconds``, the inference's wall-clock time (forward pass
+    and scores, the slowest rank); ``written``, ``{what: path}``; ``peak_rss_mib_max`` and
+    ``peak_rss_mib_mean``, the ranks' peak resident memory since they started (``VmHWM``,
+    MiB: loading the data included), max and mean over ranks, taken after the forward
+    pass."""
+
+    vertex: np.ndarray
+    probabilities: np.ndarray
+    predicted_class: np.ndarray
+    embeddings: np.ndarray | None
     scores: dict
     seconds: float
     written: dict
@@ -108,12 +123,15 @@ class Prediction:
 
 def predict(model_file: str | Path, source: str | Path | NodeDataset, *,
             predictions_out: str | None = None, embeddings_out: str | None = None,
-            embeddings_layer: int = -1, make_model: ModelFactory | None = None,
-            threads: int | None = None, log: Callable[[str], None] = print) -> Prediction:
+            embeddings_layer: int = -1, with_embeddings: bool = False,
+            make_model: ModelFactory | None = None, threads: int | None = None,
+            log: Callable[[str], None] = print) -> Prediction:
     """Apply the model saved in ``model_file`` to ``source`` (a dataset, or a partition
     directory: then collective, one rank per partition under ``mpirun``), write the
     predictions and embeddings asked for (formats: :mod:`distgnn.vertex_outputs`), and
-    return the accuracies where the data has labels (see the module docstring)."""
+    return them as arrays, with the accuracies where the data has labels
+    (:class:`Prediction`; the module docstring).  ``with_embeddings``: return the input of
+    layer ``embeddings_layer`` too (it is computed anyway for ``embeddings_out``)."""
     from .api import is_partition_directory  # the one test of what a source is
 
     check_distinct_outputs({"--predictions-out": predictions_out,
@@ -133,11 +151,11 @@ def predict(model_file: str | Path, source: str | Path | NodeDataset, *,
         configure_threads(cfg.threads)
         data = source if isinstance(source, NodeDataset) else load(source)
         shard, comm = dataset_shard(data, cfg, PhaseTimer(), log), SelfCommunicator()
-    return _apply(model_file, saved, cfg, shard, comm, make_model)
+    return _apply(model_file, saved, cfg, shard, comm, make_model, with_embeddings)
 
 
 def _apply(path, saved: dict, cfg: TrainConfig, shard: Shard, comm: Communicator,
-           make_model: ModelFactory | None) -> Prediction:
+           make_model: ModelFactory | None, with_embeddings: bool) -> Prediction:
     def ready():
         if shard.num_features != int(saved["num_features"]):
             raise DistGNNError(f"{path} takes {saved['num_features']} features; the data "
@@ -152,8 +170,8 @@ def _apply(path, saved: dict, cfg: TrainConfig, shard: Shard, comm: Communicator
 
     model = all_or_none(comm, ready)
     started = time.perf_counter()
-    logits, embeddings = forward_eval(model, shard,
-                                      cfg.embeddings_layer if cfg.embeddings_out else None)
+    logits, embeddings = forward_eval(
+        model, shard, cfg.embeddings_layer if cfg.embeddings_out or with_embeddings else None)
     scores = mask_scores(logits, shard, comm)
     high, mean, _ = rank_statistics(comm, {"seconds": time.perf_counter() - started,
                                            "peak_rss_mib": process_mib()})
@@ -163,5 +181,20 @@ def _apply(path, saved: dict, cfg: TrainConfig, shard: Shard, comm: Communicator
         shard.nbr.exchange.finish()
     written = {k: v for k, v in (("predictions", cfg.predictions_out),
                                  ("embeddings", cfg.embeddings_out)) if v}
-    return Prediction(scores, high["seconds"], written, high["peak_rss_mib"],
-                      mean["peak_rss_mib"])
+    vertex, probabilities, embeddings = owned_rows(shard, logits, embeddings)
+    return Prediction(vertex, probabilities, probabilities.argmax(1), embeddings, scores,
+                      high["seconds"], written, high["peak_rss_mib"], mean["peak_rss_mib"])
+
+
+def owned_rows(shard: Shard, logits: torch.Tensor, embeddings: torch.Tensor | None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(vertex [n], probabilities [n, C], embeddings [n, d] or None)`` of the vertices
+    whose root clone this rank holds, in global order (see :class:`Prediction`)."""
+    positions = shard.nbr.global_ids[shard.owned]
+    order = np.argsort(positions, kind="stable")
+    rows = np.flatnonzero(shard.owned)[order]
+    ids = shard.user_ids()
+    vertex = positions[order] if ids is None else np.asarray(ids)[positions[order]]
+    probabilities = torch.softmax(logits.float(), 1).cpu().numpy()[rows]
+    return (vertex, probabilities,
+            None if embeddings is None else embeddings.float().cpu().numpy()[rows])

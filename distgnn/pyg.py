@@ -29,6 +29,11 @@ def from_pyg(data, name: str = "graph", split: int = 0) -> NodeDataset:
     ``S`` splits of which ``split`` picks column ``split``.  Without masks, a seeded (0)
     60/20/20 split of the labelled vertices.  Tensors may live on any device.
     """
+    missing = [key for key in ("edge_index", "num_nodes") if getattr(data, key, None) is None]
+    if missing:
+        raise GraphError(f"a {type(data).__name__} is not a graph: from_pyg takes a PyTorch "
+                         f"Geometric Data (or an object like one), which has edge_index and "
+                         f"num_nodes; this one lacks {' and '.join(missing)}", name)
     n = int(data.num_nodes)
     edge_index = _array(data.edge_index)
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:

@@ -32,7 +32,7 @@ from .config import TrainConfig
 from .epoch_log import EpochLog, epoch_record
 from .errors import DistGNNError
 from .graph import NodeDataset
-from .inference import forward_eval, mask_scores, write_vertex_outputs
+from .inference import check_logits, forward_eval, mask_scores, write_vertex_outputs
 from .model_file import save_model
 from .models import GCNII, GNN
 from .nn import prepare
@@ -125,6 +125,7 @@ def step(model: torch.nn.Module, optimizer, shard: Shard, sync: ReplicaSync, num
     shard.nbr.set_epoch(epoch)
     with timer("forward"):
         logits = model(shard.nbr, shard.x)
+    check_logits(logits, shard)
     with timer("backward"):
         train = shard.masks["train"]
         loss = F.cross_entropy(logits[train], shard.y[train], reduction="sum") / num_train

@@ -3,9 +3,13 @@
 The same code trains on a whole graph in one process and on a partitioned graph, one rank
 per partition:
 
-    python examples/own_model.py --dataset cora
+    python examples/own_model.py --dataset cora --save-model /tmp/own.pt
     distgnn-partition cora --parts 2 --out /tmp/cora-p2
     distgnn-launch -n 2 -- python examples/own_model.py --partitions /tmp/cora-p2
+
+A model saved from it is applied again by naming the function that builds it:
+
+    distgnn-predict /tmp/own.pt --dataset cora --model-factory examples/own_model.py:make_model
 
 The model is an ordinary ``torch.nn.Module`` whose ``forward(g, x)`` calls each layer as
 ``conv(g, h)``: ``g`` is the whole graph in one process and this rank's partition under
@@ -15,6 +19,7 @@ The model is an ordinary ``torch.nn.Module`` whose ``forward(g, x)`` calls each 
 
 Bad flags and data end as in ``distgnn-train``: one line on stderr and exit status 2.
 """
+import functools
 import sys
 
 import torch
@@ -48,6 +53,12 @@ class AttentionThenGIN(nn.Module):
         return self.readout(self.drop_both(g, torch.cat([h1, h2], dim=1)))
 
 
+def make_model(in_channels: int, num_classes: int, dropout: float = 0.5) -> nn.Module:
+    """The model for ``in_channels`` features and ``num_classes`` classes: what
+    ``distgnn.train`` builds it with, and ``distgnn-predict --model-factory`` names."""
+    return AttentionThenGIN(in_channels, num_classes, dropout=dropout)
+
+
 PROG = "own_model.py"
 
 
@@ -60,17 +71,17 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=100, help="training epochs")
     p.add_argument("--dropout", type=float, default=0.5, help="dropout probability")
     p.add_argument("--metrics-out", help="write one JSON line per epoch here")
+    p.add_argument("--save-model", help="write the trained model here")
     args = p.parse_args(argv)
 
     def config() -> distgnn.TrainConfig:  # made on every rank under MPI, before any data is read
         return distgnn.TrainConfig(epochs=args.epochs, lr=0.005, dropout=args.dropout,
-                                   metrics_out=args.metrics_out, progress=False)
-
-    def make_model(in_channels: int, num_classes: int) -> nn.Module:
-        return AttentionThenGIN(in_channels, num_classes, dropout=args.dropout)
+                                   metrics_out=args.metrics_out, save_model=args.save_model,
+                                   progress=False)
 
     def one_rank() -> int:
-        result = distgnn.train(args.partitions or args.dataset, config, make_model)
+        result = distgnn.train(args.partitions or args.dataset, config,
+                               functools.partial(make_model, dropout=args.dropout))
         if world is None or world.rank == 0:
             report(result)
         return 0

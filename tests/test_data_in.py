@@ -1,5 +1,6 @@
 """A user's own data: asymmetric edge lists, arbitrary vertex ids, keyed side files, split
 files, unlabelled vertices, partitions that keep the ids, and PyG graphs."""
+import gzip
 import subprocess
 import sys
 from pathlib import Path
@@ -8,10 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from distgnn.datasets import load
+from distgnn import shard as shard_module
+from distgnn.config import TrainConfig
+from distgnn.datasets import check_classes, load
 from distgnn.graph import GraphError
 from distgnn.pyg import from_pyg, to_partitions
+from distgnn.shard import ROW_NORM_WARNING, dataset_shard, negative_features, partition_shard
+from distgnn.timing import PhaseTimer
 from partition.format import read_meta, read_vertex_ids, verify
+from tests.helpers.partitions import write_dir
+from tests.helpers.threads_comm import run_ranks
 from tests.helpers.training import losses
 from tests.helpers.training import train_quietly as run
 
@@ -88,6 +95,288 @@ def test_large_and_negative_integer_ids(tmp_path):
 def test_plain_integer_ids_are_vertex_numbers(tmp_path):
     ds = load(write(tmp_path / "g.txt", "0 1\n1 4\n"))
     assert ds.ids is None and ds.num_nodes == 5
+
+
+# ---- headers, byte-order marks, line ends -----------------------------------------------------
+RING = "".join(f"{i} {(i + 1) % 12}\n" for i in range(12))  # ids 0..11: "10" sorts before "2"
+
+
+@pytest.mark.parametrize("text, note", [
+    ("src dst\n" + RING, "line 1 ('src dst')"),
+    ("source,target\n" + RING.replace(" ", ","), "line 1 ('source,target')"),
+    ("from,to\n" + RING, "line 1 ('from,to')"),  # a comma header above whitespace data
+    ("# my graph\n\nSource\tTarget\n" + RING.replace(" ", "\t"), r"line 3 ('Source\tTarget')"),
+    ("\ufeffsrc dst\r\n" + RING.replace("\n", "\r\n"), "line 1 ('src dst')"),
+    ("src dst weight\n" + RING.replace("\n", " 1.5\n"), "line 1 ('src dst weight')"),
+])
+def test_a_header_line_is_skipped_and_said(tmp_path, text, note):
+    ds = load(write(tmp_path / "g.txt", text))
+    assert ds.ids is None and ds.num_nodes == 12 and ds.graph.num_edges == 12
+    plain = load(write(tmp_path / "plain.txt", RING))
+    np.testing.assert_array_equal(ds.graph.indices, plain.graph.indices)
+    assert f"note: g.txt: {note} is a header, skipped" in ds.summary()
+
+
+def test_a_byte_order_mark_does_not_split_a_vertex(tmp_path):
+    bom = "\ufeff"
+    numbered = load(write(tmp_path / "n.txt", bom + RING))
+    assert numbered.ids is None and numbered.num_nodes == 12 and not numbered.note.count("header")
+    named = load(write(tmp_path / "names.txt", bom + "alice bob\nbob alice\n"))
+    assert named.ids.tolist() == ["alice", "bob"]
+    labels = write(tmp_path / "y.txt", bom + "alice 1\nbob 0\n")
+    np.testing.assert_array_equal(load(tmp_path / "names.txt", labels=labels).y, [1, 0])
+    gz = tmp_path / "g.txt.gz"
+    with gzip.open(gz, "wt", encoding="utf-8") as f:
+        f.write(bom + "src dst\n" + RING)
+    ds = load(gz)
+    assert ds.num_nodes == 12 and "g.txt.gz: line 1 ('src dst') is a header, skipped" in ds.note
+
+
+def test_a_header_of_names_that_cannot_be_told_from_an_edge_is_refused(tmp_path):
+    edges = write(tmp_path / "g.txt", "source target\nalice bob\nbob carol\n")
+    with pytest.raises(GraphError, match="line 1: 'source target' looks like a header") as e:
+        load(edges)
+    assert e.value.source == str(edges) and "start it with #" in str(e.value)
+    write(edges, "# source target\nalice bob\nbob carol\n")
+    assert load(edges).ids.tolist() == ["alice", "bob", "carol"]
+    # vertices that happen to be named like columns, with other edges: data, not a header
+    ds = load(write(tmp_path / "words.txt", "from to\nto from\nfrom alice\n"))
+    assert ds.ids.tolist() == ["alice", "from", "to"] and ds.graph.num_edges == 3
+    # a weight column named in words tells a header apart even when the ids are names
+    ds = load(write(tmp_path / "w.txt", "node_1,node_2,weight\nalice,bob,0.5\n"))
+    assert ds.graph.num_edges == 1 and "line 1 ('node_1,node_2,weight')" in ds.note
+
+
+def test_names_among_integer_ids_are_said(tmp_path):
+    ds = load(write(tmp_path / "g.txt", "1 2\n2 10\n10 NA\n"))
+    assert ds.ids.tolist() == ["1", "10", "2", "NA"]
+    assert "sorted as text ('10' before '9'), because 'NA' is not an integer" in ds.note
+    assert "sorted as text" not in load(write(tmp_path / "w.txt", "a b\nb c\n")).note
+
+
+def test_side_files_with_headers_crlf_and_tabs(tmp_path):
+    edges = write(tmp_path / "g.txt", RING)
+    features = write(tmp_path / "x.csv", "f1,f2\r\n" + "".join(f"{i},{2 * i}\r\n"
+                                                              for i in range(12)))
+    labels = write(tmp_path / "y.txt", "label\n" + "".join(f"{i % 3}\n" for i in range(12)))
+    ds = load(edges, features=features, labels=labels)
+    np.testing.assert_array_equal(ds.x[:, 1], 2 * np.arange(12))
+    np.testing.assert_array_equal(ds.y, np.arange(12) % 3)
+    assert "x.csv: line 1 ('f1,f2') is a header, skipped" in ds.note
+    assert "y.txt: line 1 ('label') is a header, skipped" in ds.note
+    named = write(tmp_path / "n.txt", "a\tb\nb\tc\n")
+    keyed = write(tmp_path / "k.txt", "\ufeffnode,f1,f2\r\nc,3,30\r\na,1,10\r\nb,2,20\r\n")
+    keyed_labels = write(tmp_path / "kl.txt", "id\tclass\nb\t1\na\t0\n")
+    ds = load(named, features=keyed, labels=keyed_labels)
+    np.testing.assert_array_equal(ds.x, [[1, 10], [2, 20], [3, 30]])
+    np.testing.assert_array_equal(ds.y, [0, 1, -1])
+    assert "k.txt: line 1 ('node,f1,f2')" in ds.note and "kl.txt: line 1" in ds.note
+    split = write(tmp_path / "s.txt", "vertex split\na train\nb test\n")
+    ds = load(named, labels=keyed_labels, split_file=split)
+    assert masks(ds) == [[0], [], [1]] and "s.txt: line 1 ('vertex split')" in ds.split_note
+
+
+def test_side_file_lines_of_another_width_name_the_line(tmp_path):
+    edges = write(tmp_path / "g.txt", RING)
+    features = write(tmp_path / "x.txt", "1 2\n" * 5 + "1 2 3\n" + "1 2\n" * 6)
+    with pytest.raises(GraphError, match="line 6: expected 2 fields like the first data line, "
+                       "found 3") as e:
+        load(edges, features=features)
+    assert e.value.source == str(features)
+    keyed = write(tmp_path / "k.txt", "a 1 2\nb x 2\n")
+    with pytest.raises(GraphError, match="line 2: feature row value 'x' is not a number"):
+        load(write(tmp_path / "n.txt", "a b\n"), features=keyed)
+
+
+# ---- which file is wrong ----------------------------------------------------------------------
+def test_a_side_file_of_the_wrong_length_is_the_one_blamed(tmp_path):
+    edges = write(tmp_path / "g.txt", RING)  # largest id 11: 12 vertices
+    labels = write(tmp_path / "y.txt", "".join(f"{i % 3}\n" for i in range(12)))
+    extra = write(tmp_path / "x.txt", "1 2\n" * 13)  # one feature row too many
+
+    def blamed(**files):
+        with pytest.raises(GraphError) as e:
+            load(edges, **files)
+        assert "\n" not in str(e.value)
+        return e.value.source, e.value.problem
+
+    source, problem = blamed(features=extra, labels=labels)
+    assert source == str(extra)
+    assert problem == ("13 feature rows, but y.txt has 12 labels and g.txt's largest vertex id "
+                       "is 11: both have one row per vertex 0..N-1")
+    features = write(tmp_path / "x12.txt", "1 2\n" * 12)
+    long_labels = write(tmp_path / "y13.txt", "0\n1\n2\n" * 4 + "1\n")
+    assert blamed(features=features, labels=long_labels)[0] == str(long_labels)
+    both = blamed(features=extra, labels=write(tmp_path / "y14.txt", "0\n1\n" * 7))
+    assert both[0] == str(extra) and both[1].endswith("so one of the two files is wrong")
+    short = write(tmp_path / "x5.txt", "1 2\n" * 5)
+    assert blamed(features=short) == (str(short), "5 feature rows, but g.txt's largest vertex "
+                                      "id is 11: one feature row per vertex 0..N-1 "
+                                      "(N at least 12)")
+    np.save(tmp_path / "nan.npy", np.where(np.arange(24).reshape(12, 2) == 7, np.nan, 1.0))
+    assert blamed(features=tmp_path / "nan.npy") == (
+        str(tmp_path / "nan.npy"), "features contain NaN or inf (first at vertex 3)")
+    # isolated vertices after the largest id stay allowed when the side files agree
+    ds = load(edges, features=write(tmp_path / "x14.txt", "1 2\n" * 14),
+              labels=write(tmp_path / "y14b.txt", "0\n1\n" * 7))
+    assert ds.num_nodes == 14 and ds.graph.in_degrees()[12:].tolist() == [0, 0]
+
+
+def test_named_side_file_errors_name_the_file_and_vertex(tmp_path):
+    edges = write(tmp_path / "g.txt", "b a\nc b\n")
+    np.save(tmp_path / "x.npy", np.ones((4, 2), np.float32))
+    with pytest.raises(GraphError, match="4 feature rows for the 3 distinct ids of g.txt") as e:
+        load(edges, features=tmp_path / "x.npy")
+    assert e.value.source == str(tmp_path / "x.npy")
+    keyed = write(tmp_path / "x.txt", "a 1\nb inf\nc 2\n")
+    with pytest.raises(GraphError, match="NaN or inf \\(first at vertex 'b'\\)") as e:
+        load(edges, features=keyed)
+    assert e.value.source == str(keyed)
+
+
+# ---- vertices without edges, given by keyed files ---------------------------------------------
+def test_keyed_files_add_vertices_without_edges(tmp_path):
+    edges = write(tmp_path / "g.txt", "bob,alice\ncarol,bob\n")
+    features = write(tmp_path / "x.txt", "zoe 5 50\nalice 1 10\ndave 4 40\ncarol 3 30\n"
+                                         "bob 2 20\n")
+    labels = write(tmp_path / "y.txt", "carol 1\ndave 0\nalice 0\nbob 1\n")  # zoe unlabelled
+    ds = load(edges, features=features, labels=labels)
+    assert ds.ids.tolist() == ["alice", "bob", "carol", "dave", "zoe"]  # the union, sorted
+    np.testing.assert_array_equal(ds.x[:, 0], [1, 2, 3, 4, 5])
+    np.testing.assert_array_equal(ds.y, [0, 1, 1, 0, -1])
+    assert ds.graph.in_degrees().tolist() == [1, 1, 0, 0, 0]  # dave and zoe: no edges
+    src, dst = ds.graph.edges()
+    assert sorted(zip(ds.ids[src].tolist(), ds.ids[dst].tolist())) == [
+        ("bob", "alice"), ("carol", "bob")]
+    labelled = ds.train_mask | ds.val_mask | ds.test_mask
+    assert labelled.tolist() == [True, True, True, True, False]
+    assert "vertex ids: 5 strings" in ds.summary()
+    # a vertex only the labels file names needs a features line too
+    with pytest.raises(GraphError, match="no features for vertex 'erin' .*6 distinct ids of "
+                       "g.txt, x.txt and y2.txt") as e:
+        load(edges, features=features, labels=write(tmp_path / "y2.txt", "erin 0\nbob 1\n"))
+    assert e.value.source == str(features)
+    # an .npy side file is in the order of the union of the edge list's and the keyed ids
+    np.save(tmp_path / "x.npy", np.arange(8, dtype=np.float32).reshape(4, 2))
+    ds = load(edges, features=tmp_path / "x.npy", labels=labels)
+    assert ds.ids[3] == "dave" and ds.x[3].tolist() == [6, 7]
+    # integer names (a negative id): the union sorts numerically
+    ds = load(write(tmp_path / "i.txt", "-5 3\n3 -5\n"),
+              labels=write(tmp_path / "yi.txt", "100 1\n-5 0\n3 1\n"))
+    assert ds.ids.tolist() == [-5, 3, 100] and ds.y.tolist() == [0, 1, 1]
+    with pytest.raises(GraphError, match="vertex 'bob' is not an integer of int64's range"):
+        load(tmp_path / "i.txt", labels=write(tmp_path / "yb.txt", "bob 1\n"))
+
+
+def test_partitions_keep_the_ids_of_vertices_without_edges(tmp_path):
+    edges = write(tmp_path / "g.txt", "".join(f"v{i} v{(i + 1) % 8}\nv{(i + 1) % 8} v{i}\n"
+                                              for i in range(8)))
+    labels = write(tmp_path / "y.txt", "".join(f"v{i} {i % 2}\n" for i in range(10)))
+    out = tmp_path / "parts"
+    done = subprocess.run([str(BIN / "distgnn-partition"), str(edges), "--parts", "2",
+                           "--out", str(out), "--labels", str(labels), "--no-progress"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert read_vertex_ids(out).tolist() == sorted(f"v{i}" for i in range(10))
+    assert read_meta(out)["num_nodes"] == 10 and verify(out) == []
+
+
+# ---- labels are classes 0..C-1 ----------------------------------------------------------------
+@pytest.mark.parametrize("labels, problem", [
+    ([1, 2, 3, 4, 1], "labels are 1..4: classes must be numbered 0..C-1 (subtract 1); class 0 "
+                      "has no vertex"),
+    ([3, 4, 3, -1], "labels are 3..4: classes must be numbered 0..C-1 (subtract 3); classes "
+                    "0..2 have no vertex"),
+    ([0, 1, 2, 5, -1], "labels are 0..5, but classes 3, 4 have no vertex: classes must be "
+                       "numbered 0..C-1 without gaps (renumber the 4 labels in use as 0..3)"),
+    ([0, 9, 20, 40, 80, 81], "labels are 0..81, but classes 1..8, 10..19, 21..39, ... have no "
+                             "vertex"),
+    ([0, 1, -2], "label -2 of vertex 2: classes are numbered 0..C-1 and -1 marks an "
+                 "unlabelled vertex"),
+])
+def test_label_sets_that_are_not_classes_are_refused(labels, problem):
+    with pytest.raises(GraphError) as e:
+        check_classes(np.array(labels), "y.txt")
+    assert str(e.value).startswith(f"y.txt: {problem}")
+
+
+@pytest.mark.parametrize("labels", [[0, 1, 2, 1], [-1, -1], [], [0, -1, 0], [2, 0, 1, -1]])
+def test_classes_0_to_c_minus_1_and_unlabelled_vertices_pass(labels):
+    check_classes(np.array(labels, np.int64), "y.txt")
+
+
+def test_labels_that_are_names_or_fractions_say_how_to_fix_them(tmp_path):
+    edges = write(tmp_path / "g.txt", RING)
+    gold = write(tmp_path / "y.txt", "".join(f"{['gold', 'silver'][i % 2]}\n" for i in range(12)))
+    with pytest.raises(GraphError) as e:
+        load(edges, labels=gold)
+    assert e.value.source == str(gold) and e.value.problem == (
+        "line 1: label 'gold' is a name: classes are numbered 0..C-1, so replace each class "
+        "name by its number (gold = 0, silver = 1); -1 marks an unlabelled vertex")
+    with pytest.raises(GraphError, match="line 3: label '2.5' is not an integer"):
+        load(edges, labels=write(tmp_path / "f.txt", "0\n1\n2.5\n" + "0\n" * 9))
+    names = write(tmp_path / "n.txt", "a b\nb c\n")
+    with pytest.raises(GraphError, match="line 2: label 'silver' is a name"):
+        load(names, labels=write(tmp_path / "k.txt", "a 0\nb silver\n"))
+    shifted = write(tmp_path / "s.txt", "".join(f"{1 + i % 4}\n" for i in range(12)))
+    with pytest.raises(GraphError, match="labels are 1..4: .*subtract 1") as e:
+        load(edges, labels=shifted)
+    assert e.value.source == str(shifted)
+    # unlabelled vertices (-1, or no key) stay allowed
+    ds = load(names, labels=write(tmp_path / "ok.txt", "a 1\nc 0\n"))
+    assert ds.y.tolist() == [1, -1, 0] and ds.num_classes == 2
+
+
+def test_npz_labels_must_be_classes(tmp_path):
+    from tests.helpers.hostile import write_npz
+
+    path = write_npz(tmp_path / "d.npz", y=np.arange(60) % 4 + 1)
+    with pytest.raises(GraphError, match="labels are 1..4: .*subtract 1") as e:
+        load(path)
+    assert e.value.source == str(path)
+
+
+# ---- features that row normalisation would spoil ----------------------------------------------
+def test_negative_features_are_found_block_by_block(tmp_path, monkeypatch):
+    monkeypatch.setattr(shard_module, "_NORM_BLOCK_ELEMENTS", 6)  # blocks of 3 rows of 2
+    x = np.ones((10, 2), np.float32)
+    assert not negative_features(x) and not negative_features(np.zeros((0, 2), np.float32))
+    x[9, 1] = -1e-30  # in the last, partial block
+    assert negative_features(x)
+    mapped = np.lib.format.open_memmap(tmp_path / "x.npy", "w+", np.float32, (10, 2))
+    mapped[:] = x
+    assert negative_features(mapped) and not negative_features(np.abs(mapped))
+
+
+def test_row_normalisation_of_negative_features_warns_once(tmp_path):
+    said = []
+    data = load("sbm:nodes=300,blocks=3,features=6,avg_degree=8")  # Gaussian noise: negative
+    dataset_shard(data, TrainConfig(), PhaseTimer(), log=said.append)
+    assert said.count(ROW_NORM_WARNING) == 1
+    assert "--feature-norm none" in ROW_NORM_WARNING and "\n" not in ROW_NORM_WARNING
+    said.clear()
+    dataset_shard(data, TrainConfig(feature_norm="none"), PhaseTimer(), log=said.append)
+    assert ROW_NORM_WARNING not in said
+    dataset_shard(load("cora"), TrainConfig(), PhaseTimer(), log=said.append)  # counts
+    assert ROW_NORM_WARNING not in said
+
+
+@pytest.mark.parametrize("negative", [True, False])
+def test_partitions_warn_once_from_rank_0(tmp_path, capsys, negative):
+    from tests.helpers.hostile import write_npz
+
+    x = np.random.default_rng(0).random((80, 4), dtype=np.float32)
+    write_dir(load(write_npz(tmp_path / "d.npz", n=80, features=4, x=x)), tmp_path / "p", 2)
+    ids = [np.load(tmp_path / "p" / f"part-{r:05d}" / "global_ids.npy") for r in (0, 1)]
+    only_rank_1 = np.setdiff1d(ids[1], ids[0])[0]
+    if negative:  # on a vertex that rank 0 does not hold: the ranks must agree to warn
+        x[only_rank_1, 2] = -0.5
+        write_dir(load(write_npz(tmp_path / "d.npz", n=80, features=4, x=x)), tmp_path / "p",
+                  2, force=True)
+    capsys.readouterr()
+    run_ranks(2, lambda comm: partition_shard(tmp_path / "p", TrainConfig(), comm,
+                                              PhaseTimer(), torch.device("cpu"), "numba"))
+    assert capsys.readouterr().out.count(ROW_NORM_WARNING) == int(negative)
 
 
 # ---- split files ------------------------------------------------------------------------------

@@ -197,32 +197,31 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def work_like(tmp_path, token="0123456789abcdef", **marker):
-    """A folder beside ``tmp_path/p`` named as a work folder, with spill files and (unless
-    ``marker`` is None) a marker: a dead writer of this host by default."""
+def work_like(tmp_path, token="0123456789abcdef", marker: dict | None = None):
+    """A folder beside ``tmp_path/p`` named as a work folder, with spill files and a marker:
+    a dead writer of this host, its fields changed by ``marker`` (None: no marker)."""
     folder = tmp_path / f".p.stream-{token}"
     (folder / "parts").mkdir(parents=True)
     (folder / "parts" / "00000.bin").write_bytes(b"\0" * 64)
-    if marker.get("marker", True) is not None:
+    if marker is not None:
         fields = {"writer": stream.WORK_WRITER, "pid": dead_pid(),
-                  "host": socket.gethostname(), "token": token}
-        fields.update({k: v for k, v in marker.items() if k != "marker"})
+                  "host": socket.gethostname(), "token": token, **marker}
         (folder / stream.WORK_MARKER).write_text(json.dumps(fields))
     return folder
 
 
-@pytest.mark.parametrize("change, removed", [
-    ({}, True),
-    ({"marker": None}, False),  # made by hand: no marker
-    ({"pid": os.getpid()}, False),  # its writer still runs
-    ({"host": "elsewhere"}, False),  # another host's: its process cannot be looked up
-    ({"token": "fedcba9876543210"}, False),  # a marker copied from another folder
-    ({"pid": "1"}, False),  # not what the writer writes
-    ({"user_file": True}, False)])  # a file of someone else's inside
-def test_only_provable_work_folders_of_runs_that_are_gone_are_removed(tmp_path, change,
-                                                                       removed):
-    user_file = change.pop("user_file", False)
-    folder = work_like(tmp_path, **change)
+@pytest.mark.parametrize("marker, user_file, removed", [
+    ({}, False, True),
+    (None, False, False),  # made by hand: no marker
+    ({"pid": os.getpid()}, False, False),  # its writer still runs
+    ({"host": "elsewhere"}, False, False),  # another host's: its process cannot be looked up
+    ({"token": "fedcba9876543210"}, False, False),  # a marker copied from another folder
+    ({"pid": "1"}, False, False),  # not what the writer writes
+    ({"writer": "someone"}, False, False),
+    ({}, True, False)])  # a file of someone else's inside
+def test_only_provable_work_folders_of_runs_that_are_gone_are_removed(tmp_path, marker,
+                                                                       user_file, removed):
+    folder = work_like(tmp_path, marker=marker)
     if user_file:
         (folder / "notes.txt").write_text("mine")
     got = stream.remove_stale_work(tmp_path / "p")
@@ -230,9 +229,9 @@ def test_only_provable_work_folders_of_runs_that_are_gone_are_removed(tmp_path, 
 
 
 def test_another_outputs_work_folder_and_a_short_token_are_left_alone(tmp_path):
-    other = work_like(tmp_path)
+    other = work_like(tmp_path, marker={})
     other.rename(tmp_path / ".q.stream-0123456789abcdef")
-    short = work_like(tmp_path, token="0123")
+    short = work_like(tmp_path, token="0123", marker={})
     assert stream.remove_stale_work(tmp_path / "p") == []
     assert short.exists() and (tmp_path / ".q.stream-0123456789abcdef").exists()
 

@@ -1,8 +1,12 @@
 """Hostile cases of the partition format and ``distgnn-partition``: forged partitions that
-look consistent (9), tracebacks on bad input (15) and figures that cannot be (17)."""
+look consistent (9), tracebacks on bad input (15), figures that cannot be (17), outputs on
+one path or on an input (18), empty values and flags that do nothing (19), and the stream
+stopped by signals or killed (22)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +21,7 @@ from tests.helpers.hostile import (
     forged,
     partition,
     tool,
+    user_file,
     write_npz,
 )
 
@@ -182,3 +187,158 @@ add(Case(17, "inspect: split_vertices forged in meta.json",
          tool("partition", "inspect", "{tmp}/p"),
          both(PARTITIONED, lambda tmp, run: set_meta(tmp / "p", reseal=True, split_vertices=0)),
          status=0, check=split_counted))
+
+
+# 18. two outputs on one path, an output that is an input, or a collision found after the work
+def no_partitions(tmp, outcome):
+    assert not (tmp / "p").exists(), "the partitions were written"
+
+
+def edge_files(tmp, run):
+    from tests.helpers.partitions import write_edge_files
+
+    write_edge_files(tmp)
+
+
+STREAM = ("partition", "{tmp}/edges.npy", "--features", "{tmp}/x.npy", "--labels",
+          "{tmp}/y.npy", "--parts", 2, "--mode", "stream", "--no-progress")
+add(Case(18, "--json equal to --out", tool("partition", "{tmp}/d.npz", "--parts", 2, "--out",
+                                           "{tmp}/p", "--json", "{tmp}/p"), data(),
+         says="--out and --json name the same path", check=no_partitions))
+add(Case(18, "--json inside the --out it replaces", tool(
+    "partition", "{tmp}/d.npz", "--parts", 2, "--out", "{tmp}/p", "--force", "--json",
+    "{tmp}/p/s.json"), PARTITIONED, says="--json", keep=("p",)))
+add(Case(18, "--out is the input, spelled with ./ and ../", tool(
+    "partition", "{tmp}/./d.npz", "--parts", 2, "--out", "{tmp}/sub/../d.npz", "--force"),
+    both(data(), lambda tmp, run: (tmp / "sub").mkdir()), says="which the run reads",
+    keep=("d.npz",)))
+add(Case(18, "--json a symbolic link to the input", tool(
+    "partition", "{tmp}/d.npz", "--parts", 2, "--out", "{tmp}/p", "--json", "{tmp}/s.json"),
+    both(data(), lambda tmp, run: (tmp / "s.json").symlink_to(tmp / "d.npz")),
+    says="is DATASET", keep=("d.npz",), check=no_partitions))
+add(Case(18, "--out inside the input directory", tool(
+    "partition", "{tmp}/ogb", "--parts", 2, "--out", "{tmp}/ogb/p"),
+    user_file("ogb/raw/edge.csv.gz", "0,1\n"), says="is inside DATASET", keep=("ogb",)))
+add(Case(18, "inspect --json onto the directory's meta.json", tool(
+    "partition", "inspect", "{tmp}/p", "--json", "{tmp}/p/meta.json"), PARTITIONED,
+    says="is inside DIR", keep=("p",)))
+add(Case(18, "stream: --out equal to --features", tool(
+    *STREAM, "--out", "{tmp}/x.npy", "--force"), edge_files, says="--features",
+    keep=("x.npy",)))
+add(Case(18, "--json equal to the --dataset it reads", tool(
+    "partition", "--dataset", "{tmp}/d.npz", "--parts", 2, "--out", "{tmp}/p", "--json",
+    "{tmp}/d.npz"), data(), says="is --dataset", keep=("d.npz",), check=no_partitions))
+
+
+# 19. an empty value, or a flag that does nothing, accepted
+def said_what_auto_took(tmp, outcome):
+    first = outcome.stdout.splitlines()[0]
+    assert "(what --order-vertices auto takes when streaming)" in first, first
+    assert "the two directions of an edge placed independently" in first, first
+
+
+add(Case(19, "stream: --split 1", tool(*STREAM, "--out", "{tmp}/p", "--split", 1), edge_files,
+         says="not --split 1", check=no_partitions))
+add(Case(19, "stream: --order-vertices auto says what it took",
+         tool(*STREAM, "--out", "{tmp}/p"), edge_files, status=0, check=said_what_auto_took))
+add(Case(19, "--order with --method random", tool(
+    "partition", "{tmp}/d.npz", "--parts", 2, "--out", "{tmp}/p", "--method", "random",
+    "--order", "degree"), data(), says="--order degree would change nothing",
+    check=no_partitions))
+add(Case(19, "--no-keep-pairs with --method dbh", tool(
+    "partition", "{tmp}/d.npz", "--parts", 2, "--out", "{tmp}/p", "--method", "dbh",
+    "--no-keep-pairs"), data(), says="--no-keep-pairs would change nothing",
+    check=no_partitions))
+add(Case(19, "an empty DATASET", tool("partition", "", "--parts", 2, "--out", "{tmp}/p"),
+         says="DATASET: the value is empty", check=no_partitions))
+add(Case(19, "an empty --out", tool("partition", "{tmp}/d.npz", "--parts", 2, "--out", ""),
+         data(), says="--out: the value is empty"))
+add(Case(19, "an empty --json", tool("partition", "{tmp}/d.npz", "--parts", 2, "--out",
+                                     "{tmp}/p", "--json", ""), data(),
+         says="--json: the value is empty", check=no_partitions))
+add(Case(19, "inspect of an empty DIR", tool("partition", "inspect", ""),
+         says="DIR: the value is empty"))
+add(Case(19, "verify of an empty DIR", tool("partition", "verify", ""),
+         says="DIR: the value is empty"))
+add(Case(19, "DATASET and --dataset both", tool(
+    "partition", "{tmp}/d.npz", "--dataset", "{tmp}/e.npz", "--parts", 2, "--out", "{tmp}/p"),
+    both(data(), data("e.npz", seed=1)), says="give the dataset once", check=no_partitions))
+
+
+# 22. launching, signals and leftovers
+def stream_argv(tmp, *extra) -> list[str]:
+    return [str(a).replace("{tmp}", str(tmp)) for a in (*STREAM[1:], "--out", "{tmp}/p",
+                                                        *extra)]
+
+
+def signalled(at: str, sig: int, *extra):
+    """A real stream held at ``at`` (see tests/helpers/partitions.py) gets a real ``sig``."""
+    def go(tmp, run):
+        from tests.helpers.partitions import held_stream_code, start_held
+
+        proc = start_held(run.code_command(held_stream_code(at), stream_argv(tmp, *extra)),
+                          run.env())
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+        return Outcome(proc.returncode, out, err)
+    return go
+
+
+def nothing_beside(tmp, outcome):
+    left = [f.name for f in tmp.iterdir() if f.name.startswith(".")]
+    assert not left, f"left beside the output: {left}"
+
+
+def killed_then_rerun(tmp, run):
+    from tests.helpers.partitions import held_stream_code, start_held
+
+    proc = start_held(run.code_command(held_stream_code("assign"), stream_argv(tmp)), run.env())
+    proc.kill()
+    proc.communicate(timeout=120)
+    assert any(f.name.startswith(".p.stream-") for f in tmp.iterdir()), "no work folder left"
+    return run("partition", stream_argv(tmp))
+
+
+def rerun_cleaned(tmp, outcome):
+    nothing_beside(tmp, outcome)
+    assert "left by an earlier run that was killed" in outcome.stdout, outcome.stdout
+
+
+def work_folder_like(marker: bool):
+    """A hidden folder named as a work folder for ``p``, with a spill file; with ``marker``
+    one naming this (live) process as its writer."""
+    def setup(tmp, run):
+        import socket
+
+        from partition.stream import WORK_MARKER, WORK_WRITER
+
+        folder = tmp / ".p.stream-0123456789abcdef"
+        (folder / "parts").mkdir(parents=True)
+        (folder / "parts" / "00000.bin").write_bytes(b"\0" * 64)
+        if marker:
+            (folder / WORK_MARKER).write_text(json.dumps({
+                "writer": WORK_WRITER, "pid": os.getpid(), "host": socket.gethostname(),
+                "token": "0123456789abcdef"}))
+    return setup
+
+
+add(Case(22, "stream: SIGTERM mid-stream", signalled("assign", signal.SIGTERM), edge_files,
+         status=128 + signal.SIGTERM, says="nothing was written to",
+         check=lambda tmp, o: (nothing_beside(tmp, o), no_partitions(tmp, o))))
+add(Case(22, "stream: Ctrl-C while writing the partitions",
+         signalled("write", signal.SIGINT), edge_files, status=128 + signal.SIGINT,
+         says="and the partly written copy of",
+         check=lambda tmp, o: (nothing_beside(tmp, o), no_partitions(tmp, o))))
+add(Case(22, "stream: SIGTERM while replacing --out keeps the old partitions",
+         signalled("write", signal.SIGTERM, "--force"),
+         both(edge_files, lambda tmp, run: run("partition", stream_argv(tmp))),
+         status=128 + signal.SIGTERM, says="nothing was written to", keep=("p",),
+         check=nothing_beside))
+add(Case(22, "stream: SIGKILL, then a rerun removes the work folder", killed_then_rerun,
+         edge_files, status=0, check=rerun_cleaned))
+add(Case(22, "stream: a hand-made folder like a work folder is left alone",
+         tool(*STREAM, "--out", "{tmp}/p"), both(edge_files, work_folder_like(False)),
+         status=0, keep=(".p.stream-0123456789abcdef",)))
+add(Case(22, "stream: a live run's work folder is left alone",
+         tool(*STREAM, "--out", "{tmp}/p"), both(edge_files, work_folder_like(True)),
+         status=0, keep=(".p.stream-0123456789abcdef",)))
