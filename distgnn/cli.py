@@ -326,11 +326,10 @@ def train_main(argv: list[str] | None = None) -> int:
                 raise DistGNNError("--reorder applies to --dataset; partitions keep the order "
                                    "distgnn-partition --order-vertices gave them")
             refuse_dataset_flags(args, "split")
-        cfg = TrainConfig(**{f.name: getattr(args, f.name)
-                             for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)})
-        check_outputs_spare_inputs(args, {f"--{flag}": getattr(cfg, flag.replace("-", "_"))
+        check_outputs_spare_inputs(args, {f"--{flag}": getattr(args, flag.replace("-", "_"))
                                           for flag in OUTPUT_FLAGS})
-        return cfg
+        return TrainConfig(**{f.name: getattr(args, f.name)
+                              for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)})
 
     if args.partitions:  # every rank checks the flags; rank 0 reports once
         from .comm.mpi import MPICommunicator

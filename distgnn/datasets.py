@@ -444,6 +444,20 @@ def _by_name(path: Path, src: np.ndarray, dst: np.ndarray, features: Path | None
     n, ends = len(ids), len(src)
     parts = np.split(inverse, np.cumsum([ends, ends, *map(len, listed)])[:-1])
     src, dst = parts[0], parts[1]
+    has_edge = np.zeros(n, bool)
+    has_edge[src] = has_edge[dst] = True
+    for (file, keys, _), at in zip(keyed.values(), parts[2:]):
+        # a file whose ids all miss the edge list names other vertices (quotes, case, ...)
+        added = np.flatnonzero(~has_edge[at])
+        if ends and len(added) == len(at) > 0:
+            raise GraphError(f"none of its {len(at):,} ids is an id of {path.name} (its first "
+                             f"{keys[0].item()!r}, the edge list's {ids[src[0]].item()!r}): a "
+                             "keyed file names the edge list's vertices, and may add some",
+                             file)
+        if len(added):
+            notes.append(f"{file.name} adds {len(added):,} "
+                         f"{'vertex' if len(added) == 1 else 'vertices'} without edges "
+                         f"(first {ids[at[added[0]]].item()!r})")
     if not integer:
         numeric = np.char.isdigit(np.char.lstrip(ids, "+-"))
         if numeric.any() and not numeric.all():
@@ -753,9 +767,11 @@ def check_classes(y: np.ndarray, source: str | Path | None,
              if bounds[g + 1] - bounds[g] <= 3 else f"{bounds[g] + 1}..{bounds[g + 1] - 1}"
              for g in gaps[:3]]
     more = ", ..." if len(gaps) > 3 else ""
-    raise GraphError(f"labels are {lo}..{hi}, but classes {', '.join(shown)}{more} have no "
-                     f"vertex: classes must be numbered 0..C-1 without gaps (renumber the "
-                     f"{len(used)} labels in use as 0..{len(used) - 1})", source)
+    empty = ("class {} has" if hi + 1 - len(used) == 1 else "classes {} have").format(
+        ", ".join(shown) + more)
+    raise GraphError(f"labels are {lo}..{hi}, but {empty} no vertex: classes must be numbered "
+                     f"0..C-1 without gaps (renumber the {len(used)} labels in use as "
+                     f"0..{len(used) - 1})", source)
 
 
 def _check_finite(x: np.ndarray, source: Path, names: np.ndarray | None = None) -> None:

@@ -33,11 +33,12 @@ def embedding_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
             if isinstance(m, (GraphLayer, torch.nn.Linear)) and id(m) not in inside]
 
 
-def check_logits(logits, shard: Shard) -> None:
+def check_logits(logits, shard: Shard, classes: int | None = None) -> None:
     """Refuse, in one line naming what is wrong, a model output that is not the logits
-    ``[n, C]`` of this shard's ``n`` vertices and the data's ``C`` classes (a user's
-    ``make_model`` of the wrong width, a tuple, ...) before it meets the loss."""
-    want = (shard.x.shape[0], shard.num_classes)
+    ``[n, C]`` of this shard's ``n`` vertices and ``classes`` classes (default: the
+    data's) -- a user's ``make_model`` of the wrong width, a tuple -- before it meets the
+    loss."""
+    want = (shard.x.shape[0], shard.num_classes if classes is None else classes)
     if not isinstance(logits, torch.Tensor):
         raise DistGNNError(f"the model returned a {type(logits).__name__}; it must return the "
                            f"logits, one tensor [{want[0]}, {want[1]}] (vertices, classes)")
@@ -71,7 +72,6 @@ def forward_eval(model: torch.nn.Module, shard: Shard, layer: int | None = None
     finally:
         if handle is not None:
             handle.remove()
-    check_logits(logits, shard)
     return logits, captured[-1] if captured else None
 
 

@@ -26,7 +26,7 @@ from .datasets import load
 from .distributed import open_partitions
 from .errors import DistGNNError
 from .graph import NodeDataset
-from .inference import forward_eval, mask_scores, write_vertex_outputs
+from .inference import check_logits, forward_eval, mask_scores, write_vertex_outputs
 from .memory import process_mib
 from .model_file import read_model_file
 from .nn import prepare
@@ -172,7 +172,10 @@ def _apply(path, saved: dict, cfg: TrainConfig, shard: Shard, comm: Communicator
     started = time.perf_counter()
     logits, embeddings = forward_eval(
         model, shard, cfg.embeddings_layer if cfg.embeddings_out or with_embeddings else None)
-    scores = mask_scores(logits, shard, comm)
+    check_logits(logits, shard, int(saved["num_classes"]))
+    missing = shard.num_classes - logits.shape[1]  # classes the model cannot predict
+    scores = mask_scores(torch.nn.functional.pad(logits, (0, missing), value=-torch.inf)
+                         if missing > 0 else logits, shard, comm)
     high, mean, _ = rank_statistics(comm, {"seconds": time.perf_counter() - started,
                                            "peak_rss_mib": process_mib()})
     write_vertex_outputs(shard, comm, logits, embeddings, cfg.predictions_out,

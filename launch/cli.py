@@ -2,7 +2,8 @@
 emulated cluster of network namespaces on this host.
 
     distgnn-launch -n P [--threads-per-rank T] [--hostfile H] [--mpi auto|openmpi|mpich|impi]
-                   [--mpirun PATH] [--dry-run | --slurm FILE] [--timeout S] -- COMMAND ...
+                   [--mpirun PATH] [--dry-run | --slurm FILE] [--timeout S]
+                   [--start-timeout S] -- COMMAND ...
     distgnn-launch -n P --slurm FILE [--nodes N] [--slurm-launcher mpirun|srun] -- COMMAND ...
     distgnn-launch cluster up --nodes N [--rate 1gbit] | down | status | shape | link | kill
 """
@@ -25,6 +26,7 @@ from distgnn.storage import check_output_file, check_replaceable, write_atomic
 
 from . import cluster
 from .mpirun import (
+    DEFAULT_START_TIMEOUT_S,
     DEFAULT_STOP_GRACE_S,
     IMPLEMENTATIONS,
     MPI_HOME,
@@ -50,9 +52,11 @@ PROG = "distgnn-launch"
 # can be told apart): those of running it here, with why each does not apply to --slurm,
 # and those of the sbatch script, which would change nothing here.
 RUN_ONLY = {"hostfile": "SLURM chooses the nodes", "gpus_per_node": "the script binds no GPUs",
-            "timeout": "give the job's --time", "stop_grace": "give --stop-before"}
+            "timeout": "give the job's --time", "stop_grace": "give --stop-before",
+            "start_timeout": "SLURM starts the job on nodes it has checked"}
 SLURM_ONLY = ("nodes", "ranks_per_node", "time", "partition", "account", "job_name",
-              "stop_before", "slurm_launcher", "srun_mpi", "env_setup", "requeue")
+              "stop_before", "slurm_launcher", "srun_mpi", "env_setup", "requeue", "mem",
+              "activate")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -64,11 +68,11 @@ def parser() -> argparse.ArgumentParser:
                "--partitions runs/rmat20-4; distgnn-launch cluster --help for an emulated "
                "cluster on this host")
     p.add_argument("-n", "--ranks", type=int, required=True, metavar="P",
-                   help="number of MPI ranks")
+                   help="number of MPI ranks (required: there is no default)")
     p.add_argument("--threads-per-rank", type=int, default=1, metavar="T",
                    help="torch and Numba threads per rank; each rank is bound to T cores")
     p.add_argument("--hostfile", metavar="H",
-                   help="MPI hostfile naming the nodes (None: all ranks on this node)")
+                   help="MPI hostfile naming the nodes (default: every rank on this node)")
     p.add_argument("--mpi", choices=("auto", *IMPLEMENTATIONS),
                    help="MPI implementation: openmpi (Open MPI), mpich (MPICH), impi (Intel "
                         f"MPI); its launcher is looked for in {MPI_HOME}/NAME/bin, next to "
@@ -76,41 +80,55 @@ def parser() -> argparse.ArgumentParser:
                         "default): the implementation of --mpirun, or of the first mpirun "
                         "found. Every rank's mpi4py loads the library beside that launcher "
                         "(MPI4PY_LIBMPI); with --slurm, the script runs that launcher (or "
-                        "srun with that library) on the nodes, at the same path")
+                        "srun with that library) on the nodes, at the same path, or where "
+                        "it is not installed here, from the nodes' PATH")
     p.add_argument("--mpirun", metavar="PATH",
                    help="the launcher to use (mpirun or mpiexec); its implementation is "
-                        "asked with --version unless --mpi names it (None: see --mpi). With "
-                        "--slurm-launcher srun, only its MPI library is used")
+                        "asked with --version unless --mpi names it (default: the one --mpi "
+                        "finds). With --slurm, a name without a path is found on the nodes' "
+                        "PATH; with --slurm-launcher srun, only its MPI library is used")
     p.add_argument("--gpus-per-node", metavar="G",
                    help="GPUs of each node; with G > 0 each rank sees only the GPU of its "
                         "local rank (CUDA_VISIBLE_DEVICES), so distgnn-train's --device auto "
                         "puts it there; auto (the default): count them with nvidia-smi here")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="stop the job and its ranks after this long (None: no limit); "
+                   help="stop the job and its ranks after this long (default: no limit); "
                         "like SIGTERM to distgnn-launch, this first asks distgnn-train to "
                         "checkpoint and exit (see --stop-grace)")
     p.add_argument("--stop-grace", type=float, metavar="SECONDS",
-                   help="on --timeout or SIGTERM: how long the ranks get, after SIGUSR1 "
-                        "(forwarded by mpirun), to finish the epoch, write a checkpoint and "
-                        f"exit before they are killed (0: kill at once; default "
+                   help="on --timeout, SIGTERM, SIGUSR1 or Ctrl-C: how long the ranks get, "
+                        "after SIGUSR1 (forwarded by mpirun), to finish the epoch, write a "
+                        "checkpoint and exit before they are killed (0: kill at once; a "
+                        f"second Ctrl-C kills them at once too; default "
                         f"{DEFAULT_STOP_GRACE_S:g})")
+    p.add_argument("--start-timeout", type=float, metavar="SECONDS",
+                   help="end the job when its ranks have not all started after this long, "
+                        "naming the nodes that did not answer, or at once when the remote "
+                        "shell of a node says it cannot reach it (0: wait for ever; default "
+                        f"{DEFAULT_START_TIMEOUT_S:g})")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true",
                       help="print the mpirun command line instead of running it")
     mode.add_argument("--slurm", metavar="FILE",
-                      help="write an sbatch script for the job to FILE instead of running it")
+                      help="write an sbatch script for the job to FILE instead of running it "
+                           "(default: run the job)")
     g = p.add_argument_group("SLURM (with --slurm)")
     g.add_argument("--nodes", type=int,
-                   help="number of nodes, each running the same number of ranks (None: as "
-                        "SLURM places the tasks, or from --ranks-per-node)")
+                   help="number of nodes, each running the same number of ranks (default: "
+                        "P / --ranks-per-node, or as SLURM places the tasks)")
     g.add_argument("--ranks-per-node", type=int, metavar="R",
-                   help="ranks on each node (sbatch --ntasks-per-node; None: P / --nodes); "
-                        "with --nodes, R x N must be P")
+                   help="ranks on each node (sbatch --ntasks-per-node; default: P / --nodes, "
+                        "or as SLURM places the tasks); with --nodes, R x N must be P")
     g.add_argument("--time", help=f"wall-clock limit of the job: {TIME_FORMATS}, or "
                                   f"UNLIMITED (default {DEFAULT_TIME})")
+    g.add_argument("--mem", metavar="SIZE",
+                   help="memory per node (sbatch --mem): megabytes, or a number with K, M, "
+                        "G or T, such as 64G; 0: all of each node's (default: the "
+                        "partition's default)")
     g.add_argument("--partition",
-                   help="partition (queue) to submit to (None: the cluster's default)")
-    g.add_argument("--account", help="account to charge the core hours to")
+                   help="partition (queue) to submit to (default: the cluster's default)")
+    g.add_argument("--account", help="account to charge the core hours to (default: your "
+                                     "default account)")
     g.add_argument("--job-name", help="job name shown by squeue (default distgnn)")
     g.add_argument("--stop-before", type=int, metavar="SECONDS",
                    help="SLURM signals the script this long before --time runs out (or up "
@@ -128,17 +146,21 @@ def parser() -> argparse.ArgumentParser:
                         "a cluster's); default: " + ", ".join(
                             f"{p} for {IMPLEMENTATIONS[m].title}" for m, p in SRUN_MPI.items()))
     g.add_argument("--env-setup", metavar="LINES",
-                   help="shell lines that make COMMAND and python runnable on the nodes, run "
-                        "before the job, e.g. 'module load openmpi; source ~/venv/bin/"
-                        "activate' ('': none; default: activate the environment of this "
-                        f"python, {sys.prefix}, which must be at that path on every node)")
+                   help="shell lines run first on the nodes, such as 'module load openmpi' "
+                        "(default: none)")
+    g.add_argument("--activate", action=argparse.BooleanOptionalAction,
+                   help="after --env-setup, activate the environment of this python, "
+                        f"{sys.prefix}, which must be at that path on every node, so that "
+                        "distgnn-train and python are found there (default: activate; "
+                        "--no-activate when --env-setup makes them runnable)")
     g.add_argument("--requeue", action=argparse.BooleanOptionalAction,
                    help="when SLURM signals the job before its time limit, requeue it once "
                         "the ranks have checkpointed, to resume where it stopped "
                         "(distgnn-train gets --resume-if-present DIR of its --checkpoint-dir "
                         "DIR); default: for a distgnn-train that checkpoints")
     p.add_argument("command", nargs=argparse.REMAINDER,
-                   help="the program every rank runs, after --")
+                   help="the program every rank runs, after --; a bare python or python3 "
+                        "is the Python distgnn runs in")
     return p
 
 
@@ -148,29 +170,35 @@ def cluster_parser() -> argparse.ArgumentParser:
                                   "per node, links shaped with tc (bandwidth only: this "
                                   "kernel cannot inject latency). Needs CAP_NET_ADMIN.")
     sub = p.add_subparsers(dest="action", required=True, parser_class=OneLineParser)
-    s = sub.add_parser("up", help="make the nodes, links, hostfile and agent",
-                       formatter_class=DefaultsHelpFormatter)
-    s.add_argument("--nodes", type=int, required=True, help="emulated nodes")
+
+    def action(name: str, text: str) -> argparse.ArgumentParser:
+        s = sub.add_parser(name, help=text, description=text,
+                           formatter_class=DefaultsHelpFormatter)
+        s.add_argument("--name", default=cluster.DEFAULT_NAME, help="cluster name")
+        return s
+
+    def node(s: argparse.ArgumentParser) -> None:
+        s.add_argument("--node", type=int, required=True,
+                       help="node index (required: there is no default)")
+
+    s = action("up", "make the nodes, links, hostfile and agent, and record each link and "
+                     "namespace so that down removes only those")
+    s.add_argument("--nodes", type=int, required=True,
+                   help="emulated nodes (required: there is no default)")
     s.add_argument("--rate", default="1gbit",
                    help="bandwidth of every node's link, each direction (tc rate)")
     s.add_argument("--slots", type=int, default=1, help="MPI slots per node")
-    s.add_argument("--name", default=cluster.DEFAULT_NAME, help="cluster name")
-    s = sub.add_parser("down", help="remove everything up made (idempotent)")
-    s.add_argument("--name", default=cluster.DEFAULT_NAME, help="cluster name")
-    s = sub.add_parser("status", help="nodes, rates and the bytes each node sent")
-    s.add_argument("--name", default=cluster.DEFAULT_NAME, help="cluster name")
-    s = sub.add_parser("shape", help="change one node's link rate")
-    s.add_argument("--node", type=int, required=True, help="node index")
-    s.add_argument("--rate", required=True, help="the new rate (tc rate, e.g. 100mbit)")
-    s.add_argument("--name", default=cluster.DEFAULT_NAME, help="cluster name")
-    s = sub.add_parser("link", help="bring one node's link down or up (failure drills)")
-    s.add_argument("--node", type=int, required=True, help="node index")
+    action("down", "remove what up made and recorded, naming anything of the cluster's names "
+                   "it did not make (idempotent)")
+    action("status", "nodes, rates and the bytes each node sent")
+    s = action("shape", "change one node's link rate")
+    node(s)
+    s.add_argument("--rate", required=True,
+                   help="the new rate (tc rate, e.g. 100mbit; required: there is no default)")
+    s = action("link", "bring one node's link down or up (failure drills)")
+    node(s)
     s.add_argument("state", choices=("down", "up"), help="the link's new state")
-    s.add_argument("--name", default=cluster.DEFAULT_NAME, help="cluster name")
-    s = sub.add_parser("kill", help="kill every process of one node, as if it crashed "
-                                    "(failure drills)")
-    s.add_argument("--node", type=int, required=True, help="node index")
-    s.add_argument("--name", default=cluster.DEFAULT_NAME, help="cluster name")
+    node(action("kill", "kill every process of one node, as if it crashed (failure drills)"))
     return p
 
 
@@ -195,8 +223,7 @@ def cluster_main(argv: list[str]) -> int:
             print(f"run jobs with: {PROG} --hostfile {c.state / 'hostfile'} -n {c.nodes} -- "
                   "COMMAND (or mpirun --hostfile with the options of --dry-run)")
         elif args.action == "down":
-            removed = ", ".join(f"{len(items)} {kind}"
-                                for kind, items in cluster.down(args.name).items() if items)
+            removed = cluster.summary(cluster.down(args.name))
             print(f"cluster {args.name}: " + (f"removed {removed}" if removed
                                               else "nothing to remove"))
         elif args.action == "status":
@@ -238,7 +265,9 @@ def main(argv: list[str] | None = None) -> int:
                               "of --slurm")
 
     implementation = None if args.mpi in (None, "auto") else args.mpi
-    mpirun = args.mpirun and (shutil.which(args.mpirun) or args.mpirun)
+    mpirun = args.mpirun
+    if mpirun and os.sep not in mpirun and not args.slurm:  # a script's: the nodes' PATH
+        mpirun = shutil.which(mpirun) or mpirun
     if mpirun and os.sep in mpirun:  # absolute: the ranks find its library by it
         mpirun = os.path.abspath(mpirun)
 
@@ -248,14 +277,18 @@ def main(argv: list[str] | None = None) -> int:
         given = {dest: getattr(args, dest) for dest in SLURM_ONLY
                  if getattr(args, dest) is not None}
         script = sbatch_script(args.ranks, command, args.threads_per_rank,
-                               implementation=implementation, mpirun=mpirun, **given)
+                               implementation=implementation, mpirun=mpirun,
+                               warn=lambda line: print(f"{PROG}: warning: {line}",
+                                                       file=sys.stderr), **given)
         write_atomic(out, script)
         print(f"wrote {out}; submit it with: sbatch {out}")
         return 0
 
     def launch():
         stop_grace = DEFAULT_STOP_GRACE_S if args.stop_grace is None else args.stop_grace
-        check_times(args.timeout, stop_grace)
+        start_timeout = (DEFAULT_START_TIMEOUT_S if args.start_timeout is None
+                         else args.start_timeout)
+        check_times(args.timeout, stop_grace, start_timeout)
         given = args.gpus_per_node or "auto"
         if given != "auto" and not re.fullmatch(r"[0-9]+", given):
             raise LaunchError(f"--gpus-per-node must be a count or auto, got {given!r}")
@@ -265,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             print(job.shell())
             return 0
-        return run(job, timeout=args.timeout, stop_grace=stop_grace)
+        # the words before COMMAND: what a stopped job's line says to run again
+        relaunch = [PROG, *argv[:len(argv) - len(args.command)]]
+        return run(job, timeout=args.timeout, stop_grace=stop_grace,
+                   start_timeout=start_timeout, relaunch=relaunch)
 
     return run_guarded(PROG, write_slurm if args.slurm else launch)

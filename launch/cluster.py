@@ -19,12 +19,18 @@ MPI does not take two nodes for one and share memory between them; marked the sa
 and ``cluster.json``.  :func:`mpi_options` gives the launcher options that use them;
 ``distgnn-launch --hostfile`` adds them by itself.
 
-``down`` removes everything ``up`` made, and only that, and is idempotent: every process
-in the nodes' namespaces (a job's MPI daemon can outlive its session when a link is cut),
-the links, the namespaces, and of the state folder the files it can prove are this
-cluster's (the mark, or the name in ``cluster.json``); the folder goes only once it is
-empty.  It never follows a symbolic link, and what it could not remove it names in its
-error.  Both need CAP_NET_ADMIN.
+``up`` records what it makes in ``cluster.json`` as it makes it, by identities that a name
+does not give: a random token, written first, which it sets as the alias (``ip link ...
+alias``) of the bridge, of every host end of a link and of every node's loopback; the
+interface index of each link; the device and inode of each namespace's file (what a
+namespace made again under the same name does not keep).  ``down`` removes what that
+record proves ``up`` made, and only that, and is idempotent: every process in those
+namespaces (a job's MPI daemon can outlive its session when a link is cut), the links, the
+namespaces, and of the state folder the files it can prove are this cluster's (the mark, or
+the name in ``cluster.json``); the folder goes only once it is empty, and the record only
+once nothing it names is left.  Interfaces and namespaces named like the cluster's that the
+record does not prove are left alone, and named in its error, as is what it could not
+remove; it never follows a symbolic link.  Both need CAP_NET_ADMIN.
 """
 from __future__ import annotations
 
@@ -32,12 +38,13 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import stat
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from distgnn.errors import DistGNNError
@@ -60,6 +67,7 @@ TBF = ("burst", "64kb", "latency", "100ms")
 NO_NETEM = ("bandwidth is shaped with tbf; latency cannot be injected (this kernel has no "
             "netem): links have the microseconds of a veth pair")
 STATE_FILES = ("agent", "hostfile", "cluster.json")
+NETNS_DIR = Path("/run/netns")  # where ip netns keeps a namespace's file
 # how long down and kill wait for the processes of a namespace to end after SIGKILL
 END_WAIT_S = 5.0
 
@@ -70,10 +78,22 @@ class ClusterError(DistGNNError):
 
 @dataclass
 class Cluster:
+    """A cluster as ``up`` records it: its sizes, and what it made (``token``, the alias it
+    gave its interfaces; ``links``, each interface's index; ``namespaces``, the device and
+    inode of each namespace's file)."""
+
     name: str
     nodes: int
     rate: str
     slots: int
+    token: str | None = None
+    links: dict[str, int] = field(default_factory=dict)
+    namespaces: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def alias(self) -> str:
+        """The alias ``up`` gives the interfaces it makes."""
+        return f"distgnn cluster {self.name} {self.token}"
 
     @property
     def state(self) -> Path:
@@ -147,6 +167,7 @@ def check_rate(rate: str) -> str:
 def shape(cluster: Cluster, i: int, rate: str) -> None:
     """Both directions of node ``i``'s link at ``rate`` (token bucket)."""
     check_rate(rate)
+    check_made(cluster, i)
     for prefix, dev in ((["ip", "netns", "exec", cluster.namespace(i)], "eth0"),
                         ([], cluster.host_link(i))):
         _run(*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, *TBF)
@@ -184,8 +205,19 @@ wait $child
 KEEPALIVE_S = 3
 
 
-def write_files(cluster: Cluster) -> None:
+def write_record(cluster: Cluster) -> None:
+    """``cluster.json``: the cluster and what ``up`` has made of it so far."""
     cluster.state.mkdir(parents=True, exist_ok=True)
+    write_atomic(cluster.state / "cluster.json",
+                 json.dumps({"name": cluster.name, "nodes": cluster.nodes,
+                             "rate": cluster.rate, "slots": cluster.slots,
+                             "token": cluster.token, "links": cluster.links,
+                             "namespaces": cluster.namespaces}, indent=1))
+
+
+def write_files(cluster: Cluster) -> None:
+    """The agent, the hostfile and the record of a cluster that is up."""
+    write_record(cluster)
     cases = "\n".join(f"  {cluster.address(i)}|node{i}) ns={cluster.namespace(i)}; "
                       f"node=node{i}; link={cluster.host_link(i)} ;;"
                       for i in range(cluster.nodes))
@@ -197,32 +229,55 @@ def write_files(cluster: Cluster) -> None:
                  f"{_mark(cluster.name)}\n" + "".join(f"{cluster.address(i)} "
                                                      f"slots={cluster.slots}\n"
                                                      for i in range(cluster.nodes)))
-    write_atomic(cluster.state / "cluster.json",
-                 json.dumps({"name": cluster.name, "nodes": cluster.nodes,
-                             "rate": cluster.rate, "slots": cluster.slots}, indent=1))
+
+
+def _made_link(cluster: Cluster, dev: str) -> None:
+    """Give link ``dev``, just made, the cluster's alias, and record its index."""
+    _run("ip", "link", "set", "dev", dev, "alias", cluster.alias)
+    cluster.links[dev] = _link_index(dev)
+    write_record(cluster)
+
+
+def _made_namespace(cluster: Cluster, ns: str) -> None:
+    """Give namespace ``ns``, just made, the cluster's alias on its loopback, and record
+    its file's identity."""
+    _run("ip", "-n", ns, "link", "set", "dev", "lo", "alias", cluster.alias)
+    cluster.namespaces[ns] = _namespace_file(ns)
+    write_record(cluster)
 
 
 def up(nodes: int, rate: str, slots: int = 1, name: str = DEFAULT_NAME) -> Cluster:
-    """Make the cluster (replacing one of the same name); returns it."""
+    """Make the cluster (replacing one of the same name that ``up`` made), recording each
+    part as it is made (see the module docstring); returns it.  Refused where interfaces or
+    namespaces of the cluster's names exist that ``up`` did not make."""
     if not 1 <= nodes <= 250:
         raise ClusterError(f"--nodes must be from 1 to 250, got {nodes}")
     if slots < 1:
         raise ClusterError(f"--slots must be >= 1, got {slots}")
-    cluster = Cluster(check_name(name), nodes, check_rate(rate), slots)
+    cluster = Cluster(check_name(name), nodes, check_rate(rate), slots,
+                      token=secrets.token_hex(16))
     _require_tools()
-    down(name)
+    try:
+        down(name)
+    except ClusterError as e:
+        raise ClusterError(f"{e}; cluster up makes nothing over them (remove them, or choose "
+                           "another --name)") from None
     for line in _run("ip", "-o", "addr", "show").stdout.splitlines():
         if f" {HOST_ADDRESS}/" in line:  # the subnet is in use: one emulated cluster at a time
             raise ClusterError(f"another emulated cluster holds {SUBNET}.0/24 (on "
                                f"{line.split()[1]}); take it down first")
     try:
+        write_record(cluster)  # the token, before anything carries it
         _run("ip", "link", "add", cluster.bridge, "type", "bridge")
+        _made_link(cluster, cluster.bridge)
         _run("ip", "addr", "add", f"{HOST_ADDRESS}/24", "dev", cluster.bridge)
         _run("ip", "link", "set", cluster.bridge, "up")
         for i in range(nodes):
             ns, link = cluster.namespace(i), cluster.host_link(i)
             _run("ip", "netns", "add", ns)
+            _made_namespace(cluster, ns)
             _run("ip", "link", "add", link, "type", "veth", "peer", "name", f"{link}p")
+            _made_link(cluster, link)
             _run("ip", "link", "set", f"{link}p", "netns", ns)
             _run("ip", "link", "set", link, "master", cluster.bridge, "up")
             _run("ip", "-n", ns, "link", "set", f"{link}p", "name", "eth0")
@@ -245,25 +300,81 @@ def load(name: str = DEFAULT_NAME) -> Cluster | None:
     if path.is_symlink():
         return None
     try:
-        info = json.loads(file_head(path, 1 << 16))
-        found = Cluster(info["name"], info["nodes"], check_rate(info["rate"]), info["slots"])
-    except (ValueError, KeyError, TypeError, ClusterError):  # JSON, a field, its type
+        info = json.loads(file_head(path, 1 << 20))
+        found = Cluster(info["name"], info["nodes"], check_rate(info["rate"]), info["slots"],
+                        info.get("token"), info.get("links", {}), info.get("namespaces", {}))
+    except (ValueError, KeyError, TypeError, AttributeError, ClusterError):  # JSON, a field
         return None
     counts = (found.nodes, found.slots)
     if found.name != name or not all(type(c) is int for c in counts) \
-            or not (1 <= found.nodes <= 250 and found.slots >= 1):
+            or not (1 <= found.nodes <= 250 and found.slots >= 1) \
+            or not isinstance(found.token, (str, type(None))) \
+            or not _record_of_made(found.links, found.namespaces):
         return None
     return found
 
 
-def _links(name: str) -> list[str]:
-    """The host's interfaces of cluster ``name``: its bridge and the host ends of its links."""
-    found = []
-    for line in _run("ip", "-o", "link", "show").stdout.split("\n"):
-        dev = line.split(": ")[1].split("@")[0] if ": " in line else ""
-        if re.fullmatch(rf"{re.escape(name)}-(v\d+|br)", dev):
-            found.append(dev)
+def _record_of_made(links, namespaces) -> bool:
+    """Whether the links and namespaces of a ``cluster.json`` are a record ``up`` wrote."""
+    return (isinstance(links, dict) and isinstance(namespaces, dict)
+            and all(type(v) is int for v in links.values())
+            and all(isinstance(v, list) and len(v) == 2 and all(type(x) is int for x in v)
+                    for v in namespaces.values()))
+
+
+def _link_index(dev: str) -> int:
+    return int((Path("/sys/class/net") / dev / "ifindex").read_text())
+
+
+def _namespace_file(ns: str) -> list[int]:
+    """The device and inode of namespace ``ns`` (its file, a bind mount of the namespace)."""
+    st = os.stat(NETNS_DIR / ns)
+    return [st.st_dev, st.st_ino]
+
+
+def _links(name: str) -> dict[str, tuple[int, str | None]]:
+    """The host's interfaces named like cluster ``name``'s (its bridge and the host ends of
+    its links), with their index and alias."""
+    found = {}
+    for link in json.loads(_run("ip", "-j", "link", "show").stdout or "[]"):
+        if re.fullmatch(rf"{re.escape(name)}-(v\d+|br)", link.get("ifname", "")):
+            found[link["ifname"]] = (link["ifindex"], link.get("ifalias"))
     return found
+
+
+def _namespace_alias(ns: str) -> str | None:
+    """The alias of the loopback of namespace ``ns`` (``None``: none, or no such namespace)."""
+    shown = _run("ip", "-n", ns, "-j", "link", "show", "dev", "lo", check=False).stdout
+    try:
+        return json.loads(shown)[0].get("ifalias")
+    except (ValueError, IndexError, KeyError, AttributeError):
+        return None
+
+
+def _made_by_up(cluster: Cluster | None, links: list[str], namespaces: list[str]
+                ) -> dict[str, str]:
+    """Of the interfaces ``links`` and namespaces ``namespaces`` (named like ``cluster``'s),
+    those the record of ``cluster`` does not prove ``up`` made, each with why (empty: all
+    proved)."""
+    found = _links(cluster.name) if cluster is not None else {}
+    unproved = {}
+    for kind, names in (("link", links), ("namespace", namespaces)):
+        for item in names:
+            if cluster is None or cluster.token is None:
+                unproved[f"{kind} {item}"] = "no record of cluster up"
+                continue
+            recorded = (cluster.links if kind == "link" else cluster.namespaces).get(item)
+            if kind == "link":
+                index, alias = found.get(item, (None, None))
+                same = recorded == index
+            else:
+                alias = _namespace_alias(item)
+                same = recorded == _namespace_file(item) if (NETNS_DIR / item).exists() else False
+            if recorded is None:
+                unproved[f"{kind} {item}"] = "not made by cluster up"
+            elif not same or alias != cluster.alias:
+                unproved[f"{kind} {item}"] = "made again since cluster up made it"
+    return unproved
 
 
 def _namespaces(name: str) -> list[str]:
@@ -324,16 +435,22 @@ def _remove_state(name: str, removed: list[str]) -> str | None:
 
 
 def down(name: str = DEFAULT_NAME) -> dict[str, list[str]]:
-    """Remove every process, link, namespace and file of cluster ``name``, and only those
-    (see the module docstring); returns what was removed, by kind.  Raises a
-    :class:`ClusterError` naming what it could not remove, after removing the rest."""
+    """Remove the processes, links, namespaces and files of cluster ``name`` that its record
+    proves ``up`` made, and only those (see the module docstring); returns what was removed,
+    by kind.  Raises a :class:`ClusterError` naming what it left alone or could not remove,
+    and what it removed, after removing the rest."""
     check_name(name)
     _require_tools()
+    record = load(name)
     removed = {"processes": [], "links": [], "namespaces": [], "files": []}
+    links, namespaces = list(_links(name)), _namespaces(name)
+    unproved = _made_by_up(record, links, namespaces)
+    links = [dev for dev in links if f"link {dev}" not in unproved]
+    namespaces = [ns for ns in namespaces if f"namespace {ns}" not in unproved]
     left, kept = [], []
     # the processes first: a deleted namespace lives on, unnamed and out of reach, as long
     # as a process holds it
-    for ns in _namespaces(name):
+    for ns in namespaces:
         killed, alive = end_processes(ns)
         removed["processes"] += map(str, killed)
         if alive:  # its namespace is kept, where they can still be found
@@ -342,21 +459,45 @@ def down(name: str = DEFAULT_NAME) -> dict[str, list[str]]:
     # the host ends of the links before the namespaces: deleting one end of a veth pair
     # deletes both at once, while a deleted namespace releases its devices later (an up
     # right after would find the names taken)
-    links = _links(name)
     for dev in links:
         _run("ip", "link", "delete", dev, check=False)
-    namespaces = [ns for ns in _namespaces(name) if ns not in kept]
     for ns in namespaces:
-        _run("ip", "netns", "delete", ns, check=False)
-    still = set(_links(name) + _namespaces(name)) - set(kept)
+        if ns not in kept:
+            _run("ip", "netns", "delete", ns, check=False)
+    still = set(_links(name)) | set(_namespaces(name))
     removed["links"] = [dev for dev in links if dev not in still]
     removed["namespaces"] = [ns for ns in namespaces if ns not in still]
-    left += sorted(still)
-    if (problem := _remove_state(name, removed["files"])) is not None:
+    left += sorted(item for item in [*links, *namespaces] if item in still and item not in kept)
+    if left:  # the record stays, for the down that removes them
+        left.append(f"so the record {record.state / 'cluster.json'} stays")
+    elif (problem := _remove_state(name, removed["files"])) is not None:
         left.append(problem)
+    said = []
+    for why in dict.fromkeys(unproved.values()):
+        said.append(f"left alone {', '.join(k for k, w in unproved.items() if w == why)} "
+                    f"({why})")
     if left:
-        raise ClusterError(f"cluster {name}: could not remove {'; '.join(left)}")
+        said.append(f"could not remove {'; '.join(left)}")
+    if said:
+        done = summary(removed)
+        raise ClusterError(f"cluster {name}: {'; '.join(said)}"
+                           + (f"; removed {done}" if done else ""))
     return removed
+
+
+def summary(removed: dict[str, list[str]]) -> str:
+    """What :func:`down` removed, counted by kind (``""``: nothing)."""
+    return ", ".join(f"{len(items)} {kind}" for kind, items in removed.items() if items)
+
+
+def check_made(cluster: Cluster, i: int) -> None:
+    """Refuse to act on node ``i`` of ``cluster`` unless its link and namespace are those
+    ``up`` made (see the module docstring)."""
+    unproved = _made_by_up(cluster, [cluster.host_link(i)], [cluster.namespace(i)])
+    if unproved:
+        raise ClusterError(f"node{i} of cluster {cluster.name}: "
+                           + ", ".join(f"{k} {why}" for k, why in unproved.items())
+                           + "; left alone")
 
 
 def link_bytes(cluster: Cluster, i: int) -> dict[str, int]:
@@ -368,11 +509,13 @@ def link_bytes(cluster: Cluster, i: int) -> dict[str, int]:
 
 def set_link(cluster: Cluster, i: int, state: str) -> None:
     """Bring node ``i``'s link ``up`` or ``down`` (a cable pulled, for failure drills)."""
+    check_made(cluster, i)
     _run("ip", "link", "set", cluster.host_link(i), state)
 
 
 def kill_node(cluster: Cluster, i: int) -> int:
     """SIGKILL every process in node ``i``'s namespace (a crashed node); returns how many."""
+    check_made(cluster, i)
     killed, alive = end_processes(cluster.namespace(i))
     if alive:
         raise ClusterError(f"node{i}: processes {', '.join(map(str, alive))} did not end")

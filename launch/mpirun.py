@@ -29,6 +29,8 @@ starting it, gives the rank its GPU, and under Hydra names a rank killed by a si
 """
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import functools
 import math
 import os
@@ -36,14 +38,17 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from distgnn.errors import DistGNNError
+from distgnn.signals import STOPPED_CHECKPOINT
 
 from .cluster import Cluster, cluster_of_hostfile, mpi_options
 from .rank import STARTED
@@ -91,6 +96,19 @@ ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"
 DEFAULT_STOP_GRACE_S = 60.0
 # Time mpirun gets after SIGTERM to take its ranks down before it is killed outright.
 KILL_GRACE_S = 10
+# ... and to tidy up when it could not start the job (it may wait on a node that does not
+# answer)
+START_KILL_GRACE_S = 2
+# Stop requests distgnn-launch passes on to its ranks as SIGUSR1 (docs/reliability.md)
+FORWARDED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+TIMED_OUT = 0  # what stopped a job at its --timeout (no signal has number 0)
+# how long the ranks get to say that they started (0: no limit); the daemons of Open MPI
+# and Hydra start through ssh, whose connect to a host that does not answer waits for
+# TCP's retries (about 2 minutes), after which prterun waits on for ever
+DEFAULT_START_TIMEOUT_S = 120.0
+POLL_S = 0.05  # how often run() looks at the job, its signals and its clock
+PROBE_S = 3.0  # how long a node that did not start may take to answer on ssh's port
+SSH_PORT = 22
 # what every rank runs first (-P: launch/ must not come first on the rank's sys.path)
 RANK_WRAPPER = ("-P", str(Path(__file__).with_name("rank.py")))
 
@@ -102,16 +120,21 @@ class LaunchError(DistGNNError):
 @dataclass
 class LaunchPlan:
     """The launcher's argv, the variables to add to its environment, and how many ranks it
-    must start."""
+    must start; the command as it was given and the hostfile (what :func:`run` reports
+    with), and notes on what the plan changed in the command."""
 
     argv: list[str]
     env: dict[str, str]
     ranks: int
+    command: list[str] = field(default_factory=list)
+    hostfile: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     def shell(self) -> str:
-        """One copy-pasteable line: ``NAME=value ... mpirun ...``."""
+        """One copy-pasteable line: ``NAME=value ... mpirun ...``, its notes as a comment."""
         return " ".join([f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
-                        + [shlex.join(self.argv)])
+                        + [shlex.join(self.argv)]
+                        + (["  # " + "; ".join(self.notes)] if self.notes else []))
 
 
 def find_mpirun(name: str = "mpirun") -> str:
@@ -189,21 +212,28 @@ def find_launcher(implementation: str) -> str:
                       f"with: {impl.install_hint()}")
 
 
-def libmpi_of(mpirun: str, implementation: str) -> str | None:
-    """The MPI library installed with the launcher ``mpirun`` (``PREFIX/bin/mpirun`` ->
-    ``PREFIX/lib*/libmpi...``), for ``MPI4PY_LIBMPI``; ``None`` if there is none or
-    ``mpirun`` is a bare name (found on the nodes' ``PATH`` at run time)."""
-    if os.sep not in mpirun:
-        return None
+def library_paths(implementation: str) -> list[str]:
+    """Where ``implementation``'s MPI library may lie, relative to the prefix whose ``bin``
+    holds its launcher, in the order looked at."""
     libdirs = ["lib", "lib64", "lib/release"]  # lib/release: older Intel MPI installations
     if sysconfig.get_config_var("MULTIARCH"):  # Debian's /usr/lib/x86_64-linux-gnu
         libdirs.append(f"lib/{sysconfig.get_config_var('MULTIARCH')}")
+    return [f"{libdir}/{name}" for libdir in libdirs
+            for name in IMPLEMENTATIONS[implementation].libraries]
+
+
+def libmpi_of(mpirun: str, implementation: str) -> str | None:
+    """The MPI library installed with the launcher ``mpirun`` (``PREFIX/bin/mpirun`` ->
+    ``PREFIX/lib*/libmpi...``, :func:`library_paths`), for ``MPI4PY_LIBMPI``; ``None`` if
+    there is none here or ``mpirun`` is a bare name (found on the nodes' ``PATH`` at run
+    time)."""
+    if os.sep not in mpirun:
+        return None
     for bindir in dict.fromkeys((Path(mpirun).parent, Path(os.path.realpath(mpirun)).parent)):
-        for libdir in libdirs:
-            for name in IMPLEMENTATIONS[implementation].libraries:
-                library = bindir.parent / libdir / name
-                if library.is_file():
-                    return str(library)
+        for relative in library_paths(implementation):
+            library = bindir.parent / relative
+            if library.is_file():
+                return str(library)
     return None
 
 
@@ -232,6 +262,38 @@ def rank_command(ranks: int, command: list[str], threads_per_rank: int) -> list[
     if flag_value(command, "--threads") is None:
         command += ["--threads", str(threads_per_rank)]
     return command
+
+
+# a Python named without a path: the nodes' PATH may find one without distgnn and mpi4py
+BARE_PYTHONS = ("python", "python3", f"python{sys.version_info.major}.{sys.version_info.minor}")
+
+
+def resolve_python(command: list[str]) -> tuple[list[str], str | None]:
+    """``command`` with a bare ``python`` (:data:`BARE_PYTHONS`) replaced by the Python that
+    runs distgnn, which has its packages (mpi4py among them), and a note saying so
+    (``None``: nothing replaced)."""
+    if command[0] not in BARE_PYTHONS:
+        return command, None
+    return ([sys.executable, *command[1:]],
+            f"{command[0]} is {sys.executable}, the Python distgnn runs in")
+
+
+def check_partitions(ranks: int, command: list[str], missing_ok: bool) -> None:
+    """Refuse a ``distgnn-train --partitions DIR`` whose ``DIR/meta.json`` (read as the
+    ranks read it) holds another number of partitions than ``ranks``, or none, before any
+    launcher starts: the ranks would say so only after MPI's start-up.  ``missing_ok``: no
+    check where this machine does not see ``DIR`` (a command to run elsewhere)."""
+    if not command or os.path.basename(command[0]) != "distgnn-train":
+        return
+    directory = flag_value(command, "--partitions")
+    if not directory or (missing_ok and not os.path.exists(directory)):
+        return
+    from partition.format import read_meta  # deferred: numba comes with it
+
+    parts = read_meta(directory)["num_parts"]
+    if parts != ranks:
+        raise LaunchError(f"--partitions {directory} holds {parts} partitions but -n is "
+                          f"{ranks}: one rank per partition, launch with -n {parts}")
 
 
 def flag_value(argv: list[str], flag: str) -> str | None:
@@ -278,11 +340,13 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
         Cores of this node (default ``os.cpu_count()``); ignored with a hostfile, whose
         nodes' cores are not known here.
     """
-    command = rank_command(ranks, command, threads_per_rank)
+    given = list(command)
+    command, note = resolve_python(rank_command(ranks, command, threads_per_rank))
     if gpus_per_node < 0:
         raise LaunchError(f"GPUs per node must be >= 0, got {gpus_per_node}")
     if hostfile is not None:
         read_hostfile(hostfile)
+    check_partitions(ranks, command, missing_ok=True)
     mpirun, implementation = resolve_launcher(implementation, mpirun)
     # Binding P x T threads to fewer cores fails (Open MPI) or stacks ranks on the same
     # cores, so an oversubscribed node runs unbound and lets the OS spread the threads.
@@ -299,7 +363,8 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
     launcher_env = {} if impl.hydra else {**env, **(ROOT_ENV if os.geteuid() == 0 else {})}
     wrapper = [sys.executable, *RANK_WRAPPER, *(["--watch"] if impl.hydra else []),
                str(gpus_per_node)]
-    return LaunchPlan([mpirun, *argv, *wrapper, *command], launcher_env, ranks)
+    return LaunchPlan([mpirun, *argv, *wrapper, *command], launcher_env, ranks, given, hostfile,
+                      [note] if note else [])
 
 
 def resolve_launcher(implementation: str | None, mpirun: str | None) -> tuple[str, str]:
@@ -399,6 +464,18 @@ def read_hostfile(hostfile: str) -> str:
                           "UTF-8") from None
 
 
+def _hostfile_lines(hostfile: str) -> list[list[str]]:
+    """The fields of each line of ``hostfile`` that names a host (``#`` starts a comment
+    in the syntax of Open MPI and of Hydra)."""
+    return [fields for line in read_hostfile(hostfile).splitlines()
+            if (fields := line.split("#", 1)[0].split())]
+
+
+def hostfile_hosts(hostfile: str) -> list[str]:
+    """The host of each line of ``hostfile`` (``host slots=N`` or Hydra's ``host:N``)."""
+    return [fields[0].split(":", 1)[0] for fields in _hostfile_lines(hostfile)]
+
+
 def hydra_hosts(hostfile: str, implementation: str = "mpich") -> list[str]:
     """Hydra's options naming the nodes of ``hostfile``: ``-f FILE`` for a file in Hydra's
     syntax (``host[:slots]`` lines), ``-hosts host:slots,...`` for one in Open MPI's
@@ -406,10 +483,7 @@ def hydra_hosts(hostfile: str, implementation: str = "mpich") -> list[str]:
     ignores the ``:slots`` of ``-hosts`` (it fills the first node up to its cores), so it
     gets ``-ppn N`` too, which needs every node to have the same slots."""
     hosts, slots = [], []
-    for line in read_hostfile(hostfile).splitlines():
-        fields = line.split("#", 1)[0].split()
-        if not fields:
-            continue
+    for fields in _hostfile_lines(hostfile):
         given = [f.split("=", 1)[1] for f in fields[1:] if f.startswith("slots=")]
         slots += given[:1]
         hosts.append(f"{fields[0]}:{given[0]}" if given else fields[0])
@@ -424,87 +498,265 @@ def hydra_hosts(hostfile: str, implementation: str = "mpich") -> list[str]:
     return argv
 
 
-class _Terminated(Exception):
-    pass
-
-
-def _raise_terminated(signum, frame):
-    raise _Terminated()
-
-
-def check_times(timeout: float | None, stop_grace: float) -> None:
-    """A ``timeout`` (None: none) must be finite and > 0, a ``stop_grace`` finite and >= 0."""
+def check_times(timeout: float | None, stop_grace: float,
+                start_timeout: float = 0) -> None:
+    """A ``timeout`` (None: none) must be finite and > 0, a ``stop_grace`` and a
+    ``start_timeout`` finite and >= 0."""
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise LaunchError(f"timeout must be a finite number of seconds > 0, got {timeout:g}")
-    if not (math.isfinite(stop_grace) and stop_grace >= 0):
-        raise LaunchError(f"stop grace must be a finite number of seconds >= 0, got "
-                          f"{stop_grace:g}")
+    for what, value in (("stop grace", stop_grace), ("start timeout", start_timeout)):
+        if not (math.isfinite(value) and value >= 0):
+            raise LaunchError(f"{what} must be a finite number of seconds >= 0, got "
+                              f"{value:g}")
+
+
+class JobStopped(LaunchError):
+    """A job that :func:`run` stopped on a request (a signal, its timeout); the message says
+    why, what the ranks wrote and how to continue, ``exit_status`` is the job's (130 after
+    Ctrl-C, 2 after the timeout)."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.exit_status = status
 
 
 def run(plan: LaunchPlan, timeout: float | None = None,
-        stop_grace: float = DEFAULT_STOP_GRACE_S) -> int:
+        stop_grace: float = DEFAULT_STOP_GRACE_S,
+        start_timeout: float = DEFAULT_START_TIMEOUT_S,
+        relaunch: list[str] | None = None) -> int:
     """Run ``plan`` and return its exit status (128 + N for a launcher killed by signal N).
 
-    A timeout, or SIGTERM to this process (what SLURM sends at the time limit), stops the
-    job in steps: SIGUSR1 to mpirun, which forwards it to every rank (``distgnn-train``
-    then finishes its epoch, writes a checkpoint and exits; Open MPI would answer a
-    SIGTERM by killing the ranks at once); after ``stop_grace`` seconds SIGTERM to the
-    launcher's whole session, which mpirun answers by taking its ranks down; SIGKILL last.
+    A ``distgnn-train --partitions DIR`` of another partition count is refused before
+    anything starts (:func:`check_partitions`).
 
-    A launcher that ends by itself before every rank said it started (:mod:`launch.rank`)
-    is an error: with status 0, the job did not run; with another, it could not start.
+    Stop requests -- SIGTERM (what SLURM sends at the time limit), SIGUSR1 and Ctrl-C
+    (SIGINT) to this process, and ``timeout`` -- stop the job in steps: SIGUSR1 to the
+    launcher, which forwards it to every rank (``distgnn-train`` then finishes its epoch,
+    writes a checkpoint and exits; Open MPI would answer a SIGTERM by killing the ranks at
+    once); after ``stop_grace`` seconds, or at a second Ctrl-C, the launcher is ended
+    (:func:`_end`).  Once the job has ended, :class:`JobStopped` says what stopped it, the
+    checkpoint the ranks said they wrote (:data:`distgnn.signals.STOPPED_CHECKPOINT`) and
+    the command that continues (``relaunch``: the ``distgnn-launch`` words before the
+    command; ``None``: the ``--resume`` to add); a job that ended with status 0 meanwhile
+    had finished.
+
+    Start-up: every rank must say that it started (:mod:`launch.rank`) within
+    ``start_timeout`` seconds (0: no limit) and before a node's remote shell says that it
+    cannot reach the node; otherwise the job is ended, with a :class:`LaunchError` naming
+    the nodes.  A launcher that ends by itself before every rank started is an error too:
+    with status 0, the job did not run; with another, it could not start.
     """
-    check_times(timeout, stop_grace)
-    proc = subprocess.Popen(plan.argv, env={**os.environ, **plan.env}, start_new_session=True,
-                            stderr=subprocess.PIPE)
-    copy = StderrCopy(proc.stderr)
-    copy.start()
-    handler, stopped = None, False
-    if threading.current_thread() is threading.main_thread():
-        handler = signal.signal(signal.SIGTERM, _raise_terminated)
+    check_times(timeout, stop_grace, start_timeout)
+    check_partitions(plan.ranks, plan.command or plan.argv[-1:], missing_ok=False)
+    received: list[int] = []
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():  # Python's rule for handlers
+        for s in FORWARDED:
+            handlers[s] = signal.signal(s, lambda signum, frame: received.append(signum))
+    proc = None
     try:
-        status = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _stop(proc, stop_grace)
-        raise LaunchError(f"{plan.argv[0]} did not finish within {timeout:g} s; "
-                          "stopped it and its ranks") from None
-    except _Terminated:
-        status, stopped = _stop(proc, stop_grace), True
+        proc = subprocess.Popen(plan.argv, env={**os.environ, **plan.env},
+                                start_new_session=True, stderr=subprocess.PIPE)
+        copy = StderrCopy(proc.stderr)
+        copy.start()
+        began, why, deadline, failed, ended = time.monotonic(), None, 0.0, None, None
+        while proc.poll() is None:
+            now = time.monotonic()
+            if why is None and copy.started < plan.ranks:
+                failed = _start_failure(plan, copy, now - began, start_timeout)
+                if failed is not None:
+                    copy.muted = True  # what the launcher says as it is ended: ours says why
+                    _end(proc, START_KILL_GRACE_S)  # no rank has work to save
+                    break
+            if why is None and (received or timeout is not None and now - began >= timeout):
+                why, deadline = (received[0] if received else TIMED_OUT), now + stop_grace
+                if stop_grace > 0:
+                    proc.send_signal(signal.SIGUSR1)
+            if why is not None and (now >= deadline or received.count(signal.SIGINT) > 1):
+                ended = ("a second Ctrl-C ended the ranks at once" if now < deadline else
+                         f"the ranks did not end within --stop-grace {stop_grace:g} s and "
+                         "were killed" if stop_grace > 0 else "the ranks were killed at once")
+                _end(proc)
+                break
+            time.sleep(POLL_S)
     finally:
-        if handler is not None:
-            signal.signal(signal.SIGTERM, handler)
-        if proc.poll() is None:  # Ctrl-C or another exception on the way out
-            _stop(proc, 0)
-        copy.join(timeout=STDERR_DRAIN_S)
-    status = status if status >= 0 else 128 - status
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        if proc is not None and proc.poll() is None:  # an exception on the way out
+            _end(proc)
+    copy.join(timeout=STDERR_DRAIN_S)
+    status = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+    if failed is not None:
+        raise LaunchError(failed)
+    if why is not None and status:
+        raise JobStopped(_stop_report(plan, copy, why, ended, timeout, relaunch),
+                         128 + signal.SIGINT if why == signal.SIGINT
+                         else 2 if why == TIMED_OUT else status)
+    launcher = Path(plan.argv[0]).name
     if status == 0 and copy.lost:
-        raise LaunchError(f"{Path(plan.argv[0]).name} lost the daemon of "
-                          f"{', '.join(copy.lost)} (node down or its processes killed) and "
-                          "ended the job early, yet exited 0: the job did not finish")
+        raise LaunchError(f"{launcher} lost the daemon of {', '.join(copy.lost)} (node down or "
+                          "its processes killed) and ended the job early, yet exited 0: the "
+                          "job did not finish")
     if status == 0 and copy.started < plan.ranks:
         raise LaunchError(f"{plan.argv[0]} exited 0 having started {copy.started} of the "
                           f"{plan.ranks} ranks: the job did not run (is it an MPI launcher?)")
-    if status and not copy.started and not stopped:
-        raise LaunchError(f"{plan.argv[0]} exited with status {status} before any rank "
+    if status and not copy.started:
+        unreachable = dict(copy.unreachable)
+        reach = (f" could not reach {', '.join(unreachable)} "
+                 f"({next(iter(unreachable.values()))}) and" if unreachable else "")
+        raise LaunchError(f"{plan.argv[0]}{reach} exited with status {status} before any rank "
                           "started")
     return status
+
+
+def _start_failure(plan: LaunchPlan, copy: "StderrCopy", elapsed: float,
+                   start_timeout: float) -> str | None:
+    """Why the job could not start (``None``: it may yet): a node that a remote shell said
+    it cannot reach, or ranks that did not all start within ``start_timeout`` seconds."""
+    launcher = Path(plan.argv[0]).name
+    unreachable = dict(copy.unreachable)
+    if unreachable:
+        return (f"{launcher} could not reach {', '.join(unreachable)} "
+                f"({next(iter(unreachable.values()))}); {copy.started} of the {plan.ranks} "
+                "ranks started; stopped the job")
+    if not start_timeout or elapsed < start_timeout:
+        return None
+    where = ""
+    if plan.hostfile is not None and cluster_of_hostfile(plan.hostfile) is None:
+        silent = silent_hosts(plan.hostfile)
+        where = (f": no ssh server answered from {', '.join(silent)} within {PROBE_S:g} s"
+                 if silent else f" on the nodes of {plan.hostfile}")
+    return (f"{launcher} started {copy.started} of the {plan.ranks} ranks within "
+            f"{start_timeout:g} s (--start-timeout){where}; stopped the job")
+
+
+def _stop_report(plan: LaunchPlan, copy: "StderrCopy", why: int, ended: str | None,
+                 timeout: float | None, relaunch: list[str] | None) -> str:
+    """The line of a job stopped on a request: why (and ``ended``: how the ranks ended, if
+    they were killed), what the ranks wrote, how to go on."""
+    if why == TIMED_OUT:
+        line = f"{plan.argv[0]} did not finish within {timeout:g} s; stopped it and its ranks"
+    else:
+        line = "stopped on " + ("Ctrl-C" if why == signal.SIGINT else signal.Signals(why).name)
+    if ended is not None:
+        line += f" ({ended})"
+    if copy.checkpoint is None:
+        return line + ": the ranks reported no checkpoint"
+    epoch, path, directory = copy.checkpoint
+    line += f": the ranks wrote checkpoint {path} (after epoch {epoch}); continue with"
+    command = plan.command
+    if relaunch is None or not command or os.path.basename(command[0]) != "distgnn-train":
+        return f"{line} --resume {directory}"
+    given = flag_value(command, "--resume-if-present")
+    if given is None or os.path.normpath(given) != os.path.normpath(directory):
+        command = [*without_flag(without_flag(command, "--resume"), "--resume-if-present"),
+                   "--resume", directory]
+    return f"{line}: {shlex.join([*relaunch, '--', *command])}"
+
+
+def without_flag(argv: list[str], flag: str) -> list[str]:
+    """``argv`` less every ``FLAG VALUE`` and ``FLAG=VALUE`` of option ``flag``."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == flag:
+            skip = True
+        elif not arg.startswith(flag + "="):
+            out.append(arg)
+    return out
+
+
+def silent_hosts(hostfile: str) -> list[str]:
+    """The hosts of ``hostfile``, other than this one, that do not greet as an ssh server
+    does (``SSH-...``) within :data:`PROBE_S` seconds of a connection to its port (asked
+    all at once; a connection alone proves little where a proxy accepts every one)."""
+    def silent(host: str) -> bool:
+        try:
+            infos = socket.getaddrinfo(host, SSH_PORT, type=socket.SOCK_STREAM)
+        except OSError:
+            return True
+        if any(_is_local(info) for info in infos):
+            return False
+        try:
+            with socket.create_connection((host, SSH_PORT), timeout=PROBE_S) as s:
+                return not s.recv(4).startswith(b"SSH-")
+        except OSError:
+            return True
+
+    hosts = list(dict.fromkeys(hostfile_hosts(hostfile)))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(64, len(hosts) or 1)) as pool:
+        return [host for host, quiet in zip(hosts, pool.map(silent, hosts)) if quiet]
+
+
+def _is_local(info: tuple) -> bool:
+    """Whether the address of a ``getaddrinfo`` entry is this host's (binding to it works)."""
+    family, kind, _, _, address = info
+    try:
+        with socket.socket(family, kind) as s:
+            s.bind((address[0], 0))
+        return True
+    except OSError:
+        return False
+
+
+def _end(proc: subprocess.Popen, grace: float = KILL_GRACE_S) -> None:
+    """End the launcher: SIGTERM, which it answers by taking its ranks down, then after
+    ``grace`` seconds SIGKILL to every process of its session (its ranks and remote shells
+    each run in a process group of their own, and outlive a killed launcher)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    for pid in session_pids(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+
+
+def session_pids(session: int) -> list[int]:
+    """The processes of session ``session`` (from ``/proc``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdecimal():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                # "pid (comm) state ppid pgrp session ...": comm may hold spaces
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == session:
+            found.append(int(entry))
+    return found
 
 
 # Open MPI 5.0's prterun exits 0 after it loses a node's daemon (a crashed node) and takes
 # the job down: the job did not finish, and the status must not say it did.
 LOST_DAEMON = re.compile(rb"Remote daemon: \S+ on node (\S+)")
+# what a remote shell says when it cannot reach a node: ssh's words, and the emulated
+# cluster's agent's (launch/cluster.py)
+UNREACHABLE = re.compile(rb"ssh: connect to host (\S+) port \d+: .*|ssh: Could not resolve "
+                         rb"hostname (\S+?): .*|distgnn cluster agent: (?:node )?(\S+) "
+                         rb"(?:unreachable|is not a node).*")
 # how long the copy of mpirun's stderr may go on after mpirun has ended
 STDERR_DRAIN_S = 5.0
 
 
 class StderrCopy(threading.Thread):
     """Copies the launcher's stderr to ours as it comes (a partial line too: no progress
-    display is held back), counting and removing the ranks' :data:`STARTED` lines, and
-    noting the nodes whose daemon it lost (``lost``)."""
+    display is held back; nothing once ``muted``), counting and removing the ranks'
+    :data:`STARTED` lines, and noting the nodes whose daemon it lost (``lost``), those a
+    remote shell could not reach (``unreachable``: host -> what it said) and the last
+    checkpoint a stopped rank named (``checkpoint``: epoch, path, directory)."""
 
     def __init__(self, stream):
         super().__init__(name="mpirun-stderr", daemon=True)
-        self.stream, self.started, self.lost = stream, 0, []
+        self.stream, self.started, self.lost, self.muted = stream, 0, [], False
+        self.unreachable: dict[str, str] = {}
+        self.checkpoint: tuple[int, str, str] | None = None
 
     def run(self) -> None:
         tail = held = b""
@@ -517,28 +769,24 @@ class StderrCopy(threading.Thread):
             data = data[:len(data) - len(held)]
             self.started += data.count(STARTED)
             data = data.replace(STARTED, b"")
-            sys.stderr.buffer.write(data)
-            sys.stderr.buffer.flush()
+            if not self.muted:
+                sys.stderr.buffer.write(data)
+                sys.stderr.buffer.flush()
             lines = (tail + data).split(b"\n")
             tail = lines.pop()[-4096:]  # an unfinished line: searched once it ends
-            self.lost += [m.group(1).decode(errors="replace") for line in lines
-                          if (m := LOST_DAEMON.search(line))]
-        if held:  # the launcher ended within what looked like a STARTED line
+            for line in lines:
+                self.note(line)
+        if held and not self.muted:  # the launcher ended within what looked like a STARTED line
             sys.stderr.buffer.write(held)
             sys.stderr.buffer.flush()
 
-
-def _stop(proc: subprocess.Popen, grace: float) -> int:
-    """Stop the job (see :func:`run`); returns the launcher's exit status."""
-    if grace > 0:
-        proc.send_signal(signal.SIGUSR1)
-        try:
-            return proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        return proc.wait(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        return proc.wait()
+    def note(self, line: bytes) -> None:
+        """What ``line`` of the launcher's stderr tells (see the class docstring)."""
+        if m := LOST_DAEMON.search(line):
+            self.lost.append(m.group(1).decode(errors="replace"))
+        if m := UNREACHABLE.search(line):
+            host = next(filter(None, m.groups())).decode(errors="replace")
+            self.unreachable.setdefault(host, m.group(0).decode(errors="replace").strip())
+        if b"stopped after epoch" in line and \
+                (m := STOPPED_CHECKPOINT.search(line.decode(errors="replace").rstrip())):
+            self.checkpoint = int(m.group(1)), m.group(2), m.group(3)

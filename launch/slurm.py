@@ -8,13 +8,16 @@ What the script does, in order:
    the placement is given), T cores per rank (``--cpus-per-task``), the time limit and the
    signal before it (``--signal=B:USR1@S``), ``--requeue`` and ``--open-mode=append`` (a
    requeued job writes on in the same log).
-2. The environment: by default the Python environment of the ``distgnn-launch`` that wrote
-   it (``sys.prefix``: its ``bin/activate``, or its ``bin`` first on ``PATH``), which must be
-   at the same path on every node (a shared filesystem); ``--env-setup`` replaces it with
-   the site's own lines (``module load ...``).
+2. The environment: the site's own lines first (``--env-setup``: ``module load ...``), then
+   the Python environment of the ``distgnn-launch`` that wrote it (``sys.prefix``: its
+   ``bin/activate``, or its ``bin`` first on ``PATH``; not with ``--no-activate``), which
+   must be at the same path on every node (a shared filesystem).
 3. Every rank's variables, as :func:`launch.mpirun.plan` sets them for a job run here:
    ``OMP_NUM_THREADS`` and ``NUMBA_NUM_THREADS`` (T), and ``MPI4PY_LIBMPI``, the library of
-   the chosen MPI, so that mpi4py loads the one its launcher speaks to.
+   the chosen MPI, so that mpi4py loads the one its launcher speaks to.  Where that MPI is
+   not installed here (an MPI of the nodes only, or a launcher named without a path), the
+   script finds its launcher on the nodes' ``PATH`` and the library beside it
+   (:func:`_library_lines`), and says in a comment what the nodes need.
 4. The launch, in the background of the batch shell:
 
    * ``mpirun`` (the default): the chosen MPI's own launcher, with the options of
@@ -49,16 +52,23 @@ import os
 import re
 import shlex
 import sys
+import textwrap
 from pathlib import Path
+
+from typing import Callable
 
 from distgnn.storage import file_head
 
 from .mpirun import (
     IMPLEMENTATIONS,
+    LIBMPI_ENV,
     ROOT_ENV,
     LaunchError,
+    check_partitions,
+    find_launcher,
     flag_value,
     launcher_options,
+    library_paths,
     rank_command,
     rank_environment,
     resolve_launcher,
@@ -75,6 +85,12 @@ TIME_FORMATS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
 LAUNCHERS = ("mpirun", "srun")
 # srun --mpi of each MPI (see the module docstring)
 SRUN_MPI = {"openmpi": "pmix", "mpich": "pmi2", "impi": "pmi2"}
+# sbatch --mem: megabytes, or a number with the unit K, M, G or T (0: all of a node's)
+MEMORY = re.compile(r"[0-9]+[KMGT]?", re.IGNORECASE)
+# where a path is on each node's own storage, not on one that every node shares
+NODE_LOCAL = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+# the flags of distgnn-train whose directories every node must see at the same path
+SHARED_PATH_FLAGS = ("--partitions", "--checkpoint-dir", "--resume", "--resume-if-present")
 
 
 def is_sbatch_script(path: Path) -> bool:
@@ -159,7 +175,7 @@ def resumable(command: list[str], requeue: bool | None) -> tuple[list[str], bool
     return command, True
 
 
-def default_env_setup() -> str:
+def activation() -> str:
     """The shell line that puts this Python environment (``sys.prefix``) first, for the
     ranks' ``distgnn-train`` and ``python``: its ``bin/activate``, else its ``bin`` on
     ``PATH``."""
@@ -176,7 +192,8 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
                   stop_before: int = DEFAULT_STOP_BEFORE_S, slurm_launcher: str = "mpirun",
                   implementation: str | None = None, mpirun: str | None = None,
                   srun_mpi: str | None = None, env_setup: str | None = None,
-                  requeue: bool | None = None) -> str:
+                  requeue: bool | None = None, mem: str | None = None, activate: bool = True,
+                  warn: Callable[[str], None] = lambda line: None) -> str:
     """A bash script for ``sbatch`` that runs ``command`` on ``ranks`` ranks of
     ``threads_per_rank`` cores each (see the module docstring).
 
@@ -191,14 +208,24 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
         (``None``: :data:`SRUN_MPI` of the MPI).
     implementation, mpirun
         The MPI, as :func:`launch.mpirun.resolve_launcher` takes them: its launcher (an
-        absolute path, the same on every node) and its library for ``MPI4PY_LIBMPI``.
+        absolute path, the same on every node, or a name the nodes' ``PATH`` finds) and its
+        library for ``MPI4PY_LIBMPI``; an ``implementation`` not installed here is run from
+        the nodes' ``PATH``.
     env_setup
-        Shell lines that make ``command`` runnable on the nodes (``None``:
-        :func:`default_env_setup`; ``""``: none).
+        Shell lines that make ``command`` runnable on the nodes, run first (``None`` or
+        ``""``: none).
+    activate
+        Activate this Python environment (:func:`activation`) after ``env_setup``.
     requeue
         As :func:`resumable` takes it.
+    mem
+        sbatch ``--mem`` (memory per node, :data:`MEMORY`; ``None``: SLURM's default).
+    warn
+        Called with one line for each path of the job on a node's own storage
+        (:func:`node_local_warnings`), and for an MPI not installed here.
     """
     command = rank_command(ranks, command, threads_per_rank)
+    check_partitions(ranks, command, missing_ok=True)
     nodes, ranks_per_node = placement(ranks, nodes, ranks_per_node)
     if not 0 <= stop_before <= MAX_SIGNAL_S:
         raise LaunchError(f"--stop-before must be from 0 to {MAX_SIGNAL_S} seconds (sbatch "
@@ -218,10 +245,15 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
                           f"--mpi=list), got {srun_mpi!r}")
     if env_setup is not None and "\0" in env_setup:
         raise LaunchError("--env-setup must be shell text without NUL characters")
+    if mem is not None and not MEMORY.fullmatch(mem):
+        raise LaunchError(f"--mem {mem!r} is not a SLURM memory size: megabytes, or a number "
+                          "with K, M, G or T (e.g. 64G; 0: all of each node's)")
+    for line in node_local_warnings(command, activate):
+        warn(line)
     command, requeue = resumable(command, requeue)
     options = {"job-name": job_name, "ntasks": ranks, "nodes": nodes,
                "ntasks-per-node": ranks_per_node, "cpus-per-task": threads_per_rank,
-               "time": time, "partition": partition, "account": account,
+               "mem": mem, "time": time, "partition": partition, "account": account,
                "signal": f"B:USR1@{stop_before}" if stop_before else None}
     lines = ["#!/bin/bash", MARK]
     for key, value in options.items():
@@ -231,16 +263,22 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
         if not str(value) or any(c.isspace() for c in str(value)):
             raise LaunchError(f"--{key} must be a non-empty word without spaces, got {value!r}")
         lines.append(f"#SBATCH --{key}={value}")
-    mpirun, implementation = resolve_launcher(implementation, mpirun)
+    mpirun, implementation, elsewhere = nodes_launcher(implementation, mpirun)
+    impl = IMPLEMENTATIONS[implementation]
+    if elsewhere:
+        warn(f"{impl.title} is not installed here: the script runs {mpirun} from the nodes' "
+             "PATH (its comments say what the nodes need)")
     env = rank_environment(threads_per_rank, mpirun, implementation)
     lines += ["#SBATCH --requeue" if requeue else "#SBATCH --no-requeue",
               "#SBATCH --open-mode=append",
               *_comments(ranks, threads_per_rank, slurm_launcher, implementation, requeue,
                          stop_before),
-              default_env_setup() if env_setup is None else env_setup,
+              *([env_setup] if env_setup else []),
+              *([activation()] if activate else []),
               "set -euo pipefail",
               *(f"export {name}={shlex.quote(value)}" for name, value in env.items())]
-    impl = IMPLEMENTATIONS[implementation]
+    if LIBMPI_ENV not in env:  # the library is where the nodes' launcher is
+        lines += _library_lines(mpirun, implementation, slurm_launcher == "mpirun")
     if slurm_launcher == "mpirun":
         if not impl.hydra:
             allow = " ".join(f"{k}={v}" for k, v in ROOT_ENV.items())
@@ -274,6 +312,72 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
             'fi']
     lines += ['exit "$status"', ""]
     return "\n".join(lines)
+
+
+def nodes_launcher(implementation: str | None, mpirun: str | None) -> tuple[str, str, bool]:
+    """``(launcher, implementation, elsewhere)`` of a script, as
+    :func:`launch.mpirun.resolve_launcher` finds them, except that an ``implementation``
+    named but not installed here is run as its launcher's bare name, from the nodes' ``PATH``
+    (``elsewhere``)."""
+    if implementation is not None and mpirun is None:
+        try:
+            find_launcher(implementation)
+        except LaunchError:
+            return IMPLEMENTATIONS[implementation].launcher, implementation, True
+    return (*resolve_launcher(implementation, mpirun), False)
+
+
+def node_local_warnings(command: list[str], activate: bool) -> list[str]:
+    """One line for each directory a job on several nodes needs on storage that every node
+    shares, but that is on each node's own (:data:`NODE_LOCAL`, ``$TMPDIR``) or relative:
+    the environment activated (``sys.prefix``), ``distgnn-train``'s partitions and
+    checkpoint directories (:data:`SHARED_PATH_FLAGS`)."""
+    paths = {"the Python environment": sys.prefix} if activate else {}
+    if os.path.basename(command[0]) == "distgnn-train":
+        paths.update((flag, value) for flag in SHARED_PATH_FLAGS
+                     if (value := flag_value(command, flag)))
+    local = [*NODE_LOCAL, *filter(None, [os.environ.get("TMPDIR")])]
+    lines = []
+    for what, path in paths.items():
+        if not os.path.isabs(path):
+            lines.append(f"{what} {path} is a relative path: every node resolves it from the "
+                         "directory sbatch runs in, which must be on storage all nodes share")
+            continue
+        root = next((r for r in local if os.path.commonpath([os.path.normpath(path), r]) == r),
+                    None)
+        if root is not None:
+            lines.append(f"{what} {path} is on node-local storage ({root}): each node sees its "
+                         "own, so the nodes do not share it; use a shared filesystem")
+    return lines
+
+
+def _library_lines(launcher: str, implementation: str, required: bool) -> list[str]:
+    """Lines that find ``launcher`` on the node and export ``MPI4PY_LIBMPI``, the library
+    beside it (:func:`launch.mpirun.library_paths`), unless the lines before set it; a
+    ``required`` launcher that the node lacks ends the job."""
+    impl = IMPLEMENTATIONS[implementation]
+    name = shlex.quote(launcher)
+    missing = (f'    echo "distgnn-launch: error: no {launcher} on PATH on $(hostname); see the '
+               'comments of this script" >&2', "    exit 2")
+    candidates = textwrap.wrap(" ".join(library_paths(implementation)), 70)
+    return [
+        f"# The nodes run {impl.title}'s {launcher} from their PATH (--env-setup, e.g. 'module "
+        "load ...'),",
+        f"# and mpi4py its library ({' or '.join(impl.libraries)}): {LIBMPI_ENV} names",
+        f"# the one beside {launcher}, unless the lines above set it.",
+        f"if mpi_launcher=$(command -v {name}); then",
+        '    for mpi_bin in "$(dirname "$mpi_launcher")" '
+        '"$(dirname "$(readlink -f "$mpi_launcher")")"; do',
+        "        for mpi_library in " + " \\\n                ".join(candidates) + "; do",
+        f'            if [ -z "${{{LIBMPI_ENV}:-}}" ] && [ -f "$mpi_bin/../$mpi_library" ]; then',
+        f'                export {LIBMPI_ENV}="$mpi_bin/../$mpi_library"',
+        "            fi",
+        "        done",
+        "    done",
+        *(["else", *missing] if required else []),
+        "fi",
+        f'[ -n "${{{LIBMPI_ENV}:-}}" ] || echo "distgnn-launch: warning: no {impl.title} '
+        f'library beside a {launcher} on PATH on $(hostname): mpi4py loads its own default" >&2']
 
 
 def _comments(ranks: int, threads: int, launcher: str, implementation: str, requeue: bool,

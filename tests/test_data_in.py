@@ -251,6 +251,14 @@ def test_keyed_files_add_vertices_without_edges(tmp_path):
     labelled = ds.train_mask | ds.val_mask | ds.test_mask
     assert labelled.tolist() == [True, True, True, True, False]
     assert "vertex ids: 5 strings" in ds.summary()
+    assert "x.txt adds 2 vertices without edges (first 'zoe')" in ds.note
+    assert "y.txt adds 1 vertex without edges (first 'dave')" in ds.note
+    # ids that all miss the edge list's are other names for its vertices, not new vertices
+    quoted = write(tmp_path / "q.txt", '"alice" 0\n"bob" 1\n')
+    with pytest.raises(GraphError, match="none of its 2 ids is an id of g.txt \\(its first "
+                       "'\"alice\"', the edge list's 'bob'\\)") as e:
+        load(edges, labels=quoted)
+    assert e.value.source == str(quoted)
     # a vertex only the labels file names needs a features line too
     with pytest.raises(GraphError, match="no features for vertex 'erin' .*6 distinct ids of "
                        "g.txt, x.txt and y2.txt") as e:

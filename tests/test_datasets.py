@@ -298,6 +298,12 @@ def test_ogb_unlabelled_node_in_split(tmp_path):
            source=root / "split" / "a_time" / "train.csv.gz")
 
 
+def test_ogb_labels_must_be_classes(tmp_path):
+    root = make_ogb(tmp_path / "ogb", ["1", "2", "3", "1", "nan", "2"])
+    raises(root, "labels are 1..3: classes must be numbered 0..C-1 (subtract 1)",
+           source=root / "raw" / "node-label.csv.gz")
+
+
 def test_ogb_errors(tmp_path):
     root = make_ogb(tmp_path / "ogb", ["0", "1", "2", "1", "0", "1"], train=(0, 9))
     raises(root, "node id out of range 0..5", source=root / "split" / "a_time" / "train.csv.gz")
@@ -337,9 +343,33 @@ def test_generator_specs():
     ("sbm:nodes=100,p_in=nan", ["p_in must lie in [0, 1]"]),
     ("sbm:nodes=100,degree_exponent=1", ["degree_exponent must be > 1"]),
     ("sbm:nodes=100,noise=-1", ["noise must be >= 0"]),
+    ("sbm:nodes=100,noise=inf", ["noise must be >= 0 and finite"]),
+    ("rmat:scale=12,scale=13", ["key 'scale' is given twice"]),
+    ("sbm:nodes=100, seed=1, nodes=100", ["key 'nodes' is given twice"]),
+    ("sbm:nodes=500,avg_degree=1000", ["avg_degree must lie in (0, 499] for 500 nodes"]),
+    ("sbm:nodes=100,avg_degree=nan", ["avg_degree must lie in (0, 99]"]),
+    ("sbm:nodes=1", ["num_nodes must be >= 2"]),
+    ("sbm:nodes=50,blocks=80,features=80", ["num_blocks must lie in 1..50"]),
+    ("sbm:blocks=1,p_in=0.5", ["key 'p_in' does nothing with blocks=1"]),
+    ("rmat:scale=3,edge_factor=2,classes=16", ["num_classes must lie in 1..8 for scale 3"]),
+    ("rmat:scale=4", ["edge_factor must lie in 1..7 for scale 4", "at most 120 undirected",
+                      "edge_factor * 2^scale = 256"]),
+    ("rmat:scale=1,edge_factor=1", ["scale must be >= 2"]),
 ])
 def test_bad_generator_specs(spec, fragments):
     raises(spec, *fragments)
+
+
+def test_generators_say_when_repeated_draws_merge_most_edges():
+    dense = load("sbm:nodes=500,avg_degree=400,features=8")  # 100,000 draws on 500 vertices
+    assert dense.graph.num_edges < 100_000
+    assert f"{dense.graph.num_edges // 2:,} undirected edges" in dense.note
+    assert "under half the num_nodes * avg_degree / 2 = 100,000 drawn" in dense.note
+    assert load("sbm:nodes=2000,avg_degree=10,features=8").note == ""
+    small = load("rmat:scale=4,edge_factor=7,features=2,classes=2")
+    assert "under half the edge_factor * 2^scale = 112 drawn" in small.note
+    assert "under half" not in load("rmat:scale=10,features=2,classes=2").note
+    assert load("sbm:blocks=1,nodes=200").num_classes == 1  # p_in not given: nothing refused
 
 
 def test_rmat_edges_size_range_determinism():

@@ -35,6 +35,7 @@ import numpy as np
 from distgnn.signals import ACKNOWLEDGED_INTERRUPT
 
 ENTRY = {"train": ("distgnn.cli", "train_main"), "bench": ("distgnn.cli", "bench_main"),
+         "predict": ("distgnn.cli", "predict_main"),
          "partition": ("partition.cli", "main"), "launch": ("launch.cli", "main")}
 CLASSES = {1: "--force / overwrite deletes what it did not write",
            2: "a refused run truncates an existing output",

@@ -9,8 +9,10 @@ or a Numba error shows as itself: each fails a case that expects status 2.
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.helpers.hostile import Case, both, data, partition, user_file
 
@@ -187,3 +189,143 @@ add(Case(15, "own_model.py --dropout 1.5 on 2 ranks",
                   "--partitions", "{tmp}/p", "--dropout", 1.5),
          both(data(n=200), lambda t, r: partition(r, t / "d.npz", 2, t / "p")),
          says="--dropout"))
+
+
+# 21. the memory check refuses a run that fits: the default cd-r's state, predicted per rank
+# on real graphs with wide features, must not count widths that no exchange carries
+MEMORY = """\
+import sys
+from distgnn import memory
+from distgnn.config import TrainConfig
+from distgnn.exchange import SplitIndex
+from partition.format import load
+parts = sys.argv[1]
+for p in range(4):
+    part = load(parts, p)
+    index = SplitIndex.from_partition(part)
+    sizes = (part.num_nodes, part.graph.num_edges, part.x.shape[1],
+             int(part.meta["num_classes"]), len(index.leaf_ids) + len(index.root_ids))
+    exact = memory.predict(TrainConfig(), *sizes)["total"]
+    delayed = memory.predict(TrainConfig(algo="cd-r"), *sizes)["total"]
+    if delayed > 1.05 * exact:
+        print(f"rank {p}: the default cd-r is predicted at {delayed / exact:.2f}x cd-0's "
+              f"{exact / 2**20:.0f} MiB", file=sys.stderr)
+        sys.exit(2)
+print("within 5 % of cd-0 on every rank")
+"""
+# the real datasets beside the checkout (tests/test_datasets.py reads them too)
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
+
+
+def real_partitions(name: str):
+    def setup(tmp, run):
+        path = SHARED / f"{name}.npz"
+        if not path.exists():
+            pytest.skip(f"{path} not found (the real datasets beside the checkout)")
+        partition(run, path, 4, tmp / "p")
+    return setup
+
+
+for name in ("citeseer", "cora_ml", "squirrel_filtered", "chameleon_filtered", "actor"):
+    add(Case(21, f"the default cd-r on 4 partitions of {name}",
+             lambda tmp, run: run.python("import sys; sys.argv = ['m', " + repr(str(tmp / 'p'))
+                                         + "]\n" + MEMORY),
+             real_partitions(name), status=0))
+add(Case(21, "the default cd-r on 4 partitions of 4,735 features",
+         lambda tmp, run: run.python("import sys; sys.argv = ['m', " + repr(str(tmp / 'p'))
+                                     + "]\n" + MEMORY),
+         both(data(n=1500, features=4735), lambda t, r: partition(r, t / "d.npz", 4, t / "p")),
+         status=0))
+
+
+# 23. inference from Python and for one's own models
+def wrote(rel: str):
+    def check(tmp, outcome):
+        assert (tmp / rel).is_file(), f"no {rel}"
+    return check
+
+
+def own_model_saved(tmp, run):
+    got = run.example("own_model.py", ["--dataset", "cora", "--epochs", 2, "--save-model",
+                                       tmp / "own.pt"])
+    assert got.status == 0, got.stderr
+
+
+add(Case(23, "distgnn-predict on a model of one's own with --model-factory",
+         lambda tmp, run: run("predict", [tmp / "own.pt", "--dataset", "cora",
+                                          "--predictions-out", tmp / "p.csv",
+                                          "--model-factory",
+                                          f"{run.root}/examples/own_model.py:make_model"]),
+         own_model_saved, status=0, check=wrote("p.csv")))
+for name, factory, says in [
+        ("--model-factory without a function", "own_model", "MODULE:FUNCTION"),
+        ("--model-factory naming no module", "no_such_module:make", "cannot import"),
+        ("--model-factory naming no function", "{root}/examples/own_model.py:nothing",
+         "has no function nothing"),
+        ("--model-factory naming a class attribute that is not callable",
+         "{root}/examples/own_model.py:PROG", "has no function PROG")]:
+    add(Case(23, name, lambda tmp, run, factory=factory: run(
+        "predict", [tmp / "own.pt", "--dataset", "cora", "--model-factory",
+                    factory.replace("{root}", str(run.root))]),
+        own_model_saved, says=says))
+
+TRAINED = """\
+import sys
+import numpy as np
+import distgnn
+quiet = lambda line: None
+cfg = distgnn.TrainConfig(epochs=2, progress=False, save_model=sys.argv[1])
+"""
+
+
+def python_api(body: str):
+    """``body`` after :data:`TRAINED`, the library's errors as one line and exit 2."""
+    code = (TRAINED + "try:\n" + textwrap.indent(textwrap.dedent(body), "    ")
+            + "except distgnn.DistGNNError as e:\n    print(e, file=sys.stderr)\n"
+              "    sys.exit(2)\n")
+    return lambda tmp, run: run.python("import sys; sys.argv = ['t', "
+                                       + repr(str(tmp / "m.pt")) + "]\n" + code)
+
+
+add(Case(23, "distgnn.predict returns ids, probabilities, classes and embeddings",
+         python_api("""
+             distgnn.train("cora", cfg, log=quiet)
+             p = distgnn.predict(sys.argv[1], "cora", with_embeddings=True, log=quiet)
+             assert p.vertex.tolist() == list(range(2708)), p.vertex[:5]
+             assert p.probabilities.shape == (2708, 7)
+             assert np.allclose(p.probabilities.sum(1), 1, atol=1e-5)
+             assert (p.predicted_class == p.probabilities.argmax(1)).all()
+             assert p.embeddings.shape == (2708, 16)
+             """), status=0))
+for name, make, says in [
+        ("make_model with one class too many",
+         "lambda f, c: distgnn.nn.GCNConv(f, c + 1)", "expected [2708, 7]"),
+        ("make_model returning a tuple",
+         "lambda f, c: Pair(f, c)", "returned a tuple"),
+        ("make_model returning a row too few",
+         "lambda f, c: Short(f, c)", "expected [2708, 7]")]:
+    add(Case(23, name, python_api(f"""
+             import torch
+             import distgnn.nn
+             class Pair(torch.nn.Module):
+                 def __init__(self, f, c):
+                     super().__init__(); self.conv = distgnn.nn.GCNConv(f, c)
+                 def forward(self, g, x):
+                     out = self.conv(g, x)
+                     return out, out
+             class Short(Pair):
+                 def forward(self, g, x):
+                     return self.conv(g, x)[:-1]
+             distgnn.train("cora", cfg, {make}, log=quiet)
+             """), says=says))
+add(Case(23, "distgnn.train given a PyTorch Geometric Data", python_api("""
+             from torch_geometric.data import Data
+             import torch
+             distgnn.train(Data(edge_index=torch.tensor([[0, 1], [1, 0]]), num_nodes=2), cfg)
+             """), says="distgnn.from_pyg(data)"))
+add(Case(23, "distgnn.from_pyg given a list", python_api("""
+             distgnn.from_pyg([[0, 1], [1, 0]])
+             """), says="is not a graph"))
+add(Case(23, "distgnn.train given a numpy array", python_api("""
+             distgnn.train(np.zeros((4, 4)), cfg)
+             """), says="source must be a dataset name"))
