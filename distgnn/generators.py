@@ -102,9 +102,9 @@ def rmat(scale: int, edge_factor: int = 16, num_features: int = 128, num_classes
 
     ``edge_factor * N`` edges are drawn, at most the ``N (N - 1) / 2`` undirected edges
     ``N`` vertices hold, and ``num_classes`` is at most ``N``; repeated draws merge, and
-    the note says so when under half the drawn edges remain.  Features are float32 standard
-    normal ``[N, num_features]``, labels uniform in ``0..num_classes-1`` (no signal: this is
-    a benchmark graph), split seeded 60/20/20.
+    when under half the drawn edges remain, the note says how many.  Features are float32
+    standard normal ``[N, num_features]``, labels uniform in ``0..num_classes-1`` (no
+    signal: this is a benchmark graph), split seeded 60/20/20.
     """
     _check_rmat(scale, edge_factor, a, b, c)
     _check_sizes(num_features=num_features, num_classes=num_classes, source="rmat")
@@ -247,9 +247,9 @@ def sbm(num_nodes: int, num_blocks: int = 8, avg_degree: float = 20, p_in: float
     the source by theta, the destination by theta within the source's block with probability
     ``p_in``, else among all nodes; so about ``p_in + (1 - p_in) / num_blocks`` of the edges
     join one block (a little less on small graphs, where repeated hub pairs merge).  The
-    graph is then symmetrised, deduplicated and loop-free; ``avg_degree`` is at most
-    ``num_nodes - 1``, and the note says so when under half the drawn edges remain.
-    ``num_blocks`` is at most ``num_nodes``.
+    graph is then symmetrised, deduplicated and loop-free.  ``avg_degree`` is at most
+    ``num_nodes - 1`` and ``num_blocks`` at most ``num_nodes``; when under half the drawn
+    edges remain, the note says how many.
 
     Features are float32 ``[N, num_features]``: the one-hot block in the first ``num_blocks``
     columns plus N(0, noise**2) on every column, so features alone are an imperfect
@@ -263,7 +263,6 @@ def sbm(num_nodes: int, num_blocks: int = 8, avg_degree: float = 20, p_in: float
     _require(num_blocks <= num_nodes, f"num_blocks must lie in 1..{num_nodes} (num_nodes): "
              "each block is a class and needs a vertex", source)
     _require(num_features >= num_blocks, "num_features must be >= num_blocks", source)
-    # not 0 < avg_degree <= ...: that would pass nan
     _require(0 < avg_degree <= num_nodes - 1, f"avg_degree must lie in (0, {num_nodes - 1}] for "
              f"{num_nodes} nodes: a vertex has at most num_nodes - 1 neighbours", source)
     _require(0 <= p_in <= 1, "p_in must lie in [0, 1]", source)

@@ -23,6 +23,7 @@ loss curves are bitwise equal.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 from collections import defaultdict
@@ -43,48 +44,12 @@ from distgnn.training import build_model, model_and_optimizer
 PHASES = ("forward", "backward", "step")
 
 
-def ours(data, cfg: TrainConfig):
-    """This project's model and a function running one training step in three phases."""
-    shard = dataset_shard(data, cfg, PhaseTimer(), log=lambda s: None)
-    model, optimizer = model_and_optimizer(cfg, shard)
-    train = shard.masks["train"]
-    epoch = [0]
-
+def step_phases(forward, y: torch.Tensor, train: torch.Tensor, optimizer):
+    """``phase(name)`` running one training step's ``forward`` (returning the logits),
+    ``backward`` (the loss over ``train``) and optimizer ``step``."""
     def phase(name):
         if name == "forward":
-            model.train()
-            shard.nbr.set_epoch(epoch[0])
-            epoch[0] += 1
-            return model(shard.nbr, shard.x)
-        if name == "backward":
-            loss = F.cross_entropy(phase.out[train], shard.y[train])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            return None
-        optimizer.step()
-        return None
-
-    return phase
-
-
-def theirs(data, cfg: TrainConfig):
-    """PyG's same model (from ours' initial weights) and its training step's phases."""
-    device = torch.device("cuda")
-    torch.manual_seed(cfg.seed)
-    net = pyg.PyGNet(cfg.model, data.num_features, cfg.hidden, data.num_classes, cfg.layers,
-                     cfg.dropout, heads=cfg.heads)
-    pyg.copy_weights(build_model(cfg, data.num_features, data.num_classes), net)
-    net.to(device)
-    x = torch.from_numpy(normalize_features(data.x, cfg.feature_norm)).to(device)
-    y = torch.from_numpy(data.y).to(device)
-    train = torch.from_numpy(data.train_mask).to(device)
-    adj_t = pyg.adjacency(data.graph, cfg.model, device)
-    optimizer = torch.optim.Adam(net.parameters(), lr=cfg.lr)
-
-    def phase(name):
-        if name == "forward":
-            net.train()
-            return net(x, adj_t)
+            return forward()
         if name == "backward":
             loss = F.cross_entropy(phase.out[train], y[train])
             optimizer.zero_grad(set_to_none=True)
@@ -94,6 +59,40 @@ def theirs(data, cfg: TrainConfig):
         return None
 
     return phase
+
+
+def ours(data, cfg: TrainConfig):
+    """This project's training step in three phases."""
+    shard = dataset_shard(data, cfg, PhaseTimer(), log=lambda s: None)
+    model, optimizer = model_and_optimizer(cfg, shard)
+    epochs = itertools.count()
+
+    def forward():
+        model.train()
+        shard.nbr.set_epoch(next(epochs))
+        return model(shard.nbr, shard.x)
+
+    return step_phases(forward, shard.y, shard.masks["train"], optimizer)
+
+
+def theirs(data, cfg: TrainConfig):
+    """PyG's same model (from ours' initial weights): its training step's phases."""
+    device = torch.device("cuda")
+    torch.manual_seed(cfg.seed)
+    net = pyg.PyGNet(cfg.model, data.num_features, cfg.hidden, data.num_classes, cfg.layers,
+                     cfg.dropout, heads=cfg.heads)
+    pyg.copy_weights(build_model(cfg, data.num_features, data.num_classes), net)
+    net.to(device)
+    x = torch.from_numpy(normalize_features(data.x, cfg.feature_norm)).to(device)
+    adj_t = pyg.adjacency(data.graph, cfg.model, device)
+
+    def forward():
+        net.train()
+        return net(x, adj_t)
+
+    return step_phases(forward, torch.from_numpy(data.y).to(device),
+                       torch.from_numpy(data.train_mask).to(device),
+                       torch.optim.Adam(net.parameters(), lr=cfg.lr))
 
 
 def epoch(phase) -> dict:

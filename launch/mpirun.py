@@ -161,7 +161,8 @@ def _version_text(mpirun: str) -> str:
         st = os.stat(path)
         return _ask_version(os.path.realpath(path), st.st_mtime_ns, st.st_size)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise LaunchError(f"cannot run {mpirun} --version: {e}") from None
+        raise LaunchError(f"cannot run {mpirun} --version to learn its MPI ({e}); name the MPI "
+                          f"with --mpi {'|'.join(IMPLEMENTATIONS)}") from None
 
 
 @functools.lru_cache(maxsize=64)

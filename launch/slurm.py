@@ -284,7 +284,10 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
             allow = " ".join(f"{k}={v}" for k, v in ROOT_ENV.items())
             lines += ["# Open MPI's mpirun refuses to run as root without these",
                       f'if [ "$(id -u)" -eq 0 ]; then export {allow}; fi']
-        launch = [mpirun, *launcher_options(implementation, ranks, threads_per_rank, env)]
+        forwarded = dict(env)
+        if not impl.hydra:  # Open MPI forwards by name (-x) what Hydra forwards by itself
+            forwarded.setdefault(LIBMPI_ENV, "found on the node")
+        launch = [mpirun, *launcher_options(implementation, ranks, threads_per_rank, forwarded)]
     else:
         # srun does not inherit --cpus-per-task from sbatch (Slurm 22.05 to 23.02), and
         # without it every rank would be bound to a single core.
@@ -360,9 +363,9 @@ def _library_lines(launcher: str, implementation: str, required: bool) -> list[s
     missing = (f'    echo "distgnn-launch: error: no {launcher} on PATH on $(hostname); see the '
                'comments of this script" >&2', "    exit 2")
     candidates = textwrap.wrap(" ".join(library_paths(implementation)), 70)
+    where = "" if os.sep in launcher else " on PATH (--env-setup, e.g. 'module load ...')"
     return [
-        f"# The nodes run {impl.title}'s {launcher} from their PATH (--env-setup, e.g. 'module "
-        "load ...'),",
+        f"# The nodes need {impl.title}'s {launcher}{where},",
         f"# and mpi4py its library ({' or '.join(impl.libraries)}): {LIBMPI_ENV} names",
         f"# the one beside {launcher}, unless the lines above set it.",
         f"if mpi_launcher=$(command -v {name}); then",

@@ -512,7 +512,8 @@ def test_from_pyg_several_splits():
     n = data.num_nodes
     stacked = torch.zeros(n, 2, dtype=torch.bool)
     stacked[:5, 1] = True
-    data.train_mask, data.val_mask, data.test_mask = stacked, stacked.roll(5, 0), stacked.roll(10, 0)
+    data.train_mask, data.val_mask, data.test_mask = (stacked, stacked.roll(5, 0),
+                                                      stacked.roll(10, 0))
     ds = from_pyg(data, split=1)
     assert masks(ds)[0] == [0, 1, 2, 3, 4] and masks(ds)[2] == [10, 11, 12, 13, 14]
     assert "split 1 of 2" in ds.split_note

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers.hostile import Case, both, data, partition, user_file
+from tests.helpers.hostile import Case, both, data, partition, user_file, write_npz
 
 PRELUDE = """\
 import sys
@@ -329,3 +329,31 @@ add(Case(23, "distgnn.from_pyg given a list", python_api("""
 add(Case(23, "distgnn.train given a numpy array", python_api("""
              distgnn.train(np.zeros((4, 4)), cfg)
              """), says="source must be a dataset name"))
+
+PREDICT_ON_RANKS = """\
+import sys
+sys.path.insert(0, "{root}")
+import numpy as np
+from mpi4py import MPI
+import distgnn
+p = distgnn.predict(sys.argv[1], sys.argv[2], with_embeddings=True, log=lambda line: None)
+every = MPI.COMM_WORLD.gather(p.vertex, root=0)
+if MPI.COMM_WORLD.rank == 0:
+    ids = np.concatenate(every)
+    assert sorted(ids.tolist()) == list(range(60)), "not every vertex exactly once"
+    print("each vertex on one rank")
+assert len(p.vertex) == len(p.probabilities) == len(p.embeddings)
+"""
+
+
+def model_and_partitions(tmp, run):
+    write_npz(tmp / "d.npz")
+    got = run("train", ["--dataset", tmp / "d.npz", "--save-model", tmp / "m.pt",
+                        "--epochs", 2, "--no-progress", "--threads", 1])
+    assert got.status == 0, got.stderr
+    partition(run, tmp / "d.npz", 2, tmp / "p")
+
+
+add(Case(23, "distgnn.predict on partitions returns each vertex on one rank",
+         on_ranks(2, PREDICT_ON_RANKS, "{tmp}/m.pt", "{tmp}/p"), model_and_partitions,
+         status=0))
