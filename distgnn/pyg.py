@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .datasets import select_split
+from .datasets import check_classes, select_split
 from .generators import random_split, random_split_note
 from .graph import UNLABELLED, CSRGraph, GraphError, NodeDataset
 
@@ -43,6 +43,8 @@ def from_pyg(data, name: str = "graph", split: int = 0) -> NodeDataset:
     x = _attribute(data, "x")
     x = np.ones((n, 1), np.float32) if x is None else x
     y = _attribute(data, "y")
+    if y is not None:
+        check_classes(y, name)
     if y is None:
         empty = np.zeros(n, bool)
         return NodeDataset(graph, x, np.zeros(n, np.int64), empty, empty.copy(), empty.copy(),

@@ -8,10 +8,12 @@ What the script does, in order:
    the placement is given), T cores per rank (``--cpus-per-task``), the time limit and the
    signal before it (``--signal=B:USR1@S``), ``--requeue`` and ``--open-mode=append`` (a
    requeued job writes on in the same log).
-2. The environment: the site's own lines first (``--env-setup``: ``module load ...``), then
-   the Python environment of the ``distgnn-launch`` that wrote it (``sys.prefix``: its
-   ``bin/activate``, or its ``bin`` first on ``PATH``; not with ``--no-activate``), which
-   must be at the same path on every node (a shared filesystem).
+2. The environment: the Python environment of the ``distgnn-launch`` that wrote it
+   (``sys.prefix``: its ``bin/activate``, or its ``bin`` first on ``PATH``; not with
+   ``--no-activate``), which must be at the same path on every node (a shared
+   filesystem), then the site's own lines (``--env-setup``: ``module load ...``), so that
+   what they put first on ``PATH`` (a site MPI's launcher) comes before the environment's
+   (the pip Open MPI's).
 3. Every rank's variables, as :func:`launch.mpirun.plan` sets them for a job run here:
    ``OMP_NUM_THREADS`` and ``NUMBA_NUM_THREADS`` (T), and ``MPI4PY_LIBMPI``, the library of
    the chosen MPI, so that mpi4py loads the one its launcher speaks to.  Where that MPI is
@@ -212,10 +214,10 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
         library for ``MPI4PY_LIBMPI``; an ``implementation`` not installed here is run from
         the nodes' ``PATH``.
     env_setup
-        Shell lines that make ``command`` runnable on the nodes, run first (``None`` or
-        ``""``: none).
+        Shell lines that make ``command`` runnable on the nodes, run after the activation
+        (``None`` or ``""``: none).
     activate
-        Activate this Python environment (:func:`activation`) after ``env_setup``.
+        Activate this Python environment (:func:`activation`) first.
     requeue
         As :func:`resumable` takes it.
     mem
@@ -273,8 +275,8 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
               "#SBATCH --open-mode=append",
               *_comments(ranks, threads_per_rank, slurm_launcher, implementation, requeue,
                          stop_before),
-              *([env_setup] if env_setup else []),
               *([activation()] if activate else []),
+              *([env_setup] if env_setup else []),
               "set -euo pipefail",
               *(f"export {name}={shlex.quote(value)}" for name, value in env.items())]
     if LIBMPI_ENV not in env:  # the library is where the nodes' launcher is

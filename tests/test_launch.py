@@ -242,7 +242,7 @@ def test_threads_appended_to_distgnn_train_once():
     for given in (["--threads", "1"], ["--threads=1"]):
         assert openmpi(2, ["distgnn-train", "--partitions", "d", *given]).argv[-len(given):] \
             == given
-    assert openmpi(2, ["python", "train.py"]).argv[-2:] == ["python", "train.py"]
+    assert openmpi(2, ["./train.sh", "x"]).argv[-2:] == ["./train.sh", "x"]
 
 
 def test_whole_graph_training_on_several_ranks_is_refused():
@@ -369,13 +369,108 @@ def test_sbatch_srun_launcher(fake_mpis, mpi, plugin):
                        ).startswith("srun --mpi=pmix_v4 ")
 
 
-def test_sbatch_environment_defaults_to_this_python(fake_mpis):
-    lines = script(fake_mpis).splitlines()
+def test_sbatch_environment_is_this_python_after_the_sites_lines(fake_mpis):
+    """The environment distgnn runs in is activated on the nodes, then --env-setup's lines
+    run (a module load, whose MPI then comes first on PATH), unless activate=False; the
+    ranks' library stays named either way."""
     activate = Path(sys.prefix) / "bin" / "activate"
-    assert (f"source {activate}" if activate.is_file() else
-            f'export PATH={Path(sys.prefix) / "bin"}:"$PATH"') in lines
-    assert not any(line.startswith(("source ", "export PATH"))
-                   for line in script(fake_mpis, env_setup="").splitlines())
+    activation = (f"source {activate}" if activate.is_file() else
+                  f'export PATH={Path(sys.prefix) / "bin"}:"$PATH"')
+    library = f"export MPI4PY_LIBMPI={fake_mpis['openmpi'][1]}"
+    assert activation in script(fake_mpis).splitlines()
+    lines = script(fake_mpis, env_setup="module load openmpi").splitlines()
+    assert lines.index(activation) < lines.index("module load openmpi") < \
+        lines.index("set -euo pipefail") < lines.index(library)
+    lines = script(fake_mpis, env_setup="module load openmpi", activate=False).splitlines()
+    assert "module load openmpi" in lines and library in lines
+    assert not any(line.startswith(("source ", "export PATH")) for line in lines)
+
+
+def test_sbatch_memory_per_node(fake_mpis):
+    assert "#SBATCH --mem=64G" in script(fake_mpis, mem="64G").splitlines()
+    assert "#SBATCH --mem=0" in script(fake_mpis, mem="0").splitlines()
+    assert "--mem" not in script(fake_mpis)
+    for bad in ("64 GB", "lots", "-1", "1.5G"):
+        with pytest.raises(LaunchError, match=re.escape(f"--mem {bad!r} is not a SLURM memory")):
+            script(fake_mpis, mem=bad)
+
+
+@pytest.mark.parametrize("flags, activate, warned", [
+    (["--partitions", "/tmp/p", "--checkpoint-dir", "/dev/shm/ck"], False,
+     ["--partitions /tmp/p is on node-local storage (/tmp)",
+      "--checkpoint-dir /dev/shm/ck is on node-local storage (/dev/shm)"]),
+    (["--partitions", "runs/p", "--resume", "/var/tmp/ck"], False,
+     ["--partitions runs/p is a relative path", "--resume /var/tmp/ck is on node-local"]),
+    (["--partitions", "/shared/p", "--checkpoint-dir", "/shared/ck"], False, []),
+    (["--partitions", "/shared/p"], True, []),  # this environment: under /work, shared
+])
+def test_sbatch_warns_of_node_local_paths(fake_mpis, flags, activate, warned):
+    """One line for each directory a job on several nodes must share but that is on a
+    node's own storage (/tmp, /var/tmp, /dev/shm, /run, $TMPDIR) or relative."""
+    said = []
+    script(fake_mpis, command=["distgnn-train", *flags], activate=activate, warn=said.append)
+    assert len(said) == len(warned) and all(w in line for w, line in zip(warned, said)), said
+
+
+def test_sbatch_warns_of_an_environment_on_node_local_storage(fake_mpis, monkeypatch):
+    monkeypatch.setattr(sys, "prefix", "/tmp/venv")
+    said = []
+    script(fake_mpis, command=["./train.sh"], warn=said.append)
+    assert said == ["the Python environment /tmp/venv is on node-local storage (/tmp): each "
+                    "node sees its own, so the nodes do not share it; use a shared filesystem"]
+    said.clear()
+    script(fake_mpis, command=["./train.sh"], activate=False, warn=said.append)
+    assert said == []
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_sbatch_for_an_mpi_not_installed_here(tmp_path, monkeypatch, launcher):
+    """MPICH named but not installed where the script is written: the script runs its
+    mpiexec from the nodes' PATH, finds its library there (or ends the job, naming what
+    the nodes need), and says so in its comments; writing it warns once."""
+    monkeypatch.setattr(mpirun_module, "MPI_HOME", tmp_path / "none")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    said = []
+    s = sbatch_script(2, ["prog"], implementation="mpich", slurm_launcher=launcher,
+                      env_setup="module load mpich", warn=said.append)
+    assert said == ["MPICH is not installed here: the script runs mpiexec from the nodes' "
+                    "PATH (its comments say what the nodes need)"]
+    assert "# The nodes need MPICH's mpiexec on PATH (--env-setup, e.g. 'module load ...')," \
+        in s.splitlines()
+    if launcher == "mpirun":
+        assert launch_line(s).startswith("mpiexec -n 2 ")
+    path = tmp_path / "job.sbatch"
+    path.write_text(s)
+    fake = tmp_path / "mpich" / "bin"
+    fake_launcher(fake, HYDRA)
+    (tmp_path / "mpich" / "lib").mkdir()
+    (tmp_path / "mpich" / "lib" / "libmpi.so.12").touch()
+    # the script's lines up to the launch, then the library they found
+    head = s[:s.index("stop=\"\" launcher=\"\"")].replace("module load mpich\n", "")
+    (tmp_path / "head.sh").write_text(head + 'echo "${MPI4PY_LIBMPI:-}"\n')
+    for path_dirs, found in ((f"{fake}:/usr/bin:/bin", True), ("/usr/bin:/bin", False)):
+        proc = subprocess.run(["bash", str(tmp_path / "head.sh")], capture_output=True,
+                              text=True, env={"PATH": path_dirs})
+        if found:
+            assert proc.returncode == 0, proc.stderr
+            assert Path(proc.stdout.strip()).resolve() == tmp_path / "mpich/lib/libmpi.so.12"
+        elif launcher == "mpirun":
+            assert proc.returncode == 2 and "no mpiexec on PATH on" in proc.stderr
+        else:  # srun needs no launcher: mpi4py loads its own default, with a warning
+            assert proc.returncode == 0 and "mpi4py loads its own default" in proc.stderr
+
+
+def test_sbatch_finds_the_library_of_a_launcher_named_without_a_path(fake_mpis, capsys):
+    """--mpirun mpirun with --slurm: the nodes' mpirun (after --env-setup), and the library
+    beside it, forwarded to every rank (-x)."""
+    out = Path(fake_mpis["openmpi"][0]).parents[2] / "job.sbatch"
+    assert main(["-n", "2", "--slurm", str(out), "--mpi", "openmpi", "--mpirun", "mpirun",
+                 "--env-setup", "module load openmpi", "--", "prog"]) == 0
+    s = out.read_text()
+    assert launch_line(s).startswith("mpirun -np 2 ") and flags(launch_line(s).split(),
+                                                               "-x", "MPI4PY_LIBMPI")
+    assert "if mpi_launcher=$(command -v mpirun); then" in s.splitlines()
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("nodes, per_node, expected", [

@@ -523,7 +523,8 @@ add(Case(5, "5000 wide layers on cora", tool("train", "--dataset", "cora", *TRAI
                                               "--layers", 5000, "--hidden", 512),
          says="needs about"))
 add(Case(5, "a label of 2^31", tool("train", "--dataset", "{tmp}/d.npz", *TRAIN_QUICK),
-         data(y=np.where(np.arange(60) == 4, 2**31, 1).astype(np.int64)), says="needs about"))
+         data(y=np.where(np.arange(60) == 4, 2**31, 1).astype(np.int64)),
+         says="labels are 1..2147483648"))
 add(Case(5, "zero-width features", tool("train", "--dataset", "{tmp}/d.npz", *TRAIN_QUICK),
          data(x=np.zeros((60, 0), np.float32)), says="width 0"))
 
