@@ -106,7 +106,7 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     def _get_help_string(self, action):
         text = action.help or ""
         if ((action.nargs == 0 and not action.default) or action.default is argparse.SUPPRESS
-                or "default" in text or not action.option_strings):
+                or "default" in text or not action.option_strings or action.required):
             return text
         if action.default is None:
             return f"{text} (default: none)"
@@ -136,10 +136,12 @@ def dataset_file_flags(group) -> None:
     ``features``, ``labels``, ``symmetrize``, ``split_file``): the same in every tool that
     reads one (distgnn-train, distgnn-predict, distgnn-partition)."""
     group.add_argument("--features",
-                       help="features file (.npy or text) for an edge-list dataset")
+                       help="features file (.npy or text) for an edge-list dataset (default: "
+                            "one feature, 1.0, per vertex)")
     group.add_argument("--labels",
                        help="labels file (.npy or text) for an edge-list dataset; -1 (or a "
-                            "vertex absent from a keyed file) marks an unlabelled vertex")
+                            "vertex absent from a keyed file) marks an unlabelled vertex "
+                            "(default: label 0 for every vertex, in no split: nothing to train)")
     group.add_argument("--symmetrize", action="store_true",
                        help="add the reverse of every edge of a file's graph (an edge list "
                             "with one line per undirected edge); without it, the summary "

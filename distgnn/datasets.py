@@ -85,7 +85,7 @@ def load(spec: str | Path, *, features: str | Path | None = None,
         ds = generate(text)
         kind = "generator"
     else:
-        with _locate(text) as path:
+        with locate(text) as path:
             kind = "ogb" if path.is_dir() else "npz" if path.suffix == ".npz" else "edges"
             if kind != "ogb":
                 _required(path)  # a FIFO or a device would block or never end
@@ -125,13 +125,14 @@ def _reverse_note(graph: CSRGraph) -> str:
 
 def _check_options(kind: str, spec: str, split: int, features, labels) -> None:
     if split and kind != "npz":
-        raise GraphError(f"split={split} needs an .npz file holding several splits", spec)
+        raise GraphError(f"--split {split} (split={split}) needs an .npz file holding several "
+                         "splits", spec)
     if (features is not None or labels is not None) and kind != "edges":
         raise GraphError("features= and labels= apply to edge-list files only", spec)
 
 
 @contextlib.contextmanager
-def _locate(spec: str) -> Iterator[Path]:
+def locate(spec: str) -> Iterator[Path]:
     """Yield the path a non-generator spec names; a bundled file may be a temporary copy."""
     bare = Path(spec).name == spec
     if bare:

@@ -99,8 +99,8 @@ def mixed(a) -> dict:
     rates = {dev: fitted_rates([(*sizes[ef], epochs[dev, ef]) for ef in specs], triad)
              for dev in ("cuda", "cpu")}
     for dev, r in rates.items():
-        print(f"{dev}: epochs {', '.join(f'{epochs[dev, ef] * 1e3:.1f} ms (edge factor {ef})' for ef in specs)}"
-              f"; fitted {r.dense_per_vertex * 1e9:.1f} ns per vertex + "
+        shown = ", ".join(f"{epochs[dev, ef] * 1e3:.1f} ms (edge factor {ef})" for ef in specs)
+        print(f"{dev}: epochs {shown}; fitted {r.dense_per_vertex * 1e9:.1f} ns per vertex + "
               f"{r.aggregation_per_edge * 1e9:.2f} ns per edge", flush=True)
     n, e = sizes[16]
     per_edge = cut(specs[16], [1 / epochs["cuda", 16], 1 / epochs["cpu", 16]],

@@ -132,9 +132,9 @@ class LaunchPlan:
 
     def shell(self) -> str:
         """One copy-pasteable line: ``NAME=value ... mpirun ...``, its notes as a comment."""
-        return " ".join([f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
-                        + [shlex.join(self.argv)]
-                        + (["  # " + "; ".join(self.notes)] if self.notes else []))
+        line = " ".join([f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
+                        + [shlex.join(self.argv)])
+        return line + ("  # " + "; ".join(self.notes) if self.notes else "")
 
 
 def find_mpirun(name: str = "mpirun") -> str:
@@ -513,8 +513,9 @@ def check_times(timeout: float | None, stop_grace: float,
 
 class JobStopped(LaunchError):
     """A job that :func:`run` stopped on a request (a signal, its timeout); the message says
-    why, what the ranks wrote and how to continue, ``exit_status`` is the job's (130 after
-    Ctrl-C, 2 after the timeout)."""
+    why, what the ranks wrote and how to continue.  ``exit_status``: 2 after the timeout,
+    130 after Ctrl-C, 128 + the signal when the ranks had to be killed, else the job's (128
+    + SIGUSR1 from ranks that stopped on the request)."""
 
     def __init__(self, message: str, status: int):
         super().__init__(message)
@@ -548,7 +549,7 @@ def run(plan: LaunchPlan, timeout: float | None = None,
     with status 0, the job did not run; with another, it could not start.
     """
     check_times(timeout, stop_grace, start_timeout)
-    check_partitions(plan.ranks, plan.command or plan.argv[-1:], missing_ok=False)
+    check_partitions(plan.ranks, plan.command, missing_ok=False)
     received: list[int] = []
     handlers = {}
     if threading.current_thread() is threading.main_thread():  # Python's rule for handlers
@@ -558,7 +559,7 @@ def run(plan: LaunchPlan, timeout: float | None = None,
     try:
         proc = subprocess.Popen(plan.argv, env={**os.environ, **plan.env},
                                 start_new_session=True, stderr=subprocess.PIPE)
-        copy = StderrCopy(proc.stderr)
+        copy = StderrCopy(proc.stderr, plan.ranks)
         copy.start()
         began, why, deadline, failed, ended = time.monotonic(), None, 0.0, None, None
         while proc.poll() is None:
@@ -591,8 +592,8 @@ def run(plan: LaunchPlan, timeout: float | None = None,
         raise LaunchError(failed)
     if why is not None and status:
         raise JobStopped(_stop_report(plan, copy, why, ended, timeout, relaunch),
-                         128 + signal.SIGINT if why == signal.SIGINT
-                         else 2 if why == TIMED_OUT else status)
+                         2 if why == TIMED_OUT else 128 + why if why == signal.SIGINT or ended
+                         else status)
     launcher = Path(plan.argv[0]).name
     if status == 0 and copy.lost:
         raise LaunchError(f"{launcher} lost the daemon of {', '.join(copy.lost)} (node down or "
@@ -751,11 +752,14 @@ class StderrCopy(threading.Thread):
     display is held back; nothing once ``muted``), counting and removing the ranks'
     :data:`STARTED` lines, and noting the nodes whose daemon it lost (``lost``), those a
     remote shell could not reach (``unreachable``: host -> what it said) and the last
-    checkpoint a stopped rank named (``checkpoint``: epoch, path, directory)."""
+    checkpoint a stopped rank named (``checkpoint``: epoch, path, directory).  A node not
+    reached before all ``ranks`` started mutes the rest: the launcher's account of a job
+    that could not start, which :func:`run` gives in one line."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, ranks: int = 0):
         super().__init__(name="mpirun-stderr", daemon=True)
-        self.stream, self.started, self.lost, self.muted = stream, 0, [], False
+        self.stream, self.ranks, self.started, self.lost = stream, ranks, 0, []
+        self.muted = False
         self.unreachable: dict[str, str] = {}
         self.checkpoint: tuple[int, str, str] | None = None
 
@@ -788,6 +792,7 @@ class StderrCopy(threading.Thread):
         if m := UNREACHABLE.search(line):
             host = next(filter(None, m.groups())).decode(errors="replace")
             self.unreachable.setdefault(host, m.group(0).decode(errors="replace").strip())
+            self.muted = self.muted or self.started < self.ranks
         if b"stopped after epoch" in line and \
                 (m := STOPPED_CHECKPOINT.search(line.decode(errors="replace").rstrip())):
             self.checkpoint = int(m.group(1)), m.group(2), m.group(3)

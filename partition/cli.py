@@ -32,7 +32,7 @@ from distgnn.cli_common import (
     run_guarded,
 )
 from distgnn.config import MAX_LAYERS
-from distgnn.datasets import _locate
+from distgnn.datasets import locate
 from distgnn.datasets import load as load_dataset
 from distgnn.edge_file import edge_count
 from distgnn.errors import DistGNNError
@@ -138,8 +138,11 @@ def partition_parser() -> argparse.ArgumentParser:
                         "--dataset, as the other tools take it)")
     p.add_argument("--dataset", dest="dataset_flag", metavar="DATASET",
                    help="the same as the positional DATASET: give one of the two")
-    p.add_argument("--parts", type=int, required=True, help="number of partitions P (ranks)")
-    p.add_argument("--out", required=True, metavar="DIR", help="partition directory to create")
+    # required: "no default" said, or the help formatter would append "(default: none)"
+    p.add_argument("--parts", type=int, required=True,
+                   help="number of partitions P (ranks): required, no default")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="partition directory to create: required, no default")
     p.add_argument("--method", choices=METHODS, default="libra",
                    help="libra: greedy vertex-cut (default); hdrf: greedy scoring of "
                         "partial degrees and balance (Petroni et al.); random: edge hash; "
@@ -157,7 +160,7 @@ def partition_parser() -> argparse.ArgumentParser:
                         "1,1,2,4 gives the last rank half the edges and the first two an "
                         "eighth each (for ranks of unequal speed, such as a GPU rank). "
                         "Libra balances edges / weight; random and dbh hash into buckets of "
-                        "those sizes. Default: equal")
+                        "those sizes (default: equal)")
     p.add_argument("--roots", choices=ROOTS, default="balanced",
                    help="root clone of each split vertex: balanced across partitions "
                         "(default) or uniformly random")
@@ -383,7 +386,7 @@ def input_path(spec: str) -> Path | None:
     if spec.partition(":")[0] in GENERATORS:
         return None
     try:
-        with _locate(spec) as path:
+        with locate(spec) as path:
             return path
     except GraphError:
         return None

@@ -49,7 +49,7 @@ from typing import Callable
 import numba
 import numpy as np
 
-from distgnn.datasets import read_split_file
+from distgnn.datasets import check_classes, read_split_file
 from distgnn.edge_file import edge_count, iter_edges
 from distgnn.generators import random_split
 from distgnn.graph import UNLABELLED, CSRGraph, GraphError, format_bytes
@@ -98,7 +98,7 @@ class Stopped(BaseException):
                             + (f"; removed {work}" if work else ""))
             return
         removed = " and ".join(filter(None, (
-            work, f"the partly written copy of {out} beside it" if writing else "")))
+            work, f"any partly written copy of {out} beside it" if writing else "")))
         self.message = (f"{name} received: stopped streaming"
                         + (f", removed {removed}" if removed else "")
                         + f"; nothing was written to {out}")
@@ -287,9 +287,10 @@ def work_folder(out: Path):
 def _remove_work(folder: Path) -> None:
     """Remove a work folder, its marker last: a removal cut short (SIGKILL) leaves a folder
     that the next run still recognises."""
-    for entry in folder.iterdir():
-        if entry.name != WORK_MARKER:
-            shutil.rmtree(entry, ignore_errors=True)
+    with contextlib.suppress(OSError):  # gone already: nothing to remove
+        for entry in folder.iterdir():
+            if entry.name != WORK_MARKER:
+                shutil.rmtree(entry, ignore_errors=True)
     shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -372,7 +373,9 @@ def vertex_data(features: str | Path, labels: str | Path, split_file: str | Path
         raise GraphError(f"features must be floats and labels integers, got {x.dtype} and "
                          f"{y.dtype}", features)
     if len(y) != len(x):
-        raise GraphError(f"{len(x):,} feature rows but {len(y):,} labels", labels)
+        raise GraphError(f"{features} has {len(x):,} feature rows but {labels} has "
+                         f"{len(y):,} labels: both hold one row per vertex")
+    check_classes(y, labels)
     labelled = y != UNLABELLED
     if split_file is not None:
         if Path(split_file).suffix != ".npz":

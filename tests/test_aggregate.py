@@ -1,6 +1,6 @@
-"""Every aggregation backend of CPU tensors (numba, torch), SpMM and Neighbourhood against numpy/scipy
-references built from the raw edge lists (never from CSRGraph), plus gradcheck of every
-reduce."""
+"""Every aggregation backend of CPU tensors (numba, torch), SpMM and Neighbourhood against
+numpy/scipy references built from the raw edge lists (never from CSRGraph), plus gradcheck
+of every reduce."""
 import numpy as np
 import pytest
 import scipy.sparse as sp

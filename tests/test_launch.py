@@ -3,9 +3,11 @@ launcher and library, SLURM scripts, and real runs under Open MPI, MPICH and Int
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -426,34 +428,42 @@ def test_sbatch_warns_of_an_environment_on_node_local_storage(fake_mpis, monkeyp
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_sbatch_for_an_mpi_not_installed_here(tmp_path, monkeypatch, launcher):
     """MPICH named but not installed where the script is written: the script runs its
-    mpiexec from the nodes' PATH, finds its library there (or ends the job, naming what
-    the nodes need), and says so in its comments; writing it warns once."""
+    mpiexec from the nodes' PATH (as --env-setup leaves it), finds its library there (or
+    ends the job, naming what the nodes need), and says so in its comments; writing it
+    warns once."""
     monkeypatch.setattr(mpirun_module, "MPI_HOME", tmp_path / "none")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    nodes = tmp_path / "mpich" / "bin"  # where the nodes' module puts MPICH
     said = []
-    s = sbatch_script(2, ["prog"], implementation="mpich", slurm_launcher=launcher,
-                      env_setup="module load mpich", warn=said.append)
+
+    def head(**kw):
+        """The script's lines up to the launch, then the library they found."""
+        s = sbatch_script(2, ["prog"], implementation="mpich", slurm_launcher=launcher,
+                          warn=said.append, **kw)
+        path = tmp_path / f"head{len(said)}.sh"
+        path.write_text(s[:s.index('stop="" launcher=""')] + 'echo "${MPI4PY_LIBMPI:-}"\n')
+        return s, path
+
+    s, module = head(env_setup=f'export PATH="{nodes}:$PATH"')
     assert said == ["MPICH is not installed here: the script runs mpiexec from the nodes' "
                     "PATH (its comments say what the nodes need)"]
     assert "# The nodes need MPICH's mpiexec on PATH (--env-setup, e.g. 'module load ...')," \
         in s.splitlines()
-    if launcher == "mpirun":
-        assert launch_line(s).startswith("mpiexec -n 2 ")
-    path = tmp_path / "job.sbatch"
-    path.write_text(s)
-    fake = tmp_path / "mpich" / "bin"
-    fake_launcher(fake, HYDRA)
-    (tmp_path / "mpich" / "lib").mkdir()
-    (tmp_path / "mpich" / "lib" / "libmpi.so.12").touch()
-    # the script's lines up to the launch, then the library they found
-    head = s[:s.index("stop=\"\" launcher=\"\"")].replace("module load mpich\n", "")
-    (tmp_path / "head.sh").write_text(head + 'echo "${MPI4PY_LIBMPI:-}"\n')
-    for path_dirs, found in ((f"{fake}:/usr/bin:/bin", True), ("/usr/bin:/bin", False)):
-        proc = subprocess.run(["bash", str(tmp_path / "head.sh")], capture_output=True,
-                              text=True, env={"PATH": path_dirs})
+    assert launch_line(s).startswith("mpiexec -n 2 " if launcher == "mpirun" else "srun ")
+    _, bare = head(activate=False)
+    fake_launcher(nodes, HYDRA)
+    (nodes.parent / "lib").mkdir()
+    (nodes.parent / "lib" / "libmpi.so.12").touch()
+    tools = tmp_path / "tools"  # what the lines run, and no MPI of this machine's
+    tools.mkdir()
+    for tool in ("dirname", "readlink", "hostname"):
+        (tools / tool).symlink_to(shutil.which(tool, path="/usr/bin:/bin"))
+    for path, found in ((module, True), (bare, False)):
+        proc = subprocess.run([shutil.which("bash", path="/usr/bin:/bin"), str(path)],
+                              capture_output=True, text=True, env={"PATH": str(tools)})
         if found:
             assert proc.returncode == 0, proc.stderr
-            assert Path(proc.stdout.strip()).resolve() == tmp_path / "mpich/lib/libmpi.so.12"
+            assert Path(proc.stdout.strip()).resolve() == nodes.parent / "lib/libmpi.so.12"
         elif launcher == "mpirun":
             assert proc.returncode == 2 and "no mpiexec on PATH on" in proc.stderr
         else:  # srun needs no launcher: mpi4py loads its own default, with a warning
@@ -767,6 +777,228 @@ def test_stderr_copy_removes_started_lines_cut_anywhere(capfdbinary):
         copy.join(timeout=10)
     assert copy.started == 3
     assert capfdbinary.readouterr().err == b"epoch 1 done\n\x1eraw\nlast \x1edist"
+
+
+def test_stderr_copy_notes_unreachable_nodes_and_the_checkpoint_of_a_stop(capfdbinary):
+    read, write = os.pipe()
+    with os.fdopen(read, "rb") as stream:
+        copy = StderrCopy(stream)
+        copy.start()
+        os.write(write, b"ssh: connect to host node7 port 22: Connection timed out\n"
+                        b"ssh: Could not resolve hostname nosuch.invalid: Name or service not "
+                        b"known\ndistgnn cluster agent: node node1 unreachable for 3 s; "
+                        b"session closed\ndistgnn-train: error: SIGUSR1 received: stopped "
+                        b"after epoch 12; checkpoint runs/my ck/epoch-000012; continue with "
+                        b"--resume runs/my ck\n")
+        os.close(write)
+        copy.join(timeout=10)
+    assert list(copy.unreachable) == ["node7", "nosuch.invalid", "node1"]
+    assert copy.unreachable["node7"] == "ssh: connect to host node7 port 22: Connection timed out"
+    assert copy.checkpoint == (12, "runs/my ck/epoch-000012", "runs/my ck")
+    assert capfdbinary.readouterr().err.count(b"\n") == 4  # passed on as it came
+
+
+# A rank of the fake jobs below (run by the rank wrapper as its own launcher): it says that
+# it is ready, then answers SIGUSR1 as distgnn-train does ("checkpoints"), or not ("deaf")
+FAKE_RANK = """
+import signal, sys, time
+ready, mode = sys.argv[1], sys.argv[2]
+def stop(signum, frame):
+    if mode == "checkpoints":
+        print("distgnn-train: error: SIGUSR1 received: stopped after epoch 3; checkpoint "
+              "ck/epoch-000003; continue with --resume ck", file=sys.stderr, flush=True)
+        sys.exit(128 + signum)
+signal.signal(signal.SIGUSR1, stop)
+open(ready, "w").close()
+time.sleep(60)
+"""
+TRAIN = ["distgnn-train", "--dataset", "d.npz", "--checkpoint-dir", "ck"]
+RELAUNCH = ["distgnn-launch", "-n", "1"]
+
+
+def fake_job(tmp_path, mode, command=TRAIN):
+    ready = tmp_path / "ready"
+    return ready, LaunchPlan([sys.executable, *RANK_WRAPPER, "0", sys.executable, "-c",
+                              FAKE_RANK, str(ready), mode], {}, 1, list(command))
+
+
+def signal_when(ready, *signals):
+    """Send this process ``signals`` (0.2 s apart) once ``ready`` exists (run() handles
+    them meanwhile)."""
+    def send():
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for s in signals:
+            os.kill(os.getpid(), s)
+            time.sleep(0.2)
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
+
+
+CONTINUE = ("the ranks wrote checkpoint ck/epoch-000003 (after epoch 3); continue with: "
+            "distgnn-launch -n 1 -- distgnn-train --dataset d.npz --checkpoint-dir ck "
+            "--resume ck")
+
+
+@pytest.mark.parametrize("signals, mode, grace, status, says", [
+    ([signal.SIGINT], "checkpoints", 30, 130, f"stopped on Ctrl-C: {CONTINUE}"),
+    ([signal.SIGUSR1], "checkpoints", 30, 138, f"stopped on SIGUSR1: {CONTINUE}"),
+    ([signal.SIGTERM], "checkpoints", 30, 138, f"stopped on SIGTERM: {CONTINUE}"),
+    ([signal.SIGINT, signal.SIGINT], "deaf", 30, 130,
+     "stopped on Ctrl-C (a second Ctrl-C ended the ranks at once): the ranks reported no "
+     "checkpoint"),
+    ([signal.SIGUSR1], "deaf", 1, 128 + signal.SIGUSR1,
+     "stopped on SIGUSR1 (the ranks did not end within --stop-grace 1 s and were killed): "
+     "the ranks reported no checkpoint"),
+], ids=["ctrl-c", "sigusr1", "sigterm", "ctrl-c-twice", "grace-over"])
+def test_stop_signals_reach_the_ranks_and_the_report_says_how_to_continue(
+        tmp_path, signals, mode, grace, status, says):
+    """SIGTERM, SIGUSR1 and Ctrl-C to the launcher reach every rank as SIGUSR1 (a fake
+    launcher here: the rank itself), the launcher waits for them, then says what stopped
+    the job, the checkpoint they wrote and the command that continues from it."""
+    ready, job = fake_job(tmp_path, mode)
+    sender = signal_when(ready, *signals)
+    start = time.monotonic()
+    with pytest.raises(mpirun_module.JobStopped) as e:
+        run(job, stop_grace=grace, relaunch=RELAUNCH)
+    sender.join()
+    assert str(e.value) == says and e.value.exit_status == status
+    assert time.monotonic() - start < 20
+
+
+@pytest.mark.parametrize("command, then", [
+    (TRAIN, TRAIN + ["--resume", "ck"]),
+    # resumes of another directory give way to the one the checkpoint is in
+    (TRAIN + ["--resume", "old"], TRAIN + ["--resume", "ck"]),
+    (TRAIN + ["--resume-if-present=old"], TRAIN + ["--resume", "ck"]),
+    # the same command continues
+    (["distgnn-train", "--resume-if-present", "ck"], ["distgnn-train", "--resume-if-present",
+                                                      "ck"]),
+])
+def test_timeout_reports_the_checkpoint_and_the_command_that_continues(tmp_path, command, then):
+    ready, job = fake_job(tmp_path, "checkpoints", command)
+    with pytest.raises(mpirun_module.JobStopped) as e:
+        run(job, timeout=2, relaunch=RELAUNCH)
+    assert e.value.exit_status == 2
+    assert str(e.value) == (f"{sys.executable} did not finish within 2 s; stopped it and its "
+                            "ranks: the ranks wrote checkpoint ck/epoch-000003 (after epoch 3); "
+                            f"continue with: {shlex.join([*RELAUNCH, '--', *then])}")
+    ready, job = fake_job(tmp_path, "checkpoints", ["./train.sh"])  # not distgnn-train's flags
+    with pytest.raises(mpirun_module.JobStopped, match=r"continue with --resume ck$"):
+        run(job, timeout=2, relaunch=RELAUNCH)
+
+
+SLEEPING_LAUNCHER = """
+import subprocess, sys, time
+print(sys.argv[2], file=sys.stderr, flush=True)
+# a child of its own process group, as prterun starts ranks and remote shells
+child = subprocess.Popen(["sleep", "300"], process_group=0)
+open(sys.argv[1], "w").write(str(child.pid))
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("said, start_timeout, message", [
+    ("launching", 1, "python3 started 0 of the 2 ranks within 1 s (--start-timeout); stopped "
+                     "the job"),
+    ("ssh: connect to host node7 port 22: Connection timed out", 60,
+     "python3 could not reach node7 (ssh: connect to host node7 port 22: Connection timed "
+     "out); 0 of the 2 ranks started; stopped the job"),
+])
+def test_a_job_that_cannot_start_ends_naming_why(tmp_path, capfd, said, start_timeout,
+                                                 message):
+    """Ranks that have not all started within the start-up timeout, or a remote shell
+    that cannot reach a node, end the job at once: one line, and nothing of the job left
+    running (a child in a process group of its own included)."""
+    job = LaunchPlan([sys.executable, "-c", SLEEPING_LAUNCHER, str(tmp_path / "child"), said],
+                     {}, 2)
+    start = time.monotonic()
+    with pytest.raises(LaunchError) as e:
+        run(job, start_timeout=start_timeout)
+    assert time.monotonic() - start < min(start_timeout, 10) + 5
+    assert str(e.value).replace(Path(sys.executable).name, "python3") == message
+    assert not running(int((tmp_path / "child").read_text()))
+
+
+def test_silent_hosts_are_those_no_ssh_server_answers_for(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost slots=2\n127.0.0.1:2\nnosuch.invalid slots=1\n")
+    assert mpirun_module.silent_hosts(str(hosts)) == ["nosuch.invalid"]
+
+
+def test_a_bare_python_is_the_python_distgnn_runs_in(capsys, fake_mpis):
+    """The nodes' PATH may find a python without mpi4py: a bare python, python3 or
+    pythonX.Y of this version is this one, and --dry-run says so; others are kept."""
+    p = openmpi(2, ["python", "-m", "mpi4py", "x.py"])
+    assert p.argv[-4:] == [sys.executable, "-m", "mpi4py", "x.py"]
+    assert p.shell().endswith(f"x.py  # python is {sys.executable}, the Python distgnn "
+                              "runs in")
+    assert openmpi(2, ["python3", "x.py"]).argv[-2] == sys.executable
+    for kept in ("/usr/bin/python3", "python2", "./python"):
+        assert openmpi(2, [kept, "x.py"]).argv[-2:] == [kept, "x.py"]
+        assert "#" not in openmpi(2, [kept, "x.py"]).shell()
+    assert main(["-n", "2", "--mpi", "openmpi", "--mpirun", fake_mpis["openmpi"][0],
+                 "--dry-run", "--", "python", "x.py"]) == 0
+    assert f"  # python is {sys.executable}" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def four_partitions(tmp_path_factory):
+    from tests.helpers.hostile import Runner, partition, write_npz
+
+    root = tmp_path_factory.mktemp("parts")
+    partition(Runner(), write_npz(root / "d.npz", n=200), 4, root / "p4")
+    return root / "p4"
+
+
+def test_partition_count_is_checked_before_any_launcher_starts(four_partitions, fake_mpis,
+                                                               tmp_path, capsys):
+    """distgnn-train --partitions DIR on another number of ranks than DIR holds: refused
+    from DIR/meta.json before the launcher starts (a real launch, a dry run and a script
+    alike); a DIR that is not here is refused by a launch only."""
+    launcher = ["--mpi", "openmpi", "--mpirun", fake_mpis["openmpi"][0]]
+    job = ["--", "distgnn-train", "--partitions", str(four_partitions)]
+    for mode in ([], ["--dry-run"], ["--slurm", str(tmp_path / "job.sbatch")]):
+        assert main(["-n", "3", *launcher, *mode, *job]) == 2
+        assert capsys.readouterr().err == (
+            f"distgnn-launch: error: --partitions {four_partitions} holds 4 partitions but -n "
+            "is 3: one rank per partition, launch with -n 4\n")
+    assert not (tmp_path / "job.sbatch").exists()
+    absent = ["--", "distgnn-train", "--partitions", str(tmp_path / "absent")]
+    assert main(["-n", "3", *launcher, "--dry-run", *absent]) == 0
+    assert main(["-n", "3", *launcher, *absent]) == 2
+    assert "absent is not a partition directory (no meta.json)" in capsys.readouterr().err
+
+
+def help_strings(parser):
+    """``(flag, help as --help shows it)`` of every option of ``parser`` and its
+    subcommands that takes a value or may be turned either way."""
+    import argparse
+
+    from distgnn.cli_common import DefaultsHelpFormatter
+
+    formatter = DefaultsHelpFormatter(parser.prog)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from help_strings(sub)
+        elif action.option_strings and not isinstance(
+                action, (argparse._HelpAction, argparse._StoreTrueAction)):
+            yield f"{parser.prog} {action.option_strings[-1]}", formatter._expand_help(action)
+
+
+def test_every_option_of_distgnn_launch_states_its_default():
+    from launch.cli import cluster_parser, parser
+
+    found = list(help_strings(parser())) + list(help_strings(cluster_parser()))
+    assert len(found) > 30
+    missing = [flag for flag, text in found if "default" not in text]
+    assert not missing, missing
+    stated = dict(found)
+    assert "default 120)" in stated["distgnn-launch --start-timeout"]
+    assert "(default: dgnn)" in stated["distgnn-launch cluster down --name"]
 
 
 def test_rank_wrapper_usage():

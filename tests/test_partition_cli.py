@@ -233,3 +233,127 @@ def test_cli_inspect_and_verify_of_missing_directory(tmp_path, capsys):
     rc = run_cli(["verify", tmp_path / "none"])  # verify: 1 for every problem it finds
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and "none" in err[0], err
+
+
+# ---- the dataset as --dataset; outputs that collide; empty values; flags that do nothing ------
+def test_the_dataset_is_taken_as_dataset_too_and_once(tmp_path, capsys):
+    """``--dataset X`` partitions as the positional ``X`` does; both, or neither, is one line
+    naming them, before anything is written."""
+    assert run_cli(["--dataset", SMALL_RMAT, "--parts", 2, "--out", tmp_path / "a",
+                    "--no-progress"]) == 0
+    assert run_cli([SMALL_RMAT, "--parts", 2, "--out", tmp_path / "b", "--no-progress"]) == 0
+    capsys.readouterr()
+    for a, b in zip(load_all(tmp_path / "a"), load_all(tmp_path / "b")):
+        np.testing.assert_array_equal(a.global_ids, b.global_ids)
+        np.testing.assert_array_equal(a.graph.indices, b.graph.indices)
+    rc = run_cli([SMALL_RMAT, "--dataset", "cora", "--parts", 2, "--out", tmp_path / "c"])
+    assert_one_line_error(rc, capsys.readouterr().err, f"DATASET {SMALL_RMAT} and --dataset "
+                          "cora: give the dataset once")
+    rc = run_cli(["--parts", 2, "--out", tmp_path / "c"])
+    assert_one_line_error(rc, capsys.readouterr().err, "no dataset: give DATASET")
+    assert not (tmp_path / "c").exists()
+
+
+def write_npz_dataset(path):
+    from distgnn.datasets import load
+
+    ds = load(SMALL_RMAT)
+    np.savez(path, indptr=ds.graph.indptr, indices=ds.graph.indices, x=ds.x, y=ds.y,
+             train_mask=ds.train_mask, val_mask=ds.val_mask, test_mask=ds.test_mask)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["{d}", "--out", "{t}/p", "--json", "{t}/p"], "--out and --json name the same path"),
+    (["{d}", "--out", "{t}/./p", "--json", "{t}/q/../p"], "--out and --json name the same"),
+    (["{d}", "--out", "{t}/p", "--json", "{t}/p/s.json"], "--json {t}/p/s.json is inside --out"),
+    (["{d}", "--out", "{t}/sub/../d.npz"], "--out {t}/d.npz is DATASET {t}/d.npz"),
+    (["--dataset", "{d}", "--out", "{t}/p", "--json", "{t}/link"], "--json {t}/d.npz is "
+     "--dataset {t}/d.npz, which the run reads"),
+    (["{t}/folder", "--out", "{t}/folder/p"], "--out {t}/folder/p is inside DATASET"),
+    (["{d}", "--out", "{t}/p", "--json", "{t}/s.npz", "--split-file", "{t}/s.npz"],
+     "--json {t}/s.npz is --split-file"),
+    (["inspect", "{t}/good", "--json", "{t}/good/meta.json"], "is inside DIR {t}/good"),
+    (["inspect", "{t}/good", "--json", "{t}/good"], "--json {t}/good is DIR")])
+def test_outputs_on_one_path_or_on_an_input_are_refused_before_any_work(tmp_path, capsys,
+                                                                         argv, says):
+    """Every output compared, resolved, with every other and with what the run reads: one
+    line naming both, and nothing written or changed."""
+    write_npz_dataset(tmp_path / "d.npz")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "q").mkdir()
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "d.npz")
+    (tmp_path / "s.npz").write_bytes(b"a split file")
+    assert run_cli([SMALL_RMAT, "--parts", 2, "--out", tmp_path / "good",
+                    "--no-progress"]) == 0
+    capsys.readouterr()
+    before = {f: f.read_bytes() for f in tmp_path.rglob("*") if f.is_file()}
+    fill = {"d": tmp_path / "d.npz", "t": tmp_path}
+    argv = [a.format(**fill) for a in argv]
+    rc = run_cli(argv + ([] if argv[0] == "inspect" else ["--parts", 2]))
+    out, err = capsys.readouterr()
+    assert_one_line_error(rc, err, says.format(**fill))
+    assert out == ""  # refused before reading the dataset (which prints its summary)
+    assert {f: f.read_bytes() for f in tmp_path.rglob("*") if f.is_file()} == before
+
+
+def test_a_dataset_name_is_the_bundled_dataset_not_a_folder_of_that_name(tmp_path, capsys,
+                                                                          monkeypatch):
+    """``distgnn-partition cora --out cora --force``: the input is the bundled cora, so an
+    earlier partition directory named cora may be replaced."""
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        assert run_cli(["cora", "--parts", 2, "--out", "cora", "--force",
+                        "--no-progress"]) == 0
+    assert partition.read_meta(tmp_path / "cora")["dataset"] == "cora"
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["", "--parts", 2, "--out", "{t}/p"], "DATASET"),
+    (["--dataset", "", "--parts", 2, "--out", "{t}/p"], "--dataset"),
+    (["cora", "--parts", 2, "--out", ""], "--out"),
+    (["cora", "--parts", 2, "--out", "{t}/p", "--json", ""], "--json"),
+    (["cora", "--parts", 2, "--out", "{t}/p", "--features", ""], "--features"),
+    (["cora", "--parts", 2, "--out", "{t}/p", "--split-file", ""], "--split-file"),
+    (["inspect", ""], "DIR"),
+    (["inspect", "{t}/p", "--json", ""], "--json"),
+    (["verify", ""], "DIR"),
+    (["verify", "{t}/p", "--dataset", ""], "--dataset")])
+def test_an_empty_path_is_one_line_naming_it(tmp_path, capsys, argv, names):
+    rc = run_cli([str(a).format(t=tmp_path) for a in argv])
+    err = capsys.readouterr().err
+    assert_one_line_error(rc, err, f"{names}: the value is empty")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("method", ["random", "dbh"])
+@pytest.mark.parametrize("flag", [["--order", "degree"], ["--keep-pairs"], ["--no-keep-pairs"]])
+def test_flags_a_hashing_method_has_no_use_for_are_refused(tmp_path, capsys, method, flag):
+    rc = run_cli([SMALL_RMAT, "--parts", 2, "--out", tmp_path / "p", "--method", method,
+                  *flag])
+    assert_one_line_error(rc, capsys.readouterr().err, f"{' '.join(flag)} would change "
+                          f"nothing with --method {method}")
+    assert not (tmp_path / "p").exists()
+    from partition.cli import partition_dataset
+
+    with pytest.raises(partition.PartitionError, match="would change nothing"):
+        partition_dataset(load_dataset(SMALL_RMAT), tmp_path / "p", 2, method=method,
+                          order="degree")
+
+
+def test_help_states_every_default():
+    """Every flag of the three parsers with a default says it (argparse's ``(default:
+    ...)`` or the help's own words); a switch is off unless given."""
+    import argparse
+
+    from partition.cli import inspect_parser, partition_parser, verify_parser
+
+    for parser in (partition_parser(), inspect_parser(), verify_parser()):
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if (not action.option_strings or action.required or action.nargs == 0
+                    or isinstance(action, argparse._HelpAction)):
+                continue
+            text = formatter._get_help_string(action)
+            assert "default" in text.lower(), (parser.prog, action.option_strings, text)
+        assert "DATASET" in parser.format_usage() or parser.prog.endswith("inspect")

@@ -479,3 +479,38 @@ def test_row_digests_tell_every_single_change():
         assert row_digests(x, other, rows)[r] != base[r]
     zeros = np.zeros((1, 3), np.float32)
     assert row_digests(zeros, y[:1], [0]) == row_digests(-zeros, y[:1], [0])  # -0 == 0
+
+
+@pytest.mark.parametrize("after", [1, 2])  # the old directory moved aside; the new in place
+def test_an_interrupt_between_the_renames_of_a_replacement_loses_nothing(
+        good_dir, small_ds, tmp_path, monkeypatch, after):
+    """A signal raising right after one of the two renames of ``--force``: after the first,
+    the previous directory is put back; after the second, the new one is complete and the
+    rest of the previous one is ``.NAME.old-PID`` (what a stopped stream removes)."""
+    import os
+    from pathlib import Path
+
+    out = tmp_path / "parts"
+    shutil.copytree(good_dir, out)
+    before = {f.relative_to(out): f.read_bytes() for f in out.rglob("*") if f.is_file()}
+    rename, done = Path.rename, []
+
+    def interrupted(self, target):
+        moved = rename(self, target)
+        done.append(target)
+        if len(done) == after:
+            raise KeyboardInterrupt
+        return moved
+
+    monkeypatch.setattr(Path, "rename", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_dir(small_ds, out, 2, force=True)
+    monkeypatch.undo()
+    left = sorted(f.name for f in tmp_path.iterdir())
+    if after == 1:
+        assert left == ["parts"]
+        assert {f.relative_to(out): f.read_bytes() for f in out.rglob("*")
+                if f.is_file()} == before
+    else:
+        assert left == [f".parts.old-{os.getpid()}", "parts"]
+        assert partition.verify(out) == [] and partition.read_meta(out)["num_parts"] == 2

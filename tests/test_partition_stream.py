@@ -141,7 +141,7 @@ def hidden(folder) -> list[str]:
 
 @pytest.mark.parametrize("sig, at, says", [
     (signal.SIGTERM, "assign", "SIGTERM received: stopped streaming, removed its work folder "),
-    (signal.SIGINT, "write", "and the partly written copy of ")])
+    (signal.SIGINT, "write", "and any partly written copy of ")])
 def test_a_stop_signal_removes_the_work_files_and_says_so_in_one_line(tmp_path, sig, at, says):
     """A real process, held in pass 3 or after writing its first partition, gets a real
     signal: it removes the work folder (and the partly written copy of --out), says so in
@@ -171,6 +171,18 @@ def test_a_stop_signal_while_replacing_keeps_the_old_partitions(tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM and "nothing was written" in err, err
     assert {f: f.read_bytes() for f in out.rglob("*") if f.is_file()} == before
     assert hidden(tmp_path) == []
+
+
+def test_a_stop_signal_after_the_directory_is_in_place_says_it_was_written(tmp_path):
+    out = tmp_path / "p"
+    proc = start_held([sys.executable, "-c", held_stream_code("written"),
+                       *stream_argv(tmp_path, out)])
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.startswith(f"distgnn-partition: SIGTERM received after {out} was written; "
+                          "removed its work folder ") and err.count("\n") == 1, err
+    assert verify(out) == [] and hidden(tmp_path) == []
 
 
 def test_the_work_folder_of_a_killed_run_is_removed_by_the_next(tmp_path, capsys):

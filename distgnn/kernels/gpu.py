@@ -24,9 +24,10 @@ and ``index_add`` do not promise that).
   ``i`` the row ids): :mod:`distgnn.dropout`'s mask, the same bits as its Numba kernel,
   recomputed from the key in the backward pass instead of stored.
 
-Triton comes with every CUDA build of PyTorch; :func:`available` says whether it can be
-imported here (this module imports it; import the module where a GPU computes).  With ``TRITON_INTERPRET=1`` set before the import, the kernels run on CPU
-tensors (slowly: the tests use that).
+Triton comes with every CUDA build of PyTorch; :func:`available` says whether it could be
+imported (this module imports it: import the module where a GPU computes).  With
+``TRITON_INTERPRET=1`` set before the import, the kernels run on CPU tensors (slowly: the
+tests use that).
 """
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,7 +18,17 @@ import sys
 import time
 from pathlib import Path
 
-from tests.helpers.hostile import Case, Outcome, Runner, both, tool, user_file
+from tests.helpers.hostile import (
+    Case,
+    Outcome,
+    Runner,
+    both,
+    partition,
+    resumes_from,
+    tool,
+    user_file,
+    write_npz,
+)
 
 CASES: list[Case] = []
 add = CASES.append
@@ -299,3 +310,285 @@ add(Case(11, "a rank killed under MPICH", killed_rank("mpich"), status=None,
          check=names_rank_1))
 add(Case(11, "a rank killed under Intel MPI", killed_rank("impi"), status=None,
          check=names_rank_1))
+
+
+# 22. launching, signals and leftovers: a launched job stops as a one-process run does, and
+# what could fail only after MPI's start-up is caught before it
+def training_job(tmp, run):
+    """Partitions of a small graph for 2 ranks (and 4), for jobs that train until stopped."""
+    write_npz(tmp / "d.npz", n=400)
+    partition(run, tmp / "d.npz", 2, tmp / "p")
+
+
+LONG_TRAINING = ("--epochs", 10**6, "--no-progress", "--checkpoint-every", 10**6)
+
+
+def leftovers(tmp: Path) -> list[str]:
+    """``still running: PID`` for every process whose command line names ``tmp`` (a rank
+    or a remote shell that outlived its job), after killing it."""
+    found = subprocess.run(["pgrep", "-f", str(tmp)], capture_output=True,
+                           text=True).stdout.split()
+    found = [pid for pid in found if int(pid) != os.getpid()]
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+    return [f"still running: {pid}\n" for pid in found]
+
+
+def signalled_launch(signals, *flags, epochs: int = 3, command=None, gap: float = 0.3):
+    """``distgnn-launch -n 2 FLAGS -- distgnn-train`` (or ``command``) on the case's
+    partitions, sent ``signals`` (``gap`` seconds apart) once it has printed ``epochs``
+    epoch lines (or lines ``ready``); stdout ends with what was still running as it exited,
+    and the seconds from the first signal to its end."""
+    def go(tmp, run):
+        job = command(tmp) if command else [
+            str(Path(sys.executable).parent / "distgnn-train"), "--partitions", tmp / "p",
+            "--threads", 1, "--checkpoint-dir", tmp / "ck", *LONG_TRAINING]
+        proc = run.mpi_popen(run.command("launch", ["-n", 2, *flags, "--", *job]), cwd=tmp,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        seen = 0
+        while seen < epochs and (line := proc.stdout.readline()):
+            seen += line.startswith("epoch ") or line.strip() == "ready"
+        sent = time.monotonic()
+        for s in signals:
+            proc.send_signal(s)
+            time.sleep(gap)
+        out, err = proc.communicate(timeout=180)
+        took = time.monotonic() - sent
+        return Outcome(proc.returncode, out + "".join(leftovers(tmp))
+                       + f"stopped in {took:.1f} s\n", err)
+    return go
+
+
+def reported(status: int, says: str, checkpoint: bool = True):
+    """The launcher ended with ``status``, its last line says ``says`` and names the
+    checkpoint the ranks wrote (which exists, whole) and the command that continues, no
+    rank outlived it, and nothing claims that nothing was written."""
+    def check(tmp, outcome):
+        last = outcome.error_lines()[-1] if outcome.error_lines() else ""
+        assert outcome.status == status, f"exit {outcome.status}: {last[:70]}"
+        assert "still running" not in outcome.stdout, outcome.stdout
+        assert "nothing more was written" not in outcome.stderr, last[:80]
+        assert last.startswith("distgnn-launch: error: ") and says in last, last[:90]
+        if checkpoint:
+            m = re.search(r"wrote checkpoint (\S+) \(after epoch", last)
+            assert m and (tmp / m.group(1) / "manifest.json").is_file(), last[:90]
+            assert last.endswith(f"--resume {tmp / 'ck'}") and \
+                "continue with: distgnn-launch -n 2" in last, last[-90:]
+    return check
+
+
+add(Case(22, "Ctrl-C to distgnn-launch reports the ranks' checkpoint and how to continue",
+         signalled_launch([signal.SIGINT]), training_job, status=None,
+         check=reported(130, "stopped on Ctrl-C: the ranks wrote checkpoint"), slow=True))
+add(Case(22, "SIGUSR1 to distgnn-launch reaches the ranks, which it waits for",
+         signalled_launch([signal.SIGUSR1]), training_job, status=None,
+         check=reported(128 + signal.SIGUSR1, "stopped on SIGUSR1: the ranks wrote"),
+         slow=True))
+add(Case(22, "SIGTERM to distgnn-launch reports the checkpoint and how to continue",
+         signalled_launch([signal.SIGTERM]), training_job, status=None,
+         check=reported(128 + signal.SIGUSR1, "stopped on SIGTERM: the ranks wrote"),
+         slow=True))
+add(Case(22, "Ctrl-C twice to distgnn-launch ends the ranks at once",
+         signalled_launch([signal.SIGINT, signal.SIGINT], gap=0.01), training_job,
+         status=None,
+         check=reported(130, "(a second Ctrl-C ended the ranks at once)", checkpoint=False),
+         slow=True))
+
+DEAF_RANK = ("import signal, time\n"
+             "signal.signal(signal.SIGUSR1, signal.SIG_IGN)\n"
+             "print('ready', flush=True)\n"
+             "time.sleep(120)\n")
+
+
+def stopped_within(seconds: float, says: str, status: int):
+    def check(tmp, outcome):
+        reported(status, says, checkpoint=False)(tmp, outcome)
+        took = float(re.search(r"stopped in ([0-9.]+) s", outcome.stdout).group(1))
+        assert took < seconds, f"took {took} s"
+    return check
+
+
+add(Case(22, "ranks that ignore the stop request are killed after --stop-grace",
+         signalled_launch([signal.SIGTERM], "--stop-grace", 2, epochs=2,
+                          command=lambda tmp: ["python", "-c", DEAF_RANK, tmp]),
+         status=None, check=stopped_within(20, "did not end within --stop-grace 2 s and were "
+                                               "killed", 128 + signal.SIGTERM), slow=True))
+
+MPI4PY_RANK = ("import sys\n"
+               "from mpi4py import MPI\n"
+               "world = MPI.COMM_WORLD\n"
+               "open(f'{sys.argv[1]}/rank{world.Get_rank()}', 'w').write(\n"
+               "    f'{world.Get_size()} {sys.executable}')\n")
+
+
+def python_without_mpi4py(tmp, run):
+    """A ``python`` first on PATH that is not the one distgnn runs in (no mpi4py)."""
+    (tmp / "bin").mkdir()
+    (tmp / "bin" / "python").write_text("#!/bin/sh\necho 'a python without mpi4py' >&2\n"
+                                        "exit 3\n")
+    (tmp / "bin" / "python").chmod(0o755)
+    (tmp / "rank.py").write_text(MPI4PY_RANK)
+    (tmp / "ranks").mkdir()
+
+
+def bare_python(tmp, run):
+    proc = run.mpi_popen(run.command("launch", ["-n", 2, "--", "python", "-m", "mpi4py",
+                                                tmp / "rank.py", tmp / "ranks"]),
+                         env={**run.env(), "PATH": f"{tmp / 'bin'}:{os.environ['PATH']}"})
+    out, err = proc.communicate(timeout=180)
+    return Outcome(proc.returncode, out, err)
+
+
+def ran_in_this_python(tmp, outcome):
+    seen = {p.name: p.read_text() for p in (tmp / "ranks").iterdir()}
+    assert seen == {f"rank{r}": f"2 {sys.executable}" for r in range(2)}, seen
+
+
+add(Case(22, "a bare python is the Python distgnn runs in, not the first on PATH",
+         bare_python, python_without_mpi4py, status=0, check=ran_in_this_python))
+
+
+def dry_run_names(text: str):
+    def check(tmp, outcome):
+        assert text in outcome.stdout, outcome.stdout[-120:]
+    return check
+
+
+add(Case(22, "--dry-run says which Python a bare python3 is",
+         tool("launch", "-n", 2, "--dry-run", "--", "python3", "train.py"), status=0,
+         check=dry_run_names(f"  # python3 is {sys.executable}, the Python distgnn runs in")))
+
+SILENT_HOST = "192.0.2.1"  # TEST-NET-1 (RFC 5737): never answers
+
+
+def timed_launch(*argv):
+    """``distgnn-launch ARGV`` as a process; stdout ends with the seconds it took."""
+    def go(tmp, run):
+        start = time.monotonic()
+        got = run.mpi_launch([str(a).replace("{tmp}", str(tmp)) for a in argv])
+        return Outcome(got.status, got.stdout + "".join(leftovers(tmp))
+                       + f"ended in {time.monotonic() - start:.1f} s\n", got.stderr)
+    return go
+
+
+def ended_within(seconds: float):
+    def check(tmp, outcome):
+        assert "still running" not in outcome.stdout, outcome.stdout
+        took = float(re.search(r"ended in ([0-9.]+) s", outcome.stdout).group(1))
+        assert took < seconds, f"took {took} s"
+    return check
+
+
+add(Case(22, "a hostfile naming a host that never answers ends within --start-timeout",
+         timed_launch("-n", 2, "--hostfile", "{tmp}/hosts", "--start-timeout", 8, "--",
+                      "true", "{tmp}"),
+         user_file("hosts", f"localhost slots=1\n{SILENT_HOST} slots=1\n"), says=SILENT_HOST,
+         lines=2, check=ended_within(40), slow=True))
+add(Case(22, "a hostfile naming a host that does not resolve",
+         timed_launch("-n", 2, "--hostfile", "{tmp}/hosts", "--", "true", "{tmp}"),
+         user_file("hosts", "localhost slots=1\nnosuch.invalid slots=1\n"),
+         says="could not reach nosuch.invalid", lines=2, check=ended_within(30)))
+
+
+def four_partitions(tmp, run):
+    write_npz(tmp / "d.npz", n=200)
+    partition(run, tmp / "d.npz", 4, tmp / "p4")
+
+
+add(Case(22, "-n 3 on a directory of 4 partitions, caught before MPI starts",
+         tool("launch", "-n", 3, "--", "distgnn-train", "--partitions", "{tmp}/p4"),
+         four_partitions, says="holds 4 partitions but -n is 3"))
+add(Case(22, "--slurm -n 3 on a directory of 4 partitions",
+         tool("launch", "-n", 3, "--slurm", "{tmp}/job.sh", "--", "distgnn-train",
+              "--partitions", "{tmp}/p4"),
+         four_partitions, says="holds 4 partitions but -n is 3", check=absent("job.sh")))
+add(Case(22, "--partitions naming no partition directory, caught before MPI starts",
+         tool("launch", "-n", 2, "--", "distgnn-train", "--partitions", "{tmp}/notes"),
+         user_file("notes/todo.txt"), says="not a partition directory (no meta.json)",
+         keep=("notes",)))
+
+
+def trained(*flags, directory="ck", data="d.npz"):
+    """A run of 2 epochs on the case's dataset that checkpoints into ``directory``."""
+    def setup(tmp, run):
+        if not (tmp / data).exists():
+            write_npz(tmp / data)
+        got = run("train", ["--dataset", tmp / data, "--epochs", 2, "--checkpoint-dir",
+                            tmp / directory, "--no-progress", "--threads", 1, *flags])
+        assert got.status == 0, got.stderr
+    return setup
+
+
+def train(*argv):
+    return tool("train", "--dataset", "{tmp}/d.npz", "--no-progress", "--threads", 1, *argv)
+
+
+add(Case(22, "a new run into another run's checkpoint directory",
+         train("--epochs", 4, "--checkpoint-dir", "{tmp}/ck"), trained("--hidden", 8),
+         says="holds checkpoints of another run", keep=("ck",)))
+add(Case(22, "a new run into the same run's checkpoint directory, without --resume",
+         train("--epochs", 4, "--checkpoint-dir", "{tmp}/ck"), trained(),
+         says="holds checkpoints of another run", keep=("ck",)))
+add(Case(22, "--resume with a --checkpoint-dir of another run's",
+         train("--epochs", 4, "--resume", "{tmp}/mine", "--checkpoint-dir", "{tmp}/theirs"),
+         both(trained(directory="mine"), trained("--hidden", 8, directory="theirs")),
+         says="theirs holds checkpoints of another run", keep=("mine", "theirs")))
+add(Case(22, "--resume-if-present of nothing, --checkpoint-dir of another run's",
+         train("--epochs", 4, "--resume-if-present", "{tmp}/empty", "--checkpoint-dir",
+               "{tmp}/ck"), trained(), says="holds checkpoints of another run", keep=("ck",)))
+
+
+def resumed_into_its_own(tmp, outcome):
+    assert resumes_from(outcome, 2), outcome.stdout[-200:]
+    assert sorted(p.name for p in (tmp / "ck").iterdir()) == ["epoch-000002", "epoch-000004"]
+
+
+add(Case(22, "a restart with --resume-if-present into its own checkpoints",
+         train("--epochs", 4, "--resume-if-present", "{tmp}/ck"), trained(), status=0,
+         check=resumed_into_its_own))
+
+
+def script_has(*starts: str, warned: tuple[str, ...] = ()):
+    """The sbatch script has a line that starts with each of ``starts`` (``{prefix}``: this
+    Python's environment), and stderr one warning naming each of ``warned``."""
+    def check(tmp, outcome):
+        text = (tmp / "job.sh").read_text().splitlines()
+        for start in starts:
+            start = start.format(prefix=sys.prefix)
+            assert any(line.startswith(start) for line in text), f"no {start[:60]!r} line"
+        warnings = [w for w in outcome.error_lines() if "warning: " in w]
+        assert len(warnings) == len(warned) and all(
+            w in line for w, line in zip(warned, warnings)), warnings
+    return check
+
+
+def sbatch(*argv, command=("distgnn-train", "--partitions", "/shared/p")):
+    return tool("launch", "-n", 2, "--slurm", "{tmp}/job.sh", *argv, "--", *command)
+
+
+add(Case(22, "--slurm --env-setup keeps this environment and MPI4PY_LIBMPI",
+         sbatch("--env-setup", "module load openmpi"), status=0,
+         check=script_has("source {prefix}/bin/activate", "module load openmpi",
+                          "export MPI4PY_LIBMPI={prefix}/")))
+add(Case(22, "--slurm with partitions and checkpoints on node-local storage",
+         sbatch(command=("distgnn-train", "--partitions", "/tmp/p", "--checkpoint-dir",
+                         "/dev/shm/ck")), status=0,
+         check=script_has(warned=("--partitions /tmp/p is on node-local storage",
+                                  "--checkpoint-dir /dev/shm/ck is on node-local storage"))))
+add(Case(22, "--slurm with relative partitions", sbatch(command=("distgnn-train",
+                                                               "--partitions", "runs/p")),
+         status=0, check=script_has(warned=("--partitions runs/p is a relative path",))))
+add(Case(22, "--slurm --mem", sbatch("--mem", "64G"), status=0,
+         check=script_has("#SBATCH --mem=64G")))
+add(Case(22, "--slurm --mem that sbatch would refuse", sbatch("--mem", "64 GB"),
+         says="--mem '64 GB' is not a SLURM memory size", check=absent("job.sh")))
+
+
+def runs_mpiexec(tmp, outcome):
+    launch = [line for line in (tmp / "job.sh").read_text().splitlines() if line.endswith(" &")]
+    assert launch and os.path.basename(launch[0].split()[0]) == "mpiexec", launch
+
+
+add(Case(22, "--slurm --mpi mpich needs no MPICH where the script is written",
+         sbatch("--mpi", "mpich"), status=0, check=runs_mpiexec))

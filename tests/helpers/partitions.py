@@ -22,9 +22,16 @@ from partition.stats import counts_from_layout, summarize
 from partition.vertex_cut import vertex_cut
 
 # A program running ``distgnn-partition`` (its argv) that stops where the stream is held: in
-# pass 3 ("assign"), or after the first partition was written ("write"), says "held" on
-# stdout and waits there, so that a signal arrives at a known point of a real run.
+# pass 3 ("assign"), after the first partition was written ("write"), or once the directory
+# is in place ("written"), says "held" on stdout and waits there, so that a signal arrives
+# at a known point of a real run.
 HELD_STREAM = {
+    "written": "write = stream.write_partitions\n"
+               "def held(*args, **kw):\n"
+               "    write(*args, **kw)\n"
+               "    print('held', flush=True)\n"
+               "    time.sleep(600)\n"
+               "stream.write_partitions = held\n",
     "assign": "def held(*args, **kw):\n"
               "    print('held', flush=True)\n"
               "    time.sleep(600)\n"
