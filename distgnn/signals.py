@@ -3,7 +3,8 @@
 SLURM sends SIGTERM to every task when a job reaches its time limit (``sbatch
 --signal=TERM@S`` moves that S seconds earlier); Open MPI's ``mpirun`` forwards SIGUSR1
 and SIGUSR2 to its ranks but answers SIGTERM by killing them, so ``distgnn-launch`` turns
-a SIGTERM it receives into SIGUSR1 for the ranks.  A handler can only note the request:
+a SIGTERM, SIGUSR1 or Ctrl-C it receives into SIGUSR1 for the ranks, and reports the
+checkpoint their :func:`stopped_line` names.  A handler can only note the request:
 the ranks agree on it at the end of the epoch (any rank's request stops all of them), when
 the state is consistent enough to checkpoint.  Ctrl-C (SIGINT) is a stop request too; a
 second Ctrl-C stops at once, without a checkpoint.

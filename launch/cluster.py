@@ -369,7 +369,7 @@ def _made_by_up(cluster: Cluster | None, links: list[str], namespaces: list[str]
                 same = recorded == index
             else:
                 alias = _namespace_alias(item)
-                same = recorded == _namespace_file(item) if (NETNS_DIR / item).exists() else False
+                same = (NETNS_DIR / item).exists() and recorded == _namespace_file(item)
             if recorded is None:
                 unproved[f"{kind} {item}"] = "not made by cluster up"
             elif not same or alias != cluster.alias:

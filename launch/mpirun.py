@@ -26,12 +26,18 @@ Every rank runs :mod:`launch.rank` before its command, by absolute path with thi
 Python (as the library path, they must be the same on every node): it says that the rank
 started, so that :func:`run` can tell a job that ran from a launcher that exited 0 without
 starting it, gives the rank its GPU, and under Hydra names a rank killed by a signal.
+
+Before any launcher starts, :func:`plan` and :func:`run` refuse a ``distgnn-train`` whose
+partitions do not match the rank count, and a bare ``python`` in the command becomes this
+Python.  While the job runs, :func:`run` passes stop requests on to the ranks, waits for
+them and reports the checkpoint they wrote, and ends a job whose ranks do not start.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
 import functools
+import json
 import math
 import os
 import re
@@ -280,18 +286,27 @@ def resolve_python(command: list[str]) -> tuple[list[str], str | None]:
 
 
 def check_partitions(ranks: int, command: list[str], missing_ok: bool) -> None:
-    """Refuse a ``distgnn-train --partitions DIR`` whose ``DIR/meta.json`` (read as the
-    ranks read it) holds another number of partitions than ``ranks``, or none, before any
-    launcher starts: the ranks would say so only after MPI's start-up.  ``missing_ok``: no
-    check where this machine does not see ``DIR`` (a command to run elsewhere)."""
+    """Refuse a ``distgnn-train --partitions DIR`` whose ``DIR/meta.json`` holds another
+    number of partitions than ``ranks``, or is missing or unreadable, before any launcher
+    starts: the ranks would say so only after MPI's start-up (and check the rest of the
+    directory themselves).  ``missing_ok``: no check where this machine does not see
+    ``DIR`` (a command to run elsewhere)."""
     if not command or os.path.basename(command[0]) != "distgnn-train":
         return
     directory = flag_value(command, "--partitions")
     if not directory or (missing_ok and not os.path.exists(directory)):
         return
-    from partition.format import read_meta  # deferred: numba comes with it
-
-    parts = read_meta(directory)["num_parts"]
+    meta = os.path.join(directory, "meta.json")
+    if not os.path.isfile(meta):
+        raise LaunchError(f"--partitions {directory}: {directory} is not a partition directory "
+                          "(no meta.json)")
+    try:
+        with open(meta, encoding="utf-8") as f:
+            parts = json.load(f)["num_parts"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise LaunchError(f"--partitions {directory}: its meta.json cannot be read "
+                          f"({getattr(e, 'strerror', None) or e}): not one distgnn-partition "
+                          "wrote") from None
     if parts != ranks:
         raise LaunchError(f"--partitions {directory} holds {parts} partitions but -n is "
                           f"{ranks}: one rank per partition, launch with -n {parts}")
@@ -502,12 +517,13 @@ def hydra_hosts(hostfile: str, implementation: str = "mpich") -> list[str]:
 def check_times(timeout: float | None, stop_grace: float,
                 start_timeout: float = 0) -> None:
     """A ``timeout`` (None: none) must be finite and > 0, a ``stop_grace`` and a
-    ``start_timeout`` finite and >= 0."""
+    ``start_timeout`` finite and >= 0 (each refused naming its flag)."""
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
-        raise LaunchError(f"timeout must be a finite number of seconds > 0, got {timeout:g}")
-    for what, value in (("stop grace", stop_grace), ("start timeout", start_timeout)):
+        raise LaunchError(f"--timeout must be a finite number of seconds > 0, got "
+                          f"{timeout:g}")
+    for flag, value in (("--stop-grace", stop_grace), ("--start-timeout", start_timeout)):
         if not (math.isfinite(value) and value >= 0):
-            raise LaunchError(f"{what} must be a finite number of seconds >= 0, got "
+            raise LaunchError(f"{flag} must be a finite number of seconds >= 0, got "
                               f"{value:g}")
 
 
@@ -539,8 +555,8 @@ def run(plan: LaunchPlan, timeout: float | None = None,
     (:func:`_end`).  Once the job has ended, :class:`JobStopped` says what stopped it, the
     checkpoint the ranks said they wrote (:data:`distgnn.signals.STOPPED_CHECKPOINT`) and
     the command that continues (``relaunch``: the ``distgnn-launch`` words before the
-    command; ``None``: the ``--resume`` to add); a job that ended with status 0 meanwhile
-    had finished.
+    command; ``None``: the ``--resume`` to add).  A job that ended with status 0 meanwhile
+    had finished: its status is returned.
 
     Start-up: every rank must say that it started (:mod:`launch.rank`) within
     ``start_timeout`` seconds (0: no limit) and before a node's remote shell says that it
@@ -575,9 +591,13 @@ def run(plan: LaunchPlan, timeout: float | None = None,
                 if stop_grace > 0:
                     proc.send_signal(signal.SIGUSR1)
             if why is not None and (now >= deadline or received.count(signal.SIGINT) > 1):
-                ended = ("a second Ctrl-C ended the ranks at once" if now < deadline else
-                         f"the ranks did not end within --stop-grace {stop_grace:g} s and "
-                         "were killed" if stop_grace > 0 else "the ranks were killed at once")
+                if now < deadline:
+                    ended = "a second Ctrl-C ended the ranks at once"
+                elif stop_grace > 0:
+                    ended = (f"the ranks did not end within --stop-grace {stop_grace:g} s "
+                             "and were killed")
+                else:
+                    ended = "the ranks were killed at once"
                 _end(proc)
                 break
             time.sleep(POLL_S)
@@ -590,10 +610,14 @@ def run(plan: LaunchPlan, timeout: float | None = None,
     status = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
     if failed is not None:
         raise LaunchError(failed)
-    if why is not None and status:
-        raise JobStopped(_stop_report(plan, copy, why, ended, timeout, relaunch),
-                         2 if why == TIMED_OUT else 128 + why if why == signal.SIGINT or ended
-                         else status)
+    if why is not None and status:  # (status 0: the job had finished meanwhile)
+        if why == TIMED_OUT:
+            code = 2
+        elif why == signal.SIGINT or ended:  # Ctrl-C's status, or that of the signal
+            code = 128 + why
+        else:  # the ranks', which stopped on the request
+            code = status
+        raise JobStopped(_stop_report(plan, copy, why, ended, timeout, relaunch), code)
     launcher = Path(plan.argv[0]).name
     if status == 0 and copy.lost:
         raise LaunchError(f"{launcher} lost the daemon of {', '.join(copy.lost)} (node down or "

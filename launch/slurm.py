@@ -326,7 +326,7 @@ def nodes_launcher(implementation: str | None, mpirun: str | None) -> tuple[str,
     (``elsewhere``)."""
     if implementation is not None and mpirun is None:
         try:
-            find_launcher(implementation)
+            return find_launcher(implementation), implementation, False
         except LaunchError:
             return IMPLEMENTATIONS[implementation].launcher, implementation, True
     return (*resolve_launcher(implementation, mpirun), False)

@@ -273,3 +273,47 @@ def test_every_option_but_the_run_only_ones_is_fingerprinted():
     assert set(default) == {"--" + n.replace("_", "-") for n in ALWAYS}
     for flag in ("--alpha", "--theta", "--aggregation-precision", "--train-eps", "--heads"):
         assert flag in set(fingerprinted(changed)) - set(default)
+
+
+def manifest(directory, epoch):
+    return json.loads((directory / checkpoint_name(epoch) / "manifest.json").read_text())
+
+
+def test_a_new_run_refuses_a_directory_of_another_runs_checkpoints(cora, tmp_path):
+    """Every checkpoint names its run; a run writes into a directory only while every
+    checkpoint there is its own.  A new run (same options or not) would otherwise prune the
+    other run's checkpoints or its own, and a later --resume continue whichever is newer.
+    Nothing is removed; the run's own restarts go on there."""
+    ck = tmp_path / "ck"
+    run(cora, epochs=2, hidden=8, checkpoint_dir=str(ck))
+    before = {p: p.stat().st_mtime_ns for p in ck.rglob("*")}
+    refusal = re.escape(f"{ck} holds checkpoints of another run (epoch-000002): continue "
+                        f"that run with --resume {ck}, or give another --checkpoint-dir "
+                        "(nothing was removed)")
+    for kw in (dict(hidden=8), {}, dict(hidden=8, resume_if_present=str(tmp_path / "none"))):
+        with pytest.raises(DistGNNError, match=refusal):
+            run(cora, epochs=4, checkpoint_dir=str(ck), **kw)
+    other = tmp_path / "other"
+    run(cora, epochs=1, hidden=8, checkpoint_dir=str(other))
+    with pytest.raises(DistGNNError, match="other holds checkpoints of another run"):
+        run(cora, epochs=4, hidden=8, resume=str(ck), checkpoint_dir=str(other))
+    assert {p: p.stat().st_mtime_ns for p in ck.rglob("*")} == before
+    run(cora, epochs=5, hidden=8, checkpoint_every=2, resume_if_present=str(ck))
+    assert names(ck) == ["epoch-000005", "epoch-000004"]
+    ids = {manifest(ck, e)["run"] for e in (4, 5)}
+    assert len(ids) == 1 and ids != {manifest(other, 1)["run"]}
+
+
+def test_a_checkpoint_without_a_run_id_resumes_as_one_run(cora, tmp_path):
+    """Checkpoints written before runs had ids resume, and their run goes on without one
+    (pruning its own); a new run still refuses their directory."""
+    run(cora, epochs=2, checkpoint_dir=str(tmp_path))
+    path = tmp_path / checkpoint_name(2) / "manifest.json"
+    older = manifest(tmp_path, 2)
+    del older["run"]
+    path.write_text(json.dumps(older))
+    run(cora, epochs=6, checkpoint_every=2, keep=2, resume=str(tmp_path))
+    assert names(tmp_path) == ["epoch-000006", "epoch-000004"]
+    assert "run" not in manifest(tmp_path, 6)
+    with pytest.raises(DistGNNError, match="holds checkpoints of another run"):
+        run(cora, epochs=2, checkpoint_dir=str(tmp_path))

@@ -13,7 +13,7 @@ import pytest
 
 from distgnn.epoch_log import read_metrics
 from launch import cluster
-from tests.helpers.hostile_launch import NAME
+from tests.helpers.hostile_launch import NAME, sweep
 from tests.helpers.mpi import installed
 from tests.helpers.training import losses, train_quietly
 
@@ -42,6 +42,7 @@ def two_nodes(tmp_path_factory):
     saved = os.environ.get("DISTGNN_CLUSTER_DIR"), cluster.STATE_ROOT
     os.environ["DISTGNN_CLUSTER_DIR"] = str(state)  # for the subprocesses
     cluster.STATE_ROOT = state
+    sweep()  # what a killed run of the suite left, which cluster up would refuse
     proc = launch("cluster", "up", "--nodes", 2, "--rate", "1gbit", "--name", NAME)
     assert proc.returncode == 0, proc.stderr
     assert "latency cannot be injected" in proc.stdout
@@ -260,23 +261,60 @@ def test_down_leaves_what_up_did_not_make(state):
     assert sorted(os.listdir(state)) == ["dgfiles", "dglink", "dgmine"]
 
 
-def test_down_ends_every_process_of_the_namespaces(state):
-    """A process that outlived its session in a node's namespace (an MPI daemon after a
-    link cut) ends with down, which says so; down then finds nothing."""
-    subprocess.run(["ip", "netns", "add", "dgleft-n0"], check=True)
+def ip(*argv):
+    return subprocess.run(["ip", *argv], capture_output=True, text=True)
+
+
+def test_down_removes_what_the_record_proves_up_made_and_nothing_else(state):
+    """down acts on a namespace or link only where the record of cluster up proves it made
+    it: the alias (a random token) it gave it, and its identity (a link's index, a
+    namespace file's inode).  What carries the cluster's names otherwise -- never made by
+    up, or made again since -- is left alone, its processes too, and named; the rest goes,
+    the processes of up's namespaces first (an MPI daemon that outlived its session)."""
+    made = cluster.Cluster("dgrec", 2, "1gbit", 1, token="0123abcd")
+    sleepers = []
     try:
-        sleeper = subprocess.Popen(["ip", "netns", "exec", "dgleft-n0", "sleep", "300"])
+        for ns in ("dgrec-n0", "dgrec-n1"):
+            ip("netns", "add", ns)
+            sleepers.append(subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "300"]))
+        # n0 as up makes it; n1 made again under its name, without up's alias
+        ip("-n", "dgrec-n0", "link", "set", "dev", "lo", "alias", made.alias)
+        made.namespaces = {ns: cluster._namespace_file(ns) for ns in ("dgrec-n0", "dgrec-n1")}
+        for dev in ("dgrec-br", "dgrec-v0", "dgrec-v1"):
+            ip("link", "add", dev, "type", "bridge")
+            ip("link", "set", "dev", dev, "alias", made.alias)
+        # the bridge as up makes it; v0 with up's alias but another index (made again);
+        # v1 never recorded
+        made.links = {"dgrec-br": cluster._link_index("dgrec-br"),
+                      "dgrec-v0": cluster._link_index("dgrec-v0") + 1000}
+        cluster.write_record(made)
         deadline = time.monotonic() + 10
-        while not (pids := subprocess.run(["ip", "netns", "pids", "dgleft-n0"],
-                                          capture_output=True, text=True).stdout.split()):
+        while not all(ip("netns", "pids", ns).stdout.split() for ns in ("dgrec-n0",
+                                                                          "dgrec-n1")):
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        removed = cluster.down("dgleft")
-        assert removed["processes"] == pids == [str(sleeper.pid)]
-        assert removed["namespaces"] == ["dgleft-n0"]
-        sleeper.wait(timeout=10)
-        assert not any(alive(int(p)) for p in pids)
-        assert cluster.down("dgleft") == {"processes": [], "links": [], "namespaces": [],
-                                          "files": []}
+        with pytest.raises(cluster.ClusterError) as e:
+            cluster.down("dgrec")
+        assert str(e.value) == (
+            "cluster dgrec: left alone link dgrec-v0, namespace dgrec-n1 (made again since "
+            "cluster up made it); left alone link dgrec-v1 (not made by cluster up); removed "
+            "1 processes, 1 links, 1 namespaces, 2 files")
+        sleepers[0].wait(timeout=10)
+        assert sleepers[1].poll() is None  # the hand-made namespace's process runs on
+        assert ip("netns", "list").stdout.split().count("dgrec-n1") == 1
+        assert "dgrec-n0" not in ip("netns", "list").stdout
+        left = ip("-o", "link", "show").stdout
+        assert "dgrec-br" not in left and "dgrec-v0" in left and "dgrec-v1" in left
+        assert not (state / "dgrec").exists()
+        with pytest.raises(cluster.ClusterError, match=r"left alone link dgrec-v0, link "
+                                                       r"dgrec-v1, namespace dgrec-n1 \(no "
+                                                       r"record of cluster up\)$"):
+            cluster.down("dgrec")
     finally:
-        subprocess.run(["ip", "netns", "delete", "dgleft-n0"], capture_output=True)
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+        for dev in ("dgrec-br", "dgrec-v0", "dgrec-v1"):
+            ip("link", "delete", dev)
+        for ns in ("dgrec-n0", "dgrec-n1"):
+            ip("netns", "delete", ns)

@@ -668,7 +668,16 @@ def test_cli_slurm_writes_the_script_atomically(fake_mpis, tmp_path, capsys):
     (["-n", "2", "--slurm", "x", "--hostfile", "h", "--", "prog"], "--hostfile"),
     (["-n", "2", "--dry-run", "--mpirun", "/bin/true", "--", "prog"],
      "not the launcher of Open MPI, MPICH or Intel MPI"),
-    (["-n", "2", "--timeout", "0", "--", "prog"], "timeout must be a finite number of seconds > 0"),
+    (["-n", "2", "--timeout", "0", "--", "prog"],
+     "--timeout must be a finite number of seconds > 0"),
+    (["-n", "2", "--start-timeout", "-1", "--", "prog"],
+     "--start-timeout must be a finite number of seconds >= 0, got -1"),
+    (["-n", "2", "--stop-grace", "nan", "--", "prog"],
+     "--stop-grace must be a finite number of seconds >= 0, got nan"),
+    (["-n", "2", "--slurm", "x", "--start-timeout", "5", "--", "prog"],
+     "--start-timeout does not apply to --slurm"),
+    (["-n", "2", "--mem", "4G", "--", "prog"], "--mem applies only to the sbatch script"),
+    (["-n", "2", "--no-activate", "--", "prog"], "--activate applies only"),
     (["--dry-run", "--", "prog"], "--ranks"),
     (["-n", "2", "--slurm", "x", "--timeout", "60", "--", "prog"],
      "--timeout does not apply to --slurm (give the job's --time)"),
@@ -892,10 +901,10 @@ def test_timeout_reports_the_checkpoint_and_the_command_that_continues(tmp_path,
 
 SLEEPING_LAUNCHER = """
 import subprocess, sys, time
-print(sys.argv[2], file=sys.stderr, flush=True)
 # a child of its own process group, as prterun starts ranks and remote shells
 child = subprocess.Popen(["sleep", "300"], process_group=0)
 open(sys.argv[1], "w").write(str(child.pid))
+print(sys.argv[2], file=sys.stderr, flush=True)
 time.sleep(300)
 """
 

@@ -4,6 +4,7 @@ watchdog, SIGTERM to the ranks or to distgnn-launch checkpoints and exits, and a
 non-finite loss stops every rank with one message.  The drills are those of
 ``distgnn-bench resume`` (:mod:`distgnn.bench.resume`)."""
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -91,21 +92,44 @@ def test_sigterm_to_every_rank_checkpoints_then_exits(cora_parts, tmp_path):
     assert newest_epoch(ck) == EPOCHS
 
 
-def test_sigterm_to_the_launcher_checkpoints_through_sigusr1(cora_parts, tmp_path):
+@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 128 + signal.SIGUSR1),
+                                         (signal.SIGUSR1, 128 + signal.SIGUSR1),
+                                         (signal.SIGINT, 130)])
+def test_a_stop_signal_to_the_launcher_checkpoints_and_says_how_to_continue(
+        cora_parts, tmp_path, sig, status):
+    """SIGTERM, SIGUSR1 and Ctrl-C to distgnn-launch reach every rank as SIGUSR1; the
+    launcher waits for them, then names the checkpoint they wrote and the command that
+    continues from it, which (for Ctrl-C) resumes the run to its end."""
     ck = tmp_path / "ck"
     proc = subprocess.Popen([str(BIN / "distgnn-launch"), "-n", "2", "--",
                              str(BIN / "distgnn-train"), "--partitions", str(cora_parts[2]),
                              "--no-progress", *flags("--checkpoint-dir", str(ck))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not (ck / "epoch-000010" / "manifest.json").exists():
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.01)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGUSR1, err
+    assert proc.returncode == status, err
     assert "SIGUSR1 received: stopped after epoch" in err
-    assert 10 <= newest_epoch(ck) < EPOCHS
+    at = newest_epoch(ck)
+    assert 10 <= at < EPOCHS
+    name = "Ctrl-C" if sig == signal.SIGINT else signal.Signals(sig).name
+    last = err.strip().splitlines()[-1]
+    head = (f"distgnn-launch: error: stopped on {name}: the ranks wrote checkpoint "
+            f"{ck}/epoch-{at:06d} (after epoch {at}); continue with: ")
+    assert last.startswith(head), last
+    again = shlex.split(last[len(head):])
+    assert again[:4] == ["distgnn-launch", "-n", "2", "--"] and again[-2:] == ["--resume",
+                                                                               str(ck)]
+    if sig == signal.SIGINT:
+        done = subprocess.run([str(BIN / again[0]), *again[1:]], capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert f"resumed from {ck} after epoch {at}" in done.stdout
+        assert newest_epoch(ck) == EPOCHS
 
 
 def test_non_finite_loss_stops_every_rank_with_one_message(cora_parts, tmp_path):

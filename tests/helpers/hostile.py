@@ -230,9 +230,10 @@ def write_npz(path: Path, n: int = 60, features: int = 8, seed: int = 0, splits:
     indices = src[order].astype(np.int64)
     indptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=n))]).astype(np.int64)
     role = rng.permutation(np.arange(n) % 4)
+    y = rng.integers(0, 3, n).astype(np.int64)
+    y[:3] = np.arange(3)[:n]  # every class has a vertex (classes are 0..C-1 without gaps)
     arrays = {"indptr": indptr, "indices": indices,
-              "x": rng.random((n, features), dtype=np.float32),
-              "y": rng.integers(0, 3, n).astype(np.int64),
+              "x": rng.random((n, features), dtype=np.float32), "y": y,
               "train_mask": role == 0, "val_mask": role == 1, "test_mask": role == 2}
     if splits:
         roles = np.stack([rng.permutation(np.arange(n) % 4) for _ in range(splits)])

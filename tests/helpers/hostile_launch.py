@@ -1,5 +1,8 @@
 """Hostile and careless uses of distgnn-launch: cluster down, launchers that start nothing,
-SLURM scripts that sbatch would refuse, bad input, a killed rank under Hydra.
+SLURM scripts that sbatch would refuse, bad input, a killed rank under Hydra; stop signals to
+the launcher, jobs that cannot start, what is caught before MPI starts, checkpoint
+directories of another run, SLURM scripts for the nodes (22); namespaces and links of the
+cluster's names that cluster up did not make (18).
 
 The cluster cases need CAP_NET_ADMIN and ip, tc and unshare (as tests/test_cluster.py), and
 the subnet of the emulated cluster free; where they are not they skip, with the reason.
@@ -60,6 +63,7 @@ def need_namespaces() -> None:
 
 def cluster_up(tmp: Path, run: Runner, nodes: int = 1) -> None:
     need_namespaces()
+    sweep()  # what a killed run of the suite left, which cluster up would refuse
     up = launch(tmp, run, "cluster", "up", "--nodes", nodes, "--name", NAME)
     if "another emulated cluster" in up.stderr:
         import pytest
@@ -85,10 +89,17 @@ def down_and_sweep(tmp: Path, run: Runner, pids=()) -> Outcome:
     there (and of ``pids``, processes started in it) is noted on stdout as ``left: ...``
     and removed, so that no case leaves anything to the next."""
     got = launch(tmp, run, "cluster", "down", "--name", NAME)
+    return Outcome(got.status, got.stdout + "".join(f"left: {x}\n" for x in sweep(pids)),
+                   got.stderr)
+
+
+def sweep(pids=(), name: str = NAME) -> list[str]:
+    """Remove every namespace, link and process of one of the suite's own clusters (NAME's)
+    by its name (and the processes ``pids``), whoever made them; returns what it found."""
     spaces = [line.split()[0] for line in ip_lines("netns", "list")
-              if line.startswith(f"{NAME}-")]
+              if line.startswith(f"{name}-")]
     links = [line.split(": ")[1].split("@")[0] for line in ip_lines("-o", "link", "show")
-             if f": {NAME}-" in line]
+             if f": {name}-" in line]
     alive = {int(p) for ns in spaces for p in ip_lines("netns", "pids", ns)}
     alive |= {p for p in pids if running(p)}
     for pid in alive:
@@ -98,8 +109,7 @@ def down_and_sweep(tmp: Path, run: Runner, pids=()) -> Outcome:
         subprocess.run(["ip", "link", "delete", dev], capture_output=True)
     for ns in spaces:
         subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
-    left = [*spaces, *links, *(f"process {p}" for p in sorted(alive))]
-    return Outcome(got.status, got.stdout + "".join(f"left: {x}\n" for x in left), got.stderr)
+    return [*spaces, *links, *(f"process {p}" for p in sorted(alive))]
 
 
 def nothing_left(tmp: Path, outcome: Outcome) -> None:
@@ -592,3 +602,89 @@ def runs_mpiexec(tmp, outcome):
 
 add(Case(22, "--slurm --mpi mpich needs no MPICH where the script is written",
          sbatch("--mpi", "mpich"), status=0, check=runs_mpiexec))
+
+
+# 18. a collision found after the work: cluster down (and kill) act only on what cluster up
+# made, though another namespace, link or bridge carries the name
+def hand_made(nodes_up: int, *made: str):
+    """After ``cluster up`` of ``nodes_up`` nodes (none: no cluster), ``made`` by hand:
+    ``ns:N`` a namespace of that name (replacing up's) running a process, ``link:N`` a
+    bridge of that name (replacing up's link); the PIDs go to ``tmp/pids``."""
+    def setup(tmp, run):
+        need_namespaces()
+        if nodes_up:
+            cluster_up(tmp, run, nodes=nodes_up)
+        pids = []
+        for item in made:
+            kind, name = item.split(":")
+            if kind == "ns":
+                subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+                subprocess.run(["ip", "netns", "add", name], check=True)
+                subprocess.run(["ip", "netns", "exec", name, "setsid", "-f", "sleep", "300"],
+                               check=True)
+                deadline = time.monotonic() + 10
+                while not ip_lines("netns", "pids", name):
+                    assert time.monotonic() < deadline, "the hand-made process did not start"
+                    time.sleep(0.05)
+                pids += map(int, ip_lines("netns", "pids", name))
+            else:
+                subprocess.run(["ip", "link", "delete", name], capture_output=True)
+                subprocess.run(["ip", "link", "add", name, "type", "bridge"], check=True)
+        (tmp / "pids").write_text(" ".join(map(str, pids)))
+    return setup
+
+
+def then_sweep(act):
+    """``act(tmp, run)``, then what is there of the cluster's names and of the hand-made
+    processes noted on stdout (``there: ...``), then everything of the suite's cluster
+    removed (:func:`down_and_sweep`)."""
+    def go(tmp, run):
+        got = act(tmp, run)
+        spaces = [line.split()[0] for line in ip_lines("netns", "list")
+                  if line.startswith(f"{NAME}-")]
+        links = [line.split(": ")[1].split("@")[0] for line in ip_lines("-o", "link", "show")
+                 if f": {NAME}-" in line]
+        pids = [int(p) for p in (tmp / "pids").read_text().split()]
+        there = [*spaces, *links, *(f"process {p}" for p in pids if running(p))]
+        down_and_sweep(tmp, run, pids)
+        return Outcome(got.status, got.stdout + "".join(f"there: {x}\n" for x in there),
+                       got.stderr)
+    return go
+
+
+def there_after(*expected: str, hand_made_processes: int = 0):
+    """Exactly ``expected`` of the cluster's names were there after the act, and the
+    hand-made processes still ran."""
+    def check(tmp, outcome):
+        there = [line[len("there: "):] for line in outcome.stdout.splitlines()
+                 if line.startswith("there: ")]
+        names = sorted(x for x in there if not x.startswith("process "))
+        assert names == sorted(expected), f"there after: {names}"
+        alive = [x for x in there if x.startswith("process ")]
+        assert len(alive) == hand_made_processes, f"hand-made processes alive: {alive}"
+    return check
+
+
+down = then_sweep(cluster_tool("down", "--name", NAME))
+add(Case(18, "cluster down where up never ran: a namespace, link and bridge of its names",
+         down, hand_made(0, f"ns:{NAME}-n0", f"link:{NAME}-v0", f"link:{NAME}-br"),
+         says="(no record of cluster up)",
+         check=there_after(f"{NAME}-n0", f"{NAME}-v0", f"{NAME}-br", hand_made_processes=1)))
+add(Case(18, "cluster down after a node's namespace was made again under its name",
+         down, hand_made(2, f"ns:{NAME}-n1"),
+         says=f"left alone namespace {NAME}-n1 (made again since cluster up made it)",
+         check=there_after(f"{NAME}-n1", hand_made_processes=1)))
+add(Case(18, "cluster down after a node's link was made again under its name",
+         down, hand_made(2, f"link:{NAME}-v1"),
+         says=f"left alone link {NAME}-v1 (made again since cluster up made it)",
+         check=there_after(f"{NAME}-v1")))
+add(Case(18, "cluster down beside a bridge named like a further node's link",
+         down, hand_made(1, f"link:{NAME}-v5"),
+         says=f"left alone link {NAME}-v5 (not made by cluster up)",
+         check=there_after(f"{NAME}-v5")))
+add(Case(18, "cluster kill of a node whose namespace was made again under its name",
+         then_sweep(cluster_tool("kill", "--node", 1, "--name", NAME)),
+         hand_made(2, f"ns:{NAME}-n1"),
+         says=f"namespace {NAME}-n1 made again since cluster up made it",
+         check=there_after(f"{NAME}-n0", f"{NAME}-n1", f"{NAME}-br", f"{NAME}-v0",
+                           hand_made_processes=1)))

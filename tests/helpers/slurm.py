@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launch import cluster
+from tests.helpers.hostile_launch import sweep
 
 PACKAGES = "slurmctld slurmd slurm-client munge"
 TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo", "srun", "nsenter",
@@ -173,6 +174,7 @@ def running_slurm(root: Path, nodes: int = 2):
     cluster.STATE_ROOT = root / "cluster"
     daemons: list[subprocess.Popen] = []
     try:
+        sweep(name=NAME)  # what a killed run of the suite left, which cluster up would refuse
         emulated = cluster.up(nodes, RATE, 1, NAME)
         names = [f"node{i}" for i in range(nodes)]
         host = socket.gethostname().split(".")[0]
