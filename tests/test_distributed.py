@@ -550,10 +550,16 @@ def test_ccl_without_its_bindings_says_what_to_install(cora_dirs):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.mpi
 def test_mismatched_rank_count_is_a_clean_error(cora_dirs):
-    """``-np 2`` on a 3-partition directory: status 2 and one error naming both counts."""
-    proc, seconds = mpirun(2, [TRAIN, "--partitions", cora_dirs[3], "--threads", "1",
-                               "--no-progress"])
+    """``-np 2`` on a 3-partition directory: the launcher refuses before MPI starts, and
+    ranks started by a bare ``mpirun`` end with status 2 and one error naming both counts."""
+    with pytest.raises(launch.LaunchError, match="holds 3 partitions but -n is 2"):
+        launch.plan(2, [str(TRAIN), "--partitions", str(cora_dirs[3])], threads_per_rank=1)
+    p = launch.plan(2, [str(TRAIN), "--partitions", str(cora_dirs[2]), "--threads", "1",
+                        "--no-progress"], threads_per_rank=1)
+    argv = [str(cora_dirs[3]) if a == str(cora_dirs[2]) else a for a in p.argv]
+    proc, seconds = run_command(argv, p.env)
     assert_quick(seconds)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "3 partitions" in proc.stderr and "2 ranks" in proc.stderr, proc.stderr

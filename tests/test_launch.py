@@ -910,7 +910,7 @@ time.sleep(300)
 
 
 @pytest.mark.parametrize("said, start_timeout, message", [
-    ("launching", 1, "python3 started 0 of the 2 ranks within 1 s (--start-timeout); stopped "
+    ("launching", 3, "python3 started 0 of the 2 ranks within 3 s (--start-timeout); stopped "
                      "the job"),
     ("ssh: connect to host node7 port 22: Connection timed out", 60,
      "python3 could not reach node7 (ssh: connect to host node7 port 22: Connection timed "
@@ -928,7 +928,8 @@ def test_a_job_that_cannot_start_ends_naming_why(tmp_path, capfd, said, start_ti
         run(job, start_timeout=start_timeout)
     assert time.monotonic() - start < min(start_timeout, 10) + 5
     assert str(e.value).replace(Path(sys.executable).name, "python3") == message
-    assert not running(int((tmp_path / "child").read_text()))
+    child = tmp_path / "child"  # absent where a loaded machine stopped the job before it
+    assert not child.exists() or not running(int(child.read_text()))
 
 
 def test_silent_hosts_are_those_no_ssh_server_answers_for(tmp_path):
