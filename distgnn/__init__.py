@@ -3,9 +3,9 @@
 ``distgnn.train(source, config, make_model)`` trains a model in one call;
 ``distgnn.setup(source, config)`` gives the data, graph and collectives of a training loop
 written by hand (:mod:`distgnn.api`); ``distgnn.load_model(path)`` and
-``distgnn.predict(path, source)`` use a saved model (:mod:`distgnn.prediction`);
+``distgnn.predict(path, source)`` use a saved model (:mod:`distgnn.run.prediction`);
 ``distgnn.nn`` holds the layers and
-:class:`~distgnn.nn.KeyedDropout`.  Names are imported on first use, so that the
+:class:`~distgnn.nn.dropout.KeyedDropout`.  Names are imported on first use, so that the
 command-line tools that need none of them start without loading torch.
 """
 import importlib
@@ -17,15 +17,15 @@ EXPORTS = {
     "train": "distgnn.api",
     "setup": "distgnn.api",
     "Run": "distgnn.api",
-    "from_pyg": "distgnn.pyg",
-    "load_model": "distgnn.prediction",
-    "predict": "distgnn.prediction",
-    "TrainConfig": "distgnn.config",
-    "TrainResult": "distgnn.training",
-    "load": "distgnn.datasets",
-    "NodeDataset": "distgnn.graph",
-    "CSRGraph": "distgnn.graph",
-    "Neighbourhood": "distgnn.aggregate",
+    "from_pyg": "distgnn.data.pyg",
+    "load_model": "distgnn.run.prediction",
+    "predict": "distgnn.run.prediction",
+    "TrainConfig": "distgnn.run.config",
+    "TrainResult": "distgnn.run.training",
+    "load": "distgnn.data.datasets",
+    "NodeDataset": "distgnn.data.graph",
+    "CSRGraph": "distgnn.data.graph",
+    "Neighbourhood": "distgnn.nn.aggregate",
     "DistGNNError": "distgnn.errors",
 }
 __all__ = [*EXPORTS, "__version__"]

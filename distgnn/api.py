@@ -3,7 +3,7 @@ and write the training loop yourself.  Both take the same ``source`` and run unc
 one socket and under ``mpirun`` (one rank per partition).
 
 ``source`` is a dataset (a name such as ``"cora"``, a path to an ``.npz``, edge-list or OGB
-directory, or a :class:`~distgnn.graph.NodeDataset`: trained whole, in this process) or a
+directory, or a :class:`~distgnn.data.graph.NodeDataset`: trained whole, in this process) or a
 partition directory written by ``distgnn-partition`` (trained under ``mpirun -np P``, one
 rank per partition: every rank makes the same call).
 
@@ -29,26 +29,22 @@ import torch
 import torch.nn.functional as F
 
 from .comm import Communicator, SelfCommunicator
-from .config import TrainConfig
-from .datasets import load
-from .distributed import open_partitions, train_partitions
+from .data.datasets import load
+from .data.graph import NodeDataset
+from .data.partitions import is_partition_source
 from .errors import DistGNNError
-from .graph import NodeDataset
-from .inference import check_logits
-from .nn import prepare
-from .replicas import ReplicaSync
-from .shard import Shard, dataset_shard
+from .nn.prepare import prepare
+from .run.config import TrainConfig
+from .run.distributed import open_partitions, train_partitions
+from .run.evaluation import check_logits
+from .run.replicas import ReplicaSync
+from .run.shard import Shard, dataset_shard
+from .run.training import ModelFactory, TrainResult, configure_threads
+from .run.training import train as train_whole
 from .timing import PhaseTimer
-from .training import ModelFactory, TrainResult, configure_threads
-from .training import train as train_whole
 
 Source = str | Path | NodeDataset
 Config = TrainConfig | Callable[[], TrainConfig] | None
-
-
-def is_partition_directory(source: Source) -> bool:
-    """Whether ``source`` is a directory written by ``distgnn-partition``."""
-    return not isinstance(source, NodeDataset) and (Path(source) / "meta.json").is_file()
 
 
 def _config(config: Config) -> TrainConfig:
@@ -68,7 +64,7 @@ def check_source(source) -> None:
     if hasattr(source, "edge_index"):
         raise DistGNNError(f"source is a PyTorch Geometric {type(source).__name__}: convert "
                            "it first, distgnn.train(distgnn.from_pyg(data), ...), or "
-                           "partition it, distgnn.pyg.to_partitions(data, DIR, P)")
+                           "partition it, partition.pyg.to_partitions(data, DIR, P)")
     raise DistGNNError(f"source must be a dataset name, a path or a distgnn.NodeDataset, "
                        f"got {type(source).__name__}")
 
@@ -85,10 +81,10 @@ def train(source: Source, config: Config = None, make_model: ModelFactory | None
     ``config`` says (``None``: the defaults).  ``config`` may be a callable returning the
     configuration: on partitions it is then made on every rank inside the set-up agreement.
 
-    Returns the :class:`~distgnn.training.TrainResult` on every rank; ``log`` receives the
+    Returns the :class:`~distgnn.run.training.TrainResult` on every rank; ``log`` receives the
     progress lines (rank 0's only under MPI).  Collective under MPI."""
     check_source(source)
-    if is_partition_directory(source):
+    if is_partition_source(source):
         return train_partitions(str(source), config if callable(config) else _config(config),
                                 make_model, log)
     cfg = _config(config)
@@ -120,7 +116,7 @@ class Run:
 
     def place(self, model: torch.nn.Module) -> torch.nn.Module:
         """``model`` on this rank's device and floating type, with rank 0's initial weights
-        on every rank, its layers and dropouts keyed (:func:`distgnn.nn.prepare`, which
+        on every rank, its layers and dropouts keyed (:func:`distgnn.nn.prepare.prepare`, which
         also refuses torch's own dropout on partitions).  Collective."""
         model = model.to(self.x.device, self.x.dtype)
         prepare(model, self.g, self.config.aggregation_precision == "bf16")
@@ -131,7 +127,7 @@ class Run:
 
     def start_epoch(self, model: torch.nn.Module, epoch: int, training: bool = True) -> None:
         """``model.train(training)`` and the epoch on ``g``, which keys the dropout masks
-        and the delayed exchange's schedule (:meth:`~distgnn.aggregate.Neighbourhood.set_epoch`)."""
+        and the delayed exchange's schedule (:meth:`~distgnn.nn.aggregate.Neighbourhood.set_epoch`)."""
         model.train(training)
         self.g.set_epoch(epoch, training)
 
@@ -195,7 +191,7 @@ def setup(source: Source, config: Config = None, *, log: Callable[[str], None] =
     model built next starts from the same weights on one socket and on partitions.
     Collective under MPI."""
     check_source(source)
-    if is_partition_directory(source):
+    if is_partition_source(source):
         rank = open_partitions(str(source), config if callable(config) else _config(config),
                                log)
         run = Run(rank.cfg, rank.shard, rank.comm)

@@ -50,7 +50,7 @@ def local_size(default: int) -> int:
 
 def rank_device(choice: str, rank: int) -> torch.device:
     """The device of ``choice`` (``auto``, ``cpu``, ``cuda``: validated by
-    :class:`~distgnn.config.TrainConfig`) for this rank."""
+    :class:`~distgnn.run.config.TrainConfig`) for this rank."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if choice == "cuda" and gpus == 0:
         raise DistGNNError(f"rank {rank} is to compute on cuda but sees no GPU "

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import DistGNNError
-from .graph import format_bytes
 
 
 class OutputError(DistGNNError):
@@ -305,3 +304,13 @@ def write_json(path: str, result: dict, writer: str) -> None:
     """``result`` as JSON at ``path``, marked as written by ``writer``."""
     check_json_output(path)
     write_atomic(path, json.dumps({WRITTEN_BY: writer, **result}, indent=1))
+
+
+def format_bytes(nbytes: float) -> str:
+    """``nbytes`` in GiB, MiB or KiB with one decimal, e.g. ``"7450.6 GiB"``."""
+    if nbytes >= 1 << 60:  # int arithmetic: an absurd declared size must not overflow a float
+        return f"{int(nbytes) >> 60:,} EiB" if nbytes < 1 << 80 else "over a million EiB"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes / 1024:.1f} KiB"

@@ -14,7 +14,7 @@ A model saved from it is applied again by naming the function that builds it:
 The model is an ordinary ``torch.nn.Module`` whose ``forward(g, x)`` calls each layer as
 ``conv(g, h)``: ``g`` is the whole graph in one process and this rank's partition under
 ``mpirun``, where the layers exchange what the split vertices need inside.  Dropout is
-:class:`distgnn.nn.KeyedDropout`, whose masks every rank draws alike, so under
+:class:`distgnn.nn.dropout.KeyedDropout`, whose masks every rank draws alike, so under
 ``--algo cd-0`` both runs give the same losses.
 
 Bad flags and data end as in ``distgnn-train``: one line on stderr and exit status 2.
@@ -27,10 +27,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import distgnn
-from distgnn.cli import report
-from distgnn.cli_common import OneLineParser, interruptible, run_guarded
-from distgnn.distributed import run_rank
+from distgnn.program import OneLineParser, interruptible, run_guarded
+from distgnn.cli.train import report
 from distgnn.nn import MLP, GATConv, GINConv, KeyedDropout
+from distgnn.run.distributed import run_rank
 
 
 class AttentionThenGIN(nn.Module):

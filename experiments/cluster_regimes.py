@@ -11,7 +11,7 @@ brings up an emulated cluster of N nodes (:mod:`launch.cluster`, needs CAP_NET_A
 ranks of one thread per node, consecutive ranks on one node), and for each link rate:
 
 1. fits the network (latency, a node link's bandwidth, the allreduce) with ``distgnn-bench
-   comm`` on every rank of the job (:func:`distgnn.bench.predict.measured_network`);
+   comm`` on every rank of the job (:func:`bench.scaling.measured_network`);
 2. trains GraphSAGE-gcn (hidden 256) with 0c, cd-0 in each ``--topologies``
    (``--exchange-topology``) and cd-r for each delay, reading the median epoch (the first
    epoch excluded) and its phases (max over ranks);
@@ -24,9 +24,9 @@ ranks of one thread per node, consecutive ranks on one node), and for each link 
    the adaptive schedule, compressed wires, cd-r's default schedule), timed and counted
    the same way, predicted only for ``default``;
 4. predicts the epoch of 0c, cd-0 (each topology) and cd-r with
-   :func:`distgnn.bench.predict.predict` from this network, the partition statistics (with
+   :func:`bench.scaling.predict` from this network, the partition statistics (with
    K > 1, the rows on each node link from the clone sets), and rates measured by training
-   the N K partitions here at once (:func:`~distgnn.bench.rates.host_rates`): all
+   the N K partitions here at once (:func:`~bench.rates.host_rates`): all
    emulated nodes share this host's cores and memory, as the ranks do during the runs
    (whose communicator waits by sleeping there: ``--comm-wait auto``);
 5. with ``--exact-epochs E``, once per graph and N: cd-0 in each topology without dropout
@@ -46,19 +46,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from distgnn.bench.predict import (
+from bench.rates import RATE_EPOCHS, directory_graphs, host_rates
+from bench.scaling import (
     Network,
     exchange_bytes,
     exchange_widths,
     measured_network,
     predict,
 )
-from distgnn.bench.rates import RATE_EPOCHS, directory_graphs, host_rates
-from distgnn.cli_common import use_huge_pages
+from distgnn.program import use_huge_pages
 from distgnn.comm import WAITS
-from distgnn.config import DEFAULT_SCHEDULE_PRECISION
-from distgnn.epoch_log import read_metrics
 from distgnn.exchange.controller import EXACT_EVERY
+from distgnn.run.config import DEFAULT_SCHEDULE_PRECISION
+from distgnn.run.epoch_log import read_metrics
 from distgnn.storage import write_atomic
 from launch import cluster
 from partition.stats import node_rows
@@ -95,7 +95,7 @@ def launch(c: cluster.Cluster, command: list, ranks: int | None = None
 
 
 def network_fit(c: cluster.Cluster, out: Path, wait: str) -> Network:
-    """The network as the job's ranks see it (:func:`~distgnn.bench.predict.measured_network`):
+    """The network as the job's ranks see it (:func:`~bench.scaling.measured_network`):
     ``distgnn-bench comm`` on every slot of the cluster, its communicator waiting as the
     training runs' do (``--comm-wait wait``)."""
     launch(c, [BIN / "distgnn-bench", "comm", "--comms", "mpi", "--max-bytes", 4 << 20,
@@ -220,9 +220,9 @@ def main() -> int:
     p.add_argument("--plot", type=Path, help="write the charts here")
     a = p.parse_args()
     use_huge_pages()  # as distgnn-train does: the rates must be measured the same way
-    from distgnn.config import TrainConfig
-    from distgnn.datasets import load
-    from distgnn.training import build_model, configure_threads
+    from distgnn.data.datasets import load
+    from distgnn.run.config import TrainConfig
+    from distgnn.run.training import build_model, configure_threads
 
     a.work.mkdir(parents=True, exist_ok=True)
     from drpa_figures import STALENESS_CONFIGS  # beside this script

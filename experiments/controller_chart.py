@@ -18,10 +18,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from distgnn.bench.validate import train_records
-from distgnn.epoch_log import longest_rise
-from distgnn.storage import write_atomic
 from drpa_figures import best_test  # beside this script
+
+from bench.validate import train_records
+from distgnn.run.epoch_log import longest_rise
+from distgnn.storage import write_atomic
 
 
 def chart(default: list[dict], cd0: list[dict], title: str, path: Path) -> None:

@@ -8,7 +8,7 @@ in this project's one::
     /work/dglenv/bin/pip install dgl==2.1.0 torch "setuptools<70" torchdata==0.9.0 pandas
     # (dgl 2.1.0 ships no graphbolt for torch > 2.2: its load_graphbolt() call was wrapped
     #  in try/except in that environment; Libra does not use graphbolt)
-    python -c "from distgnn.datasets import load; import numpy as np; \
+    python -c "from distgnn.data.datasets import load; import numpy as np; \
         g = load('rmat:scale=20,edge_factor=16,features=1').graph; \
         np.savez('/tmp/rmat20.npz', indptr=g.indptr, indices=g.indices)"
     /work/dglenv/bin/python experiments/dgl_libra.py /work/shared/datasets/tolokers.npz \

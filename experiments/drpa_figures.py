@@ -23,15 +23,15 @@ from pathlib import Path
 
 import numpy as np
 
-from distgnn.bench.predict import exchange_bytes, exchange_widths
-from distgnn.bench.validate import train_records
-from distgnn.config import TrainConfig
-from distgnn.epoch_log import longest_rise
-from distgnn.exchange.controller import EXACT_EVERY
+from bench.scaling import exchange_bytes, exchange_widths
+from bench.validate import train_records
+from distgnn.data.partitions import load as load_partition
+from distgnn.data.partitions import read_meta
 from distgnn.exchange import SplitIndex
+from distgnn.exchange.controller import EXACT_EVERY
+from distgnn.run.config import TrainConfig
+from distgnn.run.epoch_log import longest_rise
 from distgnn.storage import write_atomic
-from partition.format import load as load_partition
-from partition.format import read_meta
 
 BIN = Path(sys.executable).parent
 # the datasets directory beside this repository (docs/data-formats.md); --data names another

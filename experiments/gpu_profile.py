@@ -6,7 +6,7 @@ whether it repeats bit for bit.
     python experiments/gpu_profile.py repeat --dataset rmat:scale=20,edge_factor=16
 
 ``profile``: for each model and implementation (this project's trainer step with the
-``triton`` or ``torch`` backend, or PyG's same model, :mod:`distgnn.bench.pyg`), after a
+``triton`` or ``torch`` backend, or PyG's same model, :mod:`bench.pyg`), after a
 warm-up epoch, one epoch under ``torch.profiler`` (the CUDA kernels that took most of its
 time, summed by name) and the peak of ``torch.cuda.max_memory_allocated`` within each phase
 (forward, backward, optimizer step) above what was allocated before the epoch.
@@ -32,14 +32,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from distgnn.backends import get_backend
-from distgnn.bench import pyg
-from distgnn.config import TrainConfig
-from distgnn.datasets import load
-from distgnn.shard import dataset_shard, normalize_features
+from bench import pyg
+from distgnn.data.datasets import load
+from distgnn.nn.backends import get_backend
+from distgnn.run.config import TrainConfig
+from distgnn.run.shard import dataset_shard, normalize_features
+from distgnn.run.training import build_model, model_and_optimizer
 from distgnn.storage import write_atomic
 from distgnn.timing import PhaseTimer
-from distgnn.training import build_model, model_and_optimizer
 
 PHASES = ("forward", "backward", "step")
 
@@ -176,7 +176,7 @@ def repeat(a) -> dict:
 
 
 def resume(a) -> dict:
-    from distgnn.bench.validate import train_records
+    from bench.validate import train_records
 
     out, k = {}, a.epochs
     for backend in a.impls:

@@ -9,13 +9,13 @@ that share one GPU.
 1. **Rates.**  Single-socket epochs of the same model on whole R-MAT graphs of ``N``
    vertices and two edge factors (16 and 4), on the GPU and on ``--threads`` CPU cores:
    each device's ``t = u n + a E`` (a per-vertex term for the dense work, a per-edge term
-   for the aggregation: :func:`~distgnn.bench.rates.fitted_rates`; medians, first epoch
+   for the aggregation: :func:`~bench.rates.fitted_rates`; medians, first epoch
    left out).
 2. **Weights.**  ``distgnn-partition --parts 2 --weights``: first from the per-edge rates
    alone (``1 / t``, as a per-edge model would), then refined with the vertex term: with
    ``nu_p`` the vertices per edge that cut gave rank ``p``, weights
    ``1 / (u_p nu_p + a_p)``.
-3. **Prediction.**  The refined cut's epoch by :func:`~distgnn.bench.predict.predict` with
+3. **Prediction.**  The refined cut's epoch by :func:`~bench.scaling.predict` with
    a rate per rank (the slower rank's compute, the cd-0 exchange through host memory, the
    allreduce), against the GPU alone's ``u N + a E``: the model's advice is the faster.
 4. **Jobs.**  ``mpirun -np 2`` cd-0 on the refined cut with rank 0 on the GPU and rank 1 on
@@ -37,15 +37,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from distgnn.bench.epoch import save_npz
-from distgnn.bench.machine import triad_bandwidth
-from distgnn.bench.predict import exchange_widths, predict
-from distgnn.bench.rates import fitted_rates
-from distgnn.bench.validate import train_records
-from distgnn.config import TrainConfig
-from distgnn.datasets import load
+from bench.epoch import save_npz
+from bench.machine import triad_bandwidth
+from bench.rates import fitted_rates
+from bench.scaling import exchange_widths, predict
+from bench.validate import train_records
+from distgnn.data.datasets import load
+from distgnn.run.config import TrainConfig
+from distgnn.run.training import build_model
 from distgnn.storage import write_atomic
-from distgnn.training import build_model
 
 BIN = Path(sys.executable).parent
 NCCL_PROBE = """

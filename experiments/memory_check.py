@@ -7,7 +7,7 @@ default schedule, on real graphs with wide features.
 
 For each dataset: a Libra cut into ``--ranks`` partitions (kept in ``--work``); for each
 exchange, the prediction the run's start-up check makes for each rank
-(:func:`distgnn.memory.predict` with the rank's vertices, edges and split entries), and
+(:func:`distgnn.run.memory.predict` with the rank's vertices, edges and split entries), and
 the measured peak of each rank (``peak_rss_mib_max`` of the last epoch record: ``VmHWM``,
 loading included) of ``--epochs`` epochs of the default model under ``distgnn-launch``,
 one thread per rank.  ``--predict-only`` prints the predictions without training (to set
@@ -21,11 +21,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from distgnn import memory
-from distgnn.config import TrainConfig
-from distgnn.epoch_log import read_metrics
+from distgnn.data.partitions import load
 from distgnn.exchange import SplitIndex
-from partition.format import load
+from distgnn.run import memory
+from distgnn.run.config import TrainConfig
+from distgnn.run.epoch_log import read_metrics
 
 BIN = Path(sys.executable).parent
 MIB = 1 << 20

@@ -9,7 +9,7 @@ weights (float32, dropout on: the masks are keyed by global ids), the maximum re
 difference over the first ``--check-epochs`` and over all epochs; and the accuracy (test at
 the best validation) of single socket, cd-0, 0c and cd-5.
 ``accuracy``: per graph, model and seed, this project's trainer and PyG's same model
-(:mod:`distgnn.bench.pyg`, the same initial weights, PyG's own dropout), test accuracy at the
+(:mod:`bench.pyg`, the same initial weights, PyG's own dropout), test accuracy at the
 best validation accuracy (ROC-AUC on binary tasks), mean +- std over seeds.
 """
 from __future__ import annotations
@@ -99,8 +99,8 @@ def pyg_best_test(data, cfg) -> float:
     import torch
     import torch.nn.functional as F
 
-    from distgnn.bench.epoch import pyg_run
-    from distgnn.training import roc_auc
+    from bench.epoch import pyg_run
+    from distgnn.run.training import roc_auc
 
     y = torch.from_numpy(data.y)
     masks = {m: torch.from_numpy(getattr(data, f"{m}_mask")) for m in ("val", "test")}
@@ -128,9 +128,9 @@ def same_model_check(data, model: str, threads: int, epochs: int = 3) -> float:
     from the same weights with dropout 0 (``distgnn-bench epoch``'s check)."""
     import torch
 
-    from distgnn.bench.epoch import pyg_run
-    from distgnn.config import TrainConfig
-    from distgnn.training import train
+    from bench.epoch import pyg_run
+    from distgnn.run.config import TrainConfig
+    from distgnn.run.training import train
 
     cfg = TrainConfig(**dict(MODELS[model], dropout=0.0), epochs=epochs, threads=threads,
                       progress=False)
@@ -141,9 +141,9 @@ def same_model_check(data, model: str, threads: int, epochs: int = 3) -> float:
 
 def accuracy(a) -> list[dict]:
     """This project's trainer and PyG's same model, per graph, model and seed."""
-    from distgnn.config import TrainConfig
-    from distgnn.datasets import load
-    from distgnn.training import train
+    from distgnn.data.datasets import load
+    from distgnn.run.config import TrainConfig
+    from distgnn.run.training import train
 
     rows = []
     for graph in a.graphs:

@@ -6,7 +6,7 @@ out of core and (where it fits) in memory.
 
 For each scale ``S`` it writes (once) the R-MAT files of ``2^S`` vertices and
 ``2 * 16 * 2^S`` directed edges with ``--features`` features
-(:func:`distgnn.generators.write_rmat_files`), then runs ``distgnn-partition`` on them with
+(:func:`distgnn.data.generators.write_rmat_files`), then runs ``distgnn-partition`` on them with
 ``--mode stream`` and, up to ``--memory-up-to``, ``--mode memory``, each under
 ``/usr/bin/time`` for its peak resident memory.  Prints a Markdown table (seconds, peak
 memory, nanoseconds per edge, replication factor, edge balance) and writes the rows as JSON
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from distgnn.generators import write_rmat_files
+from distgnn.data.generators import write_rmat_files
 
 BIN = Path(sys.executable).parent
 

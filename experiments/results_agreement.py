@@ -19,7 +19,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-
 from inference_cost import BIN, run  # this folder's: the command runner of both scripts
 
 

@@ -4,7 +4,7 @@ measured peak memory per rank, epoch time and its phases.
     python experiments/training_ladder.py --scales 20,21,22 --ranks 4 --work runs/train-ladder
 
 For each scale ``S`` it writes (once) the R-MAT files of ``2^S`` vertices, ``2 * 16 * 2^S``
-directed edges and ``--features`` features (:func:`distgnn.generators.write_rmat_files`),
+directed edges and ``--features`` features (:func:`distgnn.data.generators.write_rmat_files`),
 partitions them into ``--ranks`` (``distgnn-partition --mode auto``, kept), takes
 ``distgnn-partition inspect``'s predicted peak memory per rank for the model, then trains
 GraphSAGE-gcn (``--hidden``, 2 layers) for ``--epochs`` epochs under ``distgnn-launch``
@@ -26,8 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-from distgnn.epoch_log import read_metrics
-from distgnn.generators import write_rmat_files
+from distgnn.data.generators import write_rmat_files
+from distgnn.run.epoch_log import read_metrics
 
 BIN = Path(sys.executable).parent
 MIB = 1 << 20

@@ -1,5 +1,5 @@
 """Launch distgnn jobs: mpirun command lines (Open MPI, MPICH/Hydra) and SLURM scripts."""
-from .mpirun import JobStopped, LaunchError, LaunchPlan, plan, run
-from .slurm import sbatch_script
+from launch.mpirun import JobStopped, LaunchError, LaunchPlan, plan, run
+from launch.slurm import sbatch_script
 
 __all__ = ["JobStopped", "LaunchError", "LaunchPlan", "plan", "run", "sbatch_script"]

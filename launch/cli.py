@@ -15,7 +15,7 @@ import re
 import shutil
 import sys
 
-from distgnn.cli_common import (
+from distgnn.program import (
     DefaultsHelpFormatter,
     OneLineParser,
     fail,
@@ -23,9 +23,8 @@ from distgnn.cli_common import (
     run_guarded,
 )
 from distgnn.storage import check_output_file, check_replaceable, write_atomic
-
-from . import cluster
-from .mpirun import (
+from launch import cluster
+from launch.mpirun import (
     DEFAULT_START_TIMEOUT_S,
     DEFAULT_STOP_GRACE_S,
     IMPLEMENTATIONS,
@@ -36,7 +35,7 @@ from .mpirun import (
     plan,
     run,
 )
-from .slurm import (
+from launch.slurm import (
     DEFAULT_STOP_BEFORE_S,
     DEFAULT_TIME,
     LAUNCHERS,

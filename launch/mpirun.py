@@ -55,9 +55,8 @@ from pathlib import Path
 
 from distgnn.errors import DistGNNError
 from distgnn.signals import STOPPED_CHECKPOINT
-
-from .cluster import Cluster, cluster_of_hostfile, mpi_options
-from .rank import STARTED
+from launch.cluster import Cluster, cluster_of_hostfile, mpi_options
+from launch.rank import STARTED
 
 
 @dataclass(frozen=True)

@@ -56,12 +56,10 @@ import shlex
 import sys
 import textwrap
 from pathlib import Path
-
 from typing import Callable
 
 from distgnn.storage import file_head
-
-from .mpirun import (
+from launch.mpirun import (
     IMPLEMENTATIONS,
     LIBMPI_ENV,
     ROOT_ENV,

@@ -71,22 +71,22 @@ import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from distgnn.errors import DistGNNError
-from distgnn.graph import csr_rows
+from distgnn.data.graph import csr_rows
+from distgnn.data.partitions import (
+    EDGE_ORDERS,
+    METHODS,
+    PartitionError,
+    check_weights,
+    requested_shares,
+)
 from distgnn.kernels import prefetch
 
 # a random stream order makes both bitset reads cache misses: hint them this far ahead
 PREFETCH_DISTANCE = 32
 STREAM_CHUNK = 1 << 22  # edges per Numba call, so a progress bar can advance between calls
-METHODS = ("libra", "hdrf", "random", "dbh")
-ORDERS = ("degree", "random", "given")
 HDRF_LAMBDA = 1.0  # balance weight; see the module docstring for the tuning
 HDRF_CAP = 1.05  # no partition passes this many times its share of the streamed load
 MAX_SEED = 2**63 - 1
-
-
-class PartitionError(DistGNNError, ValueError):
-    """Arguments that no partitioning can satisfy (P < 1, more parts than edges, ...)."""
 
 
 def check_seed(seed) -> int:
@@ -96,44 +96,6 @@ def check_seed(seed) -> int:
             or not 0 <= seed <= MAX_SEED:
         raise PartitionError(f"--seed must be an integer from 0 to 2^63-1, got {seed!r}")
     return int(seed)
-
-
-def check_weights(weights, num_parts: int, num_edges: int | None = None) -> np.ndarray:
-    """float64 ``[P]`` copy of ``weights`` (relative capacity of each partition), or
-    ``PartitionError`` with a one-line message: one per partition, finite, > 0, and, given
-    ``num_edges``, none so small beside the others that its share is less than one edge
-    (the partition would be empty; its share error and balance would be near infinite)."""
-    try:
-        w = np.array(weights, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise PartitionError(f"--weights must be numbers, got {weights!r}") from None
-    if w.ndim != 1:
-        raise PartitionError(f"--weights must be a list of numbers, got shape {w.shape}")
-    if len(w) != num_parts:
-        raise PartitionError(f"--weights needs one weight per partition: got {len(w)} "
-                             f"for {num_parts} partitions")
-    bad = np.flatnonzero(~(np.isfinite(w) & (w > 0)))
-    if len(bad):
-        raise PartitionError(f"--weights must be finite and > 0, got {float(w[bad[0]]):g} for "
-                             f"partition {bad[0]}")
-    if num_edges is not None:
-        shares = requested_shares(w)
-        small = np.flatnonzero(shares * max(num_edges, 1) < 1)
-        if len(small):
-            p = small[0]
-            raise PartitionError(f"--weights give partition {p} a share of {shares[p]:.3g} of "
-                                 f"the {num_edges:,} edges, less than one edge (it would be "
-                                 "empty)")
-    return w
-
-
-def requested_shares(weights) -> np.ndarray:
-    """The edge share each partition is asked for: ``weights / sum(weights)``, computed as
-    ``(w / max w) / sum(w / max w)`` so that weights near the float64 maximum do not make
-    the sum overflow."""
-    w = np.asarray(weights, np.float64)
-    w = w / w.max()
-    return w / w.sum()
 
 
 def membership_words(num_parts: int) -> int:
@@ -473,8 +435,8 @@ def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     order = stream_order_name(method, order)
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+    if order not in EDGE_ORDERS:
+        raise ValueError(f"order must be one of {', '.join(EDGE_ORDERS)}, got {order!r}")
     seed = check_seed(seed)
     w = (np.ones(num_parts) if weights is None
          else check_weights(weights, num_parts, len(indices)))

@@ -8,7 +8,7 @@
                       [--symmetrize] [--split-file FILE]
 
 :func:`partition_dataset` is what it does once the dataset is loaded, for any
-:class:`~distgnn.graph.NodeDataset` (``distgnn.pyg.to_partitions`` calls it too).
+:class:`~distgnn.data.graph.NodeDataset` (``partition.pyg.to_partitions`` calls it too).
     distgnn-partition inspect DIR [--width D] [--hidden H] [--layers L] [--json FILE]
     distgnn-partition verify DIR [--dataset SPEC]
 """
@@ -24,43 +24,44 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from distgnn.cli_common import (
+from distgnn.program import (
     DefaultsHelpFormatter,
     OneLineParser,
     dataset_file_flags,
     interruptible,
     run_guarded,
 )
-from distgnn.config import MAX_LAYERS
-from distgnn.datasets import locate
-from distgnn.datasets import load as load_dataset
-from distgnn.edge_file import edge_count
-from distgnn.errors import DistGNNError
-from distgnn.generators import GENERATORS
-from distgnn.graph import GraphError, format_bytes
-from distgnn.memory import available_bytes
-from distgnn.ordering import AUTO_WIDTH, CHOICES
-from distgnn.storage import check_distinct_outputs, check_json_output, write_json
-
-from .assign import (
-    METHODS,
-    ORDERS,
-    check_seed,
-    check_weights,
-    requested_shares,
-    stream_order_name,
-)
-from .format import (
+from distgnn.data.binary_edges import edge_count
+from distgnn.data.datasets import load as load_dataset
+from distgnn.data.datasets import locate
+from distgnn.data.generators import GENERATORS
+from distgnn.data.graph import GraphError
+from distgnn.data.ordering import AUTO_WIDTH, CHOICES
+from distgnn.data.partitions import (
+    EDGE_ORDERS,
     FORMAT_VERSION,
+    METHODS,
+    ROOTS,
     check_target,
+    check_weights,
     load,
     read_meta,
+    requested_shares,
     unchecked_fields_note,
     verify,
-    write_dataset,
 )
-from .layout import ROOTS, order_layout
-from .stats import (
+from distgnn.errors import DistGNNError
+from distgnn.run.config import MAX_LAYERS
+from distgnn.run.memory import available_bytes
+from distgnn.storage import (
+    check_distinct_outputs,
+    check_json_output,
+    format_bytes,
+    write_json,
+)
+from partition.assign import check_seed, stream_order_name
+from partition.layout import order_layout
+from partition.stats import (
     MAX_CLONE_SET_PARTS,
     PartCounts,
     clone_sets,
@@ -69,8 +70,9 @@ from .stats import (
     format_summary,
     summarize,
 )
-from .stream import Stopped, partition_edge_file, vertex_data
-from .vertex_cut import PartitionError, vertex_cut
+from partition.stream import Stopped, partition_edge_file, vertex_data
+from partition.vertex_cut import PartitionError, vertex_cut
+from partition.write import write_dataset
 
 PROG = "distgnn-partition"
 PROGRESS_MIN_EDGES = 1_000_000
@@ -149,7 +151,7 @@ def partition_parser() -> argparse.ArgumentParser:
                         "dbh: hash of the lower-degree endpoint")
     p.add_argument("--seed", type=int, default=0,
                    help="seeds order, ties, roots: 0 to 2^63-1 (default 0)")
-    p.add_argument("--order", choices=ORDERS,
+    p.add_argument("--order", choices=EDGE_ORDERS,
                    help="stream order of libra and hdrf: degree (rows in increasing degree, "
                         "so low-degree vertices are placed whole before the hubs arrive; "
                         "libra's default), random (a seeded permutation; hdrf's default) or "
@@ -381,7 +383,7 @@ def dataset_of(args) -> tuple[str, str]:
 
 def input_path(spec: str) -> Path | None:
     """The file or directory the dataset ``spec`` is read from, found as
-    :func:`distgnn.datasets.load` finds it (a bare name is a bundled dataset first);
+    :func:`distgnn.data.datasets.load` finds it (a bare name is a bundled dataset first);
     ``None`` for a generator or a path that does not exist (loading says so)."""
     if spec.partition(":")[0] in GENERATORS:
         return None

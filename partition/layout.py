@@ -3,7 +3,7 @@
 Given ``part[e]`` for every CSR entry, partition ``p`` holds the vertices with an edge in
 it (plus the isolated vertices placed on it), numbered locally in increasing global id
 or, after :func:`order_layout`, in a locality order of its local graph
-(:mod:`distgnn.ordering`), and its edges as a local CSR (rows = destinations, each row's
+(:mod:`distgnn.data.ordering`), and its edges as a local CSR (rows = destinations, each row's
 sources sorted).  Every vertex has exactly one
 **root** clone; the others are **leaves**.  Roots are chosen at random among the clones,
 or *balanced*: vertices with one clone own it, then split vertices (in a seeded random
@@ -28,12 +28,10 @@ from typing import Iterator
 import numba
 import numpy as np
 
-from distgnn.graph import CSRGraph, csr_rows
-from distgnn.ordering import CHOICES, choose_order, relabel, vertex_order
-
-from .assign import _has, membership
-
-ROOTS = ("balanced", "random")
+from distgnn.data.graph import CSRGraph, csr_rows
+from distgnn.data.ordering import CHOICES, choose_order, relabel, vertex_order
+from distgnn.data.partitions import ROOTS
+from partition.assign import _has, membership
 
 
 @numba.njit(cache=True)
@@ -143,7 +141,7 @@ class Layout:
         root_local (np.ndarray): int64 ``[N]`` local id of each vertex at its root.
         edge_counts (np.ndarray): int64 ``[P]`` entries per partition.
         vertex_order (str): the local order, ``"given"`` (increasing global id) or a
-            method of :data:`distgnn.ordering.ORDERS`.
+            method of :data:`distgnn.data.ordering.ORDERS`.
     """
 
     num_parts: int
@@ -234,7 +232,7 @@ class _LocalGraphs:
 def order_layout(layout: Layout, indptr: np.ndarray, indices: np.ndarray, method: str,
                  progress=None) -> dict:
     """Renumber every partition's vertices in the locality order ``method`` of
-    :data:`distgnn.ordering.CHOICES`, computed on its local graph; returns what was done
+    :data:`distgnn.data.ordering.CHOICES`, computed on its local graph; returns what was done
     (``vertex_order``, ``vertex_order_requested``, ``vertex_order_seconds`` and, for
     ``auto``, ``vertex_order_trial``: SpMM seconds per order on the largest partition,
     whose fastest order every partition then gets).  ``progress`` is called per partition.

@@ -8,7 +8,7 @@ edges partitions in a few GiB.  It makes the choices of the in-memory Libra in i
 ``degree`` order exactly (a directed graph, unweighted, equal capacities): the same
 partition for every edge, the same roots, the same files.
 
-Passes over the edge file ``[E, 2]`` (:mod:`distgnn.edge_file`), each in chunks:
+Passes over the edge file ``[E, 2]`` (:mod:`distgnn.data.binary_edges`), each in chunks:
 
 1. **Degrees**: in-degree and degree (in + out) of every vertex.
 2. **Buckets**: the stream visits the rows (destinations) in increasing degree, seeded at
@@ -21,7 +21,7 @@ Passes over the edge file ``[E, 2]`` (:mod:`distgnn.edge_file`), each in chunks:
 4. **Layout and files**: roots, vertex lists and split tables from the bitsets
    (:func:`~partition.layout.layout_from_membership`); then each partition's local CSR
    from its spill file, its rows of the features and labels (memory-mapped ``.npy``), and
-   its arrays written as :func:`~partition.format.write_partitions` writes them.
+   its arrays written as :func:`~distgnn.data.partitions.write_partitions` writes them.
 
 The bucket and spill files live in a hidden work folder beside the output,
 ``.NAME.stream-TOKEN`` (removed at the end, also on failure); they take the edge file's size
@@ -49,21 +49,22 @@ from typing import Callable
 import numba
 import numpy as np
 
-from distgnn.datasets import check_classes, read_split_file
-from distgnn.edge_file import edge_count, iter_edges
-from distgnn.generators import random_split
-from distgnn.graph import UNLABELLED, CSRGraph, GraphError, format_bytes
+from distgnn.data.binary_edges import edge_count, iter_edges
+from distgnn.data.datasets import check_classes, read_split_file
+from distgnn.data.generators import random_split
+from distgnn.data.graph import UNLABELLED, CSRGraph, GraphError
+from distgnn.data.partitions import write_partitions
 from distgnn.storage import (
     file_head,
+    format_bytes,
     free_space_problem,
     pid_alive,
     remove_leftovers,
     temp_path,
 )
-
-from .assign import GreedyStream, degree_order
-from .format import layout_meta, partition_bytes, write_partitions
-from .layout import Layout, layout_from_membership, leaf_tables, part_arrays
+from partition.assign import GreedyStream, degree_order
+from partition.layout import Layout, layout_from_membership, leaf_tables, part_arrays
+from partition.write import layout_meta, partition_bytes
 
 BUCKET_EDGES = 1 << 24  # edges per bucket (about): what pass 3 holds and sorts at once
 CHUNK_EDGES = 1 << 23  # edges read at once by passes 1 and 2
@@ -243,7 +244,7 @@ def _repeats(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> bool:
 
 def streamed_part_arrays(layout: Layout, parts: _Spill, data: VertexData,
                          in_degree: np.ndarray):
-    """Yield ``(p, arrays)`` for :func:`~partition.format.write_partitions`: partition
+    """Yield ``(p, arrays)`` for :func:`~distgnn.data.partitions.write_partitions`: partition
     ``p``'s local CSR (rows in increasing global id, each row's sources in file order, as
     the in-memory path builds it) from its spill file, and its vertices' rows."""
     tables = leaf_tables(layout)
@@ -365,7 +366,7 @@ def _stopped_by_signals():
 def vertex_data(features: str | Path, labels: str | Path, split_file: str | Path | None
                 ) -> VertexData:
     """The features and labels ``.npy`` files memory-mapped, and the split: ``split_file``
-    (an ``.npz`` of bool masks ``[N]``, :func:`~distgnn.datasets.read_split_file`) or a
+    (an ``.npz`` of bool masks ``[N]``, :func:`~distgnn.data.datasets.read_split_file`) or a
     seeded random 60/20/20 of the labelled vertices, as an in-memory edge list gets."""
     x = _mapped(features, "features", 2)
     y = _mapped(labels, "labels", 1)
@@ -389,7 +390,7 @@ def vertex_data(features: str | Path, labels: str | Path, split_file: str | Path
 
 @dataclasses.dataclass
 class _SplitView:
-    """What :func:`~distgnn.datasets.read_split_file` reads of a dataset, for one whose
+    """What :func:`~distgnn.data.datasets.read_split_file` reads of a dataset, for one whose
     graph is not in memory."""
 
     y: np.ndarray

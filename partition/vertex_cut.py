@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from distgnn.graph import CSRGraph
-
-from .assign import HDRF_LAMBDA, PartitionError, assign_edges
-from .layout import Layout, build_layout
+from distgnn.data.graph import CSRGraph
+from distgnn.data.partitions import PartitionError
+from partition.assign import HDRF_LAMBDA, assign_edges
+from partition.layout import Layout, build_layout
 
 __all__ = ["PartitionError", "vertex_cut"]
 

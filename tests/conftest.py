@@ -22,7 +22,7 @@ from tests.helpers import fuzz_report
 
 @pytest.fixture(scope="session")
 def cora():
-    from distgnn.datasets import load
+    from distgnn.data.datasets import load
 
     return load("cora")
 
@@ -37,7 +37,7 @@ def good_partitions(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def rmat_ds():
-    from distgnn.datasets import load
+    from distgnn.data.datasets import load
     from tests.helpers.partitions import RMAT
 
     return load(RMAT)
@@ -45,14 +45,14 @@ def rmat_ds():
 
 @pytest.fixture(scope="module")
 def cora_ds():
-    from distgnn.datasets import load
+    from distgnn.data.datasets import load
 
     return load("cora")
 
 
 @pytest.fixture(scope="module")
 def small_ds():
-    from distgnn.datasets import load
+    from distgnn.data.datasets import load
     from tests.helpers.partitions import SMALL_RMAT
 
     return load(SMALL_RMAT)
@@ -171,7 +171,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # an MPI job started by the test or by any Python process it starts, and fails the test,
 # naming the command.
 MPI_STARTERS = frozenset({"mpirun", "mpi_python", "mpi_command", "mpi_launch", "mpi_popen"})
-MPI_MODULES = frozenset({"test_reliability"})  # every drill of distgnn.bench.resume is a job
+MPI_MODULES = frozenset({"test_reliability"})  # every drill of bench.resume is a job
 MPI_TESTS = frozenset({
     "test_placement.py::test_launcher_gives_each_local_rank_its_gpu",  # launch.plan's argv run
     "test_readme.py::test_the_quick_examples_run_in_order",  # distgnn-launch -n 2 in README

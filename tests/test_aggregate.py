@@ -6,13 +6,12 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from distgnn.aggregate import Neighbourhood, SpMM
-from distgnn.backends import BACKENDS, TorchSparseBackend, get_backend
+from distgnn.data.graph import CSRGraph, GraphError
 from distgnn.errors import DistGNNError
-from distgnn.graph import CSRGraph, GraphError
 from distgnn.kernels import REDUCES
+from distgnn.nn.aggregate import Neighbourhood, SpMM
+from distgnn.nn.backends import BACKENDS, TorchSparseBackend, get_backend
 from distgnn.timing import PhaseTimer
-
 
 # the backends of CPU tensors; triton's kernels run CUDA tensors, and are checked on the CPU
 # under Triton's interpreter by tests/test_gpu_kernels.py
@@ -219,8 +218,8 @@ def test_two_layers_on_one_key_are_refused_on_a_partition_but_not_a_recomputed_o
     key in the same training pass is an error naming both, and so is an unkeyed layer;
     the same layer again inside the backward pass (as ``--recompute`` runs it), another
     epoch, evaluation or one process are not."""
-    from distgnn.models import GNN
     from distgnn.nn import GCNConv
+    from distgnn.nn.models import GNN
 
     g, *_ = random_graph(**GRAPHS["random"])
     nbr = Neighbourhood(g, get_backend("numba"), exchange=Identity())

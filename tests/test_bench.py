@@ -45,7 +45,7 @@ def test_bench_spmm_device_mode_agrees_with_pyg(capsys):
     torch backend and PyG's two routes compute the same sums, forward and backward."""
     import argparse
 
-    from distgnn.bench.spmm import run_device
+    from bench.spmm import run_device
 
     pytest.importorskip("torch_geometric")
     # 3 reps: the median leaves out the first call, which loads the kernels (with 1 rep a
@@ -61,7 +61,7 @@ def test_bench_spmm_device_mode_agrees_with_pyg(capsys):
 
 
 def test_bench_partition_writes_json_and_chart(tmp_path, capsys):
-    from distgnn.cli import bench_main
+    from bench.cli import bench_main
 
     out = tmp_path / "partition.json"
     assert bench_main(["partition", "--dataset", "rmat:scale=8,edge_factor=4,features=1",
@@ -117,8 +117,8 @@ def test_bench_epoch_checks_the_model_and_writes_json(tmp_path):
 
 @pytest.mark.slow
 def test_bench_epoch_without_pyg_says_so_and_runs_the_rest(tmp_path, monkeypatch, capsys):
-    from distgnn.bench import pyg
-    from distgnn.cli import bench_main
+    from bench import pyg
+    from bench.cli import bench_main
 
     monkeypatch.setattr(pyg, "available", lambda: False)
     out = tmp_path / "epoch.json"
@@ -131,7 +131,7 @@ def test_bench_epoch_without_pyg_says_so_and_runs_the_rest(tmp_path, monkeypatch
 
 
 def test_bench_epoch_refuses_unknown_implementations(capsys):
-    from distgnn.cli import bench_main
+    from bench.cli import bench_main
 
     with pytest.raises(SystemExit) as exit:  # refused by the parser, before any work
         bench_main(["epoch", "--impls", "numba,dgl"])
@@ -142,7 +142,7 @@ def test_bench_epoch_refuses_unknown_implementations(capsys):
 
 def test_predict_matches_hand_computed_times():
     """The scaling model on two hand-made ranks (see the docstring of bench/predict.py)."""
-    from distgnn.bench.predict import Rates, exchange_widths, predict
+    from bench.scaling import Rates, exchange_widths, predict
 
     per_rank = [{"vertices": 100, "edges": 1000, "leaves": 10, "leaf_entries": 20},
                 {"vertices": 80, "edges": 900, "leaves": 20, "leaf_entries": 10}]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from distgnn.bench.predict import (
+from bench.scaling import (
     Rates,
     TargetSize,
     check_size,
@@ -31,7 +31,7 @@ ALPHA, BETA, PARAMS = 5e-6, 1e9, 5000
 @pytest.fixture(scope="module")
 def proxy():
     """A tiny R-MAT graph and its libra partitions at P = 1, 2, 4."""
-    from distgnn.datasets import load
+    from distgnn.data.datasets import load
 
     data = load(f"rmat:scale=9,edge_factor=8,features={F},classes={C}")
     return data, {P: cut_statistics(data.graph, P)[1] for P in (1, 2, 4)}
@@ -196,7 +196,7 @@ def test_default_schedule_waits_half_its_epochs_and_the_verdict_follows_the_netw
     """cd-r's default schedule waits for the whole int4 exchange on its exact epochs (one in
     ``EXACT_EVERY``) and sends nothing on the others; the verdict says cd-r pays on a slow
     network and not on a fast one, and names oversubscription."""
-    from distgnn.bench.predict import exchange_seconds, verdict
+    from bench.scaling import exchange_seconds, verdict
     from distgnn.exchange.controller import EXACT_EVERY
 
     _, stats = proxy
@@ -263,8 +263,8 @@ def test_a_measured_network_gives_a_node_links_bandwidth_and_its_allreduce():
     """``distgnn-bench comm``'s JSON as predict reads it: with a rank per node, alpha and
     beta are the bench's own fit (per peer); with K ranks per node, K (P - K) blocks of each
     size cross a node's link; the allreduce it measured is interpolated at that P only."""
-    from distgnn.bench.comm import fit_alpha_beta
-    from distgnn.bench.predict import allreduce_seconds, measured_network
+    from bench.comm import fit_alpha_beta
+    from bench.scaling import allreduce_seconds, measured_network
 
     sizes = [{"bytes": 1024, "alltoallv_s": 3e-4, "allreduce_s": 1e-4},
              {"bytes": 4096, "alltoallv_s": 5e-4, "allreduce_s": 2e-4},
@@ -299,8 +299,8 @@ def proxy_rows_inputs(net):
 def test_partition_graphs_are_what_each_rank_computes_on(tmp_path, proxy):
     """The rates are measured on partitions as graphs of their own: a layout's (in memory)
     and a partition directory's hold each partition's vertices, edges and feature rows."""
-    from distgnn.bench.rates import directory_graphs, partition_graphs
-    from partition.format import write_dataset
+    from bench.rates import directory_graphs, partition_graphs
+    from partition.write import write_dataset
 
     data, _ = proxy
     layout, per_rank, _ = cut_statistics(data.graph, 4)

@@ -20,13 +20,13 @@ from tests.helpers.training import losses, train_quietly
 # test_gpu_resume_continues_exactly (the torch backend's cuSPARSE sums are not repeatable)
 run = functools.partial(train_quietly, device="cpu")
 
-from distgnn import checkpoint
-from distgnn.checkpoint import checkpoint_name, checkpoints
-from distgnn.checkpointer import NonFiniteLoss
-from distgnn.config import TrainConfig
-from distgnn.datasets import load
+from distgnn.data.datasets import load
 from distgnn.errors import DistGNNError
-from distgnn.training import train
+from distgnn.run import checkpoint_files as checkpoint
+from distgnn.run.checkpoint_files import checkpoint_name, checkpoints
+from distgnn.run.checkpointing import NonFiniteLoss
+from distgnn.run.config import TrainConfig
+from distgnn.run.training import train
 
 BIN = Path(sys.executable).parent
 
@@ -195,7 +195,7 @@ def test_disk_full_mid_write_leaves_previous_checkpoints_intact(cora, tmp_path):
     ckpt = tmp_path / "ck"
     run(cora, epochs=2, checkpoint_dir=str(ckpt))
     limit = (ckpt / checkpoint_name(2) / "state.pt").stat().st_size + 64
-    code = ("import resource, signal, sys; from distgnn.cli import train_main; "
+    code = ("import resource, signal, sys; from distgnn.cli.train import train_main; "
             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
             f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); "
             "sys.exit(train_main(sys.argv[1:]))")
@@ -261,7 +261,7 @@ def test_every_option_but_the_run_only_ones_is_fingerprinted():
     """The fingerprint is derived, not listed: a new TrainConfig field is in it unless it is
     named run-only; every run-only name is a field; an option away from its default is
     always there, a later one at its default is not (old checkpoints resume)."""
-    from distgnn.checkpointer import ALWAYS, RUN_ONLY, fingerprinted
+    from distgnn.run.checkpointing import ALWAYS, RUN_ONLY, fingerprinted
 
     names = {f.name for f in dataclasses.fields(TrainConfig)}
     assert RUN_ONLY <= names and set(ALWAYS) <= names - RUN_ONLY

@@ -105,7 +105,7 @@ def test_a_swallowed_ctrl_c_during_start_up_still_ends_the_run(capsys):
     import os
     import signal
 
-    from distgnn.cli_common import interruptible
+    from distgnn.program import interruptible
     from distgnn.signals import EARLY_INTERRUPTS, StopRequests
 
     epochs = []

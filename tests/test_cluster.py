@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from distgnn.epoch_log import read_metrics
+from distgnn.run.epoch_log import read_metrics
 from launch import cluster
 from tests.helpers.hostile_launch import NAME, sweep
 from tests.helpers.mpi import installed

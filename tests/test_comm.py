@@ -10,9 +10,9 @@ from distgnn.comm import (
     rank_ranges,
     resolve_wait,
 )
-from distgnn.config import DEFAULT_DELAY, TrainConfig
-from distgnn.distributed import threads_per_rank
 from distgnn.errors import DistGNNError
+from distgnn.run.config import DEFAULT_DELAY, TrainConfig
+from distgnn.run.distributed import threads_per_rank
 
 
 def test_self_communicator_copies_and_refuses_mismatched_counts():

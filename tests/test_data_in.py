@@ -9,14 +9,20 @@ import numpy as np
 import pytest
 import torch
 
-from distgnn import shard as shard_module
-from distgnn.config import TrainConfig
-from distgnn.datasets import check_classes, load
-from distgnn.graph import GraphError
-from distgnn.pyg import from_pyg, to_partitions
-from distgnn.shard import ROW_NORM_WARNING, dataset_shard, negative_features, partition_shard
+from distgnn.data.datasets import check_classes, load
+from distgnn.data.graph import GraphError
+from distgnn.data.partitions import read_meta, read_vertex_ids, verify
+from distgnn.data.pyg import from_pyg
+from distgnn.run import shard as shard_module
+from distgnn.run.config import TrainConfig
+from distgnn.run.shard import (
+    ROW_NORM_WARNING,
+    dataset_shard,
+    negative_features,
+    partition_shard,
+)
 from distgnn.timing import PhaseTimer
-from partition.format import read_meta, read_vertex_ids, verify
+from partition.pyg import to_partitions
 from tests.helpers.partitions import write_dir
 from tests.helpers.threads_comm import run_ranks
 from tests.helpers.training import losses

@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from distgnn.datasets import load, read_edge_list
-from distgnn.generators import rmat, rmat_edges, sbm
-from distgnn.graph import GraphError
+from distgnn.data.datasets import load, read_edge_list
+from distgnn.data.generators import rmat, rmat_edges, sbm
+from distgnn.data.graph import GraphError
 from tests.helpers.datasets import Payload, make_ogb, tiny_arrays, write_gz
 from tests.helpers.graphs import dedup, is_symmetric
 

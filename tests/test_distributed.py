@@ -25,16 +25,18 @@ import pytest
 import torch
 
 import launch
-from distgnn import epoch_log, placement
-from distgnn.config import TrainConfig
-from distgnn.datasets import load as load_dataset
+from distgnn import placement
+from distgnn.data.datasets import load as load_dataset
+from distgnn.data.graph import NodeDataset
+from distgnn.data.partitions import load as load_partition
+from distgnn.data.partitions import read_meta
 from distgnn.exchange import SplitIndex
-from distgnn.graph import NodeDataset
+from distgnn.run import epoch_log
+from distgnn.run.config import TrainConfig
 from partition.cli import main as partition_cli
-from partition.format import load as load_partition
-from partition.format import read_meta, write_dataset
 from partition.layout import order_layout
 from partition.vertex_cut import vertex_cut
+from partition.write import write_dataset
 from tests.helpers.cdr_reference import Simulation
 from tests.helpers.graphs import build_random_graph, out_degrees
 from tests.helpers.mpi import installed
@@ -419,7 +421,7 @@ def test_models_under_cd0_follow_single_socket(split_heavy, model_job, name):
     15 epochs): the loss curve and the final accuracies equal single-socket training of the
     whole graph to 1e-10 relative.  GAT's edge softmax spans the clones of every split
     vertex; max/min send each gradient to the one clone that attained the extreme."""
-    from distgnn.training import train
+    from distgnn.run.training import train
 
     _, _, ds = split_heavy
     got = model_job[name]

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from distgnn.dropout import apply_dropout_mask, dropout_key, vertex_dropout
-from distgnn.graph import GraphError
+from distgnn.data.graph import GraphError
+from distgnn.kernels.dropout import dropout_key
+from distgnn.nn.dropout import apply_dropout_mask, vertex_dropout
 
 KEY = dropout_key(seed=7, step=3, layer=1)
 
@@ -72,7 +73,7 @@ def test_p_zero_returns_the_input_unchanged():
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
 def test_torch_mask_has_the_numba_kernel_bits(p):
     """GPU ranks draw the mask with torch ops; on the CPU they must give the same bits."""
-    from distgnn.dropout import dropout_mask_torch
+    from distgnn.kernels.dropout import dropout_mask_torch
 
     ids = np.array([0, 1, 5, 17, 123_456_789, 2**40 + 3, 2**62], np.int64)
     for key in (KEY, dropout_key(seed=2**40, step=10**6, layer=0), 2**64 - 1):

@@ -6,11 +6,11 @@ import os
 import numpy as np
 import pytest
 
-from distgnn import generators
-from distgnn.datasets import load
-from distgnn.edge_file import EdgeFileWriter, edge_count, iter_edges
-from distgnn.generators import write_rmat_files
-from distgnn.graph import CSRGraph, GraphError
+from distgnn.data import generators
+from distgnn.data.binary_edges import EdgeFileWriter, edge_count, iter_edges
+from distgnn.data.datasets import load
+from distgnn.data.generators import write_rmat_files
+from distgnn.data.graph import CSRGraph, GraphError
 
 SCALE, EDGE_FACTOR, FEATURES, CLASSES = 8, 4, 6, 5
 N = 1 << SCALE

@@ -17,15 +17,16 @@ import numpy as np
 import pytest
 import torch
 
-from partition.stats import node_rows
 from distgnn.comm import RankFailed
+from distgnn.data.graph import NodeDataset
+from distgnn.data.partitions import load
 from distgnn.errors import DistGNNError
 from distgnn.exchange import Exchange, SplitIndex
 from distgnn.exchange.wire import Wire, row_bytes
-from distgnn.graph import NodeDataset
-from partition.format import load, write_dataset
 from partition.layout import order_layout
+from partition.stats import node_rows
 from partition.vertex_cut import vertex_cut
+from partition.write import write_dataset
 from tests.helpers.cdr_reference import AdaptiveSimulation, Clones, History, Kept
 from tests.helpers.graphs import build_random_graph
 from tests.helpers.threads_comm import Aborted, ThreadsCommunicator, World, run_ranks

@@ -3,7 +3,7 @@ of ``tests/helpers/fuzz.py``: each case is ``clean`` (one line naming the flag o
 ``accepted`` (a result that satisfies the invariants below) or a failure.
 
 - **train flags**: every flag of ``distgnn-train`` that takes a value gets hostile values;
-  parsing and :class:`~distgnn.config.TrainConfig` either refuse with one line naming the
+  parsing and :class:`~distgnn.run.config.TrainConfig` either refuse with one line naming the
   flag or give a configuration whose every size, rate and choice is usable.
 - **launch flags**: ``distgnn-launch --dry-run`` with hostile counts, times and commands.
 - **checkpoint manifests**: one hostile change to a good checkpoint's ``manifest.json`` or
@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 from hypothesis import strategies as st
 
-from distgnn import checkpoint
-from distgnn.cli import train_parser
-from distgnn.config import MAX_LAYERS, MAX_THREADS, TrainConfig
+from distgnn.cli.train import train_parser
 from distgnn.errors import DistGNNError
+from distgnn.run import checkpoint_files as checkpoint
+from distgnn.run.config import MAX_LAYERS, MAX_THREADS, TrainConfig
 from launch.cli import main as launch_main
 from tests.helpers.fuzz import HOSTILE_JSON, fuzz, run_case
 from tests.helpers.training import train_quietly
@@ -116,7 +116,7 @@ SMALL = "sbm:nodes=200,features=8,seed=3"
 
 @pytest.fixture(scope="module")
 def small():
-    from distgnn.datasets import load
+    from distgnn.data.datasets import load
 
     return load(SMALL)
 

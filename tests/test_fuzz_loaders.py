@@ -10,8 +10,8 @@ import numpy as np
 import scipy.sparse as sp
 from hypothesis import strategies as st
 
-from distgnn.datasets import load
-from distgnn.graph import CSRGraph, NodeDataset
+from distgnn.data.datasets import load
+from distgnn.data.graph import CSRGraph, NodeDataset
 from tests.helpers.datasets import make_ogb, tiny_arrays
 from tests.helpers.fuzz import (
     GIANT_SHAPES,

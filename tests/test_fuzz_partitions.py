@@ -10,11 +10,7 @@ from pathlib import Path
 import numpy as np
 from hypothesis import strategies as st
 
-from partition.format import (
-    MASKS,
-    OPTIONAL_FILES,
-    PART_FILES,
-)
+from distgnn.data.partitions import MASKS, OPTIONAL_FILES, PART_FILES
 from tests.helpers.fuzz import (
     GIANT_SHAPES,
     HOSTILE_BYTES,

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from distgnn.datasets import load, read_edge_list
-from distgnn.graph import CSRGraph
+from distgnn.data.datasets import load, read_edge_list
+from distgnn.data.graph import CSRGraph
 from tests.helpers.datasets import make_ogb
 from tests.helpers.fuzz import (
     SOURCE,
@@ -174,7 +174,7 @@ def test_regressions(good_partitions, tmp_path, loader, what, make):
 def test_a_partition_array_whose_header_does_not_parse_is_one_error(tmp_path):
     """A flipped byte that breaks the .npy header's dictionary reaches numpy's literal
     parser, which raises tokenize's TokenError (neither OSError nor ValueError)."""
-    from partition.format import PartitionFormatError, _load_array
+    from distgnn.data.partitions import PartitionFormatError, _load_array
 
     path = tmp_path / "global_ids.npy"
     np.save(path, np.arange(10))

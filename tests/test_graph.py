@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from distgnn.graph import INT32_MAX, CSRGraph, GraphError, NodeDataset, index_dtype
+from distgnn.data.graph import INT32_MAX, CSRGraph, GraphError, NodeDataset, index_dtype
 from tests.helpers.graphs import is_symmetric
 
 N = 50

@@ -255,8 +255,8 @@ def test_bf16_backends_agree_and_stay_near_fp32(reduce):
     ignore the precision."""
     import torch
 
-    from distgnn.backends import get_backend
-    from distgnn.graph import CSRGraph
+    from distgnn.data.graph import CSRGraph
+    from distgnn.nn.backends import get_backend
 
     indptr, indices, data, m = skewed_csr(n=3000, e=20_000, hub_degree=2000)
     graph = CSRGraph(indptr, indices, m.shape[0], np.abs(data))
@@ -279,8 +279,8 @@ def test_bf16_backends_agree_and_stay_near_fp32(reduce):
 
 
 def test_unknown_aggregation_precision_is_refused():
-    from distgnn.backends import get_backend
     from distgnn.errors import DistGNNError
+    from distgnn.nn.backends import get_backend
 
     with pytest.raises(DistGNNError, match="unknown aggregation precision 'fp16'"):
         get_backend("numba", "fp16")
@@ -299,8 +299,8 @@ def test_bf16_training_follows_the_fp32_loss_curve(cora):
     ({"aggregation_precision": "fp16"}, "--aggregation-precision must be one of fp32, bf16"),
     ({"aggregation_precision": "bf16", "dtype": "float64"}, "use fp32 with it")])
 def test_aggregation_precision_flags_that_cannot_make_a_run_are_refused(flags, message):
-    from distgnn.config import TrainConfig
     from distgnn.errors import DistGNNError
+    from distgnn.run.config import TrainConfig
 
     with pytest.raises(DistGNNError, match=message):
         TrainConfig(**flags)
@@ -312,8 +312,8 @@ def test_the_backend_times_plans_only_when_a_trial_is_allowed(monkeypatch):
     import torch
 
     from distgnn import kernels
-    from distgnn.backends import get_backend
-    from distgnn.graph import CSRGraph
+    from distgnn.data.graph import CSRGraph
+    from distgnn.nn.backends import get_backend
 
     monkeypatch.setattr(kernels.autotune, "TRIAL_MIN_EDGES", 1)
     timed = []
@@ -339,8 +339,8 @@ def test_the_backend_times_plans_only_when_a_trial_is_allowed(monkeypatch):
 def test_widths_that_choose_the_same_blocking_share_one_plan():
     import torch
 
-    from distgnn.backends import get_backend
-    from distgnn.graph import CSRGraph
+    from distgnn.data.graph import CSRGraph
+    from distgnn.nn.backends import get_backend
 
     m = sp.random(200, 200, density=0.05, format="csr", random_state=1, dtype=np.float32)
     g = CSRGraph.from_scipy(m)

@@ -16,7 +16,6 @@ import pytest
 from launch import LaunchError, LaunchPlan, cluster, plan, run, sbatch_script
 from launch import mpirun as mpirun_module
 from launch.cli import main
-from launch.rank import STARTED
 from launch.mpirun import (
     IMPLEMENTATIONS,
     RANK_WRAPPER,
@@ -26,6 +25,7 @@ from launch.mpirun import (
     find_mpirun,
     launcher_options,
 )
+from launch.rank import STARTED
 from launch.slurm import LAUNCHERS, placement, time_limit_s
 from tests.helpers.mpi import installed
 
@@ -987,7 +987,7 @@ def help_strings(parser):
     subcommands that takes a value or may be turned either way."""
     import argparse
 
-    from distgnn.cli_common import DefaultsHelpFormatter
+    from distgnn.program import DefaultsHelpFormatter
 
     formatter = DefaultsHelpFormatter(parser.prog)
     for action in parser._actions:

@@ -4,11 +4,11 @@ import sys
 
 import pytest
 
-from distgnn.config import TrainConfig
 from distgnn.errors import DistGNNError
 from distgnn.exchange.wire import row_bytes
-from distgnn.memory import predict, require
-from partition.stats import training_memory as estimate
+from distgnn.run.config import TrainConfig
+from distgnn.run.memory import predict, require
+from distgnn.run.memory import training_memory as estimate
 
 
 def test_float64_doubles_every_float_but_not_the_graph():
@@ -115,7 +115,7 @@ class _Ranks:
 def test_the_ranks_of_a_node_are_refused_together():
     """Each rank's prediction fits the node alone; as many ranks as the node's memory holds
     once are accepted, and twice that many refused, with the count and both sizes."""
-    from distgnn.memory import available_bytes, held_bytes, require_on_node
+    from distgnn.run.memory import available_bytes, held_bytes, require_on_node
 
     have = available_bytes("cpu") + held_bytes("cpu")
     need = {"runtime": have // 4, "total": have // 4}
@@ -140,7 +140,7 @@ def test_freed_blocks_go_back_to_the_kernel():
     and keeps them resident when they are freed; with return_freed_blocks they are unmapped."""
     script = """
 import sys, numpy as np
-from distgnn.memory import process_mib, return_freed_blocks
+from distgnn.run.memory import process_mib, return_freed_blocks
 if sys.argv[1] == "fixed" and not return_freed_blocks():
     print("no glibc"); sys.exit()
 np.ones(4 << 20, np.float32)  # 16 MiB mapped and freed at once: glibc raises its threshold

@@ -3,10 +3,11 @@ math (outputs and gradients), and the GNN stack's shape, dropout, residual and a
 import pytest
 import torch
 
-from distgnn.aggregate import Neighbourhood
-from distgnn.backends import TorchSparseBackend
-from distgnn.models import GNN
-from distgnn.nn import SAGE_AGGREGATORS, GCNConv, SAGEConv
+from distgnn.nn import GCNConv, SAGEConv
+from distgnn.nn.aggregate import Neighbourhood
+from distgnn.nn.backends import TorchSparseBackend
+from distgnn.nn.models import GNN
+from distgnn.nn.sage_conv import SAGE_AGGREGATORS
 
 LAYERS = ["gcn_conv"] + [f"sage_{a}" for a in SAGE_AGGREGATORS]
 N = 30

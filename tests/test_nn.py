@@ -6,10 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from distgnn.aggregate import Neighbourhood
-from distgnn.backends import NumbaBackend, TorchSparseBackend
-from distgnn.graph import GraphError
-from distgnn.models import GCNII, GNN
+from distgnn.data.graph import GraphError
 from distgnn.nn import (
     MLP,
     GATConv,
@@ -21,6 +18,9 @@ from distgnn.nn import (
     assign_keys,
     relu,
 )
+from distgnn.nn.aggregate import Neighbourhood
+from distgnn.nn.backends import NumbaBackend, TorchSparseBackend
+from distgnn.nn.models import GCNII, GNN
 
 pyg = pytest.importorskip("torch_geometric.nn")
 N = 40
@@ -331,7 +331,7 @@ def test_torch_dropout_is_refused_on_a_partition_and_allowed_on_one_socket(graph
 
 
 def test_relu_keeps_a_mask_and_gives_torchs_gradient():
-    """distgnn.nn.relu: the same output and gradient as torch.relu, bit for bit (zeros and
+    """distgnn.nn.graph_layer.relu: the same output and gradient as torch.relu, bit for bit (zeros and
     negative zeros included), with only a bool mask saved for the backward pass."""
     x = torch.randn(300, 40, generator=torch.Generator().manual_seed(0))
     x[:5] = 0.0

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from distgnn.graph import CSRGraph
-from distgnn.ordering import (
+from distgnn.data.graph import CSRGraph
+from distgnn.data.ordering import (
     ORDERS,
     choose_order,
     inverse,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import partition
-from distgnn.graph import CSRGraph, NodeDataset
+from distgnn.data.graph import CSRGraph, NodeDataset
 from partition.assign import assign_edges, membership, reverse_positions
 from partition.vertex_cut import PartitionError, vertex_cut
 from tests.helpers.graphs import dedup, is_symmetric

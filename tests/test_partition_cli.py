@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import partition
-from distgnn.datasets import load as load_dataset
+from distgnn.data.datasets import load as load_dataset
 from partition.vertex_cut import vertex_cut
 from tests.helpers.partitions import (
     SMALL_RMAT,
@@ -255,7 +255,7 @@ def test_the_dataset_is_taken_as_dataset_too_and_once(tmp_path, capsys):
 
 
 def write_npz_dataset(path):
-    from distgnn.datasets import load
+    from distgnn.data.datasets import load
 
     ds = load(SMALL_RMAT)
     np.savez(path, indptr=ds.graph.indptr, indices=ds.graph.indices, x=ds.x, y=ds.y,

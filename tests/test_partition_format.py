@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import partition
-from distgnn.graph import CSRGraph, NodeDataset
-from partition.format import (
+from distgnn.data.graph import CSRGraph, NodeDataset
+from distgnn.data.partitions import (
     FORMAT_VERSION,
     PART_FILES,
     PartitionFormatError,

@@ -4,11 +4,9 @@ import numpy as np
 import pytest
 
 import partition
-from distgnn.graph import CSRGraph, NodeDataset
+from distgnn.data.graph import CSRGraph, NodeDataset
+from distgnn.data.partitions import PART_FILES
 from partition.assign import assign_edges
-from partition.format import (
-    PART_FILES,
-)
 from partition.vertex_cut import PartitionError, vertex_cut
 from tests.helpers.graphs import out_degrees
 from tests.helpers.partitions import (

@@ -11,13 +11,18 @@ import sys
 import numpy as np
 import pytest
 
-from distgnn.edge_file import EdgeFileWriter
-from distgnn.generators import random_split
-from distgnn.graph import CSRGraph, GraphError, NodeDataset
+from distgnn.data.binary_edges import EdgeFileWriter
+from distgnn.data.generators import random_split
+from distgnn.data.graph import CSRGraph, GraphError, NodeDataset
+from distgnn.data.partitions import load, verify
 from partition import stream
 from partition.cli import partition_dataset
-from partition.format import load, verify
-from tests.helpers.partitions import held_stream_code, run_cli, start_held, write_edge_files
+from tests.helpers.partitions import (
+    held_stream_code,
+    run_cli,
+    start_held,
+    write_edge_files,
+)
 
 
 def directed_graph(n=400, e=3000, seed=0):

@@ -6,14 +6,17 @@ import numpy as np
 import pytest
 
 import partition
-from distgnn.datasets import load as load_dataset
-from partition.assign import assign_edges, requested_shares
-from partition.format import (
+from distgnn.data.datasets import load as load_dataset
+from distgnn.data.partitions import (
+    FILE_OVERHEAD,
     PART_FILES,
     PartitionFormatError,
+    requested_shares,
 )
+from partition.assign import assign_edges
 from partition.stats import counts_from_layout, summarize
 from partition.vertex_cut import PartitionError, vertex_cut
+from partition.write import partition_bytes
 from tests.helpers.graphs import out_degrees
 from tests.helpers.partitions import (
     METHODS,
@@ -35,9 +38,9 @@ def files_of(d):
 def test_write_estimate_covers_what_is_written(small_ds, tmp_path):
     layout = write_dir(small_ds, tmp_path / "parts", 3)
     written = sum(len(data) for data in files_of(tmp_path / "parts").values())
-    estimate = partition.format.partition_bytes(counts_from_layout(layout),
+    estimate = partition_bytes(counts_from_layout(layout),
                                                 small_ds.num_features)
-    assert written <= estimate <= written + 3 * len(PART_FILES) * partition.format.FILE_OVERHEAD
+    assert written <= estimate <= written + 3 * len(PART_FILES) * FILE_OVERHEAD
 
 
 def test_write_refuses_a_filesystem_without_room(good_dir, small_ds, tmp_path, monkeypatch,
@@ -76,17 +79,17 @@ def test_full_disk_mid_write_keeps_the_previous_directory(good_dir, tmp_path):
     argv = [SMALL_RMAT, "--parts", "2", "--out", str(out), "--force", "--no-progress"]
     script = textwrap.dedent(f"""
         import resource, signal, sys
-        import partition.format
+        import partition.write
         from partition.cli import main
 
-        write = partition.format.write_partitions
+        write = partition.write.write_partitions
 
         def limited(*args, **kwargs):  # loading and partitioning may write caches
             resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             return write(*args, **kwargs)
 
-        partition.format.write_partitions = limited
+        partition.write.write_partitions = limited
         sys.exit(main({argv!r}))
     """)
     child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -291,7 +294,7 @@ def test_inspect_refuses_bad_weights_in_meta(good_dir, tmp_path, capsys, weights
 def test_vertices_without_edges_go_to_ranks_by_weight():
     """A vertex without edges still costs its rank a vertex's dense work: weights 9:1 put
     about nine in ten of them on the first rank (equal weights: about half each)."""
-    from distgnn.graph import CSRGraph
+    from distgnn.data.graph import CSRGraph
 
     rng = np.random.default_rng(0)
     src, dst = rng.integers(0, 500, 4000), rng.integers(0, 500, 4000)

@@ -2,7 +2,7 @@
 equals the uninterrupted run), a hung rank ends the job through the --comm-timeout
 watchdog, SIGTERM to the ranks or to distgnn-launch checkpoints and exits, and a
 non-finite loss stops every rank with one message.  The drills are those of
-``distgnn-bench resume`` (:mod:`distgnn.bench.resume`)."""
+``distgnn-bench resume`` (:mod:`bench.resume`)."""
 import os
 import shlex
 import signal
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 import launch
-from distgnn.bench.resume import interrupt, kill_and_resume, run_to_end
-from distgnn.checkpoint import checkpoints
-from distgnn.datasets import load
-from partition.format import write_dataset
+from bench.resume import interrupt, kill_and_resume, run_to_end
+from distgnn.data.datasets import load
+from distgnn.run.checkpoint_files import checkpoints
 from partition.vertex_cut import vertex_cut
+from partition.write import write_dataset
 
 BIN = Path(sys.executable).parent
 EPOCHS = 40

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import distgnn
-from distgnn import vertex_outputs
 from distgnn.errors import DistGNNError
-from distgnn.inference import embedding_layers, forward_eval
-from distgnn.shard import dataset_shard
+from distgnn.run import vertex_outputs
+from distgnn.run.evaluation import embedding_layers, forward_eval
+from distgnn.run.shard import dataset_shard
 from distgnn.timing import PhaseTimer
 
 BIN = Path(sys.executable).parent
@@ -195,7 +195,7 @@ def test_rows_missing_from_the_ranks_are_refused(tmp_path):
 
 
 def test_embedding_layers_are_graph_and_linear_layers_in_order():
-    from distgnn.models import GCNII, GNN
+    from distgnn.nn.models import GCNII, GNN
 
     gnn = GNN("gin", 8, 16, 3, 2, 0.0)
     assert [type(m).__name__ for m in embedding_layers(gnn)] == ["GINConv", "GINConv"]

@@ -4,11 +4,11 @@ import copy
 
 import torch
 
-from distgnn.aggregate import Neighbourhood
-from distgnn.backends import TorchSparseBackend
-from distgnn.models import GNN
 from distgnn.nn import prepare
-from distgnn.saved_activations import MIN_ELEMENTS, saved_in_bf16
+from distgnn.nn.aggregate import Neighbourhood
+from distgnn.nn.backends import TorchSparseBackend
+from distgnn.nn.models import GNN
+from distgnn.nn.saved_activations import MIN_ELEMENTS, saved_in_bf16
 
 
 def test_large_float_tensors_are_narrowed_once_and_parameters_never():

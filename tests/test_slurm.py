@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from distgnn.bench.resume import final_state
-from distgnn.datasets import load
-from launch.cli import main
-from partition.format import write_dataset
-from partition.vertex_cut import vertex_cut
-from tests.helpers.mpi import installed
+from bench.resume import final_state
+from distgnn.data.datasets import load
 from launch import cluster
+from launch.cli import main
+from partition.vertex_cut import vertex_cut
+from partition.write import write_dataset
+from tests.helpers.mpi import installed
 from tests.helpers.slurm import RATE, missing, running_slurm
 
 BIN = Path(sys.executable).parent

@@ -4,11 +4,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from distgnn.epoch_log import PHASES, read_metrics
-from distgnn.config import TrainConfig
 from distgnn.errors import DistGNNError
-from distgnn.shard import normalize_features
-from distgnn.training import roc_auc
+from distgnn.run.config import TrainConfig
+from distgnn.run.epoch_log import PHASES, read_metrics
+from distgnn.run.shard import normalize_features
+from distgnn.run.training import roc_auc
 from tests.helpers.training import losses
 from tests.helpers.training import train_quietly as run
 
@@ -125,7 +125,7 @@ def test_reordered_training_follows_the_given_order(cora, flags):
 
 
 def test_reordering_keeps_the_checkpoint_identity_of_the_data(cora, tmp_path):
-    from distgnn.shard import dataset_shard
+    from distgnn.run.shard import dataset_shard
     from distgnn.timing import PhaseTimer
 
     def shard(order):

@@ -15,11 +15,11 @@ import torch
 import torch.distributed as dist
 
 from ..errors import DistGNNError
-from .nodes import nodes_by_host_name
 from ..placement import gpu_identity
+from .nodes import nodes_by_host_name
 
 # torch.distributed calls these "backends"; here they are transports, beside the
-# aggregation backends of distgnn.backends
+# aggregation backends of distgnn.nn.backends
 TRANSPORTS = ("gloo", "nccl", "ccl")
 CCL_MISSING = ("the ccl communicator needs Intel's oneCCL bindings for PyTorch "
                "(oneccl_bindings_for_pytorch, not on PyPI: install the oneccl_bind_pt wheel "

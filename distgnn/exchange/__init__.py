@@ -83,7 +83,7 @@ class LayerExchange(Protocol):
 class Exchange:
     """The split-vertex exchange of one rank for every layer of a model.
 
-    Keyword-only arguments; those of the run are :class:`~distgnn.config.TrainConfig`'s
+    Keyword-only arguments; those of the run are :class:`~distgnn.run.config.TrainConfig`'s
     fields of the same name.
 
     Args:

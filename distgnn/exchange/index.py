@@ -13,9 +13,8 @@ import dataclasses
 import numpy as np
 import torch
 
-from partition.format import row_digests
-
 from ..comm import Communicator, all_or_none
+from ..data.partitions import row_digests
 from ..errors import DistGNNError
 
 
@@ -42,7 +41,7 @@ class SplitIndex:
 
     @classmethod
     def from_partition(cls, part) -> SplitIndex:
-        """The tables of ``part`` (a :class:`partition.format.Partition`, this rank's)."""
+        """The tables of ``part`` (a :class:`distgnn.data.partitions.Partition`, this rank's)."""
         root_rank = np.asarray(part.root_rank)
         leaves = np.flatnonzero(root_rank != part.rank)
         leaves = leaves[np.argsort(root_rank[leaves], kind="stable")]
@@ -61,7 +60,7 @@ class SplitIndex:
         1. Each peer sends as many leaf partials as this rank's table expects (else an
            exchange would overrun its buffers).
         2. Each leaf sends its root its global id, global in-degree, local in-degree and
-           the digest of its feature row and label (:func:`partition.format.row_digests`):
+           the digest of its feature row and label (:func:`distgnn.data.partitions.row_digests`):
            the root checks that the entry is that vertex (so every cd-r bin matches too),
            that both store the same global in-degree, features and label, and that the
            local in-degrees of all clones add up to it; a vertex without clones must hold

@@ -12,7 +12,7 @@ states ``z`` ``[N, H, C]``:
 
 (stored self-loops ``u = v`` take no part: the caller adds the loop, logit ``l_v``, once).
 ``k`` is dropout's keep-and-scale factor, a hash of ``(key, edge key, head)`` recomputed
-where it is needed (:mod:`distgnn.dropout`'s formula).  Between the kernels the caller
+where it is needed (:mod:`distgnn.nn.dropout`'s formula).  Between the kernels the caller
 combines ``m``, ``S`` and ``y`` over the clones of split vertices.  In the backward pass,
 with ``g = dL/dy`` and ``a_e = dL/d alpha_e = k_e <g_v, z_u>``,
 ``dL/de_{uv} = alpha_{uv} a_{uv} - alpha_{uv} D_v`` where ``D_v = sum alpha a`` over every in-edge
@@ -31,8 +31,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..dropout import splitmix64
 from . import jit
+from .dropout import splitmix64
 from .jit import readonly
 
 

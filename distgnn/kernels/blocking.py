@@ -18,8 +18,6 @@ import os
 
 import numpy as np
 
-from ..graph import csr_rows
-
 CHUNKS = 256  # per block; many more than threads, so static scheduling still balances
 
 
@@ -105,7 +103,7 @@ def plan_spmm(indptr: np.ndarray, indices: np.ndarray, edge_weight=None,
     hubs = np.zeros(n_src, bool)
     hubs[np.argpartition(-out_degree, hub_block - 1)[:hub_block]] = True
     is_hub_edge = hubs[indices]
-    rows = csr_rows(indptr)
+    rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))  # each entry's row
     blocks = [_sub_csr(rows, indices, weight, is_hub_edge, n_dst),
               _sub_csr(rows, indices, weight, ~is_hub_edge, n_dst)]
     return SpMMPlan(blocks, full, hub_block)

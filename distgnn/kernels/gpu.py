@@ -1,7 +1,7 @@
 r"""Triton kernels for CUDA tensors: CSR SpMM, per-head SDDMM and keyed dropout.
 
-What a GPU rank's aggregation (:class:`distgnn.backends.TritonBackend`) and dropout
-(:mod:`distgnn.dropout`) run.  Each kernel is deterministic: a sum is always formed in the
+What a GPU rank's aggregation (:class:`distgnn.nn.backends.TritonBackend`) and dropout
+(:mod:`distgnn.nn.dropout`) run.  Each kernel is deterministic: a sum is always formed in the
 same order, by one program, without atomics, so a run repeats bit for bit (cuSPARSE's SpMM
 and ``index_add`` do not promise that).
 
@@ -21,7 +21,7 @@ and ``index_add`` do not promise that).
   ``[E, H, C]`` rows a message-passing implementation writes.
 - :func:`keyed_dropout`: ``out_{r,f} = x_{r,f} / (1 - p)`` where
   ``splitmix64(k + i_r W + f) >> 40 >= \lfloor p 2^{24} \rfloor``, else 0 (``W`` the width,
-  ``i`` the row ids): :mod:`distgnn.dropout`'s mask, the same bits as its Numba kernel,
+  ``i`` the row ids): :mod:`distgnn.nn.dropout`'s mask, the same bits as its Numba kernel,
   recomputed from the key in the backward pass instead of stored.
 
 Triton comes with every CUDA build of PyTorch; :func:`available` says whether it could be
@@ -186,7 +186,7 @@ def sddmm_heads(src: torch.Tensor, dst: torch.Tensor, a: torch.Tensor, b: torch.
 
 
 def keyed_dropout(x: torch.Tensor, ids: torch.Tensor, p: float, key: int) -> torch.Tensor:
-    """``x`` ``[R, W]`` times :mod:`distgnn.dropout`'s mask for row ids ``ids`` (int64
+    """``x`` ``[R, W]`` times :mod:`distgnn.nn.dropout`'s mask for row ids ``ids`` (int64
     ``[R]``, on ``x``'s device), probability ``p`` and 64-bit ``key`` (a new tensor)."""
     rows, width = x.shape
     x = x if x.stride(1) == 1 else x.contiguous()

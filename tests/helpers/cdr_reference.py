@@ -39,11 +39,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from distgnn.aggregate import Neighbourhood
-from distgnn.backends import get_backend
-from distgnn.config import TrainConfig
-from distgnn.shard import node_tensors
-from distgnn.training import build_model
+from distgnn.nn.aggregate import Neighbourhood
+from distgnn.nn.backends import get_backend
+from distgnn.run.config import TrainConfig
+from distgnn.run.shard import node_tensors
+from distgnn.run.training import build_model
 
 
 class History:

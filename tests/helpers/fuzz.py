@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 import partition
-from distgnn.datasets import load
+from distgnn.data.datasets import load
+from distgnn.data.graph import CSRGraph, NodeDataset
+from distgnn.data.partitions import MASKS, PartitionFormatError, sha256
 from distgnn.errors import DistGNNError
-from distgnn.graph import CSRGraph, NodeDataset
-from partition.format import MASKS, PartitionFormatError, sha256
 from tests.helpers import fuzz_report
 from tests.helpers.datasets import Payload
 from tests.helpers.fuzz_report import COUNTS, FAILURES, OUTCOMES, record  # noqa: F401

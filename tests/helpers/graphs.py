@@ -1,7 +1,7 @@
 """Graphs the tests build, and queries of them that only the tests need."""
 import numpy as np
 
-from distgnn.graph import CSRGraph
+from distgnn.data.graph import CSRGraph
 
 
 def build_random_graph(seed=0, n=40, e=160, weighted=False, hub_degree=0, isolated=4,

@@ -34,8 +34,8 @@ import numpy as np
 
 from distgnn.signals import ACKNOWLEDGED_INTERRUPT
 
-ENTRY = {"train": ("distgnn.cli", "train_main"), "bench": ("distgnn.cli", "bench_main"),
-         "predict": ("distgnn.cli", "predict_main"),
+ENTRY = {"train": ("distgnn.cli.train", "train_main"), "bench": ("bench.cli", "bench_main"),
+         "predict": ("distgnn.cli.predict", "predict_main"),
          "partition": ("partition.cli", "main"), "launch": ("launch.cli", "main")}
 CLASSES = {1: "--force / overwrite deletes what it did not write",
            2: "a refused run truncates an existing output",
@@ -476,7 +476,7 @@ add(resume_case("another --seed", (), ("--seed", 9), "--seed"))
 
 # 4. no input transformation changes data silently
 def normalised_rows(tmp, outcome):
-    from distgnn.shard import normalize_features
+    from distgnn.run.shard import normalize_features
 
     x = np.load(tmp / "d.npz")["x"]
     out = normalize_features(x, "row")
@@ -533,7 +533,7 @@ add(Case(5, "zero-width features", tool("train", "--dataset", "{tmp}/d.npz", *TR
 def huge_classes(tmp, run):
     write_npz(tmp / "d.npz")
     partition(run, tmp / "d.npz", 1, tmp / "p")
-    from partition.format import fields_sha256
+    from distgnn.data.partitions import fields_sha256
 
     meta = json.loads((tmp / "p" / "meta.json").read_text())
     meta["num_classes"] = 10**9

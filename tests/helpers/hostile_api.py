@@ -20,10 +20,10 @@ PRELUDE = """\
 import sys
 import numpy as np
 import torch
-from distgnn.aggregate import Neighbourhood
-from distgnn.backends import get_backend
+from distgnn.nn.aggregate import Neighbourhood
+from distgnn.nn.backends import get_backend
 from distgnn.errors import DistGNNError
-from distgnn.graph import CSRGraph
+from distgnn.data.graph import CSRGraph
 from distgnn.nn import MLP, GATConv, GCNConv, GINConv, KeyedDropout
 
 rng = np.random.default_rng(0)
@@ -107,7 +107,7 @@ SHARED_INDEX = """\
 import sys
 from torch import nn
 import distgnn
-from distgnn.distributed import run_rank
+from distgnn.run.distributed import run_rank
 from distgnn.nn import GCNConv
 
 
@@ -135,7 +135,7 @@ import sys
 import torch.nn.functional as F
 from torch import nn
 import distgnn
-from distgnn.distributed import run_rank
+from distgnn.run.distributed import run_rank
 from distgnn.nn import GCNConv
 
 
@@ -196,9 +196,9 @@ add(Case(15, "own_model.py --dropout 1.5 on 2 ranks",
 MEMORY = """\
 import sys
 from distgnn import memory
-from distgnn.config import TrainConfig
+from distgnn.run.config import TrainConfig
 from distgnn.exchange import SplitIndex
-from partition.format import load
+from distgnn.data.partitions import load
 parts = sys.argv[1]
 for p in range(4):
     part = load(parts, p)
@@ -299,7 +299,7 @@ add(Case(23, "distgnn.predict returns ids, probabilities, classes and embeddings
              """), status=0))
 for name, make, says in [
         ("make_model with one class too many",
-         "lambda f, c: distgnn.nn.GCNConv(f, c + 1)", "expected [2708, 7]"),
+         "lambda f, c: distgnn.nn.gcn_conv.GCNConv(f, c + 1)", "expected [2708, 7]"),
         ("make_model returning a tuple",
          "lambda f, c: Pair(f, c)", "returned a tuple"),
         ("make_model returning a row too few",
@@ -309,7 +309,7 @@ for name, make, says in [
              import distgnn.nn
              class Pair(torch.nn.Module):
                  def __init__(self, f, c):
-                     super().__init__(); self.conv = distgnn.nn.GCNConv(f, c)
+                     super().__init__(); self.conv = distgnn.nn.gcn_conv.GCNConv(f, c)
                  def forward(self, g, x):
                      out = self.conv(g, x)
                      return out, out

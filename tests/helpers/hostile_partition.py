@@ -32,7 +32,7 @@ def set_meta(directory: Path, reseal: bool = False, **fields) -> None:
     meta = json.loads((directory / "meta.json").read_text())
     meta.update(fields)
     if reseal and "fields_sha256" in meta:
-        from partition.format import fields_sha256
+        from distgnn.data.partitions import fields_sha256
 
         meta["fields_sha256"] = fields_sha256(meta)
     (directory / "meta.json").write_text(json.dumps(meta))
@@ -129,7 +129,7 @@ add(Case(15, "--seed -1", tool("partition", "{tmp}/d.npz", "--parts", 2, "--out"
 def api_seed(tmp, run: Runner) -> Outcome:
     return run.python(
         "import sys\n"
-        "from distgnn.datasets import load\n"
+        "from distgnn.data.datasets import load\n"
         "from partition import PartitionError, vertex_cut\n"
         f"g = load({str(tmp / 'd.npz')!r}).graph\n"
         "try:\n"

@@ -14,12 +14,10 @@ import numpy as np
 import partition
 from partition.assign import assign_edges
 from partition.cli import main as cli_main
-from partition.format import (
-    write_dataset,
-)
 from partition.layout import order_layout
 from partition.stats import counts_from_layout, summarize
 from partition.vertex_cut import vertex_cut
+from partition.write import write_dataset
 
 # A program running ``distgnn-partition`` (its argv) that stops where the stream is held: in
 # pass 3 ("assign"), after the first partition was written ("write"), or once the directory
@@ -69,7 +67,7 @@ def start_held(command: list[str], env: dict | None = None) -> subprocess.Popen:
 def write_edge_files(folder, n: int = 400, e: int = 3000, seed: int = 0):
     """A binary edge file ``edges.npy`` with ``x.npy`` and ``y.npy`` in ``folder``; returns
     the three paths."""
-    from distgnn.edge_file import EdgeFileWriter
+    from distgnn.data.binary_edges import EdgeFileWriter
 
     rng = np.random.default_rng(seed)
     writer = EdgeFileWriter(folder / "edges.npy", e)

@@ -1,6 +1,6 @@
 """Training in the tests: quiet, single-threaded runs and their loss curves."""
-from distgnn.config import TrainConfig
-from distgnn.training import train
+from distgnn.run.config import TrainConfig
+from distgnn.run.training import train
 
 
 def train_quietly(data, log=lambda s: None, **config):

@@ -9,12 +9,13 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from distgnn.aggregate import Neighbourhood
-from distgnn.backends import get_backend
-from distgnn.dropout import apply_dropout_mask, dropout_key
-from distgnn.graph import CSRGraph
+from distgnn.data.graph import CSRGraph
 from distgnn.kernels import gpu
+from distgnn.kernels.dropout import dropout_key
 from distgnn.nn import GATConv, GCNConv, SAGEConv, assign_keys
+from distgnn.nn.aggregate import Neighbourhood
+from distgnn.nn.backends import get_backend
+from distgnn.nn.dropout import apply_dropout_mask
 
 
 def random_csr(n: int, e: int, seed: int, loops: int = 0):

@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from distgnn.aggregate import Neighbourhood
-from distgnn.backends import get_backend
 from distgnn.comm import get_communicator
+from distgnn.data.partitions import load
 from distgnn.exchange import Exchange, SplitIndex
-from partition.format import load
+from distgnn.nn.aggregate import Neighbourhood
+from distgnn.nn.backends import get_backend
 
 EPOCHS, WIDTH = 6, 3
 

@@ -1,7 +1,7 @@
 """A job whose rank 1 raises mid-run while rank 0 waits in a collective (run under mpirun).
 
 Both ranks meet at a barrier; then rank 1 raises ``RuntimeError("boom")`` and rank 0 enters
-a blocking allreduce that rank 1 never joins.  :func:`distgnn.distributed.run_rank` must
+a blocking allreduce that rank 1 never joins.  :func:`distgnn.run.distributed.run_rank` must
 turn the exception into an abort of the whole job instead of leaving rank 0 blocked.
 """
 import sys
@@ -9,7 +9,7 @@ import sys
 import torch
 
 from distgnn.comm.mpi import MPICommunicator
-from distgnn.distributed import run_rank
+from distgnn.run.distributed import run_rank
 
 
 def main():

@@ -13,10 +13,10 @@ from pathlib import Path
 import torch
 
 from distgnn.comm.mpi import MPICommunicator
-from distgnn.config import TrainConfig
-from distgnn.shard import partition_shard
+from distgnn.run.config import TrainConfig
+from distgnn.run.shard import partition_shard
+from distgnn.run.training import configure_threads, fit
 from distgnn.timing import PhaseTimer
-from distgnn.training import configure_threads, fit
 
 
 def main(directory: str, out: str, configs: str) -> None:

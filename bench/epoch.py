@@ -1,0 +1,337 @@
+"""``distgnn-bench epoch``: full-batch training epochs of this project against PyTorch Geometric.
+
+For each dataset and model (GraphSAGE-gcn, GCN, GIN, GAT, GCNII) at the same sizes and
+thread count, against PyG's same model (:mod:`bench.pyg` says which PyG layers are
+equivalent to ours):
+
+1. **Same model check.**  From the same initial weights with dropout 0, this project
+   (the first of its backends in ``--impls``, on its device) and PyG (on ``--device``)
+   train ``CHECK_EPOCHS`` epochs; their losses must agree to ``CHECK_RTOL`` relative, else
+   the timing compares different things and is flagged.
+2. **Timing.**  Each implementation (``numba``, ``torch``, ``triton``: this project's
+   trainer with that backend; ``pyg``) trains in a worker process of its own, so that its
+   peak resident memory is its own; ``--rounds`` rounds run the workers in turn
+   (interleaved), each a warm-up epoch and then ``--epochs`` timed epochs of forward,
+   backward and optimizer step.  Reported: median and range of the epoch time, speed-up
+   against PyG, peak resident set.  With ``--device cuda`` the ``torch``, ``triton`` and
+   ``pyg`` workers compute on the GPU (``numba`` stays on the CPU cores, as the CPU peer),
+   epochs are timed up to a device synchronisation, and their peak GPU memory
+   (``torch.cuda.max_memory_allocated``) is reported too.
+
+``--order`` relabels each dataset once, before any worker starts, in a locality order of
+:mod:`distgnn.data.ordering` (its cost is reported once per dataset): every implementation, PyG
+included, then trains on the same reordered graph, so a speed-up is not the order's alone.
+
+``--aggregation-precision bf16`` has this project's timed side gather bf16 rows in sum/mean
+aggregations (PyG stays fp32); the same-model check runs in fp32, since it checks the model,
+not the rounding (whose effect on accuracy is measured by training, not here).
+
+``--layers`` sets the depth of both sides (GCNII: its ``GCN2Conv`` layers, between the input
+and output projections), ``--heads`` GAT's heads; ``--recompute`` has this project's side
+keep only each layer's input for the backward pass (activation checkpointing; PyG runs
+without), which with GCNII at growing depth shows peak memory against depth.
+
+Workers are ``python -m bench.epoch JSON`` with the dataset in a temporary ``.npz``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bench import pyg
+from bench.machine import machine_info
+from bench.output import finish, output_arguments
+from distgnn.program import comma_list
+from distgnn.data.datasets import load
+from distgnn.data.graph import NodeDataset
+from distgnn.data.ordering import CHOICES as ORDER_CHOICES
+from distgnn.data.ordering import reorder_dataset
+from distgnn.errors import DistGNNError
+from distgnn.nn.backends import AGGREGATION_PRECISIONS, BACKENDS
+from distgnn.placement import synchronize
+from distgnn.run.memory import process_mib
+
+IMPLS = ("numba", "torch", "triton", "pyg")
+# what runs without --impls: triton only where there is a GPU (it runs CUDA tensors)
+DEFAULT_IMPLS = {"cpu": ("numba", "torch", "pyg"), "cuda": ("numba", "torch", "triton", "pyg")}
+MODELS = ("sage", "gcn", "gin", "gat", "gcnii")
+DEFAULT_MODELS = ("sage", "gcn")
+CHECK_EPOCHS, CHECK_RTOL = 3, 1e-4
+
+
+HELP = "training epochs of this project vs PyTorch Geometric"
+DESCRIPTION = ("Full-batch training epochs (forward, backward, optimizer) of GraphSAGE-gcn, "
+               "GCN, GIN, GAT and GCNII: this project's trainer with the numba and torch "
+               "backends against PyTorch Geometric, same model (checked), same threads, "
+               "interleaved worker processes, peak memory of each.")
+DEFAULT_DATASET = "rmat:scale=18,edge_factor=16,features=128"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", action="append",
+                   help=f"dataset or generator spec; repeat for several (default: "
+                        f"{DEFAULT_DATASET})")
+    p.add_argument("--models", default=list(DEFAULT_MODELS), type=comma_list(str, MODELS),
+                   help="comma-separated models: sage (GraphSAGE-gcn), gcn, gin, gat, gcnii "
+                        "(default: sage,gcn)")
+    p.add_argument("--impls", type=comma_list(str, IMPLS),
+                   help="comma-separated implementations: numba, torch, triton (this "
+                        "project's backends; triton on --device cuda only), pyg (PyTorch "
+                        "Geometric) (default: numba,torch,pyg; on cuda also triton)")
+    p.add_argument("--hidden", type=int, default=256, help="hidden width")
+    p.add_argument("--layers", type=int, default=2,
+                   help="number of layers (gcnii: of GCN2Conv layers, between its input and "
+                        "output projections)")
+    p.add_argument("--heads", type=int, default=8,
+                   help="attention heads of GAT's hidden layers (a divisor of --hidden)")
+    p.add_argument("--recompute", action="store_true",
+                   help="this project's side recomputes each layer in the backward pass "
+                        "instead of keeping its activations (activation checkpointing); "
+                        "PyG runs as it is")
+    p.add_argument("--order", choices=ORDER_CHOICES, default="given",
+                   help="relabel each dataset once in this locality order before timing "
+                        "(every implementation, PyG included, trains on the reordered graph): "
+                        "degree, rcm, auto (timed trial) or given (default: as loaded)")
+    p.add_argument("--aggregation-precision", choices=AGGREGATION_PRECISIONS, default="fp32",
+                   help="this project's sum/mean aggregations gather fp32 rows or bf16 ones "
+                        "(accumulating in fp32); PyG runs in fp32 either way")
+    p.add_argument("--dropout", type=float, default=0.5, help="dropout of the timed epochs")
+    p.add_argument("--epochs", type=int, default=3,
+                   help="timed epochs per worker run (after one warm-up epoch)")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="interleaved rounds: each runs every implementation once")
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="threads of every side")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the torch and pyg implementations compute (numba always runs "
+                        "on the CPU cores); cuda adds each one's peak GPU memory")
+    output_arguments(p, "epoch.png")
+
+def save_npz(data: NodeDataset, path: Path) -> None:
+    """``data`` in the shared ``.npz`` format (uncompressed: workers load it fast)."""
+    np.savez(path, indptr=data.graph.indptr, indices=data.graph.indices, x=data.x, y=data.y,
+             train_mask=data.train_mask, val_mask=data.val_mask, test_mask=data.test_mask)
+
+
+def impl_device(impl: str, device: str) -> str:
+    """Where ``impl`` computes when the benchmark runs on ``device`` (numba: always the CPU)."""
+    return "cpu" if impl == "numba" else device
+
+
+def _config(job: dict, dropout: float, epochs: int):
+    from distgnn.run.config import TrainConfig
+
+    return TrainConfig(model=job["model"], hidden=job["hidden"], layers=job["layers"],
+                       **({"heads": job["heads"]} if job["model"] == "gat" else {}),
+                       recompute=job["recompute"], dropout=dropout,
+                       epochs=epochs, eval_every=epochs, seed=job["seed"],
+                       backend=job["impl"] if job["impl"] in BACKENDS else "numba",
+                       device=impl_device(job["impl"], job["device"]),
+                       aggregation_precision=job["aggregation_precision"],
+                       threads=job["threads"], progress=False)
+
+
+def train_ours(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tuple[list, list]:
+    """Losses and epoch seconds of this project's trainer."""
+    from distgnn.run.training import train
+
+    result = train(data, _config(job, dropout, epochs), log=lambda s: None)
+    return ([r["loss"] for r in result.history], [r["epoch_s"] for r in result.history])
+
+
+def train_pyg(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tuple[list, list]:
+    """Losses and epoch seconds of the same model in PyG, from the same initial weights."""
+    return pyg_run(data, _config(job, dropout, epochs), torch.device(job["device"]))
+
+
+def pyg_run(data: NodeDataset, cfg, device: torch.device,
+            on_epoch: Callable[[nn.Module, torch.Tensor, object], None] | None = None
+            ) -> tuple[list, list]:
+    """Losses and epoch seconds of ``cfg``'s model (a :class:`~distgnn.run.config.TrainConfig`)
+    built in PyG from this project's initial weights for ``cfg.seed``, trained for
+    ``cfg.epochs`` with ``cfg.lr`` and ``cfg.weight_decay`` on ``device``.  After each timed
+    epoch, ``on_epoch(net, x, adj)`` (untimed) may evaluate it."""
+    from distgnn.run.shard import normalize_features
+    from distgnn.run.training import build_model, configure_threads
+
+    configure_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    ours = build_model(cfg, data.num_features, data.num_classes)
+    net = pyg.PyGNet(cfg.model, data.num_features, cfg.hidden, data.num_classes, cfg.layers,
+                     cfg.dropout, heads=cfg.heads, alpha=cfg.alpha, theta=cfg.theta)
+    pyg.copy_weights(ours, net)
+    net.to(device)
+    x = torch.from_numpy(normalize_features(data.x, cfg.feature_norm)).to(device)
+    y = torch.from_numpy(data.y).to(device)
+    train_mask = torch.from_numpy(data.train_mask).to(device)
+    adj_t = pyg.adjacency(data.graph, cfg.model, device)
+    optimizer = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    losses, times = [], []
+    for _ in range(cfg.epochs):
+        start = time.perf_counter()
+        net.train()
+        out = net(x, adj_t)
+        loss = F.cross_entropy(out[train_mask], y[train_mask])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+        losses.append(loss.item())
+        if on_epoch is not None:
+            on_epoch(net, x, adj_t)
+    return losses, times
+
+
+def worker(job: dict) -> dict:
+    """One worker's measurement (``job["impl"] == "check"``: the same-model check)."""
+    data = load(job["npz"])
+    if job["impl"] == "check":
+        ours, _ = train_ours(data, dict(job, impl=job["check"], aggregation_precision="fp32"),
+                             0.0, CHECK_EPOCHS)
+        theirs, _ = train_pyg(data, job, 0.0, CHECK_EPOCHS)
+        return {"ours": ours, "pyg": theirs}
+    rss_loaded = process_mib("VmRSS")
+    trainer = train_pyg if job["impl"] == "pyg" else train_ours
+    _, times = trainer(data, job, job["dropout"], job["epochs"] + 1)
+    out = {"times": times[1:], "rss_loaded_mib": rss_loaded, "peak_rss_mib": process_mib("VmHWM")}
+    if impl_device(job["impl"], job["device"]) == "cuda":
+        out["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    return out
+
+
+def run_worker(job: dict) -> dict:
+    """The worker's result; ``{"out_of_memory": True}`` where its device ran out of memory
+    (a result too: one implementation fits where another does not)."""
+    proc = subprocess.run([sys.executable, "-m", "bench.epoch", json.dumps(job)],
+                          capture_output=True, text=True)
+    if proc.returncode and "OutOfMemoryError" in proc.stderr:
+        return {"out_of_memory": True}
+    if proc.returncode:
+        raise RuntimeError(f"{job['impl']} worker failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def make_job(model: str, args, **more) -> dict:
+    """A worker's job for ``model`` under the command's arguments (and ``more``)."""
+    return {"model": model, "hidden": args.hidden, "layers": args.layers, "heads": args.heads,
+            "recompute": args.recompute, "threads": args.threads, "seed": 0,
+            "epochs": args.epochs, "dropout": args.dropout, "device": args.device,
+            "aggregation_precision": args.aggregation_precision, **more}
+
+
+def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
+    job = make_job(model, args, npz=str(npz))
+    row = {"dataset": name, "model": model, "hidden": args.hidden, "layers": args.layers,
+           **({"heads": args.heads} if model == "gat" else {}),
+           "recompute": args.recompute, "aggregation_precision": args.aggregation_precision,
+           "threads": args.threads, "epochs": args.epochs,
+           "rounds": args.rounds, "device": args.device}
+    check = run_worker(dict(job, impl="check", check=impls[0])) if "pyg" in impls else None
+    if check is not None and check.get("out_of_memory"):
+        row["same_model_check"] = {"out_of_memory": True}
+        print("  same-model check: out of memory", flush=True)
+    elif check is not None:
+        diff = max(abs(a - b) / abs(b) for a, b in zip(check["ours"], check["pyg"]))
+        row["same_model_check"] = {"max_rel_loss_diff": diff, "ok": diff <= CHECK_RTOL,
+                                   "losses": check, "ours": impls[0]}
+        print(f"  same-model check ({impls[0]} against PyG, {CHECK_EPOCHS} epochs, dropout 0, "
+              "same initial weights): "
+              f"max relative loss difference {diff:.1e} "
+              f"{'<=' if diff <= CHECK_RTOL else 'EXCEEDS'} {CHECK_RTOL:g}", flush=True)
+    runs = {impl: [] for impl in impls}
+    for _ in range(args.rounds):
+        for impl in impls:
+            runs[impl].append(run_worker(dict(job, impl=impl)))
+    row["impls"] = {}
+    for impl, results in runs.items():
+        if any(r.get("out_of_memory") for r in results):
+            row["impls"][impl] = {"device": impl_device(impl, args.device),
+                                  "out_of_memory": True}
+            continue
+        times = [t for r in results for t in r["times"]]
+        row["impls"][impl] = {"device": impl_device(impl, args.device),
+                              "epoch_s_median": statistics.median(times),
+                              "epoch_s_min": min(times), "epoch_s_max": max(times),
+                              "times": times,
+                              "peak_rss_mib": max(r["peak_rss_mib"] for r in results),
+                              "rss_loaded_mib": max(r["rss_loaded_mib"] for r in results)}
+        if "peak_gpu_mib" in results[0]:
+            row["impls"][impl]["peak_gpu_mib"] = max(r["peak_gpu_mib"] for r in results)
+    if "pyg" in impls and not row["impls"]["pyg"].get("out_of_memory"):
+        ref = row["impls"]["pyg"]["epoch_s_median"]
+        for impl, r in row["impls"].items():
+            if not r.get("out_of_memory"):
+                r["speedup_vs_pyg"] = ref / r["epoch_s_median"]
+    return row
+
+
+def format_row(row: dict) -> str:
+    lines = [f"  {'impl':>6} {'device':>6} {'epoch s (median)':>17} {'range':>17} "
+             f"{'vs PyG':>7} {'peak RSS MiB':>13} {'peak GPU MiB':>13}"]
+    for impl, r in row["impls"].items():
+        if r.get("out_of_memory"):
+            lines.append(f"  {impl:>6} {r['device']:>6} {'out of memory':>17}")
+            continue
+        speed = f"{r['speedup_vs_pyg']:.2f}x" if "speedup_vs_pyg" in r else "-"
+        gpu = f"{r['peak_gpu_mib']:,.0f}" if "peak_gpu_mib" in r else "-"
+        lines.append(f"  {impl:>6} {r['device']:>6} {r['epoch_s_median']:>17.3f} "
+                     f"{r['epoch_s_min']:>8.3f}-{r['epoch_s_max']:<8.3f} {speed:>7} "
+                     f"{r['peak_rss_mib']:>13,.0f} {gpu:>13}")
+    return "\n".join(lines)
+
+
+def main(args) -> int:
+    args.dataset = args.dataset or [DEFAULT_DATASET]
+    for model in args.models:  # refuse a model the sizes cannot make before any work
+        _config(make_job(model, args, impl="numba"), args.dropout, args.epochs)
+    impls = list(args.impls or DEFAULT_IMPLS[args.device])
+    if "triton" in impls and args.device != "cuda":
+        raise DistGNNError("--impls triton runs on a GPU: add --device cuda")
+    if "pyg" in impls and not pyg.available():
+        print("PyTorch Geometric is not installed (pip install '.[bench]'): benchmarking "
+              "without it", flush=True)
+        impls.remove("pyg")
+    info = machine_info(args.threads)
+    print(f"{info['cpu']}; {args.threads} threads; triad {info['triad_gb_s']} GB/s; "
+          f"THP_MEM_ALLOC_ENABLE={info['thp_mem_alloc_enable']}", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for spec in args.dataset:
+            data = load(spec)
+            started = time.perf_counter()
+            data, _, order = reorder_dataset(data, args.order, args.hidden)
+            order_s = time.perf_counter() - started
+            if args.order != "given":
+                print(f"{data.name}: vertex order {order} ({args.order}), relabelled in "
+                      f"{order_s:.2f} s", flush=True)
+            npz = Path(tmp) / "data.npz"
+            save_npz(data, npz)
+            for model in args.models:
+                print(f"{data.name} ({data.graph.num_nodes:,} vertices, "
+                      f"{data.graph.num_edges:,} edges, {data.num_features} features): "
+                      f"{model}, {args.layers} layers, hidden {args.hidden}"
+                      f"{f', {args.heads} heads' if model == 'gat' else ''}"
+                      f"{', recompute' if args.recompute else ''}", flush=True)
+                row = measure(npz, data.name, model, sorted(impls, key=IMPLS.index), args)
+                row.update(order=order, order_requested=args.order, order_s=order_s)
+                print(format_row(row), flush=True)
+                rows.append(row)
+    finish({"benchmark": "epoch", "machine": info, "results": rows}, args)
+    return 0
+
+
+if __name__ == "__main__":
+    print(json.dumps(worker(json.loads(sys.argv[1]))))

@@ -1,0 +1,139 @@
+"""``distgnn-predict``: a saved model applied to a graph."""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from ..program import (
+    DefaultsHelpFormatter,
+    OneLineParser,
+    check_outputs_spare_inputs,
+    dataset_file_flags,
+    interruptible,
+    load_dataset,
+    peak_memory_line,
+    refuse_dataset_flags,
+    run_guarded,
+    say,
+    use_huge_pages,
+    vertex_output_flags,
+)
+
+
+def predict_parser() -> argparse.ArgumentParser:
+    """``distgnn-predict``'s flags."""
+    from ..run.config import TrainConfig
+
+    p = OneLineParser(
+        prog="distgnn-predict",
+        description="Apply a model saved by distgnn-train --save-model to a dataset (one "
+                    "process) or to a partition directory (distgnn-launch -n P -- "
+                    "distgnn-predict MODEL --partitions DIR: exact exchange, whatever the "
+                    "training run's "
+                    "algorithm). The graph may be another than the one trained on, with the "
+                    "same features (new vertices and edges). Prints the accuracy on each "
+                    "labelled split; writes predictions and embeddings as asked.",
+        formatter_class=DefaultsHelpFormatter)
+    p.add_argument("model", metavar="MODEL", help="a model file written by --save-model")
+    g = p.add_argument_group("data (as distgnn-train reads it)")
+    g.add_argument("--dataset", help="bundled name, .npz, edge list, OGB directory or "
+                                     "generator spec (default: cora)")
+    g.add_argument("--partitions", metavar="DIR",
+                   help="a directory written by distgnn-partition, one rank per partition")
+    dataset_file_flags(g)
+    p.add_argument("--model-factory", metavar="MODULE:FUNCTION",
+                   help="for a model file of your own model (distgnn.train's make_model): "
+                        "the function that builds it, make_model(in_channels, "
+                        "num_classes), from a module on the Python path or the current "
+                        "directory, or from a .py file (path/to/models.py:make)")
+    g = p.add_argument_group("results (each vertex once, in the dataset's own ids)")
+    vertex_output_flags(g, TrainConfig.embeddings_layer)
+    g.add_argument("--threads", type=int,
+                   help="torch and Numba threads (default: the libraries' own on one "
+                        "socket; under MPI, this node's cores divided by its ranks)")
+    return p
+
+
+def model_factory(spec: str):
+    """The function ``MODULE:FUNCTION`` names (``--model-factory``): ``MODULE`` imported as
+    Python imports it, from the current directory too, or a ``.py`` file by its path."""
+    import importlib
+    import importlib.util
+    import sys
+
+    from ..errors import DistGNNError
+
+    module, sep, name = spec.rpartition(":")
+    if not sep or not module or not name.isidentifier():
+        raise DistGNNError(f"--model-factory {spec}: give MODULE:FUNCTION, e.g. "
+                           "my_models:make_model or path/to/models.py:make_model")
+    try:
+        if module.endswith(".py"):
+            found = importlib.util.spec_from_file_location(Path(module).stem, module)
+            if found is None or not Path(module).is_file():
+                raise DistGNNError(f"--model-factory {spec}: no file {module}")
+            loaded = importlib.util.module_from_spec(found)
+            found.loader.exec_module(loaded)
+        else:
+            if "" not in sys.path and os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())  # as `python -m` would find it
+            loaded = importlib.import_module(module)
+    except ImportError as e:
+        raise DistGNNError(f"--model-factory {spec}: cannot import {module} ({e})") from None
+    factory = getattr(loaded, name, None)
+    if not callable(factory):
+        raise DistGNNError(f"--model-factory {spec}: {module} has no function {name}")
+    return factory
+
+
+@interruptible("distgnn-predict")
+def predict_main(argv: list[str] | None = None) -> int:
+    use_huge_pages()
+    args = predict_parser().parse_args(argv)
+    from ..run.distributed import run_rank
+    from ..run.prediction import predict
+
+    def show(result, rank: int) -> None:
+        if rank != 0:
+            return
+        for name in ("train", "val", "test"):
+            acc = result.scores.get(f"{name}_acc")
+            if acc is not None:
+                print(f"{name} accuracy {acc * 100:.2f} %")
+        print(f"inference {result.seconds * 1e3:.1f} ms (slowest rank)")
+        print(peak_memory_line(result.peak_rss_mib_max, result.peak_rss_mib_mean))
+        for what, path in result.written.items():
+            print(f"{what} written to {path}")
+
+    def checked():
+        check_outputs_spare_inputs(args, {"--predictions-out": args.predictions_out,
+                                          "--embeddings-out": args.embeddings_out},
+                                   MODEL=args.model)
+        return dict(predictions_out=args.predictions_out, embeddings_out=args.embeddings_out,
+                    embeddings_layer=args.embeddings_layer, threads=args.threads, log=say,
+                    make_model=args.model_factory and model_factory(args.model_factory))
+
+    options = run_guarded("distgnn-predict", checked)
+    if isinstance(options, int):
+        return options
+    if args.partitions:
+        from ..comm.mpi import MPICommunicator
+
+        world = MPICommunicator()
+
+        def one_rank():
+            refuse_dataset_flags(args)
+            show(predict(args.model, args.partitions, **options), world.rank)
+            return 0
+
+        return run_guarded("distgnn-predict",
+                           lambda: run_rank("distgnn-predict", one_rank, world))
+
+    def run():
+        data = load_dataset(args)
+        print(data.summary(), flush=True)
+        show(predict(args.model, data, **options), 0)
+        return 0
+
+    return run_guarded("distgnn-predict", run)

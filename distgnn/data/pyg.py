@@ -1,0 +1,75 @@
+"""PyTorch Geometric graphs in: a ``torch_geometric.data.Data`` as a dataset or partitions.
+
+PyG's ``edge_index`` ``[2, E]`` lists each edge ``source -> target`` (row 0 the sources,
+row 1 the targets, as its message passing reads them); distgnn's CSR rows are destinations,
+so row ``v`` of the graph lists the ``edge_index[0, e]`` of the edges with
+``edge_index[1, e] == v``, in the order of ``edge_index``.  Nothing here imports
+``torch_geometric``: any object with the attributes below converts.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .datasets import check_classes, select_split
+from .generators import random_split, random_split_note
+from .graph import UNLABELLED, CSRGraph, GraphError, NodeDataset
+
+_MASKS = ("train_mask", "val_mask", "test_mask")
+
+
+def from_pyg(data, name: str = "graph", split: int = 0) -> NodeDataset:
+    """The NodeDataset of a PyG ``Data`` (duck-typed).
+
+    ``data.edge_index`` int ``[2, E]`` (source, target); ``data.num_nodes`` ``N``;
+    ``data.x`` ``[N, F]`` (absent: the single feature 1.0); ``data.y`` int ``[N]`` (``-1``:
+    unlabelled; absent: label 0, one class, empty masks); ``data.edge_weight`` ``[E]``
+    (optional); ``train_mask``/``val_mask``/``test_mask`` bool ``[N]``, or ``[N, S]`` for
+    ``S`` splits of which ``split`` picks column ``split``.  Without masks, a seeded (0)
+    60/20/20 split of the labelled vertices.  Tensors may live on any device.
+    """
+    missing = [key for key in ("edge_index", "num_nodes") if getattr(data, key, None) is None]
+    if missing:
+        raise GraphError(f"a {type(data).__name__} is not a graph: from_pyg takes a PyTorch "
+                         f"Geometric Data (or an object like one), which has edge_index and "
+                         f"num_nodes; this one lacks {' and '.join(missing)}", name)
+    n = int(data.num_nodes)
+    edge_index = _array(data.edge_index)
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+        raise GraphError(f"edge_index has shape {edge_index.shape}, expected [2, E]", name)
+    weight = _attribute(data, "edge_weight")
+    graph = CSRGraph.from_edges(edge_index[0], edge_index[1], n, weight, source=name)
+    x = _attribute(data, "x")
+    x = np.ones((n, 1), np.float32) if x is None else x
+    y = _attribute(data, "y")
+    if y is not None:
+        check_classes(y, name)
+    if y is None:
+        empty = np.zeros(n, bool)
+        return NodeDataset(graph, x, np.zeros(n, np.int64), empty, empty.copy(), empty.copy(),
+                           num_classes=1, name=name,
+                           split_note="split: none (no labels: every vertex has label 0)")
+    masks = [_attribute(data, key) for key in _MASKS]
+    if all(m is None for m in masks):
+        labelled = y != UNLABELLED
+        masks = random_split(n, np.random.default_rng(0), eligible=labelled)
+        note = random_split_note(int(np.count_nonzero(labelled)), "labelled vertices", 0)
+    elif any(m is None for m in masks):
+        raise GraphError(f"has {', '.join(k for k, m in zip(_MASKS, masks) if m is not None)}"
+                         f" but not all of {', '.join(_MASKS)}", name)
+    else:  # [N, S] masks are select_split's [S, N]
+        masks, note = select_split({key + "s" if m.ndim == 2 else key: m.T
+                                    for key, m in zip(_MASKS, masks)}, split, name)
+    return NodeDataset(graph, x, y, *masks, name=name, split_note=note)
+
+
+def _attribute(data, key: str) -> np.ndarray | None:
+    """``data.key`` as a numpy array, or None when absent."""
+    value = getattr(data, key, None)
+    return None if value is None else _array(value)
+
+
+def _array(value) -> np.ndarray:
+    """A torch tensor (any device; its own copy) or array-like as a numpy array."""
+    if hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)

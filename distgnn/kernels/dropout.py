@@ -1,0 +1,94 @@
+"""The keyed dropout mask as kernels: splitmix64 of (key, row id, column), the Numba
+kernel that applies it without materialising it, and its torch form for GPUs without
+Triton (:mod:`distgnn.nn.dropout` is the layer; :mod:`.gpu` the Triton kernel)."""
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+
+
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+
+
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+@numba.njit(cache=True, inline="always")
+def splitmix64(x):
+    z = x + _GAMMA
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(cache=True, parallel=True, nogil=True)
+def masked_scale(x, global_ids, key, threshold, scale, out):
+    """``out = x * mask`` without materialising the mask (it is recomputed from the key)."""
+    width = np.uint64(x.shape[1])
+    for i in numba.prange(x.shape[0]):
+        base = key + np.uint64(global_ids[i]) * width
+        for f in range(x.shape[1]):
+            keep = (splitmix64(base + np.uint64(f)) >> np.uint64(40)) >= threshold
+            out[i, f] = x[i, f] * scale if keep else 0.0
+
+
+def dropout_key(seed: int, step: int, layer: int) -> int:
+    """64-bit key for one (seed, step, layer) draw."""
+    mix = splitmix64.py_func
+    with np.errstate(over="ignore"):
+        k = mix(np.uint64(seed & 0xFFFFFFFFFFFFFFFF))
+        k = mix(k ^ np.uint64(step & 0xFFFFFFFFFFFFFFFF))
+        return int(mix(k ^ np.uint64(layer & 0xFFFFFFFFFFFFFFFF)))
+
+
+def _as_int64(value: int) -> int:
+    """The int64 with the bits of the uint64 ``value`` (torch has no uint64 arithmetic)."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _shift_right(z: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 bit patterns (``>>`` on int64 is arithmetic)."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def _splitmix64_torch_(z: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
+    """:func:`splitmix64` in place on int64 tensors holding uint64 bit patterns (products
+    wrap); ``tmp`` is scratch of the same shape."""
+    z.add_(_as_int64(int(_GAMMA)))
+    for bits, mix in ((30, _MIX1), (27, _MIX2), (31, None)):
+        torch.bitwise_right_shift(z, bits, out=tmp)
+        z.bitwise_xor_(tmp.bitwise_and_((1 << (64 - bits)) - 1))  # a logical shift
+        if mix is not None:
+            z.mul_(_as_int64(int(mix)))
+    return z
+
+
+# rows per block of the torch mask: bounds its int64 scratch to 2 x 32 MiB
+_MASK_BLOCK_ELEMENTS = 1 << 22
+
+
+def dropout_keep_torch(global_ids: torch.Tensor, width: int, p: float, key: int
+                       ) -> torch.Tensor:
+    """bool ``[len(global_ids), width]`` on the device of ``global_ids`` (int64): which
+    elements the mask of the module docstring keeps, the same bits as the Numba kernel (for
+    GPU ranks).  Computed in row blocks, in place, so its scratch stays small."""
+    n, device = len(global_ids), global_ids.device
+    keep = torch.empty(n, width, dtype=torch.bool, device=device)
+    cols = torch.arange(width, device=device, dtype=torch.int64) + _as_int64(key)
+    rows = max(1, _MASK_BLOCK_ELEMENTS // max(width, 1))
+    for start in range(0, n, rows):
+        ids = global_ids[start:start + rows]
+        z = torch.add(ids.unsqueeze(1) * width, cols)
+        _splitmix64_torch_(z, torch.empty_like(z))
+        torch.ge(_shift_right(z, 40), int(p * (1 << 24)), out=keep[start:start + rows])
+    return keep
+
+
+def dropout_mask_torch(global_ids: torch.Tensor, width: int, p: float, key: int,
+                       dtype: torch.dtype) -> torch.Tensor:
+    """The mask of the module docstring as ``[len(global_ids), width]`` values ``0`` or
+    ``1/(1-p)`` of ``dtype`` (see :func:`dropout_keep_torch`)."""
+    return dropout_keep_torch(global_ids, width, p, key).to(dtype) * (1.0 / (1.0 - p))

@@ -1,0 +1,234 @@
+"""What layers aggregate through: the autograd function over any aggregation backend
+(:mod:`distgnn.nn.backends`) and the :class:`Neighbourhood` a layer holds.
+
+:class:`SpMM` is the one autograd function that calls a backend's ``spmm`` forward and
+``spmm_backward`` backward.  A distributed run wraps the same ``Neighbourhood`` around a
+partition and adds the split-vertex exchange (:mod:`distgnn.exchange`) to every sum.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+from ..data.graph import CSRGraph, GraphError, check_count
+from ..timing import PhaseTimer
+from .backends import KernelBackend, check_tensor
+
+
+class SpMM(torch.autograd.Function):
+    """Differentiable ``y = reduce_{u in N(v)} w_uv x_u`` through a kernel backend."""
+
+    @staticmethod
+    def forward(ctx, x, graph, backend, reduce, timer):
+        with timer("aggregation_forward"):
+            y, arg = backend.spmm(graph, x.contiguous(), reduce)
+        ctx.graph, ctx.backend, ctx.reduce, ctx.timer = graph, backend, reduce, timer
+        ctx.has_arg = arg is not None  # not arg.numel(): a [0, d] or [N, 0] arg is still one
+        ctx.save_for_backward(arg if arg is not None else torch.empty(0))
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        (arg,) = ctx.saved_tensors
+        with ctx.timer("aggregation_backward"):
+            grad_x = ctx.backend.spmm_backward(ctx.graph, grad_y.contiguous(), ctx.reduce,
+                                               arg if ctx.has_arg else None)
+        return grad_x, None, None, None, None
+
+
+class Neighbourhood:
+    """The graph a model is called with (``model(g, x)``, ``conv(g, h)``): reductions over
+    in-neighbours, in-degrees, and the epoch the layers run in.
+
+    Args:
+        graph (CSRGraph): adjacency, rows = destinations.
+        backend (KernelBackend): the kernels that do the work.
+        in_degree (np.ndarray, optional): ``[N]`` degrees used for normalisation; defaults to
+            the graph's own in-degrees (a partition passes the global ones).
+        timer (PhaseTimer, optional): receives ``aggregation_forward``/``_backward`` seconds.
+        global_ids (np.ndarray, optional): int64 ``[N]`` global id of each vertex (a
+            partition's local -> global map); defaults to ``0..N-1``.
+        exchange (optional): on a partition, the split-vertex exchange
+            (:mod:`distgnn.exchange`) applied to every sum: ``exchange(y, key, epoch,
+            training) -> y``.
+        dtype (torch.dtype, optional): floating type of ``degree`` (the features' type).
+        seed (int, optional): the run's seed, which keys dropout masks with the epoch.
+
+    ``epoch`` and ``training`` are what the trainer sets once per epoch
+    (:meth:`set_epoch`); layers and :class:`~distgnn.nn.dropout.KeyedDropout` read them.
+
+    Shapes: ``h`` is ``[N, d]``; every reduction returns ``[N, d]``; ``degree`` is ``[N, 1]``.
+    Inputs of another shape (another graph's rows), and per-vertex arrays of another length,
+    are refused with :class:`~distgnn.data.graph.GraphError` before any kernel reads them.
+    """
+
+    def __init__(self, graph: CSRGraph, backend: KernelBackend, in_degree=None,
+                 timer: PhaseTimer | None = None, device="cpu", global_ids=None,
+                 exchange=None, dtype: torch.dtype = torch.float32, seed: int = 0):
+        self.graph = graph
+        self.exchange = exchange
+        self.seed = seed
+        self.epoch, self.training = 0, False
+        self.key = None  # the exchange key of a layer's view (see enter)
+        self.global_ids = (np.arange(graph.num_nodes, dtype=np.int64) if global_ids is None
+                           else np.asarray(global_ids, dtype=np.int64))
+        self.backend = backend
+        self.timer = timer if timer is not None else PhaseTimer()
+        deg = graph.in_degrees() if in_degree is None else np.asarray(in_degree)
+        for name, a in (("in_degree", deg), ("global_ids", self.global_ids)):
+            if a.shape != (graph.num_nodes,):
+                raise GraphError(f"{name} has shape {list(a.shape)}, expected "
+                                 f"[{graph.num_nodes}] (one per vertex of the graph)")
+        self.degree = torch.from_numpy(deg.astype(np.float64)).to(device, dtype).unsqueeze(1)
+        # (kind, key) -> (epoch, module) of its training use in this pass; shared by views
+        self.users: dict[tuple[str, int], tuple[int, object]] = {}
+
+    def set_epoch(self, epoch: int, training: bool = True) -> None:
+        """What every layer and dropout of the next forward pass runs in: epoch ``epoch``
+        (an integer >= 0: it keys the dropout masks and cd-r's schedule), training or not
+        (evaluation exchanges exactly and drops nothing).  Starts a new forward pass: the keys
+        used so far (see :meth:`claim`) are free again."""
+        self.epoch, self.training = check_count(epoch, "epoch"), bool(training)
+        self.users.clear()
+
+    def claim(self, kind: str, module, key: int | None) -> int:
+        """The key ``module`` (a layer, ``kind="layer"``, or a dropout) runs under now: the
+        explicit ``key``, else the one its model gave it (:func:`distgnn.nn.prepare.assign_keys`).
+
+        While training, a key is one module's per pass (:meth:`set_epoch` starts one): two
+        modules on one key, or one module called twice in a pass (a layer reused with
+        shared weights), would share
+        an exchange's state (cd-r's delayed partials, a bf16 wire's error feedback) or a
+        dropout mask, so that is refused; an explicit ``key`` gives the second call its
+        own.  The same module again inside the backward pass (activation checkpointing
+        runs it again there) is allowed.  O(1)."""
+        if key is None:
+            key = getattr(module, "key", None)
+        else:
+            key = check_count(key, "key")
+        name = type(module).__name__
+        if key is None:
+            raise GraphError(f"{name} has no key: train it inside a model given to "
+                             "distgnn.train or run.place (which number every layer and "
+                             f"dropout), or pass key= when calling it")
+        if self.training:
+            epoch, user = self.users.get((kind, key), (None, None))
+            if epoch == self.epoch and torch._C._current_graph_task_id() == -1:
+                what = (f"{name} ran twice in epoch {self.epoch} under key {key}"
+                        if user is module else f"{type(user).__name__} and {name} both "
+                        f"use key {key} in epoch {self.epoch}")
+                raise GraphError(f"{what}: each call site needs its own key (a module "
+                                 "called at two places: pass key= at the second)")
+            self.users[(kind, key)] = (self.epoch, module)
+        return key
+
+    @property
+    def num_nodes(self) -> int:
+        """``N``: the rows of every ``h`` this neighbourhood takes."""
+        return self.graph.num_nodes
+
+    def enter(self, layer, weight: torch.Tensor, key: int | None = None,
+              **inputs: torch.Tensor | None) -> "Neighbourhood":
+        """What every layer of :mod:`distgnn.nn` calls first, with its input weight
+        ``[d_out, d_in]``: each of ``inputs`` (``None``: absent) must be ``[N, d_in]`` of the
+        weight's dtype.  Returns the view the layer aggregates through: its exchange key
+        (:meth:`claim`; on a whole graph, where nothing is exchanged, an unkeyed layer runs
+        under key 0)."""
+        for name, h in inputs.items():
+            if h is not None:
+                check_tensor(f"{type(layer).__name__} input {name}", h,
+                             (self.num_nodes, weight.shape[1]), (weight.dtype,))
+        view = copy.copy(self)
+        if self.exchange is None and key is None and getattr(layer, "key", None) is None:
+            view.key = 0
+        else:
+            view.key = self.claim("layer", layer, key)
+        return view
+
+    def reduce(self, h: torch.Tensor, reduce: str) -> torch.Tensor:
+        """``reduce`` over in-neighbours (``sum``, ``max`` or ``min``; ``mean`` uses ``degree``)."""
+        if reduce == "mean":
+            return self.reduce(h, "sum") / self.degree.clamp(min=1)
+        return self.combine(SpMM.apply(h, self.graph, self.backend, reduce, self.timer), reduce)
+
+    def combine(self, y: torch.Tensor, reduce: str = "sum", exact: bool = False,
+                empty_rows: bool = True) -> torch.Tensor:
+        """Partial per-vertex results ``y`` ``[N, d]`` (over this rank's in-edges) combined over
+        every clone of each vertex: summed (through cd-0 or cd-r as configured; always cd-0
+        when ``exact``) or, for ``max``/``min``, the extreme (cd-0; with ``empty_rows``, rows
+        without local in-edges take no part, and rows without any stay 0).  The identity on
+        a whole graph or under 0c."""
+        if self.exchange is None:
+            return y
+        check_tensor("y", y, (self.num_nodes, None))
+        if reduce != "sum":
+            key = ("local_empty", empty_rows)
+            if key not in self.graph.cache:
+                empty = self.graph.in_degrees() == 0
+                self.graph.cache[key] = torch.from_numpy(empty & empty_rows)
+            return self.exchange.extreme(y, reduce, self.graph.cache[key].to(y.device))
+        if exact:
+            return self.exchange.exact(y)
+        if self.key is None and self.training:
+            raise GraphError("a training aggregation on a partition outside a layer: the "
+                             "exchange keeps its state per layer, so aggregate through the "
+                             "view a layer's g.enter(...) returns (see distgnn.nn.graph_layer.GraphLayer)")
+        return self.exchange(y, self.key, self.epoch, self.training)
+
+    def edge_index(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """int64 ``(src, dst)`` ``[E]`` local ids of every in-edge, in CSR order."""
+        key = ("edge_index", str(self.degree.device))
+        if key not in self.graph.cache:
+            src, dst = self.graph.edges()
+            device = self.degree.device
+            self.graph.cache[key] = tuple(torch.from_numpy(a.astype(np.int64)).to(device)
+                                          for a in (src, dst))
+        return self.graph.cache[key]
+
+    def loop_edges(self) -> torch.Tensor | None:
+        """bool ``[E]``: which stored edges are self-loops ``v -> v`` (``None`` when none is)."""
+        key = ("loop_edges", str(self.degree.device))
+        if key not in self.graph.cache:
+            src, dst = self.edge_index()
+            loops = src == dst
+            self.graph.cache[key] = loops if bool(loops.any()) else None
+        return self.graph.cache[key]
+
+    def placed(self, name: str, arrays, device):
+        """``arrays`` (numpy) as they are on the CPU, where the Numba kernels read them, or as
+        int64 tensors on ``device``, copied there once and kept in the graph's cache."""
+        if device is None or torch.device(device).type == "cpu":
+            return arrays
+        key = (name, str(device))
+        if key not in self.graph.cache:
+            self.graph.cache[key] = tuple(torch.from_numpy(a).to(device) for a in arrays)
+        return self.graph.cache[key]
+
+    def vertex_ids(self, device=None):
+        """int64 ``[N]``: the global ids that key vertex dropout (:meth:`placed` on
+        ``device``)."""
+        return self.placed("global_ids", (self.global_ids,), device)[0]
+
+    def edge_keys(self, device=None):
+        """int64 ``[E]`` and ``[N]``: a key per edge (in CSR order) and per self-loop from
+        the global ids of both ends, ``(g_u << 32) | g_v``, so a partition keys each edge as
+        the whole graph does (edge dropout draws the same masks); :meth:`placed` on
+        ``device``."""
+        if "edge_keys" not in self.graph.cache:
+            src, dst = self.graph.edges()
+            g = self.global_ids
+            self.graph.cache["edge_keys"] = ((g[src] << 32) | g[dst], (g << 32) | g)
+        return self.placed("edge_keys", self.graph.cache["edge_keys"], device)
+
+    def attend(self, loop: torch.Tensor, s: torch.Tensor, t: torch.Tensor, z: torch.Tensor,
+               slope: float, p: float, key: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAT's softmax over in-edges and aggregation through the backend
+        (:meth:`~distgnn.nn.backends.KernelBackend.attend`): for loop logits ``loop``, source and
+        destination scores ``s``, ``t`` ``[N, H]`` and ``z`` ``[N, H, C]``, returns
+        ``sum_{e=(u,v)} alpha_e k_e z_u`` over all clones (:meth:`combine`; ``k``: dropout
+        ``p`` keyed by ``key`` and the edge keys) and the undropped loop coefficients
+        ``[N, H]``."""
+        y, loop_alpha = self.backend.attend(self, loop, s, t, z, slope, p, key)
+        return self.combine(y).view_as(z), loop_alpha

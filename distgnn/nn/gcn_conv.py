@@ -1,0 +1,60 @@
+"""Graph convolution (Kipf & Welling, ICLR 2017)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .aggregate import Neighbourhood
+from .graph_layer import GraphLayer, aggregate_and_project, glorot
+
+
+class GCNConv(GraphLayer):
+    r"""Graph convolution (Kipf & Welling, *Semi-Supervised Classification with Graph
+    Convolutional Networks*, ICLR 2017).
+
+    .. math::
+        \mathbf{H}' = \hat{\mathbf{D}}^{-1/2} (\mathbf{A} + \mathbf{I})
+            \hat{\mathbf{D}}^{-1/2} \mathbf{H} \mathbf{W} + \mathbf{b},
+        \qquad \hat{d}_v = d_v + 1
+
+    The self-loop is applied as the ``+ h`` term rather than stored in the graph, so the
+    same code runs on a partition (where only the root would own the loop) and the
+    normalisation only needs the in-degree vector.
+
+    Args:
+        in_channels (int): ``d_in``.
+        out_channels (int): ``d_out``.
+        bias (bool, optional): learn ``b``. (default: ``True``)
+
+    Shapes:
+        - **input:** graph ``g`` over ``N`` vertices, ``h`` ``[N, d_in]``, optional ``key``
+        - **output:** ``[N, d_out]``
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, bias: bool = True):
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.lin = nn.Linear(in_channels, out_channels, bias=False)
+        self.bias = nn.Parameter(torch.zeros(out_channels)) if bias else None
+        self.project_first = out_channels < in_channels
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        glorot(self)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}"
+
+    @staticmethod
+    def aggregate(g: Neighbourhood, z: torch.Tensor) -> torch.Tensor:
+        """``D^-1/2 (A + I) D^-1/2 z`` (GCN2Conv's propagation too)."""
+        scale = (g.degree + 1).rsqrt()
+        z = scale * z
+        return torch.add(g.reduce(z, "sum"), z).mul_(scale)  # in place on the new sum
+
+    def forward(self, g: Neighbourhood, h: torch.Tensor,
+                aggregated: torch.Tensor | None = None, key: int | None = None
+                ) -> torch.Tensor:
+        """``aggregated``: ``aggregate(g, h)`` computed earlier (constant input features)."""
+        g = g.enter(self, self.lin.weight, key, h=h, aggregated=aggregated)
+        return aggregate_and_project(self, self.lin.weight, self.bias, g, h, aggregated)

@@ -1,0 +1,53 @@
+"""The dropout layer of models trained on partitions: its mask is a function of the vertex's
+global id, so every clone of a vertex drops alike (:mod:`.dropout` computes it)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..kernels.dropout import dropout_key
+from .aggregate import Neighbourhood
+from .dropout import check_dropout, vertex_dropout
+
+
+class KeyedDropout(nn.Module):
+    r"""Dropout whose masks every clone of a vertex draws alike: the mask of ``h`` ``[N, d]``
+    is a function of (seed, epoch, this module's key, global vertex id, column)
+    (:mod:`distgnn.nn.dropout`), so a partitioned run drops exactly what the whole graph drops
+    and trains the same model.  Use it where a PyG model uses ``F.dropout``, whose masks
+    differ from rank to rank (in a model trained on partitions, ``torch.nn.Dropout`` and
+    ``F.dropout`` are refused).
+
+    .. math::
+        \mathbf{h}'_{v,f} = rac{m_{v,f}}{1 - p}\, \mathbf{h}_{v,f},\qquad
+        m_{v,f} \sim \operatorname{Bernoulli}(1 - p) 	ext{ keyed by }
+        (	ext{seed}, 	ext{epoch}, 	ext{key}, v, f)
+
+    Active while ``g`` trains (:meth:`~distgnn.nn.aggregate.Neighbourhood.set_epoch`); the
+    identity in evaluation.  The seed is the run's (``TrainConfig.seed``).
+
+    Args:
+        p (float, optional): probability of dropping an element. (default: ``0.5``)
+
+    Shapes:
+        - **input:** graph ``g`` over ``N`` vertices, ``h`` ``[N, d]``, optional ``key``
+        - **output:** ``[N, d]``
+    """
+
+    def __init__(self, p: float = 0.5):
+        super().__init__()
+        check_dropout(torch.empty(0, 0), (), p)
+        self.p = p
+        self.key: int | None = None
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+    def forward(self, g: Neighbourhood, h: torch.Tensor, key: int | None = None
+                ) -> torch.Tensor:
+        check_dropout(h, g.global_ids, self.p)
+        if not g.training or not self.p:
+            return h
+        key = g.claim("dropout", self, key)
+        return vertex_dropout(h, g.vertex_ids(h.device), self.p,
+                              dropout_key(g.seed, g.epoch, key))

@@ -1,0 +1,120 @@
+r"""Inference: a model's logits (and a layer's input, the embeddings) over a shard, its
+accuracies over all ranks, and its per-vertex results written once per vertex.
+
+Inference runs the model in evaluation mode under ``torch.no_grad``: dropout is off, no
+activation is kept for a backward pass, and on partitions every exchange is exact (cd-0's
+evaluation view, whatever the run's algorithm), so that the logits of a vertex are the
+whole graph's.
+
+The *layers* of a model, for embeddings, are its graph layers
+(:class:`~distgnn.nn.graph_layer.GraphLayer`) and its ``torch.nn.Linear`` modules that are not inside a
+graph layer, in the order ``model.modules()`` lists them (their order of construction).
+The embedding of layer ``k`` is the input it receives, ``[N, d_k]``; the default, ``-1``,
+is the last layer's: the representation the classifier reads.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..comm import Communicator
+from ..errors import DistGNNError
+from ..nn.graph_layer import GraphLayer
+from .shard import Shard
+from .vertex_outputs import write_rows
+
+
+def embedding_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The layers of ``model`` whose inputs are embeddings (see the module docstring)."""
+    inside = {id(sub) for m in model.modules() if isinstance(m, GraphLayer)
+              for sub in m.modules() if sub is not m}
+    return [m for m in model.modules()
+            if isinstance(m, (GraphLayer, torch.nn.Linear)) and id(m) not in inside]
+
+
+def check_logits(logits, shard: Shard, classes: int | None = None) -> None:
+    """Refuse, in one line naming what is wrong, a model output that is not the logits
+    ``[n, C]`` of this shard's ``n`` vertices and ``classes`` classes (default: the
+    data's) -- a user's ``make_model`` of the wrong width, a tuple -- before it meets the
+    loss."""
+    want = (shard.x.shape[0], shard.num_classes if classes is None else classes)
+    if not isinstance(logits, torch.Tensor):
+        raise DistGNNError(f"the model returned a {type(logits).__name__}; it must return the "
+                           f"logits, one tensor [{want[0]}, {want[1]}] (vertices, classes)")
+    if tuple(logits.shape) != want:
+        raise DistGNNError(f"the model returned logits of shape "
+                           f"[{', '.join(map(str, logits.shape))}], expected [{want[0]}, "
+                           f"{want[1]}]: a row per vertex and a column per class (make_model "
+                           f"gets the number of classes, {want[1]}, as its second argument)")
+
+
+@torch.no_grad()
+def forward_eval(model: torch.nn.Module, shard: Shard, layer: int | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(logits [n, C], embeddings [n, d] or None)`` of ``model`` on this rank's shard in
+    evaluation mode; ``layer``: whose input to return as the embeddings (``None``: none).
+    Collective on partitions (the exchange)."""
+    model.eval()
+    shard.nbr.set_epoch(shard.nbr.epoch, training=False)
+    captured = []
+    handle = None
+    if layer is not None:
+        layers = embedding_layers(model)
+        if not -len(layers) <= layer < len(layers):
+            raise DistGNNError(f"--embeddings-layer {layer}: the model has {len(layers)} "
+                               f"layers (0..{len(layers) - 1}, or -1 for the last)")
+        graph_layer = isinstance(layers[layer], GraphLayer)
+        handle = layers[layer].register_forward_pre_hook(
+            lambda module, args: captured.append(args[1 if graph_layer else 0]))
+    try:
+        logits = model(shard.nbr, shard.x)
+    finally:
+        if handle is not None:
+            handle.remove()
+    return logits, captured[-1] if captured else None
+
+
+def mask_scores(logits: torch.Tensor, shard: Shard, comm: Communicator,
+                means: dict[str, float] | None = None) -> dict:
+    """``{mask}_acc`` of each mask and ``val_loss`` over all ranks (``None`` where a mask is
+    empty); for each ``name: value`` of ``means`` (this rank's figures of the same
+    evaluation, such as its bytes sent), also ``{name}_mean``, the mean over ranks, in the
+    same allreduce.  Collective."""
+    pred = logits.argmax(1)
+    names = list(shard.masks)
+    means = means or {}
+    counts = []
+    for name in names:
+        m = shard.masks[name]
+        counts += [float((pred[m] == shard.y[m]).sum()), float(m.sum())]
+    val = shard.masks["val"]
+    counts.append(float(F.cross_entropy(logits[val], shard.y[val], reduction="sum"))
+                  if val.any() else 0.0)
+    t = torch.tensor(counts + list(means.values()), dtype=torch.float64)
+    comm.allreduce(t)
+    out = {f"{name}_acc": float(t[2 * i] / t[2 * i + 1]) if t[2 * i + 1] else None
+           for i, name in enumerate(names)}
+    n_val = float(t[2 * names.index("val") + 1])
+    out["val_loss"] = float(t[len(counts) - 1]) / n_val if n_val else None
+    out.update({f"{name}_mean": float(v) / comm.size
+                for name, v in zip(means, t[len(counts):].tolist())})
+    return out
+
+
+def write_vertex_outputs(shard: Shard, comm: Communicator, logits: torch.Tensor,
+                         embeddings: torch.Tensor | None, predictions_out: str | None,
+                         embeddings_out: str | None) -> None:
+    """Softmax probabilities (and predicted classes) to ``predictions_out`` and
+    ``embeddings`` (float32) to ``embeddings_out``, each vertex once, from its root clone's
+    rank (:func:`distgnn.run.vertex_outputs.write_rows`); collective."""
+    owned = shard.owned
+    positions = shard.nbr.global_ids[owned]
+    if predictions_out:
+        probabilities = torch.softmax(logits.float(), 1).cpu().numpy()[owned]
+        write_rows(comm, predictions_out, {"probabilities": probabilities}, positions,
+                   shard.num_vertices, shard.user_ids)
+    if embeddings_out:
+        rows = np.ascontiguousarray(embeddings.float().cpu().numpy()[owned])
+        write_rows(comm, embeddings_out, {"embeddings": rows}, positions, shard.num_vertices,
+                   shard.user_ids)

@@ -1,0 +1,254 @@
+"""What a training run needs in memory, checked before anything large is allocated.
+
+A run that cannot fit is refused with one line at start-up instead of being killed by the
+kernel minutes later.  The prediction is :func:`distgnn.run.memory.training_memory` (the peak
+resident memory of one process, by part; the same figure ``distgnn-partition inspect``
+prints per rank).  Ranks that share a node share its memory: the check adds up the
+predictions of all ranks on the node (:func:`require_on_node`).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import zlib
+
+import torch
+
+from ..comm import SelfCommunicator
+from ..errors import DistGNNError
+from ..exchange.wire import row_bytes
+from ..nn.widths import exchange_widths, layer_widths
+from ..storage import format_bytes
+
+
+def process_mib(field: str = "VmHWM") -> float:
+    """``VmHWM`` (the peak resident memory so far) or ``VmRSS`` (now) of this process in MiB.
+    Not ``ru_maxrss``: that keeps the parent's peak across fork and exec, so a process
+    started by a large one would report its parent's."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+# blocks of at least this many bytes are mapped on their own and unmapped when freed
+RETURN_BLOCKS_FROM = 128 << 10
+
+
+def return_freed_blocks() -> bool:
+    """Have malloc give freed blocks of :data:`RETURN_BLOCKS_FROM` bytes and more back to
+    the kernel at once, and trim the heap's free top at that size; whether it could (glibc
+    only).
+
+    glibc's default serves a block from its own mapping until the first such block is freed,
+    then raises that threshold to the freed block's size (up to 32 MiB), so that from then on
+    blocks up to 32 MiB (row blocks of the SpMM kernels, exchange buffers, partial gradients)
+    come from the heap, and what is freed there stays resident, fragmented, under the next
+    epoch's peak.  Fixing the thresholds stops that: on R-MAT 2^20 and 2^21 x 16 (GraphSAGE
+    hidden 256, 4 ranks) the peak per rank fell by 240 and 330 MiB and the memory held
+    between epochs by 270 and 370 MiB; the epoch times stayed within the machine's noise
+    (fresh mappings cost page faults)."""
+    try:  # the symbols the process already has: no library search (ldconfig) at start-up
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to set
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, RETURN_BLOCKS_FROM)
+                and mallopt(_M_TRIM_THRESHOLD, RETURN_BLOCKS_FROM))
+
+
+def available_bytes(device) -> int:
+    """Memory a new allocation can take on ``device``: ``MemAvailable`` of the host, or the
+    GPU's free memory."""
+    if getattr(device, "type", device) == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def predict(cfg, num_nodes: int, num_edges: int, num_features: int, num_classes: int,
+            split_entries: int = 0) -> dict[str, int]:
+    """:func:`~distgnn.run.memory.training_memory` of a run of ``cfg`` (a TrainConfig) on this
+    data; ``split_entries``: the rank's leaves plus leaf entries on a partition."""
+    layers = cfg.layers + (cfg.model == "gcnii")
+    delayed = cfg.algo == "cd-r" and cfg.comm_budget is None
+    value_bytes = 8 if cfg.dtype == "float64" else 4
+    widths = exchange_widths(num_features, cfg.hidden, num_classes, layers,
+                             cfg.precompute_first, cfg.backward_exchange) if delayed else ()
+    compressed = cfg.wire != "fp32"
+    return training_memory(
+        num_nodes, num_edges, num_features, num_classes, cfg.hidden, layers,
+        # no credit for activations stored in bf16: they halve what autograd keeps, but the
+        # measured peak (in the backward pass) stayed the same on R-MAT 2^20
+        cfg.model == "sage" and cfg.aggregator != "gcn", value_bytes, cfg.precompute_first,
+        cfg.heads if cfg.model == "gat" else 0, cfg.hidden if cfg.model == "gin" else 0,
+        split_entries, widths, cfg.delay_epochs if delayed else 0,
+        (lambda w: row_bytes(cfg.wire, w, value_bytes)) if compressed else None,
+        cfg.recompute)
+
+
+def _refusal(where: str, need: dict, have: int, device, ranks: int = 1) -> DistGNNError:
+    parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in need.items() if k != "total" and v)
+    whose = (f"the {ranks} ranks on this node need about {format_bytes(ranks * need['total'])}"
+             f" (this one {format_bytes(need['total'])}: {parts})" if ranks > 1 else
+             f"the run needs about {format_bytes(need['total'])} ({parts})")
+    return DistGNNError(f"{where}: {whose} but {device} has {format_bytes(have)}; reduce "
+                        "--hidden, --layers or --delay, or partition the graph over more "
+                        "ranks or nodes")
+
+
+def require(cfg, num_nodes: int, num_edges: int, num_features: int, num_classes: int,
+            device, where: str) -> None:
+    """Refuse a single-process run of ``cfg`` (a TrainConfig) on this data that cannot start
+    (no features) or whose predicted peak (:func:`predict`) exceeds what ``device`` has:
+    its available memory plus what this process holds already."""
+    check_features(num_features, where)
+    need = predict(cfg, num_nodes, num_edges, num_features, num_classes)
+    require_on_node(SelfCommunicator(), need, device, where)
+
+
+def check_features(num_features: int, where: str) -> None:
+    if num_features < 1:
+        raise DistGNNError(f"{where}: the features have width 0; a model needs at least one "
+                           "input feature per vertex")
+
+
+def held_bytes(device) -> int:
+    """What this process holds now on ``device``: ``VmRSS``, or the GPU memory torch has."""
+    if getattr(device, "type", device) == "cuda":
+        return int(torch.cuda.memory_reserved(device))
+    return int(process_mib("VmRSS") * (1 << 20))
+
+
+def require_on_node(comm, need: dict, device, where: str) -> None:
+    """Refuse (on every rank of the node) when the predicted peaks of the ranks that share
+    this node's memory exceed what it has: its available memory plus what those ranks hold
+    already (their predictions include it).  Ranks on a GPU share nothing here but their
+    own device.  Collective."""
+    host = zlib.crc32(socket.gethostname().encode()) if getattr(device, "type",
+                                                                 device) != "cuda" else -1
+    table = torch.zeros(comm.size, 4, dtype=torch.float64)
+    table[comm.rank] = torch.tensor([host, need["total"], held_bytes(device),
+                                     available_bytes(device)], dtype=torch.float64)
+    comm.allreduce(table)
+    mine = table[:, 0] == host if host != -1 else torch.arange(comm.size) == comm.rank
+    ranks = int(mine.sum())
+    total = float(table[mine, 1].sum())
+    have = int(float(table[mine, 3].min()) + float(table[mine, 2].sum()))
+    if total > have:
+        raise _refusal(where, need, have, device, ranks)
+
+
+# bytes of one cd-r bin's index tensors and bookkeeping (measured: 4.3 to 6.3 KiB)
+DELAY_BIN_BYTES = 6 * 1024
+
+
+#: resident memory of a rank apart from its data: Python, torch, Numba, mpi4py and the MPI
+#: library (300 MiB after the imports) and the kernels Numba compiles in the first epoch
+#: (fitted with the other terms on R-MAT 2^19 to 2^21, 4 ranks, fp32, 2026-11-25)
+RUNTIME_BYTES = 450 << 20
+
+
+def training_memory(num_nodes: int, num_edges: int, num_features: int, num_classes: int,
+                    hidden: int, layers: int, two_weights: bool = False,
+                    value_bytes: int = 4,
+                    precompute_first: bool = False, heads: int = 0, mlp: int = 0,
+                    split_entries: int = 0, delayed_widths: tuple[int, ...] = (),
+                    delay: int = 0, wire_row_bytes=None,
+                    recompute: bool = False) -> dict[str, int]:
+    r"""Predicted peak resident memory (bytes) of one training process over ``N`` vertices
+    and ``E`` edges (a whole graph, or a rank's partition with ``S`` split entries: its
+    leaves plus its leaf entries), by part, and their ``total``.
+
+    With layer widths ``d_0 = F, d_1 .. d_{L-1} = H, d_L = C`` (:func:`layer_widths`),
+    ``s``-byte floats (``value_bytes``: 4, or 8 under ``--dtype float64``):
+
+    .. math::
+        \text{runtime} = 450\ \text{MiB} \qquad
+        \text{model} = 5 s \sum_{l=1}^{L} w_l
+            \quad\text{(weights, gradients, two Adam moments, best weights)}
+
+        \text{activations} = s N \sum_{l=1}^{L} (d_{l-1} + 3 m) + s N d_L
+            + a N \sum_{l=1}^{L-1} d_l + (1 + \rho)\, s N \max_l d_l + 3 s N C + 6 s E H' L
+
+        \text{graph} = 22 E + 40 N \qquad \text{features} = c\, s N F + 24 N
+        \qquad \text{exchange} = S (s\, w + 80)
+
+        \text{delayed exchange} = \sum_{w \in W} \Big(B\, r + S\, \big(3 s w + u(w)
+            + [\text{compressed}]\, (s w + u(w))\big)\Big)
+
+    with ``w_l = k (d_{l-1} + 1) d_l`` parameters per layer (``k = 2`` for GraphSAGE's
+    mean/sum/max aggregators, a root and a neighbour weight, else 1), except GIN, whose MLP
+    of width ``m = H`` has ``w_l = d_{l-1} m + m + (m + 1) d_l`` (``m = 0`` for the other
+    models).  Activations: autograd keeps per layer its input (the linear layer's, or the
+    aggregate it projects), the output layer's output, per hidden layer the mask of its
+    ReLU (``a = 1`` byte per element, :func:`distgnn.nn.graph_layer.relu`) or the output of GAT's ELU
+    (``a = s``), and GIN three ``m``-wide tensors in its MLP; the backward pass holds a
+    gradient at the widest width besides them, and one more with ``recompute`` (``\rho = 1``,
+    else 0): it recomputes a layer's forward while its output's gradient is held (measured
+    +0.30 and +0.66 GiB per rank at R-MAT 2^20 and 2^21 with 2 layers, where recompute
+    raises the peak rather than lowering it); the logits, their softmax and their gradient
+    add ``3 N C``; GAT keeps six ``[E, H']`` per-edge tensors per layer (``H'`` =
+    ``heads``: logits, exponentials, coefficients, dropped coefficients, two gradients).
+    Graph: the CSR and its transpose (int32 indices), the SpMM kernels' plans for both
+    directions (about 4.6 bytes per edge each, measured), 4 bytes per edge more at the peak
+    (fitted; the kernels' trial in the first epoch times the operand itself and holds two
+    candidate plans at a time, and stays under the later epochs' peak), per-vertex row
+    pointers and ids.  Features: the normalised copy the
+    model reads (``c = 2`` with ``--precompute-first-aggregation``, which keeps their
+    aggregate too), labels, masks and degrees.  Exchange: the split tables and one buffer
+    row per split entry at the widest exchanged width ``w = max_l min(d_{l-1}, d_l)`` (a
+    layer aggregates on its narrower side).  cd-r keeps, for each of its exchanges, of the
+    widths ``W`` it really carries (``delayed_widths``: :func:`exchange_widths`), ``r`` bins
+    (``delay``) of ``B`` = 6 KiB of index tensors and bookkeeping each (measured), and per
+    split entry three rows of ``w`` values in the run's type (the kept partials or
+    complement, the staged messages, the roots' own partials) and a received row of ``u(w)``
+    bytes on the wire (``wire_row_bytes(w)``; default: the run's type), twice as much with a
+    compressed wire (its error-feedback residual and encoded send buffer).  GCNII counts as
+    ``L + 1`` layers of width ``H``.
+
+    The runtime and the graph's bytes per edge were fitted on R-MAT 2^19 to 2^21
+    (GraphSAGE-gcn, hidden 256, 4 ranks, fp32); R-MAT 2^22 and the runs with activations in
+    bf16 check them (docs/results/training-ladder.md).
+    Python ints: no overflow for absurd sizes.
+    """
+    d = layer_widths(num_features, hidden, num_classes, layers)
+    k = 2 if two_weights else 1
+    s = value_bytes
+    N, E, S = num_nodes, num_edges, split_entries
+    weights = (i * mlp + mlp + (mlp + 1) * o if mlp else k * (i + 1) * o
+               for i, o in zip(d[:-1], d[1:]))
+    parts = {
+        "runtime": RUNTIME_BYTES,
+        "model": s * 5 * sum(weights),
+        "activations": (s * N * sum(i + 3 * mlp for i in d[:-1]) + s * N * d[-1]
+                        + (s if heads else 1) * N * sum(d[1:-1])
+                        + (1 + recompute) * s * N * max(d) + 3 * s * N * num_classes
+                        + 6 * s * E * heads * layers),
+        "graph": 22 * E + 40 * N,
+        "features": (2 if precompute_first else 1) * s * N * num_features + 24 * N,
+        "exchange": S * (s * max(min(i, o) for i, o in zip(d[:-1], d[1:])) + 80),
+        "delayed exchange": sum(delayed_exchange_bytes(w, S, delay, s, wire_row_bytes)
+                                for w in delayed_widths),
+    }
+    return {**parts, "total": sum(parts.values())}
+
+
+def delayed_exchange_bytes(width: int, split_entries: int, delay: int, value_bytes: int = 4,
+                           wire_row_bytes=None) -> int:
+    """What one delayed exchange of ``width`` keeps (the term of :func:`training_memory`):
+    ``delay`` bins of bookkeeping, and per split entry three rows of values and a received
+    row on the wire (``wire_row_bytes(width)``, ``None``: uncompressed), twice that with a
+    compressed wire."""
+    values = value_bytes * width
+    wire = values if wire_row_bytes is None else wire_row_bytes(width)
+    compressed = wire_row_bytes is not None
+    return (DELAY_BIN_BYTES * delay
+            + split_entries * (3 * values + wire + compressed * (values + wire)))

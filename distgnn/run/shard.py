@@ -1,0 +1,235 @@
+"""What one rank trains on: the whole graph in single-socket mode, else its partition.
+
+:func:`dataset_shard` and :func:`partition_shard` load the data, check that the run fits in
+memory (:mod:`distgnn.run.memory`), normalise the features and place the tensors on the rank's
+device, and wire the neighbourhood the layers aggregate over (with the split-vertex
+exchange of :mod:`distgnn.exchange` on a partition).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..comm import Communicator, all_or_none
+from ..data.graph import NodeDataset
+from ..data.ordering import order_vertices, relabel
+from ..data.partitions import (
+    PartitionFormatError,
+    check_files,
+    load,
+    read_meta,
+    read_vertex_ids,
+    unchecked_fields_note,
+)
+from ..errors import DistGNNError
+from ..exchange import Exchange, SplitIndex
+from ..nn.aggregate import Neighbourhood
+from ..nn.backends import get_backend
+from ..placement import placement
+from ..timing import PhaseTimer
+from . import memory
+from .config import TrainConfig
+
+
+@dataclasses.dataclass
+class Shard:
+    """What one rank trains on: the whole graph in single-socket mode, else its partition.
+
+    ``x`` ``[n, F]`` of the run's ``--dtype``, ``y`` ``[n]`` int64, ``masks`` bool ``[n]``
+    per split name (under MPI true at root clones only, so each vertex counts once), ``nbr`` the
+    neighbourhood the layers aggregate over (with the split-vertex exchange under MPI),
+    ``origin`` what the data is (a checkpoint of other data is refused); ``owned`` bool
+    ``[n]``, the vertices whose results this rank writes (its root clones: each vertex on
+    exactly one rank), ``num_vertices`` the whole graph's ``N``, and ``user_ids()`` the
+    user's ids of the ``N`` vertices in global order (``None``: ``0..N-1``).
+    """
+
+    name: str
+    x: torch.Tensor
+    y: torch.Tensor
+    masks: dict[str, torch.Tensor]
+    nbr: Neighbourhood
+    num_classes: int
+    origin: str
+    owned: np.ndarray
+    num_vertices: int
+    user_ids: Callable[[], np.ndarray | None]
+
+    @property
+    def num_features(self) -> int:
+        return self.x.shape[1]
+
+
+# rows normalised per block: bounds the float64 temporaries to 2 x 64 MiB
+_NORM_BLOCK_ELEMENTS = 1 << 23
+
+
+def normalize_features(x: np.ndarray, how: str) -> np.ndarray:
+    """``row``: divide each row by its L1 norm (Kipf & Welling's preprocessing); ``none``.
+
+    float32 ``[N, F]`` in and out.  The norms and quotients are computed in float64 (in row
+    blocks): a float32 sum of large finite values would overflow to inf and zero the row.
+    """
+    if how == "none":
+        return x
+    out = np.empty(x.shape, np.float32)
+    rows = max(1, _NORM_BLOCK_ELEMENTS // max(x.shape[1], 1))
+    for start in range(0, len(x), rows):
+        block = np.asarray(x[start:start + rows], dtype=np.float64)
+        norm = np.abs(block).sum(axis=1, keepdims=True)
+        np.divide(block, np.where(norm == 0, 1.0, norm), out=block)
+        out[start:start + rows] = block
+    return out
+
+
+ROW_NORM_WARNING = ("warning: the features have negative entries, and --feature-norm row (the "
+                    "default, made for non-negative counts such as bag-of-words) divides each "
+                    "row by the sum of its absolute values, which can cost accuracy; "
+                    "--feature-norm none trains on the features as they are")
+
+
+def negative_features(x: np.ndarray) -> bool:
+    """Whether features ``x`` ``[N, F]`` (a memory map too) hold a negative entry: row
+    normalisation was made for counts and :data:`ROW_NORM_WARNING` says why it may hurt.
+    Checked in the row blocks of :func:`normalize_features`, stopping at the first
+    negative block, with no ``[N, F]`` temporary."""
+    rows = max(1, _NORM_BLOCK_ELEMENTS // max(x.shape[1], 1))
+    return any(x[start:start + rows].min(initial=0) < 0 for start in range(0, len(x), rows))
+
+
+def node_tensors(x: np.ndarray, y: np.ndarray, masks: dict[str, np.ndarray], how: str,
+                 device: torch.device | str = "cpu"):
+    """Torch tensors of normalised features, labels and masks on ``device`` (copies: the
+    inputs may be read-only memory maps)."""
+    x = np.asarray(x)
+    normalised = normalize_features(x, how)
+    return (torch.from_numpy(np.array(normalised, np.float32, copy=normalised is x)).to(device),
+            torch.from_numpy(np.array(y, np.int64)).to(device),
+            {name: torch.from_numpy(np.array(m, bool)).to(device) for name, m in masks.items()})
+
+
+def content_digest(arrays) -> str:
+    """SHA-256 over the bytes of ``arrays`` (numpy arrays or CPU tensors; ``None`` skipped),
+    each prefixed by its dtype and shape: the identity of the data a run trains on."""
+    h = hashlib.sha256()
+    for a in arrays:
+        if a is None:
+            continue
+        a = np.ascontiguousarray(a.numpy() if isinstance(a, torch.Tensor) else a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(memoryview(a).cast("B"))
+    return h.hexdigest()
+
+
+def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
+                  log: Callable[[str], None] = print) -> Shard:
+    """The whole graph of ``data`` as the single rank's shard, on its device; with
+    ``cfg.reorder``, relabelled in that locality order (logged), its global ids being
+    ``data``'s."""
+    device, backend = placement(0, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends)
+    memory.return_freed_blocks()
+    memory.require(cfg, data.num_nodes, data.graph.num_edges, data.num_features,
+                   data.num_classes, device, data.name)
+    masks = {name: getattr(data, f"{name}_mask") for name in ("train", "val", "test")}
+    x, y, masks = node_tensors(data.x, data.y, masks, cfg.feature_norm)
+    if cfg.feature_norm == "row" and negative_features(data.x):
+        log(ROW_NORM_WARNING)
+    origin = (f"dataset {data.name}: {data.num_nodes} nodes, {data.graph.num_edges} edges, "
+              f"{data.num_features} features, {data.num_classes} classes")
+    graph = data.graph
+    if cfg.checkpoint_dir or cfg.resume:  # what was trained on, in its own ids (once)
+        origin += ", content sha256 " + content_digest(
+            [graph.indptr, graph.indices, graph.edge_weight, x, y, *masks.values()])[:16]
+    global_ids = None
+    if cfg.reorder != "given":
+        started = time.perf_counter()
+        chosen, perm, trial = order_vertices(graph, cfg.reorder, cfg.hidden)
+        if chosen != "given":
+            graph, global_ids, index = relabel(graph, perm), perm, torch.from_numpy(perm)
+            x, y, masks = x[index], y[index], {name: m[index] for name, m in masks.items()}
+        log(f"vertex order {chosen}" + (f" ({cfg.reorder})" if chosen != cfg.reorder else "")
+            + "".join(f", {k} {v:.3f} s" for k, v in trial.items())
+            + f": relabelled in {time.perf_counter() - started:.2f} s")
+    nbr = Neighbourhood(graph, get_backend(backend, cfg.aggregation_precision,
+                                           cfg.kernel_trial), timer=timer,
+                        device=device, dtype=getattr(torch, cfg.dtype), global_ids=global_ids,
+                        seed=cfg.seed)
+    x, y = x.to(device, getattr(torch, cfg.dtype)), y.to(device)
+    masks = {name: m.to(device) for name, m in masks.items()}
+    return Shard(data.name, x, y, masks, nbr, data.num_classes, origin,
+                 np.ones(data.num_nodes, bool), data.num_nodes, lambda: data.ids)
+
+
+def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
+                    timer: PhaseTimer, device: torch.device, backend: str) -> Shard:
+    """Rank ``comm.rank``'s partition of ``directory`` as a shard on ``device``, aggregated
+    by ``backend`` (collective).  Each rank checks its own partition as it loads it (every
+    check of one partition alone, :func:`distgnn.data.partitions.load`), then, with its peers, the
+    split tables and the leaves' rows (:meth:`SplitIndex.check`); the other checks across
+    partitions are ``distgnn-partition verify``'s."""
+    directory = Path(directory)
+    memory.return_freed_blocks()
+
+    def load_local():
+        delay = cfg.delay_epochs
+        meta = read_meta(directory)
+        if meta["num_parts"] != comm.size:
+            raise DistGNNError(f"{directory} holds {meta['num_parts']} partitions but the job "
+                               f"has {comm.size} ranks; start it with -np {meta['num_parts']}")
+        if "num_classes" not in meta:  # every rank must build the same output layer
+            raise PartitionFormatError(f"{directory}/meta.json: missing field 'num_classes'")
+        if cfg.verify:
+            problems = check_files(directory, meta, comm.rank)
+            if problems:
+                raise PartitionFormatError(f"{problems[0]} (`distgnn-partition verify "
+                                           f"{directory}` lists every problem)")
+        part = load(directory, comm.rank)
+        index = SplitIndex.from_partition(part)
+        memory.check_features(part.x.shape[1], f"{directory} partition {comm.rank}")
+        return part, delay, index
+
+    part, delay, index = all_or_none(comm, load_local)  # memory-mapped: nothing large yet
+    need = memory.predict(cfg, part.num_nodes, part.graph.num_edges, part.x.shape[1],
+                          int(part.meta["num_classes"]),
+                          len(index.leaf_ids) + len(index.root_ids))
+    all_or_none(comm, lambda: memory.require_on_node(comm, need, device,
+                                                     f"{directory} partition {comm.rank}"))
+    (x, y, masks), negative = all_or_none(comm, lambda: (node_tensors(
+        part.x, part.y, {"train": part.train_mask, "val": part.val_mask,
+                         "test": part.test_mask}, cfg.feature_norm, device),
+        cfg.feature_norm == "row" and negative_features(part.x)))
+    negative = torch.tensor([float(negative)])
+    comm.allreduce(negative)  # a negative entry may sit on any rank; rank 0 says it once
+    index.check(comm, part)
+    note = unchecked_fields_note(part.meta)
+    if comm.rank == 0:
+        if negative.item():
+            print(ROW_NORM_WARNING, flush=True)
+        if note:
+            print(f"{directory}: {note}", flush=True)
+    exchange = (None if cfg.algo == "0c"
+                else Exchange(index=index, comm=comm, timer=timer, algo=cfg.algo, delay=delay,
+                              smoothing=cfg.smoothing, comm_budget=cfg.comm_budget,
+                              controlled=cfg.default_schedule, exchange_precision=cfg.wire,
+                              backward_exchange=cfg.backward_exchange,
+                              topology=cfg.exchange_topology))
+    nbr = Neighbourhood(part.graph, get_backend(backend, cfg.aggregation_precision,
+                                                cfg.kernel_trial),
+                        in_degree=None if exchange is None else part.in_degree, timer=timer,
+                        device=device, global_ids=part.global_ids, exchange=exchange,
+                        dtype=getattr(torch, cfg.dtype), seed=cfg.seed)
+    x = x.to(dtype=getattr(torch, cfg.dtype))
+    name = f"{part.meta.get('dataset', directory.name)} partition {comm.rank}/{comm.size}"
+    files = hashlib.sha256(json.dumps(part.meta["files"], sort_keys=True).encode()).hexdigest()
+    origin = (f"{comm.size} partitions of {part.meta.get('dataset', '?')} "
+              f"(files sha256 {files[:16]})")
+    return Shard(name, x, y, masks, nbr, int(part.meta["num_classes"]), origin,
+                 np.asarray(part.root_rank) == comm.rank, int(part.meta["num_nodes"]),
+                 lambda: read_vertex_ids(directory))

@@ -1,0 +1,315 @@
+r"""Full-batch training: forward, loss, backward, gradient allreduce, step, metrics.
+
+One loop serves both modes.  Single-socket mode trains on the whole graph with a
+one-rank communicator; under MPI each rank trains a replica of the model on one partition
+(:mod:`distgnn.run.shard` builds it), and the loop adds what makes the replicas one model
+(:mod:`distgnn.run.replicas`): identical initial weights (broadcast from rank 0), the loss
+
+.. math::
+    \mathcal{L} = \frac{1}{|V_{train}|} \sum_{p} \sum_{v \in V^p_{train}}
+        \operatorname{CE}(\mathbf{z}_v, y_v)
+
+counted at root clones only (``V^p_train``) and divided by the global count, and the
+gradients summed over ranks before every optimizer step.  What each epoch records is
+:mod:`distgnn.run.epoch_log`'s; when to checkpoint and stop is :mod:`distgnn.run.checkpointing`'s.
+The reported test accuracy is the one at the evaluation with the best validation accuracy.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..comm import Communicator, RankFailed, SelfCommunicator, all_or_none
+from ..comm.watchdog import Watchdog
+from ..data.graph import NodeDataset
+from ..errors import DistGNNError
+from ..nn.models import GCNII, GNN
+from ..nn.prepare import prepare
+from ..placement import synchronize
+from ..signals import StopRequests
+from ..timing import PhaseTimer
+from .checkpointing import Checkpointer, NonFiniteLoss, Stopped
+from .config import TrainConfig
+from .epoch_log import EpochLog, epoch_record
+from .evaluation import check_logits, forward_eval, mask_scores, write_vertex_outputs
+from .replicas import ReplicaSync
+from .saved_model import save_model
+from .shard import Shard, dataset_shard
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What a run returns, the same on every rank: ``history``, one record per epoch (loss,
+    times, bytes and, at evaluations, ``{mask}_acc`` and ``val_loss``); ``best``, the
+    evaluation with the best validation accuracy; ``model``, the trained model (this rank's
+    replica: every rank holds the same weights, those of the last epoch); ``summary``, the
+    metrics file's summary record (:mod:`distgnn.run.epoch_log`), with the paths written.
+    Epochs are counted from 1 (``history[0]["epoch"] == 1``)."""
+
+    history: list[dict]
+    best: dict
+    model: torch.nn.Module
+    summary: dict = dataclasses.field(default_factory=dict)
+
+
+def configure_threads(threads: int | None) -> None:
+    """Pin torch's and Numba's thread pools to ``threads`` (``None``: leave the defaults)."""
+    if threads is None:
+        return
+    torch.set_num_threads(threads)
+    import numba  # deferred: importing numba costs start-up time that torch-only runs skip
+
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+
+
+def build_model(cfg: TrainConfig, in_channels: int, num_classes: int) -> torch.nn.Module:
+    """``cfg.model`` for ``in_channels`` features and ``num_classes`` classes."""
+    try:
+        if cfg.model == "gcnii":
+            return GCNII(in_channels, cfg.hidden, num_classes, cfg.layers, cfg.dropout,
+                         cfg.alpha, cfg.theta, cfg.recompute)
+        return GNN(cfg.model, in_channels, cfg.hidden, num_classes, cfg.layers, cfg.dropout,
+                   cfg.aggregator, cfg.residual, cfg.precompute_first, cfg.heads,
+                   cfg.train_eps, cfg.recompute)
+    except ValueError as e:
+        raise DistGNNError(str(e)) from None
+
+
+ModelFactory = Callable[[int, int], torch.nn.Module]
+
+
+def model_and_optimizer(cfg: TrainConfig, shard: Shard, make_model: ModelFactory | None = None):
+    """The model (seeded: every rank builds the same) on the shard's device, in its floating
+    type, made ready for the shard's graph (:func:`distgnn.nn.prepare.prepare`), and its Adam.
+    ``make_model(in_channels, num_classes)`` builds a user's model (called as
+    ``model(g, x)``, returning logits ``[N, C]``); ``None``: ``cfg.model``."""
+    model = place_model(cfg, shard, make_model)
+    return model, torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+def place_model(cfg: TrainConfig, shard: Shard, make_model: ModelFactory | None = None
+                ) -> torch.nn.Module:
+    """The model alone (see :func:`model_and_optimizer`)."""
+    torch.manual_seed(cfg.seed)
+    make = make_model or (lambda f, c: build_model(cfg, f, c))
+    model = make(shard.num_features, shard.num_classes)
+    if not isinstance(model, torch.nn.Module):
+        raise DistGNNError(f"make_model returned a {type(model).__name__}, not a "
+                           "torch.nn.Module")
+    model = model.to(shard.x.device, shard.x.dtype)
+    prepare(model, shard.nbr, cfg.aggregation_precision == "bf16")
+    return model
+
+
+def training_vertices(shard: Shard, comm: Communicator) -> float:
+    """The global number of training vertices (refused when there are none)."""
+    counts = torch.tensor([float(shard.masks["train"].sum())], dtype=torch.float64)
+    comm.allreduce(counts)
+    if counts[0] == 0:  # every rank sees the sum: all raise this together
+        raise RankFailed(f"{shard.name}: no training vertices (train mask is empty)"
+                         if comm.size == 1 else "no training vertices in any partition")
+    return float(counts[0])
+
+
+def step(model: torch.nn.Module, optimizer, shard: Shard, sync: ReplicaSync, num_train: float,
+         epoch: int, timer: PhaseTimer) -> tuple[float, list[int]]:
+    """Forward, loss, backward and the gradient allreduce of one epoch; returns the global
+    loss and the ranks whose loss or gradients were not finite."""
+    model.train()
+    shard.nbr.set_epoch(epoch)
+    with timer("forward"):
+        logits = model(shard.nbr, shard.x)
+    check_logits(logits, shard)
+    with timer("backward"):
+        train = shard.masks["train"]
+        loss = F.cross_entropy(logits[train], shard.y[train], reduction="sum") / num_train
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+    with timer("allreduce"):
+        value = sync.allreduce_gradients(loss)
+    return value, sync.nonfinite_ranks
+
+
+def roc_auc(scores: np.ndarray, positive: np.ndarray) -> float | None:
+    r"""Area under the ROC curve of ``scores`` ``[n]`` for the labels ``positive`` ``[n]``
+    (bool), by the rank-sum statistic with tied scores at their mean rank:
+    :math:`(\sum_{i \in pos} \mathrm{rank}_i - n_+ (n_+ + 1) / 2) / (n_+ n_-)`;
+    ``None`` when one class is absent."""
+    n_pos = int(positive.sum())
+    n_neg = len(positive) - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return None
+    # mean ranks: the distinct scores in order hold ranks end - count + 1 .. end
+    _, which, count = np.unique(scores, return_inverse=True, return_counts=True)
+    end = np.cumsum(count)
+    ranks = (end - (count - 1) / 2)[which]
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def gathered_roc_auc(logits: torch.Tensor, shard: Shard, comm: Communicator) -> dict:
+    """``{mask}_roc_auc`` of a binary task over all ranks: every rank writes its root
+    clones' score ``z_1 - z_0``, label and mask membership at their global ids into one
+    ``[N, 2 + masks]`` table, summed over ranks (each vertex is a root on one rank)."""
+    ids = torch.from_numpy(shard.nbr.global_ids)
+    device = comm.device if comm.size > 1 else "cpu"  # where the transport wants it
+    size = torch.tensor([float(ids.max()) + 1 if len(ids) else 0.0], dtype=torch.float64,
+                        device=device)
+    comm.allreduce(size, op="max")
+    names = list(shard.masks)
+    table = torch.zeros(int(size[0]), 2 + len(names), dtype=torch.float64)
+    roots = torch.zeros(len(ids), dtype=torch.bool)
+    for m in shard.masks.values():
+        roots |= m.cpu()
+    at = ids[roots]
+    table[at, 0] = (logits[:, 1] - logits[:, 0]).double().cpu()[roots]
+    table[at, 1] = shard.y.double().cpu()[roots]
+    for i, name in enumerate(names):
+        table[at, 2 + i] = shard.masks[name].double().cpu()[roots]
+    table = table.to(device)
+    comm.allreduce(table)
+    t = table.cpu().numpy()
+    return {f"{name}_roc_auc": roc_auc(t[t[:, 2 + i] > 0, 0], t[t[:, 2 + i] > 0, 1] == 1)
+            for i, name in enumerate(names)}
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, shard: Shard, comm: Communicator,
+             with_roc_auc: bool = False) -> dict:
+    """Accuracy on each mask and the validation loss over all ranks, with dropout off
+    (:func:`~distgnn.run.evaluation.mask_scores`), ``eval_bytes_sent_mean``: the split-vertex
+    bytes a rank sent for it, and ``eval_s_mean``: a rank's seconds for its forward pass
+    and scores (means over ranks); with ``with_roc_auc`` (binary tasks), also each mask's
+    ROC-AUC."""
+    exchange = shard.nbr.exchange
+    sent = exchange.total_bytes_sent if exchange else 0
+    started = time.perf_counter()
+    logits, _ = forward_eval(model, shard)
+    out = mask_scores(logits, shard, comm, {
+        "eval_bytes_sent": float(exchange.total_bytes_sent - sent if exchange else 0),
+        "eval_s": time.perf_counter() - started})
+    if with_roc_auc:
+        out.update(gathered_roc_auc(logits, shard, comm))
+    return out
+
+
+def final_weights(cfg: TrainConfig, model: torch.nn.Module, run: EpochLog) -> tuple[dict, int]:
+    """``(state_dict, epoch)`` of the weights a run's results come from: ``cfg.final_weights``
+    ``best`` (the evaluation of best validation accuracy; the last epoch's when the run
+    never evaluated a validation set) or ``last``."""
+    if cfg.final_weights == "best" and "state" in run.best:
+        return run.best["state"], run.best["epoch"]
+    return model.state_dict(), run.history[-1]["epoch"]
+
+
+def write_results(cfg: TrainConfig, model: torch.nn.Module, shard: Shard, comm: Communicator,
+                  run: EpochLog, custom: bool) -> dict:
+    """The model file, predictions and embeddings a run was asked for, from
+    :func:`final_weights`; returns ``{what: path}`` of those written.  Collective."""
+    state, epoch = final_weights(cfg, model, run)
+    saved = {}
+    if cfg.save_model:
+        all_or_none(comm, lambda: comm.rank != 0 or save_model(
+            cfg.save_model, model, state, cfg, shard.num_features, shard.num_classes,
+            weights=cfg.final_weights, epoch=epoch, custom=custom))
+        saved["model"] = cfg.save_model
+    if cfg.predictions_out or cfg.embeddings_out:
+        swap = state is run.best.get("state")  # else the model holds the weights already
+        current = copy.deepcopy(model.state_dict()) if swap else None
+        if swap:
+            model.load_state_dict(state)
+        logits, embeddings = forward_eval(
+            model, shard, cfg.embeddings_layer if cfg.embeddings_out else None)
+        if swap:
+            model.load_state_dict(current)
+        write_vertex_outputs(shard, comm, logits, embeddings, cfg.predictions_out,
+                             cfg.embeddings_out)
+        saved.update({k: v for k, v in (("predictions", cfg.predictions_out),
+                                        ("embeddings", cfg.embeddings_out)) if v})
+    return saved
+
+
+def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
+        log: Callable[[str], None] = print, watchdog: Watchdog | None = None,
+        make_model: ModelFactory | None = None) -> TrainResult:
+    """Train ``cfg.model`` (or ``make_model``'s, see :func:`model_and_optimizer`) on
+    ``shard``, one replica per rank of ``comm``; returns the
+    per-epoch history and the best evaluation (the same on every rank).  Checkpoints and
+    stops as :class:`~distgnn.run.checkpointing.Checkpointer` decides; ``watchdog`` is armed
+    after the first epoch.  Collective: every rank must call it with the same ``cfg``."""
+    def start():  # the same data on every rank: the same message, one line
+        if shard.num_classes < 2:
+            raise DistGNNError(f"the data has {shard.num_classes} class; node "
+                               "classification needs at least two")
+        if cfg.roc_auc and shard.num_classes != 2:
+            raise DistGNNError(f"--roc-auc needs a binary task; the data has "
+                               f"{shard.num_classes} classes")
+        return model_and_optimizer(cfg, shard, make_model)
+
+    model, optimizer = all_or_none(comm, start)
+    sync = ReplicaSync(model, comm)
+    sync.broadcast_parameters()
+    checkpoints = Checkpointer(cfg, comm, model, optimizer, shard, log)
+    run = EpochLog(cfg.epochs, *checkpoints.resume(), lead=comm.rank == 0,
+                   metrics_out=cfg.metrics_out, progress=cfg.progress, patience=cfg.patience,
+                   log=log)
+    num_train = training_vertices(shard, comm)
+    exchange, ended = shard.nbr.exchange, False
+    all_or_none(comm, run.open)
+    try:
+        with StopRequests(watch_launcher=comm.size > 1) as stop:
+            for epoch in range(run.start, cfg.epochs):
+                timer.reset()
+                started, sent = time.perf_counter(), exchange.total_bytes_sent if exchange else 0
+                exact_before = exchange.exact_bytes if exchange else 0
+                loss, bad = step(model, optimizer, shard, sync, num_train, epoch, timer)
+                if checkpoints.step_allowed(bad, epoch, run):
+                    with timer("optimizer"):
+                        optimizer.step()
+                synchronize(shard.x.device)
+                record, signum = epoch_record(
+                    comm, epoch, loss, started, timer,
+                    exchange.total_bytes_sent - sent if exchange else 0, sync.step_bytes,
+                    stop.request(), bad, exchange.exact_bytes - exact_before if exchange else 0,
+                    exchange.exact_epoch(epoch) if exchange else None)
+                if exchange is not None:
+                    exchange.observe(epoch, loss)
+                if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
+                    record.update(evaluate(model, shard, comm, cfg.roc_auc))
+                run.add(record, model)
+                if watchdog is not None:
+                    watchdog.arm()
+                checkpoints.after_epoch(epoch + 1, signum, run)
+                if run.stalled:
+                    if comm.rank == 0:
+                        log(f"early stop at epoch {epoch + 1}: no validation improvement in "
+                            f"{cfg.patience} evaluations")
+                    break
+        run.summarize(cfg.final_weights,
+                      write_results(cfg, model, shard, comm, run, make_model is not None),
+                      exchange.describe(cfg.exchange_schedule) if exchange is not None else None)
+        ended = True
+    except (Stopped, NonFiniteLoss):
+        ended = True
+        raise
+    finally:
+        if exchange is not None:
+            exchange.finish()
+        run.close(ended)
+    return TrainResult(run.history, run.best, model, run.summary)
+
+
+def train(data: NodeDataset, cfg: TrainConfig, log: Callable[[str], None] = print,
+          make_model: ModelFactory | None = None) -> TrainResult:
+    """Train ``cfg.model`` (or ``make_model``'s) on the whole of ``data`` in this process
+    (single-socket mode)."""
+    cfg.check_single_socket()
+    configure_threads(cfg.threads)
+    timer = PhaseTimer()
+    return fit(dataset_shard(data, cfg, timer, log), cfg, SelfCommunicator(), timer, log,
+               make_model=make_model)
