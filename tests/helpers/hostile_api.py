@@ -195,7 +195,7 @@ add(Case(15, "own_model.py --dropout 1.5 on 2 ranks",
 # on real graphs with wide features, must not count widths that no exchange carries
 MEMORY = """\
 import sys
-from distgnn import memory
+from distgnn.run import memory
 from distgnn.run.config import TrainConfig
 from distgnn.exchange import SplitIndex
 from distgnn.data.partitions import load
