@@ -21,8 +21,9 @@ import torch
 
 from bench.machine import machine_info
 from bench.output import finish, output_arguments
+from distgnn.comm import get_communicator, resolve_wait
+from distgnn.comm.config import COMMUNICATORS, WAITS
 from distgnn.program import comma_list
-from distgnn.comm import COMMUNICATORS, WAITS, get_communicator, resolve_wait
 
 HELP = "alltoallv and allreduce of each communicator (under mpirun)"
 DESCRIPTION = ("Latency and bandwidth of alltoallv (one block per peer, as the split-vertex "

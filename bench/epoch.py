@@ -54,7 +54,6 @@ from torch import nn
 from bench import pyg
 from bench.machine import machine_info
 from bench.output import finish, output_arguments
-from distgnn.program import comma_list
 from distgnn.data.datasets import load
 from distgnn.data.graph import NodeDataset
 from distgnn.data.ordering import CHOICES as ORDER_CHOICES
@@ -62,6 +61,7 @@ from distgnn.data.ordering import reorder_dataset
 from distgnn.errors import DistGNNError
 from distgnn.nn.backends import AGGREGATION_PRECISIONS, BACKENDS
 from distgnn.placement import synchronize
+from distgnn.program import comma_list
 from distgnn.run.memory import process_mib
 
 IMPLS = ("numba", "torch", "triton", "pyg")
@@ -163,12 +163,13 @@ def pyg_run(data: NodeDataset, cfg, device: torch.device,
     built in PyG from this project's initial weights for ``cfg.seed``, trained for
     ``cfg.epochs`` with ``cfg.lr`` and ``cfg.weight_decay`` on ``device``.  After each timed
     epoch, ``on_epoch(net, x, adj)`` (untimed) may evaluate it."""
+    from distgnn.nn.config import build_model
     from distgnn.run.shard import normalize_features
-    from distgnn.run.training import build_model, configure_threads
+    from distgnn.run.training import configure_threads
 
     configure_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    ours = build_model(cfg, data.num_features, data.num_classes)
+    ours = build_model(cfg.network, data.num_features, data.num_classes, cfg.recompute)
     net = pyg.PyGNet(cfg.model, data.num_features, cfg.hidden, data.num_classes, cfg.layers,
                      cfg.dropout, heads=cfg.heads, alpha=cfg.alpha, theta=cfg.theta)
     pyg.copy_weights(ours, net)

@@ -18,9 +18,9 @@ import numpy as np
 
 from bench.machine import machine_info
 from bench.output import finish, output_arguments
-from distgnn.program import comma_list
 from distgnn.data.datasets import load
 from distgnn.data.partitions import EDGE_ORDERS
+from distgnn.program import comma_list
 from partition.assign import assign_edges, stream_order_name
 from partition.layout import build_layout
 from partition.stats import counts_from_layout, summarize

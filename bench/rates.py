@@ -123,7 +123,7 @@ def _measure_beside_others(data: NodeDataset, cfg, barrier, results) -> None:
     from distgnn.run.training import configure_threads, train
 
     configure_threads(cfg.threads)
-    train(data, dataclasses.replace(cfg, epochs=1, eval_every=1), log=lambda s: None)
+    train(data, cfg.replace(epochs=1, eval_every=1), log=lambda s: None)
     barrier.wait()
     results.put(dataclasses.asdict(measure_rates(data, cfg)))
 

@@ -94,13 +94,13 @@ import numpy as np
 
 from bench.output import finish, output_arguments
 from bench.rates import RATE_EPOCHS, Rates, host_rates, measure_rates, partition_graphs
-from distgnn.program import comma_list
 from distgnn.errors import DistGNNError
 from distgnn.exchange.adaptive import POSITION_BYTES, budgeted_rows
+from distgnn.exchange.config import DEFAULT_SCHEDULE_PRECISION
 from distgnn.exchange.controller import EXACT_EVERY
 from distgnn.exchange.wire import row_bytes
 from distgnn.nn.widths import aggregation_widths, exchange_widths
-from distgnn.run.config import DEFAULT_SCHEDULE_PRECISION
+from distgnn.program import comma_list
 from distgnn.run.memory import training_memory
 from partition.stats import node_rows
 
@@ -470,8 +470,9 @@ def format_table(rows: list[dict], delay: int) -> str:
 def main(args) -> int:
     from bench.machine import machine_info
     from distgnn.data.datasets import load
+    from distgnn.nn.config import build_model
     from distgnn.run.config import TrainConfig
-    from distgnn.run.training import build_model, configure_threads
+    from distgnn.run.training import configure_threads
 
     if args.size and args.validate:
         raise DistGNNError("--validate runs the --dataset itself and cannot check a projection "
@@ -491,7 +492,7 @@ def main(args) -> int:
                       epochs=args.rate_epochs, eval_every=args.rate_epochs, threads=args.threads,
                       progress=False)
     widths = aggregation_widths(data.num_features, args.hidden, data.num_classes, args.layers)
-    params = sum(p.numel() for p in build_model(cfg, data.num_features,
+    params = sum(p.numel() for p in build_model(cfg.network, data.num_features,
                                                  data.num_classes).parameters())
     net = network(args)
     alpha, beta = net.alpha, net.beta

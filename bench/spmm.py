@@ -35,7 +35,6 @@ import torch
 
 from bench.machine import machine_info
 from bench.output import finish, output_arguments
-from distgnn.program import comma_list
 from distgnn.data.datasets import load
 from distgnn.data.ordering import ORDERS, relabel, vertex_order
 from distgnn.kernels import plan_spmm, spmm
@@ -43,6 +42,7 @@ from distgnn.kernels.autotune import autotune_plan, time_plan
 from distgnn.kernels.spmm import as_aligned, empty_aligned
 from distgnn.nn.backends import AGGREGATION_PRECISIONS, TorchSparseBackend, bf16_bits
 from distgnn.placement import synchronize
+from distgnn.program import comma_list
 
 SWEEP_EXTRA = (1024, 2048, 4096, 8192, 16384, 65536)
 

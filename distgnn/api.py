@@ -88,6 +88,7 @@ def train(source: Source, config: Config = None, make_model: ModelFactory | None
         return train_partitions(str(source), config if callable(config) else _config(config),
                                 make_model, log)
     cfg = _config(config)
+    cfg.check_paths()  # before the data is read
     return train_whole(_dataset(source, cfg), cfg, log, make_model)
 
 
@@ -198,6 +199,7 @@ def setup(source: Source, config: Config = None, *, log: Callable[[str], None] =
     else:
         cfg = _config(config)
         cfg.check_single_socket()
+        cfg.check_paths()
         configure_threads(cfg.threads)
         run = Run(cfg, dataset_shard(_dataset(source, cfg), cfg, PhaseTimer(), log),
                   SelfCommunicator())

@@ -8,14 +8,21 @@ one (the local rank's share of the visible GPUs), else the CPU; on a GPU the tri
 """
 from __future__ import annotations
 
+import dataclasses
+import numbers
 import os
 
 import torch
 
 from .errors import DistGNNError
+from .options import option
 
 DEVICES = ("auto", "cpu", "cuda")
 BACKEND_CHOICES = ("auto", "numba", "torch", "triton")
+AGGREGATION_PRECISIONS = ("fp32", "bf16")
+DTYPES = ("float32", "float64")
+# More threads than this is a typo, not a machine: torch would try to start them all.
+MAX_THREADS = 4096
 # the node-local rank and the ranks on this node, as each launcher names them (Open MPI,
 # MPICH/Hydra and Intel MPI, SLURM)
 LOCAL_RANK_VARIABLES = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
@@ -108,3 +115,67 @@ def placement(rank: int, device: str, backend: str, rank_devices: str | None = N
         d = "cpu"
     d = rank_device(d, rank)
     return d, rank_backend(b, d, rank)
+
+
+@dataclasses.dataclass
+class ExecutionConfig:
+    """Where and how each rank computes: device and aggregation kernels (per rank where a
+    job mixes them), threads, floating-point type and the precision of aggregation, and
+    two trades of time for memory or start-up (recomputing activations, the kernels'
+    timed trial)."""
+
+    device: str = option("auto", "where each rank computes: cpu, cuda (the local rank's "
+                         "GPU) or auto (cuda when the rank sees a GPU)", choices=DEVICES)
+    backend: str = option("auto", "aggregation kernels: numba (cache-blocked CPU kernels), "
+                          "torch (torch.sparse, any device), triton (deterministic GPU "
+                          "kernels) or auto (triton on a GPU, torch there without Triton; "
+                          "else numba)", choices=BACKEND_CHOICES)
+    rank_devices: str | None = option(
+        None, "per-rank --device for the ranks named, e.g. 0:cpu,1:cuda (a job may mix CPU "
+        "and GPU ranks)", metavar="R:DEV,...")
+    rank_backends: str | None = option(
+        None, "per-rank --backend for the ranks named, e.g. 1:triton,3:triton",
+        metavar="R:BACKEND,...")
+    threads: int | None = option(
+        None, "torch and Numba threads (default: the libraries' own on one socket; under "
+        "MPI, this node's cores divided by its ranks)", type=int)
+    dtype: str = option("float32", "floating-point type of features, weights, activations "
+                        "and the exchanged partials; float64 is for checking results against "
+                        "a reference (about 2x the memory and time)", choices=DTYPES)
+    aggregation_precision: str = option(
+        "fp32", "what sum/mean aggregations gather, forward and backward: fp32, or bf16 "
+        "(features and gradients rounded to bf16, accumulated in fp32: half the bytes the "
+        "Numba kernels move; max/min stay fp32; the activations kept for the backward pass "
+        "are stored in bf16 too)", choices=AGGREGATION_PRECISIONS)
+    recompute: bool = option(
+        False, "keep only each layer's input for the backward pass and run the layer again "
+        "there (activation checkpointing): activation memory of one tensor per layer for "
+        "about a third more compute; cd-0 and 0c only", action="store_true")
+    kernel_trial: bool = option(
+        True, "take the Numba SpMM's untimed plan (no hub blocking) instead of timing a few "
+        "block sizes per feature width on graphs of 2M edges or more: the trial costs about "
+        "20 SpMMs per width (20-40 s on 31M edges) and gains 10-20 %% per SpMM, worth it over "
+        "many epochs, not for a run of a few", flag="--no-kernel-trial", action="store_false")
+
+    def __post_init__(self):
+        for flag, choices in (("device", DEVICES), ("backend", BACKEND_CHOICES),
+                              ("dtype", DTYPES),
+                              ("aggregation-precision", AGGREGATION_PRECISIONS)):
+            value = getattr(self, flag.replace("-", "_"))
+            if value not in choices:
+                raise DistGNNError(f"--{flag} must be one of {', '.join(choices)}, got "
+                                   f"{value!r}")
+        if self.threads is not None and not (
+                isinstance(self.threads, numbers.Integral) and not isinstance(self.threads, bool)
+                and 1 <= self.threads <= MAX_THREADS):
+            raise DistGNNError(f"--threads must be an integer from 1 to {MAX_THREADS}, got "
+                               f"{self.threads!r}")
+        for flag, value in (("rank-devices", self.rank_devices),
+                            ("rank-backends", self.rank_backends)):
+            if value == "":  # "" would read as not given
+                raise DistGNNError(f"--{flag}: the value is empty; give one, or leave it out")
+        parse_per_rank(self.rank_devices, "--rank-devices", DEVICES)
+        parse_per_rank(self.rank_backends, "--rank-backends", BACKEND_CHOICES)
+        if self.aggregation_precision == "bf16" and self.dtype == "float64":
+            raise DistGNNError("--aggregation-precision bf16 rounds float32 operands; --dtype "
+                               "float64 is for exact checks: use fp32 with it")

@@ -191,23 +191,6 @@ def load_dataset(args, split: int = 0):
                 **{flag: getattr(args, flag) for flag in FILE_FLAGS})
 
 
-def vertex_output_flags(g, embeddings_layer: int) -> None:
-    """--predictions-out, --embeddings-out and --embeddings-layer (default
-    ``embeddings_layer``), of distgnn-train and distgnn-predict."""
-    g.add_argument("--predictions-out", metavar="FILE",
-                   help="one row per vertex in the dataset's own vertex ids: the predicted "
-                        "class and the class probabilities; FILE.csv (vertex,"
-                        "predicted_class,p_0,...) or FILE.npz (vertex, predicted_class, "
-                        "probabilities)")
-    g.add_argument("--embeddings-out", metavar="FILE.npy",
-                   help="float32 [N, d]: the input of --embeddings-layer for every vertex, "
-                        "row i for the i-th vertex (the order of --predictions-out's rows)")
-    g.add_argument("--embeddings-layer", type=int, default=embeddings_layer, metavar="K",
-                   help="whose input --embeddings-out holds: layer K of the model's graph "
-                        "and linear layers in order, -1 the last (the representation the "
-                        "classifier reads)")
-
-
 def say(line: str) -> None:
     """A progress line on stdout, at once (ranks' output is interleaved by the launcher)."""
     print(line, flush=True)

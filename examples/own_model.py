@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import distgnn
-from distgnn.program import OneLineParser, interruptible, run_guarded
 from distgnn.cli.train import report
 from distgnn.nn import MLP, GATConv, GINConv, KeyedDropout
+from distgnn.program import OneLineParser, interruptible, run_guarded
 from distgnn.run.distributed import run_rank
 
 

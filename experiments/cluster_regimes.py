@@ -54,10 +54,10 @@ from bench.scaling import (
     measured_network,
     predict,
 )
-from distgnn.program import use_huge_pages
-from distgnn.comm import WAITS
+from distgnn.comm.config import WAITS
+from distgnn.exchange.config import DEFAULT_SCHEDULE_PRECISION
 from distgnn.exchange.controller import EXACT_EVERY
-from distgnn.run.config import DEFAULT_SCHEDULE_PRECISION
+from distgnn.program import use_huge_pages
 from distgnn.run.epoch_log import read_metrics
 from distgnn.storage import write_atomic
 from launch import cluster
@@ -221,8 +221,9 @@ def main() -> int:
     a = p.parse_args()
     use_huge_pages()  # as distgnn-train does: the rates must be measured the same way
     from distgnn.data.datasets import load
+    from distgnn.nn.config import build_model
     from distgnn.run.config import TrainConfig
-    from distgnn.run.training import build_model, configure_threads
+    from distgnn.run.training import configure_threads
 
     a.work.mkdir(parents=True, exist_ok=True)
     from drpa_figures import STALENESS_CONFIGS  # beside this script
@@ -250,7 +251,7 @@ def main() -> int:
         cfg = TrainConfig(model="sage", hidden=256, layers=2, epochs=RATE_EPOCHS,
                           eval_every=RATE_EPOCHS, threads=1, progress=False)
         widths = exchange_widths(data.num_features, 256, data.num_classes, 2)
-        params = sum(q.numel() for q in build_model(cfg, data.num_features,
+        params = sum(q.numel() for q in build_model(cfg.network, data.num_features,
                                                      data.num_classes).parameters())
         for nodes in map(int, a.nodes.split(",")):
             P = nodes * K

@@ -35,9 +35,10 @@ import torch.nn.functional as F
 from bench import pyg
 from distgnn.data.datasets import load
 from distgnn.nn.backends import get_backend
+from distgnn.nn.config import build_model
 from distgnn.run.config import TrainConfig
 from distgnn.run.shard import dataset_shard, normalize_features
-from distgnn.run.training import build_model, model_and_optimizer
+from distgnn.run.training import model_and_optimizer
 from distgnn.storage import write_atomic
 from distgnn.timing import PhaseTimer
 
@@ -81,7 +82,7 @@ def theirs(data, cfg: TrainConfig):
     torch.manual_seed(cfg.seed)
     net = pyg.PyGNet(cfg.model, data.num_features, cfg.hidden, data.num_classes, cfg.layers,
                      cfg.dropout, heads=cfg.heads)
-    pyg.copy_weights(build_model(cfg, data.num_features, data.num_classes), net)
+    pyg.copy_weights(build_model(cfg.network, data.num_features, data.num_classes), net)
     net.to(device)
     x = torch.from_numpy(normalize_features(data.x, cfg.feature_norm)).to(device)
     adj_t = pyg.adjacency(data.graph, cfg.model, device)

@@ -43,8 +43,8 @@ from bench.rates import fitted_rates
 from bench.scaling import exchange_widths, predict
 from bench.validate import train_records
 from distgnn.data.datasets import load
+from distgnn.nn.config import build_model
 from distgnn.run.config import TrainConfig
-from distgnn.run.training import build_model
 from distgnn.storage import write_atomic
 
 BIN = Path(sys.executable).parent
@@ -111,7 +111,7 @@ def mixed(a) -> dict:
     out = a.work / "mixed-vertex-rates"
     per_rank = cut(specs[16], weights, out)
     cfg = TrainConfig(model=a.model, hidden=a.hidden)
-    params = sum(p.numel() for p in build_model(cfg, 128, 16).parameters())
+    params = sum(p.numel() for p in build_model(cfg.network, 128, 16).parameters())
     phases = predict(per_rank, [rates["cuda"], rates["cpu"]],
                      exchange_widths(128, a.hidden, 16, 2), params, HOST_ALPHA_S, triad / 2,
                      "cd-0")

@@ -39,7 +39,7 @@ def predicted_mib(parts: Path, ranks: int, flags: list[str]) -> list[float]:
     for p in range(ranks):
         part = load(parts, p)
         index = SplitIndex.from_partition(part)
-        need = memory.predict(cfg, part.num_nodes, part.graph.num_edges, part.x.shape[1],
+        need = memory.predict(cfg.network, cfg.exchange, cfg.execution, part.num_nodes, part.graph.num_edges, part.x.shape[1],
                               int(part.meta["num_classes"]),
                               len(index.leaf_ids) + len(index.root_ids))
         out.append(need["total"] / MIB)

@@ -24,13 +24,6 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from distgnn.program import (
-    DefaultsHelpFormatter,
-    OneLineParser,
-    dataset_file_flags,
-    interruptible,
-    run_guarded,
-)
 from distgnn.data.binary_edges import edge_count
 from distgnn.data.datasets import load as load_dataset
 from distgnn.data.datasets import locate
@@ -51,7 +44,14 @@ from distgnn.data.partitions import (
     verify,
 )
 from distgnn.errors import DistGNNError
-from distgnn.run.config import MAX_LAYERS
+from distgnn.nn.config import MAX_LAYERS
+from distgnn.program import (
+    DefaultsHelpFormatter,
+    OneLineParser,
+    dataset_file_flags,
+    interruptible,
+    run_guarded,
+)
 from distgnn.run.memory import available_bytes
 from distgnn.storage import (
     check_distinct_outputs,

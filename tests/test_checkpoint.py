@@ -1,6 +1,5 @@
 """Checkpoints of single-socket runs: exact resume, refusals, retention, disk failures, stop
 signals and the non-finite guard.  (Multi-rank drills are in test_reliability.py.)"""
-import dataclasses
 import functools
 import json
 import os
@@ -100,7 +99,7 @@ def test_resume_if_present_refuses_another_runs_checkpoint(cora, tmp_path):
 ])
 def test_resume_if_present_flag_checks(tmp_path, kw, message):
     with pytest.raises(DistGNNError, match=re.escape(message)):
-        TrainConfig(checkpoint_dir=str(tmp_path), **kw)
+        TrainConfig(checkpoint_dir=str(tmp_path), **kw).check_paths()
 
 
 def test_keep_retains_the_newest(cora, tmp_path):
@@ -263,9 +262,9 @@ def test_every_option_but_the_run_only_ones_is_fingerprinted():
     always there, a later one at its default is not (old checkpoints resume)."""
     from distgnn.run.checkpointing import ALWAYS, RUN_ONLY, fingerprinted
 
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    names = set(TrainConfig().options())
     assert RUN_ONLY <= names and set(ALWAYS) <= names - RUN_ONLY
-    changed = object.__new__(TrainConfig)  # every field away from its default
+    changed = TrainConfig()  # then every option away from its default
     for name in names:
         setattr(changed, name, ("changed", name))
     assert set(fingerprinted(changed)) == {"--" + n.replace("_", "-") for n in names - RUN_ONLY}

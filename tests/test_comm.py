@@ -11,7 +11,8 @@ from distgnn.comm import (
     resolve_wait,
 )
 from distgnn.errors import DistGNNError
-from distgnn.run.config import DEFAULT_DELAY, TrainConfig
+from distgnn.exchange.config import DEFAULT_DELAY
+from distgnn.run.config import TrainConfig
 from distgnn.run.distributed import threads_per_rank
 
 

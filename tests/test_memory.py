@@ -11,6 +11,11 @@ from distgnn.run.memory import predict, require
 from distgnn.run.memory import training_memory as estimate
 
 
+def parts(cfg):
+    """What the memory model reads of a configuration: its network, exchange and execution."""
+    return cfg.network, cfg.exchange, cfg.execution
+
+
 def test_float64_doubles_every_float_but_not_the_graph():
     single = estimate(1000, 5000, 32, 4, 16, 2)
     double = estimate(1000, 5000, 32, 4, 16, 2, value_bytes=8)
@@ -35,7 +40,8 @@ def test_recompute_adds_a_tensor_at_the_widest_width():
     plain = estimate(1000, 5000, 32, 4, 16, 2)
     again = estimate(1000, 5000, 32, 4, 16, 2, recompute=True)
     assert again["activations"] - plain["activations"] == 4 * 1000 * 32
-    assert predict(TrainConfig(recompute=True), 1000, 5000, 32, 4)["total"] == again["total"]
+    recomputed = predict(*parts(TrainConfig(recompute=True)), 1000, 5000, 32, 4)
+    assert recomputed["total"] == again["total"]
 
 
 def test_a_run_that_cannot_fit_is_refused_with_its_parts():
@@ -84,20 +90,23 @@ def test_delayed_exchange_counts_its_bins_at_the_widths_it_carries():
     # the split entries' tables and buffer rows are there for cd-0 too
     assert cdr["exchange"] == 50 * (4 * 16 + 80)  # widest exchanged: min(32, 16)
     assert cdr["total"] - base["total"] == cdr["delayed exchange"] + cdr["exchange"]
-    big = predict(TrainConfig(algo="cd-r", delay=100_000, layers=100), 2708, 10556, 1433, 7,
+    big = predict(*parts(TrainConfig(algo="cd-r", delay=100_000, layers=100)), 2708, 10556,
+                  1433, 7,
                   split_entries=500)
     # 100 layers x 2 passes x 10^5 bins x 6 KiB = 123 GB
     assert big["delayed exchange"] > 100 * 2 * 100_000 * 6 * 1024
     # cora's 1433 features, hidden 16, 7 classes: the layers aggregate at 16 and 7 wide,
     # both passes of both layers exchange (the first layer projects first)
-    small = predict(TrainConfig(algo="cd-r", delay=5), 2708, 10556, 1433, 7, split_entries=500)
+    small = predict(*parts(TrainConfig(algo="cd-r", delay=5)), 2708, 10556, 1433, 7,
+                    split_entries=500)
     assert small["delayed exchange"] == sum(6 * 1024 * 5 + 500 * 16 * w for w in (16, 7, 16, 7))
     # the default schedule: one bin, an int4 wire (compressed: residuals and encoded rows)
-    default = predict(TrainConfig(algo="cd-r"), 2708, 10556, 1433, 7, split_entries=500)
+    default = predict(*parts(TrainConfig(algo="cd-r")), 2708, 10556, 1433, 7,
+                      split_entries=500)
     int4 = {16: row_bytes("int4", 16), 7: row_bytes("int4", 7)}
     assert default["delayed exchange"] == sum(
         6 * 1024 + 500 * (4 * 4 * w + 2 * int4[w]) for w in (16, 7, 16, 7))
-    assert predict(TrainConfig(algo="cd-0"), 2708, 10556, 1433, 7,
+    assert predict(*parts(TrainConfig(algo="cd-0")), 2708, 10556, 1433, 7,
                    split_entries=500)["delayed exchange"] == 0
 
 

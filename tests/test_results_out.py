@@ -142,18 +142,19 @@ def test_last_weights_and_inductive_inference_on_a_changed_graph(cora_ds, tmp_pa
 
 
 def test_outputs_never_replace_a_users_file(tmp_path):
+    """Checked at start-up (before any data is read), not when the configuration is made."""
     mine = tmp_path / "notes.csv"
     mine.write_text("my,own\n1,2\n")
     with pytest.raises(DistGNNError, match="refusing to replace"):
-        distgnn.TrainConfig(predictions_out=str(mine))
+        distgnn.TrainConfig(predictions_out=str(mine)).check_paths()
     features = tmp_path / "x.npy"
     np.save(features, np.zeros((3, 2), np.float32))
     with pytest.raises(DistGNNError, match="never written over"):
-        distgnn.TrainConfig(embeddings_out=str(features))
+        distgnn.TrainConfig(embeddings_out=str(features)).check_paths()
     with pytest.raises(DistGNNError, match="refusing to replace"):
-        distgnn.TrainConfig(save_model=str(mine))
+        distgnn.TrainConfig(save_model=str(mine)).check_paths()
     with pytest.raises(DistGNNError, match="must end in .csv or .npz"):
-        distgnn.TrainConfig(predictions_out=str(tmp_path / "p.txt"))
+        distgnn.TrainConfig(predictions_out=str(tmp_path / "p.txt")).check_paths()
     assert mine.read_text() == "my,own\n1,2\n"
 
 
@@ -161,7 +162,7 @@ def test_an_earlier_predictions_file_is_replaced(run, tmp_path):
     out, cfg, result = run
     again = tmp_path / "pred.csv"
     again.write_bytes((out / "pred.csv").read_bytes())
-    distgnn.TrainConfig(predictions_out=str(again))  # accepted: it is ours
+    distgnn.TrainConfig(predictions_out=str(again)).check_paths()  # accepted: it is ours
 
 
 def test_a_failed_write_leaves_the_target_as_it_was_and_nothing_beside_it(tmp_path,

@@ -17,13 +17,14 @@ from ..program import (
     run_guarded,
     say,
     use_huge_pages,
-    vertex_output_flags,
 )
 
 
 def predict_parser() -> argparse.ArgumentParser:
     """``distgnn-predict``'s flags."""
-    from ..run.config import TrainConfig
+    from ..options import add_options
+    from ..placement import ExecutionConfig
+    from ..run.config import OutputConfig
 
     p = OneLineParser(
         prog="distgnn-predict",
@@ -48,10 +49,9 @@ def predict_parser() -> argparse.ArgumentParser:
                         "num_classes), from a module on the Python path or the current "
                         "directory, or from a .py file (path/to/models.py:make)")
     g = p.add_argument_group("results (each vertex once, in the dataset's own ids)")
-    vertex_output_flags(g, TrainConfig.embeddings_layer)
-    g.add_argument("--threads", type=int,
-                   help="torch and Numba threads (default: the libraries' own on one "
-                        "socket; under MPI, this node's cores divided by its ranks)")
+    add_options(g, OutputConfig, only=("predictions_out", "embeddings_out",
+                                       "embeddings_layer"))
+    add_options(g, ExecutionConfig, only=("threads",))
     return p
 
 

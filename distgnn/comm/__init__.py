@@ -17,10 +17,8 @@ import torch
 
 from ..errors import DistGNNError
 from ..placement import gpu_identity
+from .config import COMMUNICATORS
 
-COMMUNICATORS = ("auto", "mpi", "gloo", "nccl", "ccl")
-# how the mpi communicator's blocking calls wait (comm/mpi.py); auto: resolve_wait
-WAITS = ("auto", "poll", "sleep")
 T = TypeVar("T")
 
 

@@ -37,6 +37,7 @@ from ..errors import DistGNNError
 from ..timing import PhaseTimer
 from .adaptive import AdaptiveSum
 from .channel import expect_kind
+from .config import ALGORITHMS, TOPOLOGIES
 from .controller import Controller
 from .delayed import DelayedSum
 from .exact import ExactSum, Extreme, RoundTrip
@@ -46,8 +47,6 @@ from .wire import PRECISIONS
 
 __all__ = ["ALGORITHMS", "PRECISIONS", "TOPOLOGIES", "Exchange", "LayerExchange", "SplitIndex"]
 
-ALGORITHMS = ("cd-0", "cd-r", "0c")
-TOPOLOGIES = ("auto", "flat", "node")
 
 
 class LayerExchange(Protocol):

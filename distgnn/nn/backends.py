@@ -46,9 +46,9 @@ from ..kernels.autotune import autotune_plan
 from ..kernels.blocking import balanced_chunks
 from ..kernels.lanes import BF16
 from ..kernels.spmm import as_aligned, empty_aligned
+from ..placement import AGGREGATION_PRECISIONS
 from .dropout import vertex_dropout
 
-AGGREGATION_PRECISIONS = ("fp32", "bf16")
 LINEAR = ("sum", "mean")
 NUMBA_DTYPES = (torch.float32, torch.float64)  # what the Numba kernels compute in
 

@@ -211,3 +211,5 @@ class GCNII(nn.Module):
 
             h = run_layer(block, self.recompute, h, x_0)
         return self.lin_out(self.dropouts[-1](g, h))
+
+

@@ -9,7 +9,6 @@ state) or skip the step (``--nan-policy skip``).
 """
 from __future__ import annotations
 
-import dataclasses
 import signal
 from typing import Callable
 
@@ -19,7 +18,7 @@ from ..comm import Communicator, RankFailed, all_or_none
 from ..errors import DistGNNError, one_line
 from ..signals import stopped_line
 from . import checkpoint_files as checkpoint
-from .config import TrainConfig
+from .config import DEFAULTS, TrainConfig
 from .shard import Shard
 
 # the options that do not change what a run computes (where and how fast it runs, in what order
@@ -43,9 +42,8 @@ ALWAYS = ("model", "aggregator", "layers", "hidden", "dropout", "residual", "lr"
 def fingerprinted(cfg: TrainConfig) -> dict:
     """``{--flag: value}`` of every option that changes what ``cfg`` computes (the exchange
     precision as the run resolves it, given or not)."""
-    options = {"--" + f.name.replace("_", "-"): getattr(cfg, f.name)
-               for f in dataclasses.fields(cfg) if f.name not in RUN_ONLY
-               and (f.name in ALWAYS or getattr(cfg, f.name) != f.default)}
+    options = {"--" + name.replace("_", "-"): value for name, value in cfg.options().items()
+               if name not in RUN_ONLY and (name in ALWAYS or value != DEFAULTS[name])}
     options.pop("--exchange-precision", None)
     if cfg.wire != "fp32":
         options["--exchange-precision"] = cfg.wire

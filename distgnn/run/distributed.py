@@ -49,6 +49,12 @@ class RankSetup:
     timer: PhaseTimer
 
 
+def checked_paths(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` once its output paths passed :meth:`~distgnn.run.config.TrainConfig.check_paths`."""
+    cfg.check_paths()
+    return cfg
+
+
 def open_partitions(directory: str, config: TrainConfig | Callable[[], TrainConfig],
                     log: Callable[[str], None] = print, prog: str = "distgnn") -> RankSetup:
     """This rank's part of ``mpirun -np P ...`` on the partitions in ``directory``.
@@ -58,7 +64,7 @@ def open_partitions(directory: str, config: TrainConfig | Callable[[], TrainConf
     name ``prog``.  Collective; raises :class:`~distgnn.comm.RankFailed` on every rank
     when set-up fails on any."""
     world = MPICommunicator()  # the job itself: agreement on set-up errors
-    cfg = all_or_none(world, config if callable(config) else lambda: config)
+    cfg = all_or_none(world, lambda: checked_paths(config() if callable(config) else config))
     threads = cfg.threads or threads_per_rank(world)
     configure_threads(threads)
     device, backend = all_or_none(world, lambda: placement(

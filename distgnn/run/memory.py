@@ -17,8 +17,11 @@ import torch
 
 from ..comm import SelfCommunicator
 from ..errors import DistGNNError
+from ..exchange.config import ExchangeConfig
 from ..exchange.wire import row_bytes
+from ..nn.config import ModelConfig
 from ..nn.widths import exchange_widths, layer_widths
+from ..placement import ExecutionConfig
 from ..storage import format_bytes
 
 
@@ -73,25 +76,30 @@ def available_bytes(device) -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def predict(cfg, num_nodes: int, num_edges: int, num_features: int, num_classes: int,
+def predict(network: ModelConfig, exchange: ExchangeConfig, execution: ExecutionConfig,
+            num_nodes: int, num_edges: int, num_features: int, num_classes: int,
             split_entries: int = 0) -> dict[str, int]:
-    """:func:`~distgnn.run.memory.training_memory` of a run of ``cfg`` (a TrainConfig) on this
-    data; ``split_entries``: the rank's leaves plus leaf entries on a partition."""
-    layers = cfg.layers + (cfg.model == "gcnii")
-    delayed = cfg.algo == "cd-r" and cfg.comm_budget is None
-    value_bytes = 8 if cfg.dtype == "float64" else 4
-    widths = exchange_widths(num_features, cfg.hidden, num_classes, layers,
-                             cfg.precompute_first, cfg.backward_exchange) if delayed else ()
-    compressed = cfg.wire != "fp32"
+    """:func:`training_memory` of a run of the model ``network``, exchanging as ``exchange``
+    says and computing as ``execution`` says (the parts of a
+    :class:`~distgnn.run.config.TrainConfig`) on this data; ``split_entries``: the rank's
+    leaves plus leaf entries on a partition."""
+    layers = network.layers + (network.model == "gcnii")
+    delayed = exchange.algo == "cd-r" and exchange.comm_budget is None
+    value_bytes = 8 if execution.dtype == "float64" else 4
+    widths = exchange_widths(num_features, network.hidden, num_classes, layers,
+                             network.precompute_first,
+                             exchange.backward_exchange) if delayed else ()
+    compressed = exchange.wire != "fp32"
     return training_memory(
-        num_nodes, num_edges, num_features, num_classes, cfg.hidden, layers,
+        num_nodes, num_edges, num_features, num_classes, network.hidden, layers,
         # no credit for activations stored in bf16: they halve what autograd keeps, but the
         # measured peak (in the backward pass) stayed the same on R-MAT 2^20
-        cfg.model == "sage" and cfg.aggregator != "gcn", value_bytes, cfg.precompute_first,
-        cfg.heads if cfg.model == "gat" else 0, cfg.hidden if cfg.model == "gin" else 0,
-        split_entries, widths, cfg.delay_epochs if delayed else 0,
-        (lambda w: row_bytes(cfg.wire, w, value_bytes)) if compressed else None,
-        cfg.recompute)
+        network.model == "sage" and network.aggregator != "gcn", value_bytes,
+        network.precompute_first, network.heads if network.model == "gat" else 0,
+        network.hidden if network.model == "gin" else 0, split_entries, widths,
+        exchange.delay_epochs if delayed else 0,
+        (lambda w: row_bytes(exchange.wire, w, value_bytes)) if compressed else None,
+        execution.recompute)
 
 
 def _refusal(where: str, need: dict, have: int, device, ranks: int = 1) -> DistGNNError:
@@ -106,11 +114,13 @@ def _refusal(where: str, need: dict, have: int, device, ranks: int = 1) -> DistG
 
 def require(cfg, num_nodes: int, num_edges: int, num_features: int, num_classes: int,
             device, where: str) -> None:
-    """Refuse a single-process run of ``cfg`` (a TrainConfig) on this data that cannot start
-    (no features) or whose predicted peak (:func:`predict`) exceeds what ``device`` has:
-    its available memory plus what this process holds already."""
+    """Refuse a single-process run of ``cfg`` (a TrainConfig: its network, exchange and
+    execution parts) on this data that cannot start (no features) or whose predicted peak
+    (:func:`predict`) exceeds what ``device`` has: its available memory plus what this
+    process holds already."""
     check_features(num_features, where)
-    need = predict(cfg, num_nodes, num_edges, num_features, num_classes)
+    need = predict(cfg.network, cfg.exchange, cfg.execution, num_nodes, num_edges,
+                   num_features, num_classes)
     require_on_node(SelfCommunicator(), need, device, where)
 
 

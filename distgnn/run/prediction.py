@@ -25,17 +25,18 @@ from ..data.datasets import load
 from ..data.graph import NodeDataset
 from ..data.partitions import is_partition_source
 from ..errors import DistGNNError
+from ..nn.config import build_model
 from ..nn.prepare import prepare
 from ..storage import check_distinct_outputs
 from ..timing import PhaseTimer
-from .config import TrainConfig
+from .config import OWNER, TrainConfig
 from .distributed import open_partitions
 from .evaluation import check_logits, forward_eval, mask_scores, write_vertex_outputs
 from .memory import process_mib
 from .replicas import rank_statistics
 from .saved_model import read_model_file
 from .shard import Shard, dataset_shard
-from .training import ModelFactory, build_model, configure_threads
+from .training import ModelFactory, configure_threads
 
 # a training run's choices that inference does not make its own: it exchanges exactly, in
 # fp32, once per layer, runs where this process is told to, and times no SpMM plans (one
@@ -49,8 +50,7 @@ INFERENCE = {"kernel_trial": False, "algo": "cd-0", "delay": None, "smoothing": 
 def saved_config(saved: dict, **overrides) -> TrainConfig:
     """The :class:`TrainConfig` a model file (:func:`~distgnn.run.saved_model.read_model_file`'s
     dict) was trained with, with ``overrides``."""
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    fields = {k: v for k, v in saved["config"].items() if k in known}
+    fields = {k: v for k, v in saved["config"].items() if k in OWNER}
     try:
         return TrainConfig(**{**fields, **overrides})
     except TypeError as e:
@@ -65,7 +65,7 @@ def _build(path: str | Path, saved: dict, cfg: TrainConfig,
                            "(distgnn-predict --model-factory MODULE:FUNCTION)")
     f, c = int(saved["num_features"]), int(saved["num_classes"])
     torch.manual_seed(cfg.seed)  # buffers a factory draws; the weights are overwritten
-    model = make_model(f, c) if make_model is not None else build_model(cfg, f, c)
+    model = make_model(f, c) if make_model is not None else build_model(cfg.network, f, c, cfg.recompute)
     model = model.to(getattr(torch, cfg.dtype))
     try:
         model.load_state_dict(saved["state_dict"])
@@ -141,7 +141,9 @@ def predict(model_file: str | Path, source: str | Path | NodeDataset, *,
                "embeddings_layer": embeddings_layer}
 
     def config() -> TrainConfig:
-        return saved_config(saved, **{**INFERENCE, "threads": threads, **outputs})
+        cfg = saved_config(saved, **{**INFERENCE, "threads": threads, **outputs})
+        cfg.check_paths()
+        return cfg
 
     if is_partition_source(source):
         rank = open_partitions(str(source), config, log, "distgnn-predict")

@@ -19,7 +19,6 @@ them.  Written atomically by rank 0 alone (every rank holds the same weights).
 """
 from __future__ import annotations
 
-import dataclasses
 import io
 from pathlib import Path
 
@@ -72,8 +71,7 @@ def check_model_output(path: str | None, flag: str = "--save-model") -> None:
 def model_config(cfg) -> dict:
     """The fields of ``cfg`` (a :class:`~distgnn.run.config.TrainConfig`) that define a model
     and its input (no paths)."""
-    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
-            if f.name not in PATH_FIELDS}
+    return {name: value for name, value in cfg.options().items() if name not in PATH_FIELDS}
 
 
 def save_model(path: str | Path, model: torch.nn.Module, state: dict, cfg,

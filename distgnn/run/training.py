@@ -29,7 +29,7 @@ from ..comm import Communicator, RankFailed, SelfCommunicator, all_or_none
 from ..comm.watchdog import Watchdog
 from ..data.graph import NodeDataset
 from ..errors import DistGNNError
-from ..nn.models import GCNII, GNN
+from ..nn.config import build_model
 from ..nn.prepare import prepare
 from ..placement import synchronize
 from ..signals import StopRequests
@@ -68,19 +68,6 @@ def configure_threads(threads: int | None) -> None:
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
 
 
-def build_model(cfg: TrainConfig, in_channels: int, num_classes: int) -> torch.nn.Module:
-    """``cfg.model`` for ``in_channels`` features and ``num_classes`` classes."""
-    try:
-        if cfg.model == "gcnii":
-            return GCNII(in_channels, cfg.hidden, num_classes, cfg.layers, cfg.dropout,
-                         cfg.alpha, cfg.theta, cfg.recompute)
-        return GNN(cfg.model, in_channels, cfg.hidden, num_classes, cfg.layers, cfg.dropout,
-                   cfg.aggregator, cfg.residual, cfg.precompute_first, cfg.heads,
-                   cfg.train_eps, cfg.recompute)
-    except ValueError as e:
-        raise DistGNNError(str(e)) from None
-
-
 ModelFactory = Callable[[int, int], torch.nn.Module]
 
 
@@ -97,7 +84,7 @@ def place_model(cfg: TrainConfig, shard: Shard, make_model: ModelFactory | None 
                 ) -> torch.nn.Module:
     """The model alone (see :func:`model_and_optimizer`)."""
     torch.manual_seed(cfg.seed)
-    make = make_model or (lambda f, c: build_model(cfg, f, c))
+    make = make_model or (lambda f, c: build_model(cfg.network, f, c, cfg.recompute))
     model = make(shard.num_features, shard.num_classes)
     if not isinstance(model, torch.nn.Module):
         raise DistGNNError(f"make_model returned a {type(model).__name__}, not a "
@@ -309,6 +296,7 @@ def train(data: NodeDataset, cfg: TrainConfig, log: Callable[[str], None] = prin
     """Train ``cfg.model`` (or ``make_model``'s) on the whole of ``data`` in this process
     (single-socket mode)."""
     cfg.check_single_socket()
+    cfg.check_paths()
     configure_threads(cfg.threads)
     timer = PhaseTimer()
     return fit(dataset_shard(data, cfg, timer, log), cfg, SelfCommunicator(), timer, log,

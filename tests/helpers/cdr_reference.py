@@ -41,9 +41,9 @@ import torch.nn.functional as F
 
 from distgnn.nn.aggregate import Neighbourhood
 from distgnn.nn.backends import get_backend
+from distgnn.nn.config import build_model
 from distgnn.run.config import TrainConfig
 from distgnn.run.shard import node_tensors
-from distgnn.run.training import build_model
 
 
 class History:
@@ -189,7 +189,8 @@ class Simulation:
             self.ranks.append((nbr, x.double(), y, masks["train"]))
         self.num_train = sum(int(m.sum()) for *_, m in self.ranks)
         torch.manual_seed(cfg.seed)
-        self.model = build_model(cfg, parts[0].x.shape[1], int(parts[0].meta["num_classes"]))
+        self.model = build_model(cfg.network, parts[0].x.shape[1],
+                                 int(parts[0].meta["num_classes"]), cfg.recompute)
         self.model = self.model.double()
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
                                           weight_decay=cfg.weight_decay)

@@ -199,14 +199,14 @@ from distgnn.run import memory
 from distgnn.run.config import TrainConfig
 from distgnn.exchange import SplitIndex
 from distgnn.data.partitions import load
-parts = sys.argv[1]
+parts = lambda cfg: (cfg.network, cfg.exchange, cfg.execution)
 for p in range(4):
-    part = load(parts, p)
+    part = load(sys.argv[1], p)
     index = SplitIndex.from_partition(part)
     sizes = (part.num_nodes, part.graph.num_edges, part.x.shape[1],
              int(part.meta["num_classes"]), len(index.leaf_ids) + len(index.root_ids))
-    exact = memory.predict(TrainConfig(), *sizes)["total"]
-    delayed = memory.predict(TrainConfig(algo="cd-r"), *sizes)["total"]
+    exact = memory.predict(*parts(TrainConfig()), *sizes)["total"]
+    delayed = memory.predict(*parts(TrainConfig(algo="cd-r")), *sizes)["total"]
     if delayed > 1.05 * exact:
         print(f"rank {p}: the default cd-r is predicted at {delayed / exact:.2f}x cd-0's "
               f"{exact / 2**20:.0f} MiB", file=sys.stderr)
