@@ -175,8 +175,7 @@ class Run:
 
     def close(self) -> None:
         """Complete the exchanges still in flight (before the communicator goes away)."""
-        if self.g.exchange is not None:
-            self.g.exchange.finish()
+        self.g.exchange.finish()
 
     def __enter__(self) -> "Run":
         return self

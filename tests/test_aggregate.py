@@ -208,6 +208,8 @@ def test_attention_kernels_refuse_scores_of_another_shape(random_graph):
 class Identity:
     """An exchange that changes nothing: a partition's neighbourhood on one process."""
 
+    combines_clones = True
+
     def __call__(self, y, layer, step, training):
         return y
 

@@ -15,7 +15,8 @@ aggregate is ``a_v = sum_{p in R(v)} a^p_v``.  One clone is the root, the others
   split vertices refreshed every ``r`` epochs, partials delayed and overlapped with compute,
   optionally smoothed; or, under ``--comm-budget``, the adaptive schedule of
   :mod:`.adaptive`, which sends the rows that moved most.
-- **0c**: no exchange; each rank normalises by its local degrees.
+- **0c**: no exchange (:class:`~distgnn.nn.aggregate.NoExchange`, as on a whole graph);
+  each rank normalises by its local degrees.
 
 Partials travel as they are, or as bf16 or block-scaled integers with error feedback
 (:mod:`.wire`); evaluation and
@@ -90,7 +91,8 @@ class Exchange:
         comm (Communicator): the transport.
         timer (PhaseTimer, optional): receives ``exchange_pre`` (gathers, sends started),
             ``exchange_wait`` (blocked in the transport) and ``exchange_post`` seconds.
-        algo (str): ``"cd-0"`` or ``"cd-r"`` (0c has no exchange, hence no ``Exchange``).
+        algo (str): ``"cd-0"`` or ``"cd-r"`` (0c exchanges nothing:
+            :class:`~distgnn.nn.aggregate.NoExchange`).
         delay (int): ``r`` of cd-r (``TrainConfig.delay_epochs``: ``--delay`` or its
             default; 1 under a ``comm_budget``).
         smoothing (float): cd-r's PipeGCN smoothing ``gamma`` in ``[0, 1)`` (0: none).
@@ -123,6 +125,8 @@ class Exchange:
                  exchange_precision: str = "fp32", backward_exchange: bool = True,
                  topology: str = "flat"):
         self.index, self.comm, self.algo, self.delay = index, comm, algo, delay
+        # what checkpoints record of the exchange (a resumed run must match it)
+        self.fingerprint = algo + (f" delay {delay}" if algo == "cd-r" else "")
         self.backward_exchange = backward_exchange
         self.controller: Controller | None = None
         # what cd-0 in the run's type would have sent for the training exchanges made so far:
@@ -162,6 +166,8 @@ class Exchange:
         # per width, type and device; no state
         self.exact_sums: dict[tuple, ExactSum | NodeSum] = {}
         self.extremes = Extreme(self.trip)
+
+    combines_clones = True  # see distgnn.nn.aggregate.NoExchange
 
     def describe(self, schedule: str) -> str:
         """``schedule`` (the run's words for the algorithm) with the topology, when the exact

@@ -3,7 +3,9 @@
 
 :class:`SpMM` is the one autograd function that calls a backend's ``spmm`` forward and
 ``spmm_backward`` backward.  A distributed run wraps the same ``Neighbourhood`` around a
-partition and adds the split-vertex exchange (:mod:`distgnn.exchange`) to every sum.
+partition and adds the split-vertex exchange (:mod:`distgnn.exchange`) to every sum; a
+whole graph (or a partition under 0c) combines through :class:`NoExchange`, which does
+nothing.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import numpy as np
 import torch
 
 from ..data.graph import CSRGraph, GraphError, check_count
+from ..errors import DistGNNError
 from ..timing import PhaseTimer
 from .backends import KernelBackend, check_tensor
 
@@ -38,6 +41,56 @@ class SpMM(torch.autograd.Function):
         return grad_x, None, None, None, None
 
 
+class NoExchange:
+    """The exchange of a graph whose aggregates are complete where they are computed: a
+    whole graph in one process, or partitions under 0c (each rank keeps its partial sums).
+
+    It has the members of :class:`distgnn.exchange.Exchange` that a neighbourhood and a
+    run read, each doing nothing: ``exchange(y, key, epoch, training)``, :meth:`exact`
+    and :meth:`extreme` return ``y``; nothing is sent (``total_bytes_sent`` and
+    ``exact_bytes`` stay 0); no state is kept.  ``combines_clones`` is ``False``: layers may
+    run unkeyed and torch's own dropout is allowed (no clone's mask has to agree with
+    another's).
+    """
+
+    combines_clones = False
+    fingerprint = "none"  # what checkpoints record of the exchange
+    total_bytes_sent = 0
+    exact_bytes = 0
+
+    def __call__(self, y: torch.Tensor, key: int | None, epoch: int, training: bool
+                 ) -> torch.Tensor:
+        return y
+
+    def exact(self, y: torch.Tensor) -> torch.Tensor:
+        return y
+
+    def extreme(self, y: torch.Tensor, reduce: str, empty: torch.Tensor) -> torch.Tensor:
+        return y
+
+    def exact_epoch(self, epoch: int) -> None:
+        """No controller decides epochs here."""
+        return None
+
+    def observe(self, epoch: int, loss: float) -> None:
+        pass
+
+    def describe(self, schedule: str) -> str:
+        return schedule
+
+    def finish(self) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict, device: torch.device | str = "cpu") -> None:
+        """Take the empty state :meth:`state_dict` gives; another exchange's is refused."""
+        if state:
+            raise DistGNNError("the checkpoint holds a split-vertex exchange's state; this "
+                               "run exchanges nothing")
+
+
 class Neighbourhood:
     """The graph a model is called with (``model(g, x)``, ``conv(g, h)``): reductions over
     in-neighbours, in-degrees, and the epoch the layers run in.
@@ -52,7 +105,7 @@ class Neighbourhood:
             partition's local -> global map); defaults to ``0..N-1``.
         exchange (optional): on a partition, the split-vertex exchange
             (:mod:`distgnn.exchange`) applied to every sum: ``exchange(y, key, epoch,
-            training) -> y``.
+            training) -> y``; defaults to :class:`NoExchange`.
         dtype (torch.dtype, optional): floating type of ``degree`` (the features' type).
         seed (int, optional): the run's seed, which keys dropout masks with the epoch.
 
@@ -68,7 +121,7 @@ class Neighbourhood:
                  timer: PhaseTimer | None = None, device="cpu", global_ids=None,
                  exchange=None, dtype: torch.dtype = torch.float32, seed: int = 0):
         self.graph = graph
-        self.exchange = exchange
+        self.exchange = exchange if exchange is not None else NoExchange()
         self.seed = seed
         self.epoch, self.training = 0, False
         self.key = None  # the exchange key of a layer's view (see enter)
@@ -141,7 +194,8 @@ class Neighbourhood:
                 check_tensor(f"{type(layer).__name__} input {name}", h,
                              (self.num_nodes, weight.shape[1]), (weight.dtype,))
         view = copy.copy(self)
-        if self.exchange is None and key is None and getattr(layer, "key", None) is None:
+        if (not self.exchange.combines_clones and key is None
+                and getattr(layer, "key", None) is None):
             view.key = 0
         else:
             view.key = self.claim("layer", layer, key)
@@ -159,9 +213,7 @@ class Neighbourhood:
         every clone of each vertex: summed (through cd-0 or cd-r as configured; always cd-0
         when ``exact``) or, for ``max``/``min``, the extreme (cd-0; with ``empty_rows``, rows
         without local in-edges take no part, and rows without any stay 0).  The identity on
-        a whole graph or under 0c."""
-        if self.exchange is None:
-            return y
+        a whole graph or under 0c (:class:`NoExchange`)."""
         check_tensor("y", y, (self.num_nodes, None))
         if reduce != "sum":
             key = ("local_empty", empty_rows)

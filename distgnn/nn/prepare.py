@@ -61,7 +61,7 @@ def prepare(model: nn.Module, g: Neighbourhood, bf16_activations: bool = False) 
     assign_keys(model)
     if bf16_activations:
         store_in_bf16(model, lambda: g.training)
-    if g.exchange is None:
+    if not g.exchange.combines_clones:
         return
     for name, module in model.named_modules():
         if isinstance(module, TORCH_DROPOUTS) and module.p:

@@ -67,11 +67,8 @@ def fingerprint(cfg: TrainConfig, model: torch.nn.Module, shard: Shard,
     """What a checkpoint must share with the run that resumes it: rank count, exchange,
     every option that changes the computation (:func:`fingerprinted`), the data (its
     content) and the parameters."""
-    exchange = shard.nbr.exchange
     return {"ranks": comm.size,
-            "exchange": "none" if exchange is None else
-                        exchange.algo + (f" delay {exchange.delay}" if exchange.algo == "cd-r"
-                                         else ""),
+            "exchange": shard.nbr.exchange.fingerprint,
             "options": fingerprinted(cfg),
             "data": shard.origin,
             "parameters": {k: list(v.shape) for k, v in model.state_dict().items()}}
@@ -128,8 +125,7 @@ class Checkpointer:
             self.model.load_state_dict(shared["model"])
             self.optimizer.load_state_dict(shared["optimizer"])
             checkpoint.set_rng_state(local["rng"])
-            if self.exchange is not None:
-                self.exchange.load_state_dict(local["exchange"], self.device)
+            self.exchange.load_state_dict(local["exchange"], self.device)
             return shared["history"], shared["best"], shared["since_best"]
         except (KeyError, RuntimeError, ValueError, TypeError, DistGNNError) as e:
             raise checkpoint.CheckpointError(f"{path}: checkpoint does not fit this run "
@@ -144,7 +140,7 @@ class Checkpointer:
                 {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "history": history, "best": best, "since_best": since_best},
                 {"rng": checkpoint.rng_state(),
-                 "exchange": self.exchange.state_dict() if self.exchange is not None else {}},
+                 "exchange": self.exchange.state_dict()},
                 self.cfg.keep, self.run)
             self.last_saved = done
         return str(path)

@@ -79,9 +79,7 @@ def open_partitions(directory: str, config: TrainConfig | Callable[[], TrainConf
                           + [float(backend == name) for name in BACKENDS[1:]])
     world.allreduce(places)
     if comm.rank == 0:
-        exchange = shard.nbr.exchange
-        schedule = (exchange.describe(cfg.exchange_schedule) if exchange is not None
-                    else cfg.exchange_schedule)
+        schedule = shard.nbr.exchange.describe(cfg.exchange_schedule)
         others = "".join(f", {int(count)} with the {name} backend"
                          for name, count in zip(BACKENDS[1:], places[1:].tolist()) if count)
         log(f"{directory}: {comm.size} ranks ({int(places[0])} on GPUs{others}), {schedule}, "

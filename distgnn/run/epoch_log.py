@@ -27,9 +27,9 @@ with split vertices also ``"exchange"``: :func:`exchange_summary`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -56,30 +56,50 @@ def phase_seconds(timer: PhaseTimer) -> dict[str, float]:
     return phases
 
 
-def epoch_record(comm: Communicator, epoch: int, loss: float, started: float,
-                 timer: PhaseTimer, bytes_sent: int, allreduce_bytes: int, stop: int,
-                 skipped: bool, exact_bytes: int = 0,
-                 exact_exchange: bool | None = None) -> tuple[dict, int]:
+@dataclasses.dataclass
+class EpochStats:
+    """What one rank measured of one training epoch; :func:`epoch_record` combines the
+    ranks'.
+
+    ``seconds`` and ``phases`` (:func:`phase_seconds`) are wall-clock; ``bytes_sent``: this
+    rank's split-vertex bytes of the training step, ``exact_bytes``: what cd-0 in the run's
+    type would have sent for them; ``exact_exchange``: whether cd-r's controller ran the
+    epoch exact (``None``: no controller); ``allreduce_bytes``: the gradient allreduce's
+    buffer; ``stop``: this rank's stop request (a signal number, 0 for none); ``skipped``:
+    the step was skipped (``--nan-policy skip``)."""
+
+    epoch: int
+    loss: float
+    seconds: float
+    phases: dict[str, float]
+    bytes_sent: int = 0
+    exact_bytes: int = 0
+    exact_exchange: bool | None = None
+    allreduce_bytes: int = 0
+    stop: int = 0
+    skipped: bool = False
+
+
+def epoch_record(comm: Communicator, stats: EpochStats) -> tuple[dict, int]:
     """The epoch's record (collective: times and bytes over ranks) and the stop request of
-    any rank (a signal number, 0 for none).  ``exact_bytes``: what cd-0 in the run's type
-    would have sent for this rank's training exchanges; ``exact_exchange``: whether cd-r's
-    controller ran the epoch exact (``None``: no controller)."""
-    local = {"epoch_s": time.perf_counter() - started, **phase_seconds(timer),
-             "bytes_sent": bytes_sent, "exact_bytes": exact_bytes,
-             "peak_rss_mib": process_mib(), "stop": float(stop)}
+    any rank (a signal number, 0 for none)."""
+    local = {"epoch_s": stats.seconds, **stats.phases, "bytes_sent": stats.bytes_sent,
+             "exact_bytes": stats.exact_bytes, "peak_rss_mib": process_mib(),
+             "stop": float(stats.stop)}
     high, mean, where = rank_statistics(comm, local)
-    record = {"epoch": epoch + 1, "loss": loss, "train_acc": None, "val_acc": None,
-              "test_acc": None, "epoch_s": high["epoch_s"],
+    record = {"epoch": stats.epoch + 1, "loss": stats.loss, "train_acc": None,
+              "val_acc": None, "test_acc": None, "epoch_s": high["epoch_s"],
               "phases": {k: high[k] for k in PHASES},
               "phases_mean": {k: mean[k] for k in PHASES},
               "phases_max_rank": {k: where[k] for k in PHASES},
               "bytes_sent_max": int(high["bytes_sent"]), "bytes_sent_mean": mean["bytes_sent"],
               "bytes_cd0_mean": mean["exact_bytes"],
-              "allreduce_bytes": allreduce_bytes, "peak_rss_mib_max": high["peak_rss_mib"],
+              "allreduce_bytes": stats.allreduce_bytes,
+              "peak_rss_mib_max": high["peak_rss_mib"],
               "peak_rss_mib_mean": mean["peak_rss_mib"]}
-    if exact_exchange is not None:
-        record["exact_exchange"] = exact_exchange
-    if skipped:
+    if stats.exact_exchange is not None:
+        record["exact_exchange"] = stats.exact_exchange
+    if stats.skipped:
         record["skipped_step"] = True
     return record, int(high["stop"])
 

@@ -182,8 +182,7 @@ def _apply(path, saved: dict, cfg: TrainConfig, shard: Shard, comm: Communicator
                                            "peak_rss_mib": process_mib()})
     write_vertex_outputs(shard, comm, logits, embeddings, cfg.predictions_out,
                          cfg.embeddings_out)
-    if shard.nbr.exchange is not None:
-        shard.nbr.exchange.finish()
+    shard.nbr.exchange.finish()
     written = {k: v for k, v in (("predictions", cfg.predictions_out),
                                  ("embeddings", cfg.embeddings_out)) if v}
     vertex, probabilities, embeddings = owned_rows(shard, logits, embeddings)

@@ -30,7 +30,7 @@ from ..data.partitions import (
 )
 from ..errors import DistGNNError
 from ..exchange import Exchange, SplitIndex
-from ..nn.aggregate import Neighbourhood
+from ..nn.aggregate import Neighbourhood, NoExchange
 from ..nn.backends import get_backend
 from ..placement import placement
 from ..timing import PhaseTimer
@@ -214,7 +214,7 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
             print(ROW_NORM_WARNING, flush=True)
         if note:
             print(f"{directory}: {note}", flush=True)
-    exchange = (None if cfg.algo == "0c"
+    exchange = (NoExchange() if cfg.algo == "0c"
                 else Exchange(index=index, comm=comm, timer=timer, algo=cfg.algo, delay=delay,
                               smoothing=cfg.smoothing, comm_budget=cfg.comm_budget,
                               controlled=cfg.default_schedule, exchange_precision=cfg.wire,
@@ -222,7 +222,7 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                               topology=cfg.exchange_topology))
     nbr = Neighbourhood(part.graph, get_backend(backend, cfg.aggregation_precision,
                                                 cfg.kernel_trial),
-                        in_degree=None if exchange is None else part.in_degree, timer=timer,
+                        in_degree=None if cfg.algo == "0c" else part.in_degree, timer=timer,
                         device=device, global_ids=part.global_ids, exchange=exchange,
                         dtype=getattr(torch, cfg.dtype), seed=cfg.seed)
     x = x.to(dtype=getattr(torch, cfg.dtype))

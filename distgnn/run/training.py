@@ -36,7 +36,7 @@ from ..signals import StopRequests
 from ..timing import PhaseTimer
 from .checkpointing import Checkpointer, NonFiniteLoss, Stopped
 from .config import TrainConfig
-from .epoch_log import EpochLog, epoch_record
+from .epoch_log import EpochLog, EpochStats, epoch_record, phase_seconds
 from .evaluation import check_logits, forward_eval, mask_scores, write_vertex_outputs
 from .replicas import ReplicaSync
 from .saved_model import save_model
@@ -174,11 +174,11 @@ def evaluate(model: torch.nn.Module, shard: Shard, comm: Communicator,
     and scores (means over ranks); with ``with_roc_auc`` (binary tasks), also each mask's
     ROC-AUC."""
     exchange = shard.nbr.exchange
-    sent = exchange.total_bytes_sent if exchange else 0
+    sent = exchange.total_bytes_sent
     started = time.perf_counter()
     logits, _ = forward_eval(model, shard)
     out = mask_scores(logits, shard, comm, {
-        "eval_bytes_sent": float(exchange.total_bytes_sent - sent if exchange else 0),
+        "eval_bytes_sent": float(exchange.total_bytes_sent - sent),
         "eval_s": time.perf_counter() - started})
     if with_roc_auc:
         out.update(gathered_roc_auc(logits, shard, comm))
@@ -252,20 +252,20 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
         with StopRequests(watch_launcher=comm.size > 1) as stop:
             for epoch in range(run.start, cfg.epochs):
                 timer.reset()
-                started, sent = time.perf_counter(), exchange.total_bytes_sent if exchange else 0
-                exact_before = exchange.exact_bytes if exchange else 0
+                started = time.perf_counter()
+                sent, exact = exchange.total_bytes_sent, exchange.exact_bytes
                 loss, bad = step(model, optimizer, shard, sync, num_train, epoch, timer)
                 if checkpoints.step_allowed(bad, epoch, run):
                     with timer("optimizer"):
                         optimizer.step()
                 synchronize(shard.x.device)
-                record, signum = epoch_record(
-                    comm, epoch, loss, started, timer,
-                    exchange.total_bytes_sent - sent if exchange else 0, sync.step_bytes,
-                    stop.request(), bad, exchange.exact_bytes - exact_before if exchange else 0,
-                    exchange.exact_epoch(epoch) if exchange else None)
-                if exchange is not None:
-                    exchange.observe(epoch, loss)
+                record, signum = epoch_record(comm, EpochStats(
+                    epoch=epoch, loss=loss, seconds=time.perf_counter() - started,
+                    phases=phase_seconds(timer), bytes_sent=exchange.total_bytes_sent - sent,
+                    exact_bytes=exchange.exact_bytes - exact,
+                    exact_exchange=exchange.exact_epoch(epoch),
+                    allreduce_bytes=sync.step_bytes, stop=stop.request(), skipped=bad))
+                exchange.observe(epoch, loss)
                 if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
                     record.update(evaluate(model, shard, comm, cfg.roc_auc))
                 run.add(record, model)
@@ -279,14 +279,14 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                     break
         run.summarize(cfg.final_weights,
                       write_results(cfg, model, shard, comm, run, make_model is not None),
-                      exchange.describe(cfg.exchange_schedule) if exchange is not None else None)
+                      exchange.describe(cfg.exchange_schedule)
+                      if exchange.combines_clones else None)
         ended = True
     except (Stopped, NonFiniteLoss):
         ended = True
         raise
     finally:
-        if exchange is not None:
-            exchange.finish()
+        exchange.finish()
         run.close(ended)
     return TrainResult(run.history, run.best, model, run.summary)
 

@@ -150,6 +150,8 @@ class Kept:
 class ReferenceExchange:
     """The exchange of one simulated rank: adds the complement, records the fresh values."""
 
+    combines_clones = True
+
     def __init__(self, sim, rank):
         self.sim, self.rank = sim, rank
 
