@@ -59,10 +59,12 @@ from distgnn.data.graph import NodeDataset
 from distgnn.data.ordering import CHOICES as ORDER_CHOICES
 from distgnn.data.ordering import reorder_dataset
 from distgnn.errors import DistGNNError
-from distgnn.nn.backends import AGGREGATION_PRECISIONS, BACKENDS
-from distgnn.placement import synchronize
+from distgnn.nn.backends import BACKENDS
+from distgnn.placement import AGGREGATION_PRECISIONS, synchronize
 from distgnn.program import comma_list
 from distgnn.run.memory import process_mib
+
+__all__ = ["pyg_run", "save_npz"]
 
 IMPLS = ("numba", "torch", "triton", "pyg")
 # what runs without --impls: triton only where there is a GPU (it runs CUDA tensors)

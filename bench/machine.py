@@ -12,6 +12,8 @@ import torch
 
 from distgnn.kernels.autotune import cache_sizes
 
+__all__ = ["triad_bandwidth"]
+
 
 @numba.njit(parallel=True, fastmath=True, cache=True)
 def _triad(a, b, c, s):

@@ -29,6 +29,8 @@ import numpy as np
 from distgnn.data.graph import NodeDataset
 from distgnn.errors import DistGNNError
 
+__all__ = ["RATE_EPOCHS", "directory_graphs", "fitted_rates", "host_rates"]
+
 # epochs each rate measurement trains (the first, which allocates, is not counted): beside
 # other processes, fewer left the median at the mercy of when each one started and ended
 RATE_EPOCHS = 8

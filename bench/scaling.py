@@ -104,6 +104,8 @@ from distgnn.program import comma_list
 from distgnn.run.memory import training_memory
 from partition.stats import node_rows
 
+__all__ = ["Network", "exchange_bytes", "measured_network", "predict"]
+
 NETWORKS = {  # alpha (s), beta (bytes/s of a node's link)
     "100gbe": (5e-6, 10e9),
     "hdr-ib": (1.5e-6, 22e9),

@@ -40,8 +40,8 @@ from distgnn.data.ordering import ORDERS, relabel, vertex_order
 from distgnn.kernels import plan_spmm, spmm
 from distgnn.kernels.autotune import autotune_plan, time_plan
 from distgnn.kernels.spmm import as_aligned, empty_aligned
-from distgnn.nn.backends import AGGREGATION_PRECISIONS, TorchSparseBackend, bf16_bits
-from distgnn.placement import synchronize
+from distgnn.nn.backends import TorchSparseBackend, bf16_bits
+from distgnn.placement import AGGREGATION_PRECISIONS, synchronize
 from distgnn.program import comma_list
 
 SWEEP_EXTRA = (1024, 2048, 4096, 8192, 16384, 65536)

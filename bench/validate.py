@@ -15,6 +15,8 @@ from pathlib import Path
 
 from distgnn.run.epoch_log import read_metrics
 
+__all__ = ["train_records"]
+
 BIN = Path(sys.executable).parent
 
 

@@ -4,8 +4,9 @@
 ``distgnn.setup(source, config)`` gives the data, graph and collectives of a training loop
 written by hand (:mod:`distgnn.api`); ``distgnn.load_model(path)`` and
 ``distgnn.predict(path, source)`` use a saved model (:mod:`distgnn.run.prediction`);
-``distgnn.nn`` holds the layers and
-:class:`~distgnn.nn.dropout.KeyedDropout`.  Names are imported on first use, so that the
+``distgnn.read_metrics(path)`` reads a run's metrics file; ``distgnn.nn`` holds the layers,
+:class:`~distgnn.nn.keyed_dropout.KeyedDropout` and the built-in models
+(``build_model``).  Names are imported on first use, so that the
 command-line tools that need none of them start without loading torch.
 """
 import importlib
@@ -23,6 +24,7 @@ EXPORTS = {
     "TrainConfig": "distgnn.run.config",
     "TrainResult": "distgnn.run.training",
     "load": "distgnn.data.datasets",
+    "read_metrics": "distgnn.run.epoch_log",
     "NodeDataset": "distgnn.data.graph",
     "CSRGraph": "distgnn.data.graph",
     "Neighbourhood": "distgnn.nn.aggregate",

@@ -128,7 +128,8 @@ class Run:
 
     def start_epoch(self, model: torch.nn.Module, epoch: int, training: bool = True) -> None:
         """``model.train(training)`` and the epoch on ``g``, which keys the dropout masks
-        and the delayed exchange's schedule (:meth:`~distgnn.nn.aggregate.Neighbourhood.set_epoch`)."""
+        and the delayed exchange's schedule
+        (:meth:`~distgnn.nn.aggregate.Neighbourhood.set_epoch`)."""
         model.train(training)
         self.g.set_epoch(epoch, training)
 

@@ -16,6 +16,10 @@ import sys
 from .errors import DistGNNError
 from .signals import EARLY_INTERRUPTS
 
+__all__ = ["DefaultsHelpFormatter", "OneLineParser", "check_outputs_spare_inputs", "comma_list",
+           "dataset_file_flags", "fail", "interruptible", "load_dataset", "peak_memory_line",
+           "refuse_dataset_flags", "run_guarded", "say", "use_huge_pages"]
+
 # what MPI launchers and SLURM tell each process of its rank in the job, before MPI starts
 WORLD_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 

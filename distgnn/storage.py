@@ -29,6 +29,11 @@ from typing import Callable
 
 from .errors import DistGNNError
 
+__all__ = ["AtomicStream", "OutputError", "check_distinct_outputs", "check_json_output",
+           "check_output_dir", "check_output_file", "check_replaceable", "file_head",
+           "format_bytes", "free_space_problem", "fsync_path", "pid_alive", "remove_leftovers",
+           "temp_path", "user_mode", "write_atomic", "write_failed", "write_json"]
+
 
 class OutputError(DistGNNError):
     """An output path that cannot be written, or an existing file that must not be replaced."""

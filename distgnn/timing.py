@@ -5,6 +5,8 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 
+__all__ = ["PhaseTimer"]
+
 
 class PhaseTimer:
     """Accumulates wall-clock seconds per named phase (``timer.seconds[name]``)."""

@@ -14,7 +14,7 @@ A model saved from it is applied again by naming the function that builds it:
 The model is an ordinary ``torch.nn.Module`` whose ``forward(g, x)`` calls each layer as
 ``conv(g, h)``: ``g`` is the whole graph in one process and this rank's partition under
 ``mpirun``, where the layers exchange what the split vertices need inside.  Dropout is
-:class:`distgnn.nn.dropout.KeyedDropout`, whose masks every rank draws alike, so under
+:class:`distgnn.nn.KeyedDropout`, whose masks every rank draws alike, so under
 ``--algo cd-0`` both runs give the same losses.
 
 Bad flags and data end as in ``distgnn-train``: one line on stderr and exit status 2.

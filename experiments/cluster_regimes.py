@@ -50,15 +50,13 @@ from bench.rates import RATE_EPOCHS, directory_graphs, host_rates
 from bench.scaling import (
     Network,
     exchange_bytes,
-    exchange_widths,
     measured_network,
     predict,
 )
-from distgnn.comm.config import WAITS
-from distgnn.exchange.config import DEFAULT_SCHEDULE_PRECISION
-from distgnn.exchange.controller import EXACT_EVERY
+from distgnn import read_metrics
+from distgnn.comm import WAITS
+from distgnn.exchange import DEFAULT_SCHEDULE_PRECISION, EXACT_EVERY
 from distgnn.program import use_huge_pages
-from distgnn.run.epoch_log import read_metrics
 from distgnn.storage import write_atomic
 from launch import cluster
 from partition.stats import node_rows
@@ -220,9 +218,8 @@ def main() -> int:
     p.add_argument("--plot", type=Path, help="write the charts here")
     a = p.parse_args()
     use_huge_pages()  # as distgnn-train does: the rates must be measured the same way
-    from distgnn.data.datasets import load
-    from distgnn.nn.config import build_model
-    from distgnn.run.config import TrainConfig
+    from distgnn import TrainConfig, load
+    from distgnn.nn import build_model
     from distgnn.run.training import configure_threads
 
     a.work.mkdir(parents=True, exist_ok=True)

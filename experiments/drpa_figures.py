@@ -23,15 +23,15 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.scaling import exchange_bytes, exchange_widths
+from bench.scaling import exchange_bytes
 from bench.validate import train_records
-from distgnn.data.partitions import load as load_partition
-from distgnn.data.partitions import read_meta
-from distgnn.exchange import SplitIndex
-from distgnn.exchange.controller import EXACT_EVERY
-from distgnn.run.config import TrainConfig
+from distgnn import TrainConfig
+from distgnn.exchange import EXACT_EVERY, SplitIndex
+from distgnn.nn.widths import exchange_widths
 from distgnn.run.epoch_log import longest_rise
 from distgnn.storage import write_atomic
+from partition import load as load_partition
+from partition import read_meta
 
 BIN = Path(sys.executable).parent
 # the datasets directory beside this repository (docs/data-formats.md); --data names another

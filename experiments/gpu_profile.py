@@ -33,10 +33,9 @@ import torch
 import torch.nn.functional as F
 
 from bench import pyg
-from distgnn.data.datasets import load
+from distgnn import TrainConfig, load
+from distgnn.nn import build_model
 from distgnn.nn.backends import get_backend
-from distgnn.nn.config import build_model
-from distgnn.run.config import TrainConfig
 from distgnn.run.shard import dataset_shard, normalize_features
 from distgnn.run.training import model_and_optimizer
 from distgnn.storage import write_atomic

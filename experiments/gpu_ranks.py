@@ -40,11 +40,11 @@ from pathlib import Path
 from bench.epoch import save_npz
 from bench.machine import triad_bandwidth
 from bench.rates import fitted_rates
-from bench.scaling import exchange_widths, predict
+from bench.scaling import predict
 from bench.validate import train_records
-from distgnn.data.datasets import load
-from distgnn.nn.config import build_model
-from distgnn.run.config import TrainConfig
+from distgnn import TrainConfig, load
+from distgnn.nn import build_model
+from distgnn.nn.widths import exchange_widths
 from distgnn.storage import write_atomic
 
 BIN = Path(sys.executable).parent

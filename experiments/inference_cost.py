@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from distgnn.run.epoch_log import read_metrics
+from distgnn import read_metrics
 
 BIN = Path(sys.executable).parent
 

@@ -21,11 +21,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from distgnn.data.partitions import load
+from distgnn import TrainConfig, read_metrics
 from distgnn.exchange import SplitIndex
 from distgnn.run import memory
-from distgnn.run.config import TrainConfig
-from distgnn.run.epoch_log import read_metrics
+from partition import load
 
 BIN = Path(sys.executable).parent
 MIB = 1 << 20
@@ -39,7 +38,8 @@ def predicted_mib(parts: Path, ranks: int, flags: list[str]) -> list[float]:
     for p in range(ranks):
         part = load(parts, p)
         index = SplitIndex.from_partition(part)
-        need = memory.predict(cfg.network, cfg.exchange, cfg.execution, part.num_nodes, part.graph.num_edges, part.x.shape[1],
+        need = memory.predict(cfg.network, cfg.exchange, cfg.execution, part.num_nodes,
+                              part.graph.num_edges, part.x.shape[1],
                               int(part.meta["num_classes"]),
                               len(index.leaf_ids) + len(index.root_ids))
         out.append(need["total"] / MIB)

@@ -100,7 +100,7 @@ def pyg_best_test(data, cfg) -> float:
     import torch.nn.functional as F
 
     from bench.epoch import pyg_run
-    from distgnn.run.training import roc_auc
+    from distgnn.run.evaluation import roc_auc
 
     y = torch.from_numpy(data.y)
     masks = {m: torch.from_numpy(getattr(data, f"{m}_mask")) for m in ("val", "test")}
@@ -129,8 +129,7 @@ def same_model_check(data, model: str, threads: int, epochs: int = 3) -> float:
     import torch
 
     from bench.epoch import pyg_run
-    from distgnn.run.config import TrainConfig
-    from distgnn.run.training import train
+    from distgnn import TrainConfig, train
 
     cfg = TrainConfig(**dict(MODELS[model], dropout=0.0), epochs=epochs, threads=threads,
                       progress=False)
@@ -141,9 +140,7 @@ def same_model_check(data, model: str, threads: int, epochs: int = 3) -> float:
 
 def accuracy(a) -> list[dict]:
     """This project's trainer and PyG's same model, per graph, model and seed."""
-    from distgnn.data.datasets import load
-    from distgnn.run.config import TrainConfig
-    from distgnn.run.training import train
+    from distgnn import TrainConfig, load, train
 
     rows = []
     for graph in a.graphs:

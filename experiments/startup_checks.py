@@ -16,9 +16,9 @@ import time
 import torch
 
 from distgnn.comm import get_communicator
-from distgnn.data.partitions import load
 from distgnn.exchange import SplitIndex
 from distgnn.run.shard import node_tensors
+from partition import load
 
 
 def main() -> None:

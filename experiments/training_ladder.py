@@ -26,8 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from distgnn import read_metrics
 from distgnn.data.generators import write_rmat_files
-from distgnn.run.epoch_log import read_metrics
 
 BIN = Path(sys.executable).parent
 MIB = 1 << 20

@@ -35,6 +35,8 @@ import numpy as np
 
 from distgnn.run.memory import training_memory
 
+__all__ = ["clone_sets", "counts_from_layout", "node_rows", "summarize"]
+
 
 @dataclasses.dataclass
 class PartCounts:

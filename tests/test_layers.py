@@ -72,3 +72,51 @@ def test_every_module_has_a_layer():
         for path in (ROOT / package).rglob("*.py"):
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
             layer_of(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+
+
+def public_names(module: str) -> set[str] | None:
+    """The names ``module`` declares public: its ``__all__`` (a literal list, or ``[*EXPORTS,
+    ...]`` over a literal dict, as :mod:`distgnn` lazily exports), ``None`` without one."""
+    parts = module.split(".")
+    path = ROOT.joinpath(*parts).with_suffix(".py")
+    if not path.exists():
+        path = ROOT.joinpath(*parts, "__init__.py")
+    tree = ast.parse(path.read_text())
+    values = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            values[node.targets[0].id] = node.value
+    if "__all__" not in values:
+        return None
+    names = set()
+    for element in values["__all__"].elts:
+        if isinstance(element, ast.Starred):
+            names |= set(ast.literal_eval(values[element.value.id]))
+        else:
+            names.add(ast.literal_eval(element))
+    return names
+
+
+def is_module(module: str) -> bool:
+    path = ROOT.joinpath(*module.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def test_experiments_use_only_public_names():
+    """``experiments/`` import the project only through names a module or package declares
+    public in its ``__all__`` (or whole modules): the library's private corners can change
+    without breaking them."""
+    private = []
+    for path in sorted((ROOT / "experiments").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.module
+                    and node.module.split(".")[0] in PACKAGES):
+                continue
+            declared = public_names(node.module)
+            for alias in node.names:
+                if is_module(f"{node.module}.{alias.name}"):
+                    continue
+                if declared is None or alias.name not in declared:
+                    private.append(f"{path.name}:{node.lineno} {node.module}.{alias.name}")
+    assert not private, "names the experiments import that are not public:\n" + \
+        "\n".join(private)

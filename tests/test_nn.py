@@ -333,8 +333,8 @@ def test_torch_dropout_is_refused_on_a_partition_and_allowed_on_one_socket(graph
 
 
 def test_relu_keeps_a_mask_and_gives_torchs_gradient():
-    """distgnn.nn.graph_layer.relu: the same output and gradient as torch.relu, bit for bit (zeros and
-    negative zeros included), with only a bool mask saved for the backward pass."""
+    """distgnn.nn.graph_layer.relu: the same output and gradient as torch.relu, bit for bit
+    (zeros and negative zeros included), with only a bool mask saved for the backward pass."""
     x = torch.randn(300, 40, generator=torch.Generator().manual_seed(0))
     x[:5] = 0.0
     x[5:10] = -0.0

@@ -7,8 +7,8 @@ import pytest
 from distgnn.errors import DistGNNError
 from distgnn.run.config import TrainConfig
 from distgnn.run.epoch_log import PHASES, read_metrics
+from distgnn.run.evaluation import roc_auc
 from distgnn.run.shard import normalize_features
-from distgnn.run.training import roc_auc
 from tests.helpers.training import losses
 from tests.helpers.training import train_quietly as run
 

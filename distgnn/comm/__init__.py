@@ -17,7 +17,10 @@ import torch
 
 from ..errors import DistGNNError
 from ..placement import gpu_identity
-from .config import COMMUNICATORS
+from .config import COMMUNICATORS, WAITS
+
+__all__ = ["COMMUNICATORS", "WAITS", "Communicator", "Handle", "RankFailed", "SelfCommunicator",
+           "all_or_none", "gather_messages", "get_communicator", "resolve_wait"]
 
 T = TypeVar("T")
 

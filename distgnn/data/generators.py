@@ -27,6 +27,8 @@ from ..storage import free_space_problem, fsync_path, remove_leftovers, temp_pat
 from .binary_edges import EdgeFileWriter
 from .graph import NODE_BYTES, CSRGraph, GraphError, NodeDataset, require_memory
 
+__all__ = ["GENERATORS", "random_split", "write_rmat_files"]
+
 _SPLIT_FRACTIONS = (0.6, 0.2)  # train, val; the rest is test
 _CHUNK = 1 << 22  # edges drawn per step: bounds the temporaries
 _MAX_NODES = 1 << 31  # an edge is keyed as dst * N + src in one int64

@@ -38,16 +38,16 @@ from ..errors import DistGNNError
 from ..timing import PhaseTimer
 from .adaptive import AdaptiveSum
 from .channel import expect_kind
-from .config import ALGORITHMS, TOPOLOGIES
-from .controller import Controller
+from .config import ALGORITHMS, DEFAULT_SCHEDULE_PRECISION, TOPOLOGIES
+from .controller import EXACT_EVERY, Controller
 from .delayed import DelayedSum
 from .exact import ExactSum, Extreme, RoundTrip
 from .index import SplitIndex
 from .nodes import NodeSum, NodeTree
 from .wire import PRECISIONS
 
-__all__ = ["ALGORITHMS", "PRECISIONS", "TOPOLOGIES", "Exchange", "LayerExchange", "SplitIndex"]
-
+__all__ = ["ALGORITHMS", "DEFAULT_SCHEDULE_PRECISION", "EXACT_EVERY", "PRECISIONS", "TOPOLOGIES",
+           "Exchange", "LayerExchange", "SplitIndex"]
 
 
 class LayerExchange(Protocol):

@@ -31,14 +31,15 @@ It imports the kernels and the data (:mod:`distgnn.data`), never the run above i
 """
 from __future__ import annotations
 
-from .keyed_dropout import KeyedDropout
+from .config import ModelConfig, build_model
 from .gat_conv import GATConv
 from .gcn2_conv import GCN2Conv
 from .gcn_conv import GCNConv
 from .gin_conv import MLP, GINConv
 from .graph_layer import GraphLayer, relu
+from .keyed_dropout import KeyedDropout
 from .prepare import assign_keys, prepare
 from .sage_conv import SAGEConv
 
 __all__ = ["GCNConv", "SAGEConv", "GINConv", "GATConv", "GCN2Conv", "KeyedDropout", "MLP",
-           "GraphLayer", "assign_keys", "prepare", "relu"]
+           "GraphLayer", "ModelConfig", "assign_keys", "build_model", "prepare", "relu"]

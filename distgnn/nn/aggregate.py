@@ -110,7 +110,7 @@ class Neighbourhood:
         seed (int, optional): the run's seed, which keys dropout masks with the epoch.
 
     ``epoch`` and ``training`` are what the trainer sets once per epoch
-    (:meth:`set_epoch`); layers and :class:`~distgnn.nn.dropout.KeyedDropout` read them.
+    (:meth:`set_epoch`); layers and :class:`~distgnn.nn.keyed_dropout.KeyedDropout` read them.
 
     Shapes: ``h`` is ``[N, d]``; every reduction returns ``[N, d]``; ``degree`` is ``[N, 1]``.
     Inputs of another shape (another graph's rows), and per-vertex arrays of another length,
@@ -226,7 +226,8 @@ class Neighbourhood:
         if self.key is None and self.training:
             raise GraphError("a training aggregation on a partition outside a layer: the "
                              "exchange keeps its state per layer, so aggregate through the "
-                             "view a layer's g.enter(...) returns (see distgnn.nn.graph_layer.GraphLayer)")
+                             "view a layer's g.enter(...) returns (see "
+                             "distgnn.nn.graph_layer.GraphLayer)")
         return self.exchange(y, self.key, self.epoch, self.training)
 
     def edge_index(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -49,6 +49,9 @@ from ..kernels.spmm import as_aligned, empty_aligned
 from ..placement import AGGREGATION_PRECISIONS
 from .dropout import vertex_dropout
 
+__all__ = ["BACKENDS", "KernelBackend", "NumbaBackend", "TorchSparseBackend", "TritonBackend",
+           "bf16_bits", "csr_tensor", "get_backend"]
+
 LINEAR = ("sum", "mean")
 NUMBA_DTYPES = (torch.float32, torch.float64)  # what the Numba kernels compute in
 

@@ -3,7 +3,7 @@
 GAT), and :class:`GCNII`, the deep residual network.  Both are called as ``model(g, x)``
 with the graph ``g`` (:class:`~distgnn.nn.aggregate.Neighbourhood`: the whole graph or a rank's
 partition) and written as a user's own model would be: layers of :mod:`distgnn.nn` called
-as ``conv(g, h)``, a :class:`~distgnn.nn.dropout.KeyedDropout` per place that drops."""
+as ``conv(g, h)``, a :class:`~distgnn.nn.keyed_dropout.KeyedDropout` per place that drops."""
 from __future__ import annotations
 
 import copy
@@ -46,13 +46,15 @@ class GNN(nn.Module):
     with ``sigma = ReLU`` (ELU for GAT, as in its paper) on all but the last layer, which
     returns logits.  Residual connections are added where ``d_in == d_out`` (the hidden-to-
     hidden layers).  Dropout masks are keyed by ``(seed, epoch, layer, global vertex id)``
-    (:class:`~distgnn.nn.dropout.KeyedDropout`), so a partitioned run draws the whole graph's masks.
+    (:class:`~distgnn.nn.keyed_dropout.KeyedDropout`), so a partitioned run draws the whole
+    graph's masks.
 
     The layers: ``gcn`` :class:`~distgnn.nn.gcn_conv.GCNConv`; ``sage``
-    :class:`~distgnn.nn.sage_conv.SAGEConv` with ``aggregator``; ``gin`` :class:`~distgnn.nn.gin_conv.GINConv`
-    with an :class:`~distgnn.nn.gin_conv.MLP` of width ``hidden_channels``; ``gat`` :class:`~distgnn.nn.gat_conv.GATConv` with
-    ``heads`` heads of ``hidden_channels / heads`` concatenated on the hidden layers and one
-    head on the last (Velickovic et al.'s Cora model), attention dropout ``dropout``.
+    :class:`~distgnn.nn.sage_conv.SAGEConv` with ``aggregator``; ``gin``
+    :class:`~distgnn.nn.gin_conv.GINConv` with an :class:`~distgnn.nn.gin_conv.MLP` of width
+    ``hidden_channels``; ``gat`` :class:`~distgnn.nn.gat_conv.GATConv` with ``heads`` heads
+    of ``hidden_channels / heads`` concatenated on the hidden layers and one head on the last
+    (Velickovic et al.'s Cora model), attention dropout ``dropout``.
 
     Args:
         model (str): ``"gcn"``, ``"sage"``, ``"gin"`` or ``"gat"``.
@@ -151,8 +153,8 @@ class GNN(nn.Module):
 
 class GCNII(nn.Module):
     r"""GCNII (Chen et al., ICML 2020): a deep residual GCN of ``num_layers``
-    :class:`~distgnn.nn.gcn2_conv.GCN2Conv` layers between an input and an output projection, as PyG's
-    ``examples/gcn2_cora.py``.
+    :class:`~distgnn.nn.gcn2_conv.GCN2Conv` layers between an input and an output projection,
+    as PyG's ``examples/gcn2_cora.py``.
 
     .. math::
         \mathbf{H}^{(0)} = \operatorname{ReLU}(\mathbf{W}_{in}\,

@@ -35,7 +35,7 @@ DROPOUT_FUNCTIONS = {F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_d
 
 TORCH_DROPOUT_PROBLEM = ("its masks differ between a vertex's clones on different ranks, so a "
                          "partitioned run would train another model: use "
-                         "distgnn.nn.dropout.KeyedDropout")
+                         "distgnn.nn.KeyedDropout")
 
 
 class _FunctionalDropoutCheck(TorchFunctionMode):

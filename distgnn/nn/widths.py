@@ -1,6 +1,8 @@
 """The widths a model's layers compute at, and those its split-vertex exchanges carry."""
 from __future__ import annotations
 
+__all__ = ["aggregation_widths", "exchange_widths", "layer_widths"]
+
 
 def layer_widths(num_features: int, hidden: int, num_classes: int, layers: int) -> list[int]:
     """``[d_0, ..., d_L] = [F] + [H] * (L - 1) + [C]``: the widths of a stack of ``L`` layers

@@ -2,10 +2,10 @@
 the patience count, the metrics file, and the progress shown.
 
 One record per epoch: ``epoch`` (counted from 1, as on the console and in checkpoint
-names: the record after the first epoch has ``epoch`` 1), ``loss``, the accuracies (``None`` between evaluations),
-``epoch_s`` and ``phases`` (max over ranks), ``phases_mean``, ``phases_max_rank`` (the rank
-that took longest in each phase: where a slow node or link shows), ``bytes_sent_max`` and
-``bytes_sent_mean`` (split-vertex exchange of the training step), ``bytes_cd0_mean`` (what
+names: the record after the first epoch has ``epoch`` 1), ``loss``, the accuracies
+(``None`` between evaluations), ``epoch_s`` and ``phases`` (max over ranks),
+``phases_mean``, ``phases_max_rank`` (the rank that took longest in each phase: where a
+slow node or link shows), ``bytes_sent_max`` and ``bytes_sent_mean`` (split-vertex exchange of the training step), ``bytes_cd0_mean`` (what
 cd-0 in the run's type would have sent for it), ``exact_exchange`` (under cd-r's default
 schedule: whether the controller ran the epoch exact; an evaluated epoch adds
 ``eval_bytes_sent_mean``, the evaluation's, and ``eval_s_mean``, its seconds: the forward
@@ -40,6 +40,8 @@ from ..storage import AtomicStream, file_head
 from ..timing import PhaseTimer
 from .memory import process_mib
 from .replicas import rank_statistics
+
+__all__ = ["EpochLog", "EpochStats", "longest_rise", "read_metrics"]
 
 PHASES = ("aggregation", "exchange_pre", "exchange_wait", "exchange_post", "dense",
           "allreduce", "optimizer")

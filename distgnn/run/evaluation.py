@@ -1,5 +1,6 @@
 r"""Inference: a model's logits (and a layer's input, the embeddings) over a shard, its
-accuracies over all ranks, and its per-vertex results written once per vertex.
+accuracies (and a binary task's ROC-AUC) over all ranks, and its per-vertex results written
+once per vertex.
 
 Inference runs the model in evaluation mode under ``torch.no_grad``: dropout is off, no
 activation is kept for a backward pass, and on partitions every exchange is exact (cd-0's
@@ -7,8 +8,8 @@ evaluation view, whatever the run's algorithm), so that the logits of a vertex a
 whole graph's.
 
 The *layers* of a model, for embeddings, are its graph layers
-(:class:`~distgnn.nn.graph_layer.GraphLayer`) and its ``torch.nn.Linear`` modules that are not inside a
-graph layer, in the order ``model.modules()`` lists them (their order of construction).
+(:class:`~distgnn.nn.graph_layer.GraphLayer`) and its ``torch.nn.Linear`` modules that are
+not inside a graph layer, in the order ``model.modules()`` lists them (their order of construction).
 The embedding of layer ``k`` is the input it receives, ``[N, d_k]``; the default, ``-1``,
 is the last layer's: the representation the classifier reads.
 """
@@ -23,6 +24,8 @@ from ..errors import DistGNNError
 from ..nn.graph_layer import GraphLayer
 from .shard import Shard
 from .vertex_outputs import write_rows
+
+__all__ = ["check_logits", "roc_auc"]
 
 
 def embedding_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -118,3 +121,45 @@ def write_vertex_outputs(shard: Shard, comm: Communicator, logits: torch.Tensor,
         rows = np.ascontiguousarray(embeddings.float().cpu().numpy()[owned])
         write_rows(comm, embeddings_out, {"embeddings": rows}, positions, shard.num_vertices,
                    shard.user_ids)
+
+
+def roc_auc(scores: np.ndarray, positive: np.ndarray) -> float | None:
+    r"""Area under the ROC curve of ``scores`` ``[n]`` for the labels ``positive`` ``[n]``
+    (bool), by the rank-sum statistic with tied scores at their mean rank:
+    :math:`(\sum_{i \in pos} \mathrm{rank}_i - n_+ (n_+ + 1) / 2) / (n_+ n_-)`;
+    ``None`` when one class is absent."""
+    n_pos = int(positive.sum())
+    n_neg = len(positive) - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return None
+    # mean ranks: the distinct scores in order hold ranks end - count + 1 .. end
+    _, which, count = np.unique(scores, return_inverse=True, return_counts=True)
+    end = np.cumsum(count)
+    ranks = (end - (count - 1) / 2)[which]
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def gathered_roc_auc(logits: torch.Tensor, shard: Shard, comm: Communicator) -> dict:
+    """``{mask}_roc_auc`` of a binary task over all ranks: every rank writes its root
+    clones' score ``z_1 - z_0``, label and mask membership at their global ids into one
+    ``[N, 2 + masks]`` table, summed over ranks (each vertex is a root on one rank)."""
+    ids = torch.from_numpy(shard.nbr.global_ids)
+    device = comm.device if comm.size > 1 else "cpu"  # where the transport wants it
+    size = torch.tensor([float(ids.max()) + 1 if len(ids) else 0.0], dtype=torch.float64,
+                        device=device)
+    comm.allreduce(size, op="max")
+    names = list(shard.masks)
+    table = torch.zeros(int(size[0]), 2 + len(names), dtype=torch.float64)
+    roots = torch.zeros(len(ids), dtype=torch.bool)
+    for m in shard.masks.values():
+        roots |= m.cpu()
+    at = ids[roots]
+    table[at, 0] = (logits[:, 1] - logits[:, 0]).double().cpu()[roots]
+    table[at, 1] = shard.y.double().cpu()[roots]
+    for i, name in enumerate(names):
+        table[at, 2 + i] = shard.masks[name].double().cpu()[roots]
+    table = table.to(device)
+    comm.allreduce(table)
+    t = table.cpu().numpy()
+    return {f"{name}_roc_auc": roc_auc(t[t[:, 2 + i] > 0, 0], t[t[:, 2 + i] > 0, 1] == 1)
+            for i, name in enumerate(names)}

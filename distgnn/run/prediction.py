@@ -41,9 +41,9 @@ from .training import ModelFactory, configure_threads
 # a training run's choices that inference does not make its own: it exchanges exactly, in
 # fp32, once per layer, runs where this process is told to, and times no SpMM plans (one
 # forward pass never wins back the trial)
-INFERENCE = {"kernel_trial": False, "algo": "cd-0", "delay": None, "smoothing": 0.0, "comm_budget": None,
-             "exchange_precision": "fp32", "recompute": False, "device": "auto",
-             "backend": "auto", "rank_devices": None, "rank_backends": None,
+INFERENCE = {"kernel_trial": False, "algo": "cd-0", "delay": None, "smoothing": 0.0,
+             "comm_budget": None, "exchange_precision": "fp32", "recompute": False,
+             "device": "auto", "backend": "auto", "rank_devices": None, "rank_backends": None,
              "threads": None, "precompute_first": False}
 
 
@@ -65,7 +65,8 @@ def _build(path: str | Path, saved: dict, cfg: TrainConfig,
                            "(distgnn-predict --model-factory MODULE:FUNCTION)")
     f, c = int(saved["num_features"]), int(saved["num_classes"])
     torch.manual_seed(cfg.seed)  # buffers a factory draws; the weights are overwritten
-    model = make_model(f, c) if make_model is not None else build_model(cfg.network, f, c, cfg.recompute)
+    model = (make_model(f, c) if make_model is not None
+             else build_model(cfg.network, f, c, cfg.recompute))
     model = model.to(getattr(torch, cfg.dtype))
     try:
         model.load_state_dict(saved["state_dict"])

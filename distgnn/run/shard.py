@@ -37,6 +37,8 @@ from ..timing import PhaseTimer
 from . import memory
 from .config import TrainConfig
 
+__all__ = ["Shard", "dataset_shard", "node_tensors", "normalize_features"]
+
 
 @dataclasses.dataclass
 class Shard:
@@ -196,8 +198,8 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
         return part, delay, index
 
     part, delay, index = all_or_none(comm, load_local)  # memory-mapped: nothing large yet
-    need = memory.predict(cfg.network, cfg.exchange, cfg.execution, part.num_nodes, part.graph.num_edges, part.x.shape[1],
-                          int(part.meta["num_classes"]),
+    need = memory.predict(cfg.network, cfg.exchange, cfg.execution, part.num_nodes,
+                          part.graph.num_edges, part.x.shape[1], int(part.meta["num_classes"]),
                           len(index.leaf_ids) + len(index.root_ids))
     all_or_none(comm, lambda: memory.require_on_node(comm, need, device,
                                                      f"{directory} partition {comm.rank}"))

@@ -21,7 +21,6 @@ import dataclasses
 import time
 from typing import Callable
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -37,10 +36,19 @@ from ..timing import PhaseTimer
 from .checkpointing import Checkpointer, NonFiniteLoss, Stopped
 from .config import TrainConfig
 from .epoch_log import EpochLog, EpochStats, epoch_record, phase_seconds
-from .evaluation import check_logits, forward_eval, mask_scores, write_vertex_outputs
+from .evaluation import (
+    check_logits,
+    forward_eval,
+    gathered_roc_auc,
+    mask_scores,
+    write_vertex_outputs,
+)
 from .replicas import ReplicaSync
 from .saved_model import save_model
 from .shard import Shard, dataset_shard
+
+__all__ = ["ModelFactory", "TrainResult", "configure_threads", "fit", "model_and_optimizer",
+           "train"]
 
 
 @dataclasses.dataclass
@@ -121,48 +129,6 @@ def step(model: torch.nn.Module, optimizer, shard: Shard, sync: ReplicaSync, num
     with timer("allreduce"):
         value = sync.allreduce_gradients(loss)
     return value, sync.nonfinite_ranks
-
-
-def roc_auc(scores: np.ndarray, positive: np.ndarray) -> float | None:
-    r"""Area under the ROC curve of ``scores`` ``[n]`` for the labels ``positive`` ``[n]``
-    (bool), by the rank-sum statistic with tied scores at their mean rank:
-    :math:`(\sum_{i \in pos} \mathrm{rank}_i - n_+ (n_+ + 1) / 2) / (n_+ n_-)`;
-    ``None`` when one class is absent."""
-    n_pos = int(positive.sum())
-    n_neg = len(positive) - n_pos
-    if n_pos == 0 or n_neg == 0:
-        return None
-    # mean ranks: the distinct scores in order hold ranks end - count + 1 .. end
-    _, which, count = np.unique(scores, return_inverse=True, return_counts=True)
-    end = np.cumsum(count)
-    ranks = (end - (count - 1) / 2)[which]
-    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
-
-
-def gathered_roc_auc(logits: torch.Tensor, shard: Shard, comm: Communicator) -> dict:
-    """``{mask}_roc_auc`` of a binary task over all ranks: every rank writes its root
-    clones' score ``z_1 - z_0``, label and mask membership at their global ids into one
-    ``[N, 2 + masks]`` table, summed over ranks (each vertex is a root on one rank)."""
-    ids = torch.from_numpy(shard.nbr.global_ids)
-    device = comm.device if comm.size > 1 else "cpu"  # where the transport wants it
-    size = torch.tensor([float(ids.max()) + 1 if len(ids) else 0.0], dtype=torch.float64,
-                        device=device)
-    comm.allreduce(size, op="max")
-    names = list(shard.masks)
-    table = torch.zeros(int(size[0]), 2 + len(names), dtype=torch.float64)
-    roots = torch.zeros(len(ids), dtype=torch.bool)
-    for m in shard.masks.values():
-        roots |= m.cpu()
-    at = ids[roots]
-    table[at, 0] = (logits[:, 1] - logits[:, 0]).double().cpu()[roots]
-    table[at, 1] = shard.y.double().cpu()[roots]
-    for i, name in enumerate(names):
-        table[at, 2 + i] = shard.masks[name].double().cpu()[roots]
-    table = table.to(device)
-    comm.allreduce(table)
-    t = table.cpu().numpy()
-    return {f"{name}_roc_auc": roc_auc(t[t[:, 2 + i] > 0, 0], t[t[:, 2 + i] > 0, 1] == 1)
-            for i, name in enumerate(names)}
 
 
 @torch.no_grad()
