@@ -5,8 +5,8 @@ One record per epoch: ``epoch`` (counted from 1, as on the console and in checkp
 names: the record after the first epoch has ``epoch`` 1), ``loss``, the accuracies
 (``None`` between evaluations), ``epoch_s`` and ``phases`` (max over ranks),
 ``phases_mean``, ``phases_max_rank`` (the rank that took longest in each phase: where a
-slow node or link shows), ``bytes_sent_max`` and ``bytes_sent_mean`` (split-vertex exchange of the training step), ``bytes_cd0_mean`` (what
-cd-0 in the run's type would have sent for it), ``exact_exchange`` (under cd-r's default
+slow node or link shows), ``bytes_sent_max`` and ``bytes_sent_mean`` (split-vertex
+exchange of the training step), ``bytes_cd0_mean`` (what cd-0 in the run's type would have sent for it), ``exact_exchange`` (under cd-r's default
 schedule: whether the controller ran the epoch exact; an evaluated epoch adds
 ``eval_bytes_sent_mean``, the evaluation's, and ``eval_s_mean``, its seconds: the forward
 pass without autograd that inference runs), ``peak_rss_mib_max`` and
