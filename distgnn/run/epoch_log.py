@@ -1,28 +1,28 @@
 """What a run records of each epoch: the record itself, the history, the best evaluation and
 the patience count, the metrics file, and the progress shown.
 
-One record per epoch: ``epoch`` (counted from 1, as on the console and in checkpoint
-names: the record after the first epoch has ``epoch`` 1), ``loss``, the accuracies
-(``None`` between evaluations), ``epoch_s`` and ``phases`` (max over ranks),
-``phases_mean``, ``phases_max_rank`` (the rank that took longest in each phase: where a
-slow node or link shows), ``bytes_sent_max`` and ``bytes_sent_mean`` (split-vertex
-exchange of the training step), ``bytes_cd0_mean`` (what cd-0 in the run's type would have sent for it), ``exact_exchange`` (under cd-r's default
-schedule: whether the controller ran the epoch exact; an evaluated epoch adds
-``eval_bytes_sent_mean``, the evaluation's, and ``eval_s_mean``, its seconds: the forward
-pass without autograd that inference runs), ``peak_rss_mib_max`` and
-``peak_rss_mib_mean`` (each rank's peak resident memory since it started, ``VmHWM``, in MiB:
-what the node's memory must hold), ``allreduce_bytes`` (the gradient allreduce's
-buffer, the same on every rank; what crosses the wire for it depends on MPI's algorithm:
-once per step with 2 ranks), and ``skipped_step`` for a step skipped by ``--nan-policy skip``.  The
-metrics file holds the records as JSON lines; it is written beside its path while the run
-goes on and replaces it only when the run ends in order (:class:`~distgnn.storage.AtomicStream`).
-The best evaluation is the one with the highest validation accuracy (ties: lower
-validation loss).  A run that ends in order appends one summary record,
-``{"summary": true, "epochs", "best_epoch", "train_acc", "val_acc", "test_acc",
-"longest_loss_rise", "weights", "saved"}``: the epochs run, the best evaluation's epoch and
-accuracies, the most consecutive epochs whose training loss went up, which weights the
-results come from and ``{what: path}`` of the model, predictions and embeddings written;
-with split vertices also ``"exchange"``: :func:`exchange_summary`.
+One record per epoch: ``epoch`` (counted from 1, as on the console and in checkpoint names:
+the record after the first epoch has ``epoch`` 1), ``loss``, the accuracies (``None``
+between evaluations), ``epoch_s`` and ``phases`` (max over ranks), ``phases_mean``,
+``phases_max_rank`` (the rank that took longest in each phase: where a slow node or link
+shows), ``bytes_sent_max`` and ``bytes_sent_mean`` (split-vertex exchange of the training
+step), ``bytes_cd0_mean`` (what cd-0 in the run's type would have sent for it),
+``exact_exchange`` (under cd-r's default schedule: whether the controller ran the epoch
+exact; an evaluated epoch adds ``eval_bytes_sent_mean``, the evaluation's, and
+``eval_s_mean``, its seconds: the forward pass without autograd that inference runs),
+``peak_rss_mib_max`` and ``peak_rss_mib_mean`` (each rank's peak resident memory since it
+started, ``VmHWM``, in MiB: what the node's memory must hold), ``allreduce_bytes`` (the
+gradient allreduce's buffer, the same on every rank; what crosses the wire for it depends on
+MPI's algorithm: once per step with 2 ranks), and ``skipped_step`` for a step skipped by
+``--nan-policy skip``. The metrics file holds the records as JSON lines; it is written
+beside its path while the run goes on and replaces it only when the run ends in order
+(:class:`~distgnn.storage.AtomicStream`). The best evaluation is the one with the highest
+validation accuracy (ties: lower validation loss). A run that ends in order appends one
+summary record, ``{"summary": true, "epochs", "best_epoch", "train_acc", "val_acc",
+"test_acc", "longest_loss_rise", "weights", "saved"}``: the epochs run, the best
+evaluation's epoch and accuracies, the most consecutive epochs whose training loss went up,
+which weights the results come from and ``{what: path}`` of the model, predictions and
+embeddings written; with split vertices also ``"exchange"``: :func:`exchange_summary`.
 """
 from __future__ import annotations
 
