@@ -10,6 +10,8 @@ written by hand (:mod:`distgnn.api`); ``distgnn.load_model(path)`` and
 command-line tools that need none of them start without loading torch.
 """
 import importlib
+import importlib.abc
+import sys
 
 __version__ = "0.1.0"
 
@@ -31,6 +33,52 @@ EXPORTS = {
     "DistGNNError": "distgnn.errors",
 }
 __all__ = [*EXPORTS, "__version__"]
+
+# module -> where its contents live now (the library was one flat package)
+MOVED = {
+    "distgnn.aggregate": "distgnn.nn.aggregate",
+    "distgnn.backends": "distgnn.nn.backends",
+    "distgnn.bench": "bench (the distgnn-bench package)",
+    "distgnn.checkpoint": "distgnn.run.checkpoint_files",
+    "distgnn.checkpointer": "distgnn.run.checkpointing",
+    "distgnn.cli_common": "distgnn.program",
+    "distgnn.config": "distgnn.TrainConfig (distgnn.run.config)",
+    "distgnn.datasets": "distgnn.load (distgnn.data.datasets)",
+    "distgnn.distributed": "distgnn.run.distributed",
+    "distgnn.dropout": "distgnn.nn.KeyedDropout (distgnn.nn.keyed_dropout)",
+    "distgnn.edge_file": "distgnn.data.binary_edges",
+    "distgnn.epoch_log": "distgnn.run.epoch_log",
+    "distgnn.generators": "distgnn.data.generators",
+    "distgnn.graph": "distgnn.data.graph",
+    "distgnn.inference": "distgnn.run.evaluation",
+    "distgnn.memory": "distgnn.run.memory",
+    "distgnn.model_file": "distgnn.run.saved_model",
+    "distgnn.models": "distgnn.nn.models",
+    "distgnn.ordering": "distgnn.data.ordering",
+    "distgnn.prediction": "distgnn.run.prediction",
+    "distgnn.pyg": "distgnn.from_pyg (distgnn.data.pyg) and partition.pyg.to_partitions",
+    "distgnn.replicas": "distgnn.run.replicas",
+    "distgnn.saved_activations": "distgnn.nn.saved_activations",
+    "distgnn.shard": "distgnn.run.shard",
+    "distgnn.training": "distgnn.run.training",
+    "distgnn.vertex_outputs": "distgnn.run.vertex_outputs",
+    "partition.format": "distgnn.data.partitions (partition.load, partition.verify)",
+}
+
+
+class MovedModules(importlib.abc.MetaPathFinder):
+    """Turns an import of a module that moved into one line naming where it lives now.
+
+    Consulted after every other finder, so only names that exist nowhere reach it."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in MOVED:
+            raise ModuleNotFoundError(f"{fullname} moved: use {MOVED[fullname]}", name=fullname)
+        return None
+
+
+if not any(isinstance(f, MovedModules) for f in sys.meta_path):
+    sys.meta_path.append(MovedModules())
 
 
 def __getattr__(name: str):

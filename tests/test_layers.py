@@ -1,6 +1,8 @@
 """The import layers of the project, written once here: a module may import its own layer
-and the layers below it, never one above.  Checked from the source (``ast``; nothing is
-imported), function-local imports included."""
+and the layers below it, never one above.
+
+Checked from the source (``ast``; nothing is imported), function-local imports included.
+``python -m tests.test_layers`` prints the imports between layers as a table."""
 import ast
 from pathlib import Path
 
@@ -54,24 +56,47 @@ def imports(path: Path, module: str) -> list[tuple[str, int]]:
     return [(t, line) for t, line in out if t.split(".")[0] in PACKAGES]
 
 
-def test_no_import_runs_upward():
-    upward = []
+def modules():
+    """``(path, module name)`` of every module of the project's packages."""
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
-            module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            mine = layer_of(module)
-            for target, line in imports(path, module):
-                if layer_of(target) > mine:
-                    upward.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+            yield path, ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_import_runs_upward():
+    upward = []
+    for path, module in modules():
+        mine = layer_of(module)
+        for target, line in imports(path, module):
+            if layer_of(target) > mine:
+                upward.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
     assert not upward, "imports that run upward:\n" + "\n".join(upward)
 
 
+def import_table() -> str:
+    """The imports between layers as a Markdown table: row ``i``, column ``j`` counts the
+    imported names of layer ``j`` in layer ``i``'s modules (in brackets: its modules)."""
+    names = [", ".join(prefixes) for prefixes in LAYERS]
+    counts = [[0] * len(LAYERS) for _ in LAYERS]
+    sizes = [0] * len(LAYERS)
+    for path, module in modules():
+        mine = layer_of(module)
+        sizes[mine] += 1
+        for target, _ in imports(path, module):
+            if layer_of(target) != mine:
+                counts[mine][layer_of(target)] += 1
+    rows = ["| imports from → | " + " | ".join(str(j) for j in range(len(LAYERS))) + " |",
+            "|---" * (len(LAYERS) + 1) + "|"]
+    for i, name in enumerate(names):
+        cells = " | ".join(str(c) if c else "·" for c in counts[i])
+        rows.append(f"| {i}: {name} ({sizes[i]}) | {cells} |")
+    return "\n".join(rows)
+
+
 def test_every_module_has_a_layer():
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
-            layer_of(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    for _, module in modules():
+        layer_of(module)
 
 
 def public_names(module: str) -> set[str] | None:
@@ -120,3 +145,25 @@ def test_experiments_use_only_public_names():
                     private.append(f"{path.name}:{node.lineno} {node.module}.{alias.name}")
     assert not private, "names the experiments import that are not public:\n" + \
         "\n".join(private)
+
+
+def test_a_moved_module_names_its_new_place():
+    """The modules of the flat library that moved: importing one fails with one line naming
+    where its contents live now; every new place exists."""
+    import importlib
+
+    import pytest
+
+    import distgnn
+
+    for old, new in distgnn.MOVED.items():
+        with pytest.raises(ModuleNotFoundError, match=f"^{old} moved: use "):
+            importlib.import_module(old)
+        place = new.split()[0]  # a module, or a module's name
+        if not is_module(place):
+            module, name = place.rsplit(".", 1)
+            assert hasattr(importlib.import_module(module), name), new
+
+
+if __name__ == "__main__":
+    print(import_table())
