@@ -161,10 +161,12 @@ def train_pyg(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tupl
 def pyg_run(data: NodeDataset, cfg, device: torch.device,
             on_epoch: Callable[[nn.Module, torch.Tensor, object], None] | None = None
             ) -> tuple[list, list]:
-    """Losses and epoch seconds of ``cfg``'s model (a :class:`~distgnn.run.config.TrainConfig`)
-    built in PyG from this project's initial weights for ``cfg.seed``, trained for
-    ``cfg.epochs`` with ``cfg.lr`` and ``cfg.weight_decay`` on ``device``.  After each timed
-    epoch, ``on_epoch(net, x, adj)`` (untimed) may evaluate it."""
+    """Losses and epoch seconds of ``cfg``'s model trained in PyG.
+
+    ``cfg`` is a :class:`~distgnn.run.config.TrainConfig`; its model is built in PyG from this
+    project's initial weights for ``cfg.seed`` and trained for ``cfg.epochs`` with ``cfg.lr``
+    and ``cfg.weight_decay`` on ``device``.  After each timed epoch, ``on_epoch(net, x, adj)``
+    (untimed) may evaluate it."""
     from distgnn.nn.config import build_model
     from distgnn.run.shard import normalize_features
     from distgnn.run.training import configure_threads

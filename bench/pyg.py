@@ -46,10 +46,12 @@ def available() -> bool:
 
 
 class PyGNet(nn.Module):
-    """PyG's layers in the structure of ours: for ``"gcnii"`` that of
-    :class:`distgnn.nn.models.GCNII` (``lin_in``, ``num_layers`` ``GCN2Conv``, ``lin_out``), else
-    of :class:`distgnn.nn.models.GNN` (``num_layers`` convolutions).  Dropout is ``F.dropout``,
-    as in PyG's examples; ``alpha`` and ``theta`` are GCNII's, ``heads`` GAT's."""
+    """PyG's layers in the structure of this project's model.
+
+    For ``"gcnii"`` that of :class:`distgnn.nn.models.GCNII` (``lin_in``, ``num_layers``
+    ``GCN2Conv``, ``lin_out``), else of :class:`distgnn.nn.models.GNN` (``num_layers``
+    convolutions).  Dropout is ``F.dropout``, as in PyG's examples; ``alpha`` and ``theta`` are
+    GCNII's, ``heads`` GAT's."""
 
     def __init__(self, model: str, in_channels: int, hidden_channels: int, out_channels: int,
                  num_layers: int = 2, dropout: float = 0.0, heads: int = 8, alpha: float = 0.1,

@@ -65,10 +65,11 @@ def measure_rates(data: NodeDataset, cfg) -> Rates:
 
 
 def fitted_rates(samples: list[tuple[int, int, float]], triad_bytes_s: float) -> Rates:
-    """Rates from whole epochs of graphs that differ in edges per vertex, for a device whose
-    phases are not timed apart (a GPU computes asynchronously): ``samples`` of
-    ``(n, E, t_epoch)`` fitted by least squares to ``t = u n + a E`` (the optimizer and fixed
-    costs fall into ``u``; with two samples the fit is exact)."""
+    """Rates fitted to whole epochs of graphs that differ in edges per vertex.
+
+    For a device whose phases are not timed apart (a GPU computes asynchronously):
+    ``samples`` of ``(n, E, t_epoch)`` fitted by least squares to ``t = u n + a E`` (the
+    optimizer and fixed costs fall into ``u``; with two samples the fit is exact)."""
     a_matrix = np.array([[n, e] for n, e, _ in samples], dtype=np.float64)
     (u, a), *_ = np.linalg.lstsq(a_matrix, np.array([t for *_, t in samples]), rcond=None)
     return Rates(aggregation_per_edge=max(float(a), 0.0), dense_per_vertex=max(float(u), 0.0),

@@ -1,5 +1,6 @@
-"""``distgnn-bench predict``: per-epoch time of 0c, cd-0 and cd-r at P ranks, before booking them,
-and whether cd-r pays.
+"""``distgnn-bench predict``: predicted epoch time of 0c, cd-0 and cd-r at P ranks.
+
+The prediction comes before booking the ranks, and says whether cd-r pays.
 
 Inputs: each P's partition statistics (partitioning the graph here, or ``--stats`` files
 written by ``distgnn-partition --json``); this machine's rates at each P, measured by
@@ -266,13 +267,15 @@ def predict(per_rank: list[dict], rates: Rates | list[Rates], widths: list[int],
             alpha: float, beta: float, algo: str, delay: int = 5, slowdown: float = 1.0,
             links: dict[str, int] | None = None, topology: str = "flat",
             allreduce: list[list[float]] | None = None) -> dict[str, float]:
-    """Predicted phases (seconds) of one epoch; ``per_rank`` as in ``partition.stats``,
-    ``widths`` those of the epoch's exchanges (:func:`exchange_widths`); ``links``: the
-    :func:`~partition.stats.node_rows` of the ranks' nodes for cd-0's exchange in
-    ``topology`` (``None``: a rank per node); ``allreduce``: the job's allreduce measured
-    (:func:`allreduce_seconds`), else the formula of the module docstring.  ``rates``: the
-    ranks' (alike), or one per rank for ranks that differ (a job mixing GPUs and CPUs),
-    whose compute ``a_p E_p + u_p n_p`` the epoch waits for at its slowest rank."""
+    """Predicted phases (seconds) of one epoch of ``algo``.
+
+    ``per_rank`` as in ``partition.stats``, ``widths`` those of the epoch's exchanges
+    (:func:`exchange_widths`); ``links``: the :func:`~partition.stats.node_rows` of the ranks'
+    nodes for cd-0's exchange in ``topology`` (``None``: a rank per node); ``allreduce``: the
+    job's allreduce measured (:func:`allreduce_seconds`), else the formula of the module
+    docstring.  ``rates``: the ranks' (alike), or one per rank for ranks that differ (a job
+    mixing GPUs and CPUs), whose compute ``a_p E_p + u_p n_p`` the epoch waits for at its
+    slowest rank."""
     P = len(per_rank)
     if isinstance(rates, list):  # the slowest rank's phases (and its optimizer)
         p = max(range(P), key=lambda q: rates[q].aggregation_per_edge * per_rank[q]["edges"]
@@ -304,10 +307,11 @@ def predict(per_rank: list[dict], rates: Rates | list[Rates], widths: list[int],
 
 def allreduce_seconds(P: int, nbytes: int, alpha: float, beta: float,
                       measured: list[list[float]] | None = None) -> float:
-    """Seconds of the gradient allreduce of ``nbytes`` over ``P`` ranks: interpolated in
-    ``measured`` (``[[bytes, seconds], ...]`` of the job's own ranks, from ``distgnn-bench
-    comm``: linear between sizes, and beyond the largest at its seconds per byte), else
-    ``2 alpha ceil(log2 P) + 2 (P - 1) / P nbytes / beta``."""
+    """Seconds of the gradient allreduce of ``nbytes`` over ``P`` ranks.
+
+    Interpolated in ``measured`` (``[[bytes, seconds], ...]`` of the job's own ranks, from
+    ``distgnn-bench comm``: linear between sizes, and beyond the largest at its seconds per
+    byte), else ``2 alpha ceil(log2 P) + 2 (P - 1) / P nbytes / beta``."""
     if P == 1:
         return 0.0
     if not measured:
@@ -321,12 +325,14 @@ def allreduce_seconds(P: int, nbytes: int, alpha: float, beta: float,
 def exchange_seconds(per_rank: list[dict], widths: list[int], alpha: float, beta: float,
                      precision: str = "fp32", links: dict[str, int] | None = None,
                      topology: str = "flat") -> float:
-    """Blocking exchanges of ``widths`` (cd-0's, on a ``precision`` wire): each two
-    alltoallvs across the network (leaves to roots, roots to leaves), bounded by the rank
-    with the most rows to move (a rank per node, ``beta`` its link), or, with ``links``
-    (:func:`~partition.stats.node_rows`), by the node link with the most rows (``beta`` each
-    node's link); at :func:`~distgnn.exchange.wire.row_bytes` per row.  The ``node`` topology
-    adds two alltoallvs within the nodes (their latency; their copies are in ``prepost``)."""
+    """Seconds of cd-0's blocking exchanges of ``widths`` on a ``precision`` wire.
+
+    Each is two alltoallvs across the network (leaves to roots, roots to leaves), bounded by
+    the rank with the most rows to move (a rank per node, ``beta`` its link), or, with
+    ``links`` (:func:`~partition.stats.node_rows`), by the node link with the most rows
+    (``beta`` each node's link); at :func:`~distgnn.exchange.wire.row_bytes` per row.  The
+    ``node`` topology adds two alltoallvs within the nodes (their latency; their copies are in
+    ``prepost``)."""
     P = len(per_rank)
     if P == 1:
         return 0.0
@@ -348,10 +354,11 @@ def forward_aggregation(per_rank: list[dict], rates: Rates, widths: list[int], a
 def exchange_bytes(leaf_counts: list[int], root_counts: list[int], widths: list[int],
                    algo: str, delay: int = 5, precision: str = "fp32",
                    budget: float | None = None) -> float:
-    """Bytes one rank sends per training epoch (mean over epochs) for the exchanges of widths
-    ``d_k``, from its leaves per root rank (``leaf_counts``) and its leaf entries per leaf
-    rank (``root_counts``), with ``u_k`` bytes per row of width ``d_k`` on the wire
-    (:func:`distgnn.exchange.wire.row_bytes`: ``4 d_k`` in fp32): cd-0
+    """Mean bytes one rank sends per training epoch under ``algo``.
+
+    For the exchanges of widths ``d_k``, from its leaves per root rank (``leaf_counts``) and
+    its leaf entries per leaf rank (``root_counts``), with ``u_k`` bytes per row of width
+    ``d_k`` on the wire (:func:`distgnn.exchange.wire.row_bytes`: ``4 d_k`` in fp32): cd-0
     ``sum_k u_k (l + L)``; cd-r ``1/r`` of that; the adaptive schedule
     ``sum_k sum_blocks k_b (u_k + 4)`` (:func:`distgnn.exchange.adaptive.budgeted_rows`);
     0c none."""
@@ -403,11 +410,13 @@ def table(stats: dict[int, list[dict]], rates: dict[int, Rates], widths, exchang
           alpha, beta, delay, threads: int, cores: int | None, ranks_per_node: int = 1,
           sets: dict[int, list] | None = None, allreduce: dict[int, list] | None = None
           ) -> list[dict]:
-    """Per P, the prediction of each algorithm from that P's ``rates``; ``widths`` per layer
-    (forward), ``exchanges`` those of an epoch's exchanges.  With ``ranks_per_node`` K > 1,
-    ranks ``kK .. kK + K - 1`` share node ``k`` and its link (``beta``), counted from the
-    clone ``sets`` of each P, and ``"cd-0 node"`` is cd-0 with the node-aware exchange;
-    ``allreduce``: per P, the allreduce measured at that P, as :func:`predict` takes it."""
+    """Per P, the prediction of each algorithm from that P's ``rates``.
+
+    ``widths`` per layer (forward), ``exchanges`` those of an epoch's exchanges.  With
+    ``ranks_per_node`` K > 1, ranks ``kK .. kK + K - 1`` share node ``k`` and its link
+    (``beta``), counted from the clone ``sets`` of each P, and ``"cd-0 node"`` is cd-0 with
+    the node-aware exchange; ``allreduce``: per P, the allreduce measured at that P, as
+    :func:`predict` takes it."""
     rows = []
     for P, per_rank in sorted(stats.items()):
         rate, measured = rates[P], (allreduce or {}).get(P)
@@ -574,11 +583,13 @@ class Network:
 
 
 def measured_network(measured: dict) -> Network:
-    """The :class:`Network` of a ``distgnn-bench comm`` result over its ``ranks`` ranks, ``K``
-    on each node (``ranks_per_node``): ``alpha`` the smallest alltoallv's time per peer (the
-    model's ``alpha (P - 1)`` counts it), ``beta`` the bytes one node's link carries per
-    second between the smallest and the largest alltoallv (``K (P - K)`` blocks of each size
-    leave a node; with ``K = 1``, the bytes each rank sends), and its allreduce times."""
+    """The :class:`Network` of a ``distgnn-bench comm`` result.
+
+    The result is over its ``ranks`` ranks, ``K`` on each node (``ranks_per_node``): ``alpha``
+    the smallest alltoallv's time per peer (the model's ``alpha (P - 1)`` counts it), ``beta``
+    the bytes one node's link carries per second between the smallest and the largest
+    alltoallv (``K (P - K)`` blocks of each size leave a node; with ``K = 1``, the bytes each
+    rank sends), and its allreduce times."""
     P, K = measured.get("ranks", 2), measured.get("ranks_per_node", 1)
     sizes = sorted(measured["results"][0]["sizes"], key=lambda r: r["bytes"])
     small, large = sizes[0], sizes[-1]

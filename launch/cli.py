@@ -1,5 +1,6 @@
-"""``distgnn-launch``: compose and run mpirun / SLURM jobs for distgnn-train, and run an
-emulated cluster of network namespaces on this host.
+"""``distgnn-launch``: compose and run mpirun / SLURM jobs for distgnn-train.
+
+It also runs an emulated cluster of network namespaces on this host.
 
     distgnn-launch -n P [--threads-per-rank T] [--hostfile H] [--mpi auto|openmpi|mpich|impi]
                    [--mpirun PATH] [--dry-run | --slurm FILE] [--timeout S]

@@ -1,5 +1,7 @@
-"""An emulated cluster on one Linux host: one network namespace per node, a bridge between
-them, each node's link shaped to a rate, and what MPI needs to start ranks on them.
+"""An emulated cluster on one Linux host, and what MPI needs to start ranks on it.
+
+It has one network namespace per node, a bridge between them, and each node's link shaped
+to a rate.
 
     distgnn-launch cluster up --nodes 4 --rate 1gbit
     distgnn-launch --hostfile /run/distgnn-cluster/dgnn/hostfile -n 4 -- distgnn-train ...
@@ -435,10 +437,11 @@ def _remove_state(name: str, removed: list[str]) -> str | None:
 
 
 def down(name: str = DEFAULT_NAME) -> dict[str, list[str]]:
-    """Remove the processes, links, namespaces and files of cluster ``name`` that its record
-    proves ``up`` made, and only those (see the module docstring); returns what was removed,
-    by kind.  Raises a :class:`ClusterError` naming what it left alone or could not remove,
-    and what it removed, after removing the rest."""
+    """Remove what the record of cluster ``name`` proves ``up`` made, and only that.
+
+    That is its processes, links, namespaces and files (see the module docstring); returns
+    what was removed, by kind.  Raises a :class:`ClusterError` naming what it left alone or
+    could not remove, and what it removed, after removing the rest."""
     check_name(name)
     _require_tools()
     record = load(name)
@@ -535,9 +538,10 @@ def cluster_of_hostfile(hostfile: str | Path) -> Cluster | None:
 
 
 def mpi_options(cluster: Cluster, implementation: str) -> list[str]:
-    """The launcher options that start ranks on the cluster's nodes over its links: the
-    agent instead of ssh, TCP between the nodes (no shared memory between emulated nodes),
-    on the cluster's subnet.
+    """The launcher options that start ranks on the cluster's nodes over its links.
+
+    They use the agent instead of ssh, and TCP between the nodes (no shared memory between
+    emulated nodes), on the cluster's subnet.
 
     Open MPI: ``plm_rsh_agent``, ``ob1`` over the ``tcp`` BTL and PRRTE's out-of-band
     channel on the subnet, and the ``sm`` BTL between the ranks of one node (Open MPI

@@ -229,8 +229,9 @@ def library_paths(implementation: str) -> list[str]:
 
 
 def libmpi_of(mpirun: str, implementation: str) -> str | None:
-    """The MPI library installed with the launcher ``mpirun`` (``PREFIX/bin/mpirun`` ->
-    ``PREFIX/lib*/libmpi...``, :func:`library_paths`), for ``MPI4PY_LIBMPI``; ``None`` if
+    """The MPI library installed with the launcher ``mpirun``, for ``MPI4PY_LIBMPI``.
+
+    ``PREFIX/bin/mpirun`` -> ``PREFIX/lib*/libmpi...`` (:func:`library_paths`); ``None`` if
     there is none here or ``mpirun`` is a bare name (found on the nodes' ``PATH`` at run
     time)."""
     if os.sep not in mpirun:
@@ -285,11 +286,12 @@ def resolve_python(command: list[str]) -> tuple[list[str], str | None]:
 
 
 def check_partitions(ranks: int, command: list[str], missing_ok: bool) -> None:
-    """Refuse a ``distgnn-train --partitions DIR`` whose ``DIR/meta.json`` holds another
-    number of partitions than ``ranks``, or is missing or unreadable, before any launcher
-    starts: the ranks would say so only after MPI's start-up (and check the rest of the
-    directory themselves).  ``missing_ok``: no check where this machine does not see
-    ``DIR`` (a command to run elsewhere)."""
+    """Refuse a ``distgnn-train --partitions DIR`` that does not hold ``ranks`` partitions.
+
+    Refused where ``DIR/meta.json`` holds another number of partitions than ``ranks``, or is
+    missing or unreadable, before any launcher starts: the ranks would say so only after
+    MPI's start-up (and check the rest of the directory themselves).  ``missing_ok``: no
+    check where this machine does not see ``DIR`` (a command to run elsewhere)."""
     if not command or os.path.basename(command[0]) != "distgnn-train":
         return
     directory = flag_value(command, "--partitions")
@@ -383,11 +385,12 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
 
 
 def resolve_launcher(implementation: str | None, mpirun: str | None) -> tuple[str, str]:
-    """``(launcher, implementation)`` of a job: ``mpirun`` taken as ``implementation``'s
-    when both are given; ``None`` for ``mpirun``: :func:`find_launcher` of
-    ``implementation``, or with neither, the ``mpirun`` next to ``sys.executable`` or on
-    ``PATH`` (:func:`find_mpirun`); ``None`` for ``implementation``: the launcher's own
-    (asked with ``--version``)."""
+    """``(launcher, implementation)`` of a job.
+
+    ``mpirun`` is taken as ``implementation``'s when both are given; ``None`` for ``mpirun``:
+    :func:`find_launcher` of ``implementation``, or with neither, the ``mpirun`` next to
+    ``sys.executable`` or on ``PATH`` (:func:`find_mpirun`); ``None`` for ``implementation``:
+    the launcher's own (asked with ``--version``)."""
     if implementation is not None and implementation not in IMPLEMENTATIONS:
         raise LaunchError(f"unknown MPI implementation {implementation!r}; "
                           f"choose from {', '.join(IMPLEMENTATIONS)}")
@@ -412,10 +415,11 @@ def rank_environment(threads: int, mpirun: str, implementation: str) -> dict[str
 def launcher_options(implementation: str, ranks: int, threads: int, env: dict[str, str],
                      hostfile: str | None = None, emulated: Cluster | None = None,
                      oversubscribed: bool = False) -> list[str]:
-    """The options of ``implementation``'s launcher for ``ranks`` ranks of ``threads``
-    cores each (bound to them unless ``oversubscribed``), the variables of ``env`` passed to
-    every rank, on the nodes of ``hostfile`` (``None``: this node, or inside a SLURM
-    allocation its nodes, which every launcher reads by itself)."""
+    """``implementation``'s launcher options for ``ranks`` ranks of ``threads`` cores each.
+
+    Each rank is bound to its ``threads`` cores unless ``oversubscribed``, and gets the
+    variables of ``env``; the ranks run on the nodes of ``hostfile`` (``None``: this node, or
+    inside a SLURM allocation its nodes, which every launcher reads by itself)."""
     impl = IMPLEMENTATIONS[implementation]
     compose = _hydra if impl.hydra else _openmpi
     return compose(impl, ranks, threads, hostfile, emulated, oversubscribed, env)
@@ -492,11 +496,13 @@ def hostfile_hosts(hostfile: str) -> list[str]:
 
 
 def hydra_hosts(hostfile: str, implementation: str = "mpich") -> list[str]:
-    """Hydra's options naming the nodes of ``hostfile``: ``-f FILE`` for a file in Hydra's
-    syntax (``host[:slots]`` lines), ``-hosts host:slots,...`` for one in Open MPI's
-    (``host slots=N``), which Hydra refuses; ``#`` starts a comment in both.  Intel MPI
-    ignores the ``:slots`` of ``-hosts`` (it fills the first node up to its cores), so it
-    gets ``-ppn N`` too, which needs every node to have the same slots."""
+    """Hydra's options naming the nodes of ``hostfile``.
+
+    ``-f FILE`` for a file in Hydra's syntax (``host[:slots]`` lines), ``-hosts
+    host:slots,...`` for one in Open MPI's (``host slots=N``), which Hydra refuses; ``#``
+    starts a comment in both.  Intel MPI ignores the ``:slots`` of ``-hosts`` (it fills the
+    first node up to its cores), so it gets ``-ppn N`` too, which needs every node to have
+    the same slots."""
     hosts, slots = [], []
     for fields in _hostfile_lines(hostfile):
         given = [f.split("=", 1)[1] for f in fields[1:] if f.startswith("slots=")]
@@ -527,10 +533,11 @@ def check_times(timeout: float | None, stop_grace: float,
 
 
 class JobStopped(LaunchError):
-    """A job that :func:`run` stopped on a request (a signal, its timeout); the message says
-    why, what the ranks wrote and how to continue.  ``exit_status``: 2 after the timeout,
-    130 after Ctrl-C, 128 + the signal when the ranks had to be killed, else the job's (128
-    + SIGUSR1 from ranks that stopped on the request)."""
+    """A job that :func:`run` stopped on a request (a signal, its timeout).
+
+    The message says why, what the ranks wrote and how to continue.  ``exit_status``: 2
+    after the timeout, 130 after Ctrl-C, 128 + the signal when the ranks had to be killed,
+    else the job's (128 + SIGUSR1 from ranks that stopped on the request)."""
 
     def __init__(self, message: str, status: int):
         super().__init__(message)
@@ -771,13 +778,15 @@ STDERR_DRAIN_S = 5.0
 
 
 class StderrCopy(threading.Thread):
-    """Copies the launcher's stderr to ours as it comes (a partial line too: no progress
-    display is held back; nothing once ``muted``), counting and removing the ranks'
-    :data:`STARTED` lines, and noting the nodes whose daemon it lost (``lost``), those a
-    remote shell could not reach (``unreachable``: host -> what it said) and the last
-    checkpoint a stopped rank named (``checkpoint``: epoch, path, directory).  A node not
-    reached before all ``ranks`` started mutes the rest: the launcher's account of a job
-    that could not start, which :func:`run` gives in one line."""
+    """A thread that copies the launcher's stderr to ours and notes what it tells.
+
+    It copies as the text comes (a partial line too: no progress display is held back;
+    nothing once ``muted``), counting and removing the ranks' :data:`STARTED` lines, and
+    noting the nodes whose daemon it lost (``lost``), those a remote shell could not reach
+    (``unreachable``: host -> what it said) and the last checkpoint a stopped rank named
+    (``checkpoint``: epoch, path, directory).  A node not reached before all ``ranks``
+    started mutes the rest: the launcher's account of a job that could not start, which
+    :func:`run` gives in one line."""
 
     def __init__(self, stream, ranks: int = 0):
         super().__init__(name="mpirun-stderr", daemon=True)

@@ -1,5 +1,6 @@
-"""``python -P launch/rank.py [--watch] G COMMAND...``: what every rank of a job that
-``distgnn-launch`` starts runs before COMMAND.
+"""``python -P launch/rank.py [--watch] G COMMAND...``: what each rank runs before COMMAND.
+
+Every rank of a job that ``distgnn-launch`` starts runs this before COMMAND:
 
 1. It says that the rank started: the line :data:`STARTED` on stderr, which the launcher's
    copy of its stderr counts and removes.  A "launcher" that exits 0 without starting the

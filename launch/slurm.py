@@ -1,6 +1,8 @@
-"""The sbatch script of a distgnn job: P ranks of T cores each on SLURM's nodes, started by
-an MPI launcher inside the allocation or by ``srun``, stopped with a checkpoint before the
-time limit and requeued to go on from it.
+"""The sbatch script of a distgnn job on SLURM's nodes.
+
+The job is P ranks of T cores each on SLURM's nodes, started by an MPI launcher inside the
+allocation or by ``srun``, stopped with a checkpoint before the time limit and requeued to
+go on from it.
 
 What the script does, in order:
 
@@ -146,9 +148,10 @@ def placement(ranks: int, nodes: int | None,
 
 
 def resumable(command: list[str], requeue: bool | None) -> tuple[list[str], bool]:
-    """``(command, requeue)``: the command a requeued job runs again, and whether the job
-    requeues itself when stopped before its time limit (``requeue``; ``None``: when the
-    command is a ``distgnn-train`` that checkpoints).
+    """``(command, requeue)``: the command a requeued job reruns, and whether it requeues.
+
+    The job requeues itself when stopped before its time limit as ``requeue`` says
+    (``None``: when the command is a ``distgnn-train`` that checkpoints).
 
     A ``distgnn-train`` with ``--checkpoint-dir DIR`` and neither ``--resume`` nor
     ``--resume-if-present`` gets ``--resume-if-present DIR``: the first run starts afresh,
@@ -194,8 +197,9 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
                   srun_mpi: str | None = None, env_setup: str | None = None,
                   requeue: bool | None = None, mem: str | None = None, activate: bool = True,
                   warn: Callable[[str], None] = lambda line: None) -> str:
-    """A bash script for ``sbatch`` that runs ``command`` on ``ranks`` ranks of
-    ``threads_per_rank`` cores each (see the module docstring).
+    """A bash script for ``sbatch`` that runs ``command`` on ``ranks`` ranks.
+
+    Each rank has ``threads_per_rank`` cores (see the module docstring).
 
     Parameters
     ----------
@@ -318,8 +322,9 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
 
 
 def nodes_launcher(implementation: str | None, mpirun: str | None) -> tuple[str, str, bool]:
-    """``(launcher, implementation, elsewhere)`` of a script, as
-    :func:`launch.mpirun.resolve_launcher` finds them, except that an ``implementation``
+    """``(launcher, implementation, elsewhere)`` of a script.
+
+    As :func:`launch.mpirun.resolve_launcher` finds them, except that an ``implementation``
     named but not installed here is run as its launcher's bare name, from the nodes' ``PATH``
     (``elsewhere``)."""
     if implementation is not None and mpirun is None:
@@ -331,10 +336,12 @@ def nodes_launcher(implementation: str | None, mpirun: str | None) -> tuple[str,
 
 
 def node_local_warnings(command: list[str], activate: bool) -> list[str]:
-    """One line for each directory a job on several nodes needs on storage that every node
-    shares, but that is on each node's own (:data:`NODE_LOCAL`, ``$TMPDIR``) or relative:
-    the environment activated (``sys.prefix``), ``distgnn-train``'s partitions and
-    checkpoint directories (:data:`SHARED_PATH_FLAGS`)."""
+    """One line per directory a multi-node job needs shared that is node-local or relative.
+
+    The directories are those a job on several nodes needs on storage that every node
+    shares: the environment activated (``sys.prefix``), ``distgnn-train``'s partitions and
+    checkpoint directories (:data:`SHARED_PATH_FLAGS`); a line names each that is on each
+    node's own storage (:data:`NODE_LOCAL`, ``$TMPDIR``) or relative."""
     paths = {"the Python environment": sys.prefix} if activate else {}
     if os.path.basename(command[0]) == "distgnn-train":
         paths.update((flag, value) for flag in SHARED_PATH_FLAGS

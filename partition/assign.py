@@ -18,23 +18,10 @@ it and each partition's edge load.  Edge ``(u, v)`` goes to the least-loaded par
 Only the last case creates a clone, so the stream order decides the replication.  The
 default order, ``"degree"``, streams the rows in increasing degree, each row's edges
 together: a low-degree vertex is placed whole with its neighbourhood before the hubs
-arrive, and the hubs, streamed last, are the ones replicated.  Replication factor at
-P = 2 / 4 / 8 / 16, against DGL 2.1's own Libra (``experiments/dgl_libra.py``: the CSR
-entries streamed in order, one at a time):
-
-=================  ===============================  ===============================
-graph              "degree" (default)               DGL Libra
-=================  ===============================  ===============================
-tolokers           1.424 / 2.035 / 2.830 / 3.808    1.491 / 2.220 / 3.191 / 4.296
-squirrel_filtered  1.390 / 1.901 / 2.521 / 3.269    1.395 / 1.954 / 2.487 / 3.077
-R-MAT 2^20 x 16    1.119 / 1.284 / 1.505 / 1.785    1.142 / 1.337 / 1.598 / 1.939
-=================  ===============================  ===============================
-
-``"random"`` gives about DGL's figures with its edges permuted (2.25 on tolokers at
-P = 4, 1.95 on R-MAT at P = 16), ``"given"`` DGL's own up to tie-breaking.  In the degree
-order, R-MAT 2^20 x 16 at P = 16 takes 110 to 130 ns per CSR entry on one thread, of which
-the stream itself is about 45; the reverse positions, the order and the scatter of the
-results are the rest.
+arrive, and the hubs, streamed last, are the ones replicated; it replicates less than
+DGL 2.1's own Libra (which streams the CSR entries in order, one at a time) on the graphs
+measured in ``docs/results/partitioners.md``.  ``"random"`` gives about DGL's figures with
+its edges permuted, ``"given"`` DGL's own up to tie-breaking.
 
 **HDRF** (Petroni et al. 2015) scores every partition ``p`` for edge ``(u, v)`` with the
 *partial* degrees ``d`` (edges of each vertex streamed so far) and
@@ -45,10 +32,9 @@ results are the rest.
 
 and takes the best, so an edge joins the partitions of its endpoints, preferring to
 replicate the endpoint of higher degree.  ``lambda`` (:data:`HDRF_LAMBDA`, tuned on
-squirrel_filtered at P = 8: replication 2.860 / 2.838 / 2.827 / 2.830 / 3.065 at
-0.1 / 0.5 / 1 / 1.5 / 2) weighs the balance; besides, a partition whose load would pass
-:data:`HDRF_CAP` times its share of the load streamed so far is not a candidate unless it
-is among the least loaded.  Its default order is ``"random"``: in the degree order the
+squirrel_filtered: ``docs/results/partitioners.md``) weighs the balance; besides, a
+partition whose load would pass :data:`HDRF_CAP` times its share of the load streamed so
+far is not a candidate unless it is among the least loaded.  Its default order is ``"random"``: in the degree order the
 partial degrees mislead it.
 
 With per-partition *weights* (relative capacities: a rank with weight 2 should hold twice
@@ -84,7 +70,7 @@ from distgnn.kernels import prefetch
 # a random stream order makes both bitset reads cache misses: hint them this far ahead
 PREFETCH_DISTANCE = 32
 STREAM_CHUNK = 1 << 22  # edges per Numba call, so a progress bar can advance between calls
-HDRF_LAMBDA = 1.0  # balance weight; see the module docstring for the tuning
+HDRF_LAMBDA = 1.0  # balance weight, tuned on squirrel_filtered (docs/results/partitioners.md)
 HDRF_CAP = 1.05  # no partition passes this many times its share of the streamed load
 MAX_SEED = 2**63 - 1
 
@@ -137,8 +123,9 @@ def _candidates(member, a, b, mode, w, num_parts):
 
 @numba.njit(cache=True)
 def _least_loaded(key, member, a, b, mode, state):
-    """``(p, state)``: the partition of least ``key[p]`` among :func:`_candidates`, ties
-    uniformly at random; ``p = -1`` if there is none.
+    """``(p, state)``: the partition of least ``key[p]`` among :func:`_candidates`.
+
+    Ties are broken uniformly at random; ``p = -1`` if there is no candidate.
 
     ``key`` is the int64 load itself when unweighted, else the float64 ``load / weight``
     (scaled), which equals the load exactly when the weights are equal.  The set bits are
@@ -227,14 +214,15 @@ def _hdrf_choice(member, key, scale, partial, u, v, units, cap, lam, state):
 @numba.njit(cache=True)
 def _stream(src, dst, paired, hdrf, degree, partial, member, load, key, scale, cap, lam,
             part, rng):
-    """``part[k]`` for the streamed edges ``(src[k], dst[k])`` through Libra or (``hdrf``)
-    HDRF; updates ``member``, ``load`` and ``key = load * scale`` (int64 with ``scale`` all
-    ones when unweighted, so the comparisons are integer ones; float64
-    ``max(weight) / weight`` when weighted).  With ``paired`` an item stands for an entry
-    and its reverse: load 2 (1 for a self-loop).  HDRF also updates the partial degrees
-    ``partial`` and ``cap[0]``, the key no partition may pass, by ``cap[1]`` per streamed
-    load unit.  ``rng[0]`` is the tie-breaking state, carried from one call to the next.
-    Returns the number of CSR entries assigned.
+    """Assign the streamed edges ``(src[k], dst[k])`` their partitions ``part[k]``.
+
+    Each is chosen through Libra or (``hdrf``) HDRF; updates ``member``, ``load`` and
+    ``key = load * scale`` (int64 with ``scale`` all ones when unweighted, so the comparisons
+    are integer ones; float64 ``max(weight) / weight`` when weighted).  With ``paired`` an
+    item stands for an entry and its reverse: load 2 (1 for a self-loop).  HDRF also updates
+    the partial degrees ``partial`` and ``cap[0]``, the key no partition may pass, by
+    ``cap[1]`` per streamed load unit.  ``rng[0]`` is the tie-breaking state, carried from
+    one call to the next.  Returns the number of CSR entries assigned.
     """
     state = rng[0]
     assigned = 0
@@ -323,8 +311,10 @@ def _fill_membership(src, dst, part, member, threads):
 
 @numba.njit(cache=True)
 def _reverse_positions(indptr, indices):
-    """``(ok, rev)``: for a symmetric CSR with sorted rows, ``rev[e]`` = position of the
-    reverse of entry ``e``; ``ok`` is False if some entry has no reverse.
+    """``(ok, rev)``: each entry's reverse position in a symmetric CSR with sorted rows.
+
+    ``rev[e]`` is the position of the reverse of entry ``e``; ``ok`` is False if some entry
+    has no reverse.
 
     Rows are visited in order; row ``u``'s entries ``(u, v < u)`` are met in increasing
     ``v``, so a cursor per row finds each reverse in O(1).  When row ``v`` is reached, its
@@ -471,10 +461,12 @@ def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
 
 
 class GreedyStream:
-    """The state of a Libra or HDRF stream, which is per vertex and per partition only: the
-    membership bitsets ``member`` ``uint64 [N, ceil(P / 64)]``, the loads, HDRF's partial
-    degrees and the tie-breaking state.  :meth:`assign` streams the next edges, so a graph
-    can be streamed in pieces (:mod:`partition.stream`) with the choices of one pass.
+    """The state of a Libra or HDRF stream, which is per vertex and per partition only.
+
+    It holds the membership bitsets ``member`` ``uint64 [N, ceil(P / 64)]``, the loads,
+    HDRF's partial degrees and the tie-breaking state.  :meth:`assign` streams the next
+    edges, so a graph can be streamed in pieces (:mod:`partition.stream`) with the choices of
+    one pass.
 
     Args:
         method (str): ``"libra"`` or ``"hdrf"``.

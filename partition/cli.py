@@ -6,11 +6,11 @@
                       [--force]
                       [--weights W0,W1,...] [--order-vertices auto|given|degree|rcm]
                       [--symmetrize] [--split-file FILE]
+    distgnn-partition inspect DIR [--width D] [--hidden H] [--layers L] [--json FILE]
+    distgnn-partition verify DIR [--dataset SPEC]
 
 :func:`partition_dataset` is what it does once the dataset is loaded, for any
 :class:`~distgnn.data.graph.NodeDataset` (``partition.pyg.to_partitions`` calls it too).
-    distgnn-partition inspect DIR [--width D] [--hidden H] [--layers L] [--json FILE]
-    distgnn-partition verify DIR [--dataset SPEC]
 """
 from __future__ import annotations
 
@@ -241,10 +241,12 @@ class Partitioned:
 
 def check_options(out, parts: int, seed: int, weights, force: bool, method: str = "libra",
                   order: str | None = None, keep_pairs: bool | None = None):
-    """The checks of the options of a cut that need no graph (run before a long load);
-    returns the checked ``weights`` (None: equal).  An option the ``method`` has no use for
-    is refused: random and dbh hash each edge, so they have no stream ``order``, and they
-    place both directions of an edge alike (``keep_pairs`` cannot change that)."""
+    """Check the options of a cut that need no graph; returns the checked ``weights``.
+
+    These checks run before a long load; the ``weights`` returned are None for equal ones.
+    An option the ``method`` has no use for is refused: random and dbh hash each edge, so
+    they have no stream ``order``, and they place both directions of an edge alike
+    (``keep_pairs`` cannot change that)."""
     if parts < 1:  # vertex_cut checks P > E
         raise PartitionError(f"--parts must be at least 1, got {parts}")
     check_seed(seed)
@@ -267,11 +269,12 @@ def partition_dataset(data, out, parts: int, *, method: str = "libra", seed: int
                       order_vertices: str = "auto", force: bool = False,
                       progress: bool = False, width: int = 128, hidden: int = 256,
                       layers: int = 2, ranks_per_node: int = 1) -> Partitioned:
-    """Vertex-cut of the NodeDataset ``data`` into ``parts`` partitions, written to the
-    partition directory ``out`` (what ``distgnn-partition`` does after loading; the keywords
-    are its flags).  ``progress`` shows bars on a terminal for large graphs; ``width``,
-    ``hidden`` and ``layers`` size the predicted exchange volume and memory of ``stats``,
-    ``ranks_per_node`` its node links."""
+    """Vertex-cut of the NodeDataset ``data`` into ``parts`` partitions, written to ``out``.
+
+    ``out`` is the partition directory; this is what ``distgnn-partition`` does after
+    loading (the keywords are its flags).  ``progress`` shows bars on a terminal for large
+    graphs; ``width``, ``hidden`` and ``layers`` size the predicted exchange volume and memory
+    of ``stats``, ``ranks_per_node`` its node links."""
     weights = check_options(out, parts, seed, weights, force, method, order, keep_pairs)
     shares = None if weights is None else requested_shares(weights)
     started = time.perf_counter()

@@ -36,10 +36,12 @@ from partition.assign import _has, membership
 
 @numba.njit(cache=True)
 def _place_isolated(member, capacity):
-    """Give every vertex without edges a bit in the partition with the fewest vertices so
-    far for its ``capacity`` (float ``[P]``: the partitions' weights; a vertex without edges
-    still costs its rank the dense work of a vertex, so a rank of a tenth of the weight
-    takes about a tenth of them)."""
+    """Place every vertex without edges on the partition with the fewest for its capacity.
+
+    Each such vertex gets a bit in the partition with the fewest vertices so far for its
+    ``capacity`` (float ``[P]``: the partitions' weights; a vertex without edges still costs
+    its rank the dense work of a vertex, so a rank of a tenth of the weight takes about a
+    tenth of them)."""
     num_parts = len(capacity)
     count = np.zeros(num_parts, np.float64)
     for v in range(member.shape[0]):
@@ -177,12 +179,13 @@ def build_layout(indptr: np.ndarray, indices: np.ndarray, part: np.ndarray, num_
 def layout_from_membership(member: np.ndarray, edge_counts: np.ndarray, roots: str = "balanced",
                            seed: int = 0, part: np.ndarray | None = None,
                            weights=None) -> Layout:
-    """The :class:`Layout` of a cut given by its membership bitsets (``uint64 [N, words]``,
-    bit ``p`` of row ``v``: partition ``p`` holds an edge of ``v``; isolated vertices are
-    placed into it here, in proportion to ``weights``, the partitions' relative capacities,
-    default equal) and its edges per partition; ``part``, the partition of each CSR entry,
-    where the caller holds it (``None`` when the edges were written out as they were
-    assigned, :mod:`partition.stream`)."""
+    """The :class:`Layout` of a cut given by its membership bitsets and edges per partition.
+
+    The bitsets are ``uint64 [N, words]``, bit ``p`` of row ``v``: partition ``p`` holds an
+    edge of ``v``; isolated vertices are placed into them here, in proportion to
+    ``weights``, the partitions' relative capacities, default equal.  ``part``, the
+    partition of each CSR entry, where the caller holds it (``None`` when the edges were
+    written out as they were assigned, :mod:`partition.stream`)."""
     if roots not in ROOTS:
         raise ValueError(f"roots must be one of {', '.join(ROOTS)}, got {roots!r}")
     n, num_parts = len(member), len(edge_counts)
@@ -231,11 +234,13 @@ class _LocalGraphs:
 
 def order_layout(layout: Layout, indptr: np.ndarray, indices: np.ndarray, method: str,
                  progress=None) -> dict:
-    """Renumber every partition's vertices in the locality order ``method`` of
-    :data:`distgnn.data.ordering.CHOICES`, computed on its local graph; returns what was done
-    (``vertex_order``, ``vertex_order_requested``, ``vertex_order_seconds`` and, for
-    ``auto``, ``vertex_order_trial``: SpMM seconds per order on the largest partition,
-    whose fastest order every partition then gets).  ``progress`` is called per partition.
+    """Renumber every partition's vertices in the locality order ``method``.
+
+    The order, one of :data:`distgnn.data.ordering.CHOICES`, is computed on each partition's
+    local graph; returns what was done (``vertex_order``, ``vertex_order_requested``,
+    ``vertex_order_seconds`` and, for ``auto``, ``vertex_order_trial``: SpMM seconds per
+    order on the largest partition, whose fastest order every partition then gets).
+    ``progress`` is called per partition.
     """
     if method not in CHOICES:
         raise ValueError(f"vertex order must be one of {', '.join(CHOICES)}, got {method!r}")
@@ -308,10 +313,11 @@ def partition_arrays(layout: Layout, indptr: np.ndarray, indices: np.ndarray, da
 
 def part_arrays(layout: Layout, p: int, graph: CSRGraph, dataset, in_degree: np.ndarray,
                 leaf_table: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every array partition ``p`` stores (see ``format.py``), from its local graph over
-    ``layout.vertices(p)``, the per-vertex ``x``, ``y`` and masks of ``dataset`` (arrays
-    or memory maps ``[N, ...]``: only the partition's rows are read), the whole graph's
-    ``in_degree`` ``[N]`` and its :func:`leaf_tables` entry."""
+    """Every array partition ``p`` stores (see ``format.py``).
+
+    Built from its local graph over ``layout.vertices(p)``, the per-vertex ``x``, ``y`` and
+    masks of ``dataset`` (arrays or memory maps ``[N, ...]``: only the partition's rows are
+    read), the whole graph's ``in_degree`` ``[N]`` and its :func:`leaf_tables` entry."""
     ids = layout.vertices(p)
     is_root = layout.root[ids] == p
     arrays = {

@@ -91,8 +91,10 @@ def clone_sets_of(root: np.ndarray, held: list[np.ndarray]) -> list[list[int]]:
 
 
 def node_rows(sets: list[list[int]], nodes: list[int], topology: str) -> dict[str, int]:
-    """Rows of one exact exchange for ranks on ``nodes`` ``[P]``, from the cut's clone sets
-    (:func:`partition.stats.clone_sets`), each node's link full duplex:
+    """Rows of one exact exchange for ranks on ``nodes`` ``[P]``.
+
+    Counted from the cut's clone sets (:func:`partition.stats.clone_sets`), each node's link
+    full duplex:
 
     - ``across``: the most rows one node sends or receives across its link in one alltoallv
       (up, leaves to roots, or down, the same rows back): ``flat``, one per clone off its

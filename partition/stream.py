@@ -76,8 +76,9 @@ TOKEN_BYTES = 8  # the folder's name ends in this many random bytes, in hex
 
 
 class Stopped(BaseException):
-    """SIGTERM or SIGINT received while :func:`partition_edge_file` ran: ``signum``.  A
-    ``BaseException``, as ``KeyboardInterrupt`` is, so that no ``except Exception`` on the
+    """SIGTERM or SIGINT received while :func:`partition_edge_file` ran: ``signum``.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is, so that no ``except Exception`` on the
     way stops it.  By the time it reaches the caller, the work folder and any partly written
     copy of the output are removed, and ``str()`` says so in one sentence."""
 
@@ -180,10 +181,11 @@ def stream_partition(edges: str | Path, num_nodes: int, num_parts: int, work: Pa
                      seed: int = 0, roots: str = "balanced",
                      log: Callable[[str], None] = print, progress=None
                      ) -> tuple[Layout, "_Spill", np.ndarray, bool]:
-    """Passes 1-3 of the module docstring for the edge file ``edges`` (``num_nodes``
-    vertices) into ``work``; returns the layout, the partitions' spill files, the
-    in-degrees and whether an edge repeats (a multigraph).  ``progress(n)`` is called with
-    the edges done in each pass."""
+    """Passes 1-3 of the module docstring for the edge file ``edges``, working in ``work``.
+
+    The file holds ``num_nodes`` vertices; returns the layout, the partitions' spill files,
+    the in-degrees and whether an edge repeats (a multigraph).  ``progress(n)`` is called
+    with the edges done in each pass."""
     total = edge_count(edges)
     degree = np.zeros(num_nodes, np.int64)
     in_degree = np.zeros(num_nodes, np.int64)
@@ -321,10 +323,12 @@ def _abandoned(folder: Path, token: str) -> bool:
 
 
 def remove_stale_work(out: Path) -> list[Path]:
-    """Remove the work folders beside ``out`` that runs for the same output left when they
-    were killed (SIGKILL, a crash, a power cut), and only what it can prove such a run wrote
-    (:func:`_abandoned`): a folder made by hand, one of a run still running or of another
-    host, and anything else are left alone.  Returns what was removed."""
+    """Remove the work folders beside ``out`` that killed runs for the same output left.
+
+    Those runs were killed outright (SIGKILL, a crash, a power cut); only what it can prove
+    such a run wrote is removed (:func:`_abandoned`): a folder made by hand, one of a run
+    still running or of another host, and anything else are left alone.  Returns what was
+    removed."""
     pattern = re.compile(rf"\.{re.escape(out.name)}\.stream-([0-9a-f]{{{2 * TOKEN_BYTES}}})")
     try:
         entries = list(out.absolute().parent.iterdir())
@@ -420,9 +424,11 @@ def _mapped(path: str | Path, what: str, ndim: int) -> np.ndarray:
 def partition_edge_file(edges: str | Path, data: VertexData, out: str | Path, parts: int, *,
                         seed: int = 0, roots: str = "balanced", force: bool = False,
                         log: Callable[[str], None] = print, progress=None) -> dict:
-    """Libra (``degree`` order) of the edge file ``edges`` with the vertices' ``data`` into
-    the partition directory ``out``, out of core (see the module docstring); returns the
-    meta written and ``seconds``, the time of the passes and of writing.
+    """Libra (``degree`` order) of the edge file ``edges`` into ``out``, out of core.
+
+    The edges, with the vertices' ``data``, go into the partition directory ``out`` (see the
+    module docstring); returns the meta written and ``seconds``, the time of the passes and
+    of writing.
 
     What earlier runs for ``out`` left when they were killed (work folders,
     :func:`remove_stale_work`; temporary and old copies of ``out``,

@@ -40,8 +40,10 @@ def time_plan(plan: SpMMPlan, indptr, indices, x, out, repeats: int = 1) -> floa
 def autotune_plan(indptr, indices, edge_weight, num_sources: int, width: int,
                   trial: bool | None = None, dtype=np.float32, x=None, out=None
                   ) -> tuple[SpMMPlan, dict[int, float]]:
-    """Best plan for ``width``-wide features of ``dtype`` (float32, or ``BF16`` bits), and
-    the trial times per hub-block size.
+    """``(plan, times)``: the best SpMM plan and the trial times per hub-block size.
+
+    The plan is the best for ``width``-wide features of ``dtype`` (float32, or ``BF16``
+    bits); ``times`` maps each hub-block size tried to its time (empty without a trial).
 
     The trial times the SpMM on ``x`` ``[num_sources, width]`` into ``out``
     ``[N_dst, width]`` (float32; float64 for float64 ``x``) where the caller passes them (its

@@ -144,12 +144,15 @@ def row_order(indptr: torch.Tensor) -> torch.Tensor:
 def spmm(indptr: torch.Tensor, indices: torch.Tensor, order: torch.Tensor,
          x: torch.Tensor | None, values: torch.Tensor | None = None, heads: int = 1,
          out_dtype: torch.dtype | None = None, row_max: bool = False) -> torch.Tensor:
-    """``y`` ``[N, d]`` of the module docstring for the CSR ``(indptr [N + 1], indices [E])``
-    with rows started in ``order`` (:func:`row_order`): ``values`` ``None``, ``[E]`` or
-    ``[E, heads]``; ``x`` ``[N_src, d]`` (``d`` a multiple of ``heads``), or ``None`` for the
-    row sums of ``values`` ``[E, heads]`` (``y`` ``[N, heads]``; with ``row_max``, the row
-    maxima, ``-inf`` on empty rows).  ``y`` is of ``out_dtype`` (default: ``x``'s, or
-    ``values``' without ``x``)."""
+    """``y`` ``[N, d]``, the module docstring's SpMM of ``x`` (or row sums of ``values``).
+
+    The CSR is ``(indptr [N + 1], indices [E])`` with rows started in ``order``
+    (:func:`row_order`): ``values`` ``None``, ``[E]`` or ``[E, heads]``; ``x`` ``[N_src, d]``
+    (``d`` a multiple of ``heads``), or ``None`` for the row sums of ``values``
+    ``[E, heads]`` (``y`` ``[N, heads]``; with ``row_max``, the row maxima, ``-inf`` on
+    empty rows).  ``y`` is of ``out_dtype`` (default: ``x``'s, or ``values``' without
+    ``x``).
+    """
     n = len(indptr) - 1
     width = heads if x is None else x.shape[1]
     dtype = out_dtype or (values.dtype if x is None else x.dtype)

@@ -1,9 +1,9 @@
-r"""Block-scaled integers for the split-vertex wire (:mod:`distgnn.exchange.wire`): one pass
-per row, rows in parallel.
+r"""Block-scaled integers for the split-vertex wire (:mod:`distgnn.exchange.wire`).
 
-A row of ``d`` values is cut into blocks of ``BLOCK`` = 32 columns; block ``B`` gets the
-least power of two ``s_B = 2^k`` with ``max_B |x| / s_B <= q_max = 2^(b-1) - 1`` and every
-value becomes ``q = clamp(round(x / s_B), -q_max, q_max)``, rounded to nearest, ties to even.
+Encoding and decoding take one pass per row, rows in parallel.  A row of ``d`` values is
+cut into blocks of ``BLOCK`` = 32 columns; block ``B`` gets the least power of two
+``s_B = 2^k`` with ``max_B |x| / s_B <= q_max = 2^(b-1) - 1`` and every value becomes
+``q = clamp(round(x / s_B), -q_max, q_max)``, rounded to nearest, ties to even.
 The row is stored as ``ceil(d / 32)`` exponent bytes (``k + 127``, ``k`` clamped to
 ``[-126, 127]``; 0 marks an all-zero block) and then the codes ``q + 2^(b-1)``, ``8 / b`` to a
 byte, lowest bits first.  Dividing by a power of two is exact, so ``q s_B`` is exactly what

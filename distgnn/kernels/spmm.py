@@ -49,14 +49,11 @@ EDGE_BLOCK_BYTES = 16 << 10
 
 
 def prefetch_distance(width: int, itemsize: int = 4, rows: int | None = None) -> int:
-    """Edges to prefetch ahead: about ``PREFETCH_BYTES`` of rows in flight, 4 to 64 rows;
-    none when ``rows`` such rows fit in half the last-level cache.
+    """Edges to prefetch ahead: about ``PREFETCH_BYTES`` of rows in flight, 4 to 64 rows.
 
-    Measured on R-MAT 2^20 x 16, 2 threads, aligned float32 rows (distance: seconds):
-    d = 16 0: 0.42, 8: 0.24, 32: 0.22; d = 64 0: 0.71, 4: 0.46, 16: 0.34; d = 128 0: 1.13,
-    4: 0.56, 16: 0.68; with register panels, in degree order, d = 16 16: 0.116, 32: 0.101,
-    64: 0.084, 128: 0.084; d = 64 16: 0.31, 32: 0.31, 64: 0.37.  On tolokers (11,758 rows,
-    in cache) the hints only cost: d = 16 0: 0.9 ms, 32: 1.6 ms; d = 128 0: 5.6 ms, 8: 6.4 ms.
+    None (0) when ``rows`` such rows fit in half the last-level cache, where the hints only
+    cost; the measurements behind both choices are in
+    ``docs/results/spmm-prefetch-distance.md``.
     """
     if rows is not None and rows * width * itemsize <= last_level_cache() // 2:
         return 0
@@ -113,10 +110,13 @@ def prefetch(typingctx, arr, row, col):
 @numba.njit(fastmath=True, cache=True, nogil=True, inline="always")
 def _panel(indices, weight, x, out, v, start, end, col, n, lanes, keep, factor, distance,
            line, lines):
-    """``out[v, col:col + n] = factor * (out[v, col:col + n] if keep else 0
+    """Sum the edges ``start:end`` of row ``v`` into ``out[v, col:col + n]``, one panel.
+
+    ``out[v, col:col + n] = factor * (out[v, col:col + n] if keep else 0
     + sum_{start <= e < end} w_e x[u_e, col:col + n])`` in one register panel of ``lanes``
     (a compile-time constant), prefetching the panel's ``lines`` cache lines (of ``line``
-    elements) of the source ``distance`` edges ahead."""
+    elements) of the source ``distance`` edges ahead.
+    """
     acc = load(out, v, col, n, lanes) if keep else zeros(out, lanes)
     weighted = len(weight) > 0
     for e in range(start, end):

@@ -1,8 +1,8 @@
-"""What layers aggregate through: the autograd function over any aggregation backend
-(:mod:`distgnn.nn.backends`) and the :class:`Neighbourhood` a layer holds.
+"""What layers aggregate through: the SpMM autograd function and the :class:`Neighbourhood`.
 
-:class:`SpMM` is the one autograd function that calls a backend's ``spmm`` forward and
-``spmm_backward`` backward.  A distributed run wraps the same ``Neighbourhood`` around a
+:class:`SpMM` is the one autograd function that calls an aggregation backend's
+(:mod:`distgnn.nn.backends`) ``spmm`` forward and ``spmm_backward`` backward; a layer holds
+a :class:`Neighbourhood`.  A distributed run wraps the same ``Neighbourhood`` around a
 partition and adds the split-vertex exchange (:mod:`distgnn.exchange`) to every sum; a
 whole graph (or a partition under 0c) combines through :class:`NoExchange`, which does
 nothing.
@@ -42,10 +42,10 @@ class SpMM(torch.autograd.Function):
 
 
 class NoExchange:
-    """The exchange of a graph whose aggregates are complete where they are computed: a
-    whole graph in one process, or partitions under 0c (each rank keeps its partial sums).
+    """The exchange of a graph whose aggregates are complete where they are computed.
 
-    It has the members of :class:`distgnn.exchange.Exchange` that a neighbourhood and a
+    That is a whole graph in one process, or partitions under 0c (each rank keeps its partial
+    sums).  It has the members of :class:`distgnn.exchange.Exchange` that a neighbourhood and a
     run read, each doing nothing: ``exchange(y, key, epoch, training)``, :meth:`exact`
     and :meth:`extreme` return ``y``; nothing is sent (``total_bytes_sent`` and
     ``exact_bytes`` stay 0); no state is kept.  ``combines_clones`` is ``False``: layers may
@@ -92,8 +92,9 @@ class NoExchange:
 
 
 class Neighbourhood:
-    """The graph a model is called with (``model(g, x)``, ``conv(g, h)``): reductions over
-    in-neighbours, in-degrees, and the epoch the layers run in.
+    """The graph a model is called with (``model(g, x)``, ``conv(g, h)``).
+
+    It holds reductions over in-neighbours, in-degrees, and the epoch the layers run in.
 
     Args:
         graph (CSRGraph): adjacency, rows = destinations.
@@ -139,24 +140,28 @@ class Neighbourhood:
         self.users: dict[tuple[str, int], tuple[int, object]] = {}
 
     def set_epoch(self, epoch: int, training: bool = True) -> None:
-        """What every layer and dropout of the next forward pass runs in: epoch ``epoch``
-        (an integer >= 0: it keys the dropout masks and cd-r's schedule), training or not
-        (evaluation exchanges exactly and drops nothing).  Starts a new forward pass: the keys
-        used so far (see :meth:`claim`) are free again."""
+        """Set the epoch and mode of every layer and dropout in the next forward pass.
+
+        Epoch ``epoch`` (an integer >= 0: it keys the dropout masks and cd-r's schedule),
+        training or not (evaluation exchanges exactly and drops nothing).  Starts a new
+        forward pass: the keys used so far (see :meth:`claim`) are free again.
+        """
         self.epoch, self.training = check_count(epoch, "epoch"), bool(training)
         self.users.clear()
 
     def claim(self, kind: str, module, key: int | None) -> int:
-        """The key ``module`` (a layer, ``kind="layer"``, or a dropout) runs under now: the
-        explicit ``key``, else the one its model gave it (:func:`distgnn.nn.prepare.assign_keys`).
+        """The key ``module`` runs under now, in O(1).
+
+        ``module`` is a layer (``kind="layer"``) or a dropout; its key is the explicit ``key``,
+        else the one its model gave it (:func:`distgnn.nn.prepare.assign_keys`).
 
         While training, a key is one module's per pass (:meth:`set_epoch` starts one): two
         modules on one key, or one module called twice in a pass (a layer reused with
-        shared weights), would share
-        an exchange's state (cd-r's delayed partials, a bf16 wire's error feedback) or a
-        dropout mask, so that is refused; an explicit ``key`` gives the second call its
-        own.  The same module again inside the backward pass (activation checkpointing
-        runs it again there) is allowed.  O(1)."""
+        shared weights), would share an exchange's state (cd-r's delayed partials, a bf16 wire's
+        error feedback) or a dropout mask, so that is refused; an explicit ``key`` gives the
+        second call its own.  The same module again inside the backward pass (activation
+        checkpointing runs it again there) is allowed.
+        """
         if key is None:
             key = getattr(module, "key", None)
         else:
@@ -184,11 +189,13 @@ class Neighbourhood:
 
     def enter(self, layer, weight: torch.Tensor, key: int | None = None,
               **inputs: torch.Tensor | None) -> "Neighbourhood":
-        """What every layer of :mod:`distgnn.nn` calls first, with its input weight
-        ``[d_out, d_in]``: each of ``inputs`` (``None``: absent) must be ``[N, d_in]`` of the
-        weight's dtype.  Returns the view the layer aggregates through: its exchange key
-        (:meth:`claim`; on a whole graph, where nothing is exchanged, an unkeyed layer runs
-        under key 0)."""
+        """The view a layer aggregates through, carrying the layer's exchange key.
+
+        Every layer of :mod:`distgnn.nn` calls it first, with its input weight ``[d_out, d_in]``:
+        each of ``inputs`` (``None``: absent) must be ``[N, d_in]`` of the weight's dtype.  The
+        key is :meth:`claim`'s (on a whole graph, where nothing is exchanged, an unkeyed layer
+        runs under key 0).
+        """
         for name, h in inputs.items():
             if h is not None:
                 check_tensor(f"{type(layer).__name__} input {name}", h,
@@ -209,11 +216,14 @@ class Neighbourhood:
 
     def combine(self, y: torch.Tensor, reduce: str = "sum", exact: bool = False,
                 empty_rows: bool = True) -> torch.Tensor:
-        """Partial per-vertex results ``y`` ``[N, d]`` (over this rank's in-edges) combined over
-        every clone of each vertex: summed (through cd-0 or cd-r as configured; always cd-0
-        when ``exact``) or, for ``max``/``min``, the extreme (cd-0; with ``empty_rows``, rows
-        without local in-edges take no part, and rows without any stay 0).  The identity on
-        a whole graph or under 0c (:class:`NoExchange`)."""
+        """Partial per-vertex results ``y`` ``[N, d]`` combined over each vertex's clones.
+
+        ``y`` holds results over this rank's in-edges, which are combined over every clone of
+        each vertex: summed (through cd-0 or cd-r as configured; always cd-0 when ``exact``) or,
+        for ``max``/``min``, the extreme (cd-0; with ``empty_rows``, rows without local in-edges
+        take no part, and rows without any stay 0).  The identity on a whole graph or under 0c
+        (:class:`NoExchange`).
+        """
         check_tensor("y", y, (self.num_nodes, None))
         if reduce != "sum":
             key = ("local_empty", empty_rows)
@@ -265,10 +275,12 @@ class Neighbourhood:
         return self.placed("global_ids", (self.global_ids,), device)[0]
 
     def edge_keys(self, device=None):
-        """int64 ``[E]`` and ``[N]``: a key per edge (in CSR order) and per self-loop from
-        the global ids of both ends, ``(g_u << 32) | g_v``, so a partition keys each edge as
-        the whole graph does (edge dropout draws the same masks); :meth:`placed` on
-        ``device``."""
+        """int64 ``[E]`` and ``[N]``: a key per edge (in CSR order) and per self-loop.
+
+        The keys come from the global ids of both ends, ``(g_u << 32) | g_v``, so a partition
+        keys each edge as the whole graph does (edge dropout draws the same masks); :meth:`placed`
+        on ``device``.
+        """
         if "edge_keys" not in self.graph.cache:
             src, dst = self.graph.edges()
             g = self.global_ids
@@ -277,11 +289,12 @@ class Neighbourhood:
 
     def attend(self, loop: torch.Tensor, s: torch.Tensor, t: torch.Tensor, z: torch.Tensor,
                slope: float, p: float, key: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """GAT's softmax over in-edges and aggregation through the backend
-        (:meth:`~distgnn.nn.backends.KernelBackend.attend`): for loop logits ``loop``, source and
-        destination scores ``s``, ``t`` ``[N, H]`` and ``z`` ``[N, H, C]``, returns
+        """GAT's softmax over in-edges and aggregation through the backend.
+
+        Runs :meth:`~distgnn.nn.backends.KernelBackend.attend`: for loop logits ``loop``, source
+        and destination scores ``s``, ``t`` ``[N, H]`` and ``z`` ``[N, H, C]``, returns
         ``sum_{e=(u,v)} alpha_e k_e z_u`` over all clones (:meth:`combine`; ``k``: dropout
-        ``p`` keyed by ``key`` and the edge keys) and the undropped loop coefficients
-        ``[N, H]``."""
+        ``p`` keyed by ``key`` and the edge keys) and the undropped loop coefficients ``[N, H]``.
+        """
         y, loop_alpha = self.backend.attend(self, loop, s, t, z, slope, p, key)
         return self.combine(y).view_as(z), loop_alpha

@@ -91,11 +91,13 @@ class KernelBackend(Protocol):
 
 def check_tensor(name: str, x, shape: tuple, dtypes: tuple | None = None,
                  device: str | None = None) -> None:
-    """Refuse, in one line naming what was expected and what was given, an ``x`` that is
-    not a floating-point tensor of ``shape`` (``None``: any size in that dimension) and, when
-    given, of one of ``dtypes`` and on a ``device`` of that type.  The kernels index rows by
-    vertex id without bounds checks, so every public entry point calls this first; O(1), no
-    element is read."""
+    """Refuse an ``x`` of the wrong type, shape, dtype or device, in one line.
+
+    The line names what was expected and what was given: ``x`` must be a floating-point
+    tensor of ``shape`` (``None``: any size in that dimension) and, when given, of one of
+    ``dtypes`` and on a ``device`` of that type.  The kernels index rows by vertex id without
+    bounds checks, so every public entry point calls this first; O(1), no element is read.
+    """
     if not isinstance(x, torch.Tensor):
         raise GraphError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.ndim != len(shape) or any(e is not None and n != e for n, e in zip(x.shape, shape)):
@@ -112,10 +114,13 @@ def check_tensor(name: str, x, shape: tuple, dtypes: tuple | None = None,
 
 def check_operand(graph: CSRGraph, x: torch.Tensor, reduce: str, name: str = "x",
                   dtypes: tuple | None = None, device: str | None = None) -> None:
-    """What every backend checks before its kernels: ``x`` is ``[N, d]`` for the graph's
-    ``N`` vertices (:func:`check_tensor`), ``reduce`` is one of ``REDUCES``, and the graph's
-    arrays still agree in length (``indptr`` ``[N + 1]`` ending at ``E``, ``edge_weight``
-    ``[E]``; their values were checked when the graph was built).  O(1)."""
+    """What every backend checks before its kernels, in O(1).
+
+    ``x`` is ``[N, d]`` for the graph's ``N`` vertices (:func:`check_tensor`), ``reduce`` is
+    one of ``REDUCES``, and the graph's arrays still agree in length (``indptr`` ``[N + 1]``
+    ending at ``E``, ``edge_weight`` ``[E]``; their values were checked when the graph was
+    built).
+    """
     check_tensor(name, x, (graph.num_nodes, None), dtypes, device)
     if reduce not in REDUCES:
         raise GraphError(f"reduce must be one of {', '.join(REDUCES)}, got {reduce!r}")
@@ -266,22 +271,27 @@ class TorchSparseBackend:
 
 
 class TritonBackend(TorchSparseBackend):
-    """Deterministic Triton kernels on CUDA tensors (:mod:`distgnn.kernels.gpu`): the sum and
-    mean aggregations and their backward (on the transposed CSR) as row-parallel SpMM, GAT's
-    softmax and aggregation without an ``[E, H, C]`` tensor (:class:`TritonSoftmaxAggregate`),
-    both formed in the same order every run, so that a GPU run repeats bit for bit.  Max and
-    min are the torch backend's (scatter operations).  The default on GPU ranks where Triton
-    is installed (it comes with CUDA builds of PyTorch).  ``aggregation_precision`` as in
-    the module docstring: under bf16 the kernels gather bf16 rows (half the bytes)."""
+    """Deterministic Triton kernels on CUDA tensors (:mod:`distgnn.kernels.gpu`).
+
+    The sum and mean aggregations and their backward (on the transposed CSR) run as
+    row-parallel SpMM, and GAT's softmax and aggregation without an ``[E, H, C]`` tensor
+    (:class:`TritonSoftmaxAggregate`), both formed in the same order every run, so that a GPU
+    run repeats bit for bit.  Max and min are the torch backend's (scatter operations).  The
+    default on GPU ranks where Triton is installed (it comes with CUDA builds of PyTorch).
+    ``aggregation_precision`` as in the module docstring: under bf16 the kernels gather bf16
+    rows (half the bytes).
+    """
 
     name = "triton"
 
     def csr(self, graph: CSRGraph, device: torch.device) -> dict:
-        """The CSR and its transpose on ``device`` (``indptr``, ``indices``, ``order``: the
-        rows by decreasing degree, ``weight`` or ``None``; the same with ``_t`` by source),
-        ``rows`` (each edge's destination) and ``position`` (the edge of each transposed
-        entry), ``loops`` (which edges are stored self-loops, ``None`` if none is), made once
-        per device and kept in ``graph.cache``."""
+        """The CSR and its transpose on ``device``, made once per device and cached.
+
+        A dict of ``indptr``, ``indices``, ``order`` (the rows by decreasing degree), ``weight``
+        (or ``None``); the same with ``_t`` by source; ``rows`` (each edge's destination) and
+        ``position`` (the edge of each transposed entry); ``loops`` (which edges are stored
+        self-loops, ``None`` if none is), kept in ``graph.cache``.
+        """
         from ..kernels import gpu
 
         key = f"triton:{device}"
@@ -340,14 +350,16 @@ class TritonBackend(TorchSparseBackend):
 
 
 class TritonSoftmaxAggregate(torch.autograd.Function):
-    """GAT's edge softmax and aggregation (the mathematics of
-    :mod:`distgnn.kernels.attention`) on a GPU: per-edge ``[E, H]`` logits, coefficients and
-    their gradients in torch operations, every sum over a vertex's edges in
-    :func:`distgnn.kernels.gpu.spmm` (the per-head aggregation of ``z`` too) and the
+    """GAT's edge softmax and aggregation on a GPU, without any ``[E, H, C]`` tensor.
+
+    The mathematics are those of :mod:`distgnn.kernels.attention`: per-edge ``[E, H]``
+    logits, coefficients and their gradients in torch operations, every sum over a vertex's
+    edges in :func:`distgnn.kernels.gpu.spmm` (the per-head aggregation of ``z`` too) and the
     coefficients' gradient ``k_e <g_v, z_u>`` in :func:`~distgnn.kernels.gpu.sddmm_heads`:
     no ``[E, H, C]`` tensor is made, and no sum depends on the order of atomics.  Returns,
     as :class:`SoftmaxAggregate` does, this rank's partial ``y`` ``[N, H C]`` and the
-    self-loop coefficients ``[N, H]``."""
+    self-loop coefficients ``[N, H]``.
+    """
 
     @staticmethod
     def forward(ctx, loop, s, t, z, nbr, backend, slope, p, key):
@@ -426,10 +438,12 @@ class NumbaBackend:
         return x.detach().numpy()
 
     def plan(self, graph: CSRGraph, x: np.ndarray, out: np.ndarray, transposed: bool = False):
-        """The autotuned plan for features as wide as ``x`` and of its dtype (tuned once, on
-        ``x`` into ``out``, which the trial overwrites; then cached); without
-        ``kernel_trial``, the untimed plan (no hub blocking): the trial costs some 20 SpMMs,
-        which a single forward pass (inference) never wins back."""
+        """The autotuned SpMM plan for features as wide as ``x`` and of its dtype.
+
+        It is tuned once, on ``x`` into ``out``, which the trial overwrites, then cached.
+        Without ``kernel_trial``, the untimed plan (no hub blocking): the trial costs some 20
+        SpMMs, which a single forward pass (inference) never wins back.
+        """
         width = x.shape[1]
         key = ("numba-plan", transposed, width, x.dtype.itemsize)
         if key not in graph.cache:
@@ -501,12 +515,14 @@ class NumbaBackend:
 
 
 class SoftmaxAggregate(torch.autograd.Function):
-    """GAT's edge softmax and aggregation over a neighbourhood in Numba kernels
-    (:mod:`distgnn.kernels.attention`), with the clone exchanges between them: returns the
-    partial ``y`` ``[N, H C]`` over this rank's in-edges (the caller combines it like any
-    aggregate) and the self-loop coefficients ``[N, H]``; the gradients of the loop logits,
-    source and destination scores and ``z``.  The per-edge coefficients (and, with dropout,
-    the dropped ones) are the only ``[E, H]`` tensors kept for the backward pass."""
+    """GAT's edge softmax and aggregation over a neighbourhood in Numba kernels.
+
+    The kernels are :mod:`distgnn.kernels.attention`'s, with the clone exchanges between them:
+    returns the partial ``y`` ``[N, H C]`` over this rank's in-edges (the caller combines it
+    like any aggregate) and the self-loop coefficients ``[N, H]``; the gradients of the loop
+    logits, source and destination scores and ``z``.  The per-edge coefficients (and, with
+    dropout, the dropped ones) are the only ``[E, H]`` tensors kept for the backward pass.
+    """
 
     @staticmethod
     def forward(ctx, loop, s, t, z, nbr, slope, p, key):
@@ -558,10 +574,12 @@ BACKENDS = ("numba", "torch", "triton")
 
 def get_backend(name: str, aggregation_precision: str = "fp32", kernel_trial: bool = True
                 ) -> KernelBackend:
-    """Instantiate the aggregation backend called ``name`` (one of ``BACKENDS``), gathering
-    sum/mean operands in ``aggregation_precision`` (one of ``AGGREGATION_PRECISIONS``);
-    ``kernel_trial``: whether the Numba backend may time its SpMM plans
-    (:meth:`NumbaBackend.plan`)."""
+    """Instantiate the aggregation backend called ``name`` (one of ``BACKENDS``).
+
+    It gathers sum/mean operands in ``aggregation_precision`` (one of
+    ``AGGREGATION_PRECISIONS``); ``kernel_trial``: whether the Numba backend may time its SpMM
+    plans (:meth:`NumbaBackend.plan`).
+    """
     if name == "torch":
         return TorchSparseBackend(aggregation_precision)
     if name == "triton":

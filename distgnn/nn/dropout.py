@@ -44,10 +44,13 @@ def apply_dropout_mask(x: np.ndarray, global_ids: np.ndarray, p: float, key: int
 
 
 class VertexDropout(torch.autograd.Function):
-    """Forward and backward both multiply by the same mask, recomputed from the key each
+    """Keyed dropout as an autograd function: one mask, forward and backward.
+
+    Forward and backward both multiply by the same mask, recomputed from the key each
     time: by the Numba kernel on the CPU, by a Triton kernel on a GPU
     (:func:`distgnn.kernels.gpu.keyed_dropout`).  Without Triton, a GPU computes it with
-    torch operations and keeps it as a bool tensor for the backward pass."""
+    torch operations and keeps it as a bool tensor for the backward pass.
+    """
 
     @staticmethod
     def forward(ctx, h, ids, p, key):

@@ -13,8 +13,9 @@ from .graph_layer import GraphLayer, glorot
 
 
 class GATConv(GraphLayer):
-    r"""Graph attention layer (Velickovic et al., *Graph Attention Networks*, ICLR 2018),
-    multi-head, with self-loops, as PyG's ``GATConv``.
+    r"""Multi-head graph attention layer with self-loops, as PyG's ``GATConv``.
+
+    From Velickovic et al., *Graph Attention Networks* (ICLR 2018):
 
     .. math::
         \mathbf{z}_v = \mathbf{W} \mathbf{h}_v \in \mathbb{R}^{H \times C},\qquad

@@ -12,8 +12,9 @@ from .graph_layer import GraphLayer, glorot
 
 
 class GCN2Conv(GraphLayer):
-    r"""GCNII layer (Chen et al., *Simple and Deep Graph Convolutional Networks*, ICML 2020):
-    a GCN propagation with an initial residual and an identity mapping, as PyG's
+    r"""GCNII layer: GCN propagation with an initial residual and an identity mapping.
+
+    From Chen et al., *Simple and Deep Graph Convolutional Networks* (ICML 2020), as PyG's
     ``GCN2Conv`` with shared weights.
 
     .. math::

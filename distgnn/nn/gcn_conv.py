@@ -9,8 +9,10 @@ from .graph_layer import GraphLayer, aggregate_and_project, glorot
 
 
 class GCNConv(GraphLayer):
-    r"""Graph convolution (Kipf & Welling, *Semi-Supervised Classification with Graph
-    Convolutional Networks*, ICLR 2017).
+    r"""Graph convolution layer with symmetric normalisation and a self-loop.
+
+    From Kipf & Welling, *Semi-Supervised Classification with Graph Convolutional Networks*
+    (ICLR 2017).
 
     .. math::
         \mathbf{H}' = \hat{\mathbf{D}}^{-1/2} (\mathbf{A} + \mathbf{I})

@@ -34,8 +34,9 @@ class MLP(nn.Sequential):
 
 
 class GINConv(GraphLayer):
-    r"""Graph isomorphism layer (Xu et al., *How Powerful are Graph Neural Networks?*,
-    ICLR 2019), as PyG's ``GINConv``.
+    r"""Graph isomorphism layer, as PyG's ``GINConv``.
+
+    From Xu et al., *How Powerful are Graph Neural Networks?* (ICLR 2019).
 
     .. math::
         \mathbf{h}'_v = h_{\Theta}\Big((1 + \epsilon)\, \mathbf{h}_v +

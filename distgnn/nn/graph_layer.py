@@ -19,8 +19,9 @@ def glorot(layer: nn.Module) -> None:
 
 
 class GraphLayer(nn.Module):
-    """A layer that aggregates over the graph, hence exchanges on a partition: it holds the
-    ``key`` its exchange state is kept under (:func:`assign_keys`).
+    """A layer that aggregates over the graph, hence exchanges on a partition.
+
+    It holds the ``key`` its exchange state is kept under (:func:`assign_keys`).
 
     A layer of your own subclasses it and aggregates through the view ``enter`` returns::
 
@@ -35,10 +36,12 @@ class GraphLayer(nn.Module):
 def aggregate_and_project(conv, weight: torch.Tensor, bias: torch.Tensor | None,
                           g: Neighbourhood, h: torch.Tensor,
                           aggregated: torch.Tensor | None) -> torch.Tensor:
-    """``agg(h) W^T + b`` on the narrower side of ``conv.aggregate``: ``agg(h W^T) + b`` when
-    the layer projects first (equal for the linear aggregators), else one matrix product
-    with the bias added in it (a pass fewer over the output); ``aggregated``: ``agg(h)``,
-    known."""
+    """``agg(h) W^T + b``, computed on the narrower side of ``conv.aggregate``.
+
+    That is ``agg(h W^T) + b`` when the layer projects first (equal for the linear
+    aggregators), else one matrix product with the bias added in it (a pass fewer over the
+    output); ``aggregated``: ``agg(h)``, known.
+    """
     if aggregated is None and conv.project_first:
         out = conv.aggregate(g, F.linear(h, weight))
         return out if bias is None else out + bias
@@ -59,8 +62,9 @@ class _MaskReLU(torch.autograd.Function):
 
 
 def relu(x: torch.Tensor) -> torch.Tensor:
-    r"""``max(x, 0)`` whose backward pass keeps a bool mask of the positive elements (one
-    byte each) instead of the output (four):
+    r"""``max(x, 0)`` whose backward pass keeps a bool mask instead of the output.
+
+    The mask marks the positive elements (one byte each, where the output takes four):
 
     .. math::
         \frac{\partial L}{\partial x} = \frac{\partial L}{\partial y} \odot [y > 0]
@@ -69,7 +73,8 @@ def relu(x: torch.Tensor) -> torch.Tensor:
     is not kept by anything else (the next layer's dropout makes a new tensor from it), so
     this frees ``3 N d`` bytes of what the backward pass holds per hidden layer of width
     ``d`` -- on a 2-layer GraphSAGE of hidden 256 the backward pass's peak falls by about a
-    fifth.  Without autograd it is ``torch.relu``."""
+    fifth.  Without autograd it is ``torch.relu``.
+    """
     if not (torch.is_grad_enabled() and x.requires_grad):
         return torch.relu(x)
     return _MaskReLU.apply(x)

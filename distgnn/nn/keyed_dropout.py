@@ -11,17 +11,18 @@ from .dropout import check_dropout, vertex_dropout
 
 
 class KeyedDropout(nn.Module):
-    r"""Dropout whose masks every clone of a vertex draws alike: the mask of ``h`` ``[N, d]``
-    is a function of (seed, epoch, this module's key, global vertex id, column)
-    (:mod:`distgnn.nn.dropout`), so a partitioned run drops exactly what the whole graph drops
-    and trains the same model.  Use it where a PyG model uses ``F.dropout``, whose masks
-    differ from rank to rank (in a model trained on partitions, ``torch.nn.Dropout`` and
-    ``F.dropout`` are refused).
+    r"""Dropout whose masks every clone of a vertex draws alike.
+
+    The mask of ``h`` ``[N, d]`` is a function of (seed, epoch, this module's key, global
+    vertex id, column) (:mod:`distgnn.nn.dropout`), so a partitioned run drops exactly what
+    the whole graph drops and trains the same model.  Use it where a PyG model uses
+    ``F.dropout``, whose masks differ from rank to rank (in a model trained on partitions,
+    ``torch.nn.Dropout`` and ``F.dropout`` are refused).
 
     .. math::
-        \mathbf{h}'_{v,f} = rac{m_{v,f}}{1 - p}\, \mathbf{h}_{v,f},\qquad
-        m_{v,f} \sim \operatorname{Bernoulli}(1 - p) 	ext{ keyed by }
-        (	ext{seed}, 	ext{epoch}, 	ext{key}, v, f)
+        \mathbf{h}'_{v,f} = \frac{m_{v,f}}{1 - p}\, \mathbf{h}_{v,f},\qquad
+        m_{v,f} \sim \operatorname{Bernoulli}(1 - p) \text{ keyed by }
+        (\text{seed}, \text{epoch}, \text{key}, v, f)
 
     Active while ``g`` trains (:meth:`~distgnn.nn.aggregate.Neighbourhood.set_epoch`); the
     identity in evaluation.  The seed is the run's (``TrainConfig.seed``).

@@ -1,9 +1,12 @@
-"""The built-in models for full-batch node classification (``distgnn-train --model``):
+"""The built-in models for full-batch node classification (``distgnn-train --model``).
+
 :class:`GNN`, a stack of one kind of layer from :mod:`distgnn.nn` (GCN, GraphSAGE, GIN,
 GAT), and :class:`GCNII`, the deep residual network.  Both are called as ``model(g, x)``
-with the graph ``g`` (:class:`~distgnn.nn.aggregate.Neighbourhood`: the whole graph or a rank's
-partition) and written as a user's own model would be: layers of :mod:`distgnn.nn` called
-as ``conv(g, h)``, a :class:`~distgnn.nn.keyed_dropout.KeyedDropout` per place that drops."""
+with the graph ``g`` (:class:`~distgnn.nn.aggregate.Neighbourhood`: the whole graph or a
+rank's partition) and written as a user's own model would be: layers of :mod:`distgnn.nn`
+called as ``conv(g, h)``, a :class:`~distgnn.nn.keyed_dropout.KeyedDropout` per place that
+drops.
+"""
 from __future__ import annotations
 
 import copy
@@ -152,9 +155,10 @@ class GNN(nn.Module):
 
 
 class GCNII(nn.Module):
-    r"""GCNII (Chen et al., ICML 2020): a deep residual GCN of ``num_layers``
-    :class:`~distgnn.nn.gcn2_conv.GCN2Conv` layers between an input and an output projection,
-    as PyG's ``examples/gcn2_cora.py``.
+    r"""GCNII: a deep residual GCN of ``num_layers`` layers between two projections.
+
+    From Chen et al. (ICML 2020): ``num_layers`` :class:`~distgnn.nn.gcn2_conv.GCN2Conv`
+    layers between an input and an output projection, as PyG's ``examples/gcn2_cora.py``.
 
     .. math::
         \mathbf{H}^{(0)} = \operatorname{ReLU}(\mathbf{W}_{in}\,

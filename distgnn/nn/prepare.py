@@ -15,10 +15,12 @@ from .saved_activations import store_in_bf16
 
 
 def assign_keys(model: nn.Module) -> None:
-    """Number the graph layers and the :class:`KeyedDropout` modules of ``model`` by their
-    positions in ``model.modules()`` (layers and dropouts counted apart, each from 0): the
-    keys their exchange state and dropout masks are kept under, the same on every rank.
-    Idempotent; a module that appears twice in the model gets one key."""
+    """Number ``model``'s graph layers and :class:`KeyedDropout` modules (their keys).
+
+    They are numbered by their positions in ``model.modules()`` (layers and dropouts counted
+    apart, each from 0): the keys their exchange state and dropout masks are kept under, the
+    same on every rank.  Idempotent; a module that appears twice in the model gets one key.
+    """
     for kind in (GraphLayer, KeyedDropout):
         for key, module in enumerate(m for m in model.modules() if isinstance(m, kind)):
             module.key = key
@@ -53,11 +55,13 @@ class _FunctionalDropoutCheck(TorchFunctionMode):
 
 
 def prepare(model: nn.Module, g: Neighbourhood, bf16_activations: bool = False) -> None:
-    """Make ``model`` ready to train on ``g``: :func:`assign_keys`; with
-    ``bf16_activations``, what its training passes keep for the backward pass stored in
-    bf16 (:mod:`distgnn.nn.saved_activations`); and on a partition refuse torch's own dropout,
-    as a module at once and as a function (``F.dropout``) in the first training forward
-    pass, with one line naming it."""
+    """Make ``model`` ready to train on ``g``.
+
+    It runs :func:`assign_keys`; with ``bf16_activations``, stores what its training passes
+    keep for the backward pass in bf16 (:mod:`distgnn.nn.saved_activations`); and on a
+    partition refuses torch's own dropout, as a module at once and as a function
+    (``F.dropout``) in the first training forward pass, with one line naming it.
+    """
     assign_keys(model)
     if bf16_activations:
         store_in_bf16(model, lambda: g.training)

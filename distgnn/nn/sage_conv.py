@@ -14,8 +14,9 @@ LINEAR_AGGREGATORS = ("gcn", "mean", "sum")
 
 
 class SAGEConv(GraphLayer):
-    r"""GraphSAGE layer (Hamilton et al., *Inductive Representation Learning on Large
-    Graphs*, NeurIPS 2017), with DGL's ``gcn`` aggregator besides PyG's.
+    r"""GraphSAGE layer, with DGL's ``gcn`` aggregator besides PyG's.
+
+    From Hamilton et al., *Inductive Representation Learning on Large Graphs* (NeurIPS 2017).
 
     .. math::
         \text{gcn:}\quad \mathbf{h}'_v = \mathbf{W}\,

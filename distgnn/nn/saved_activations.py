@@ -31,10 +31,12 @@ def _storage_key(t: torch.Tensor) -> tuple:
 
 
 def saved_in_bf16(parameters: set[int], packed: dict):
-    """The ``saved_tensors_hooks`` context of the module docstring; ``parameters``: the
-    storage addresses of the tensors kept exact (the model's parameters); ``packed``: the
-    bf16 copies made so far in this pass, each as (weak reference to the tensor it was
-    made from, copy), to clear when the pass ends (autograd holds the copies)."""
+    """The ``saved_tensors_hooks`` context of the module docstring.
+
+    ``parameters``: the storage addresses of the tensors kept exact (the model's parameters);
+    ``packed``: the bf16 copies made so far in this pass, each as (weak reference to the
+    tensor it was made from, copy), to clear when the pass ends (autograd holds the copies).
+    """
 
     def pack(t: torch.Tensor):
         if (t.dtype != torch.float32 or t.numel() < MIN_ELEMENTS

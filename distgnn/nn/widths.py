@@ -21,11 +21,14 @@ def aggregation_widths(num_features: int, hidden: int, num_classes: int, layers:
 
 def exchange_widths(num_features: int, hidden: int, num_classes: int, layers: int,
                     precompute_first: bool = False, backward: bool = True) -> list[int]:
-    """Widths of the split-vertex exchanges of one training epoch: every layer's forward
-    aggregation, then (``backward``) the gradients', without the first layer's when it
-    aggregates the input features (``F <= hidden``: they need no gradient).  With the first
-    aggregation precomputed (``--precompute-first-aggregation``) neither pass exchanges at
-    the first layer: its one exchange, ``F`` wide, is made once before the first epoch."""
+    """Widths of the split-vertex exchanges of one training epoch.
+
+    The list holds every layer's forward aggregation, then (``backward``) the gradients',
+    without the first layer's when it aggregates the input features (``F <= hidden``: they
+    need no gradient).  With the first aggregation precomputed
+    (``--precompute-first-aggregation``) neither pass exchanges at the first layer: its one
+    exchange, ``F`` wide, is made once before the first epoch.
+    """
     forward = aggregation_widths(num_features, hidden, num_classes, layers)
     if precompute_first:
         forward = forward[1:]
