@@ -1,6 +1,8 @@
-r"""The Python entry points: :func:`train` a model in one call, or :func:`setup` the data
-and write the training loop yourself.  Both take the same ``source`` and run unchanged on
-one socket and under ``mpirun`` (one rank per partition).
+r"""The Python entry points: :func:`train` a model, or :func:`setup` a hand-written loop.
+
+:func:`train` trains a model in one call; :func:`setup` prepares the data, and the training
+loop is yours to write.  Both take the same ``source`` and run unchanged on one socket and
+under ``mpirun`` (one rank per partition).
 
 ``source`` is a dataset (a name such as ``"cora"``, a path to an ``.npz``, edge-list or OGB
 directory, or a :class:`~distgnn.data.graph.NodeDataset`: trained whole, in this process) or a
@@ -75,10 +77,12 @@ def _dataset(source: Source, cfg: TrainConfig) -> NodeDataset:
 
 def train(source: Source, config: Config = None, make_model: ModelFactory | None = None, *,
           log: Callable[[str], None] = print) -> TrainResult:
-    """Train ``config.model`` (or the model ``make_model(in_channels, num_classes)`` returns:
-    any ``torch.nn.Module`` called as ``model(g, x)``, returning logits ``[N, C]``) on
-    ``source`` (see the module docstring), checkpointing, evaluating and stopping as
-    ``config`` says (``None``: the defaults).  ``config`` may be a callable returning the
+    """Train a model on ``source`` as ``config`` says; returns the result on every rank.
+
+    The model is ``config.model`` (or the model ``make_model(in_channels, num_classes)``
+    returns: any ``torch.nn.Module`` called as ``model(g, x)``, returning logits ``[N, C]``);
+    ``source`` is as the module docstring says.  Checkpointing, evaluating and stopping are
+    as ``config`` says (``None``: the defaults).  ``config`` may be a callable returning the
     configuration: on partitions it is then made on every rank inside the set-up agreement.
 
     Returns the :class:`~distgnn.run.training.TrainResult` on every rank; ``log`` receives the
@@ -187,8 +191,9 @@ class Run:
 
 def setup(source: Source, config: Config = None, *, log: Callable[[str], None] = print
           ) -> Run:
-    """This rank's data and graph for a training loop written by hand (see :class:`Run`),
-    from ``source`` as :func:`train` takes it.  Seeds torch with ``config.seed`` last, so a
+    """This rank's data and graph for a training loop written by hand (see :class:`Run`).
+
+    ``source`` is as :func:`train` takes it.  Seeds torch with ``config.seed`` last, so a
     model built next starts from the same weights on one socket and on partitions.
     Collective under MPI."""
     check_source(source)

@@ -1,6 +1,8 @@
-"""Options declared once: a configuration dataclass's field carries its command-line flag and
-help (:func:`option`), and :func:`add_options` builds the flags of a parser from the
-dataclass, so the defaults, choices and help text of a flag live beside the field they set.
+"""Options declared once: a dataclass field carries its command-line flag and help.
+
+A configuration dataclass's field carries its command-line flag and help (:func:`option`),
+and :func:`add_options` builds the flags of a parser from the dataclass, so the defaults,
+choices and help text of a flag live beside the field they set.
 
 It imports nothing of the project: every part of the configuration (``distgnn.nn.config``,
 ``distgnn.exchange.config``, ...) declares its fields with it.
@@ -14,10 +16,11 @@ import dataclasses
 def option(default, help: str, *, flag: str | None = None, action=None, type=None,
            choices=None, metavar: str | None = None, nargs=None, const=None,
            exclusive: str | None = None):
-    """A dataclass field defaulting to ``default`` whose command-line flag (``flag``, else
-    ``--`` and the field's name with dashes) takes argparse's ``action``, ``type``,
-    ``choices``, ``metavar``, ``nargs`` and ``const``, documented by ``help``; fields
-    naming the same ``exclusive`` key are mutually exclusive flags."""
+    """A dataclass field defaulting to ``default`` that declares its command-line flag.
+
+    The flag (``flag``, else ``--`` and the field's name with dashes) takes argparse's
+    ``action``, ``type``, ``choices``, ``metavar``, ``nargs`` and ``const``, documented by
+    ``help``; fields naming the same ``exclusive`` key are mutually exclusive flags."""
     meta = {"help": help, "flag": flag, "action": action, "type": type, "choices": choices,
             "metavar": metavar, "nargs": nargs, "const": const, "exclusive": exclusive}
     return dataclasses.field(default=default, metadata=meta)

@@ -119,10 +119,11 @@ def placement(rank: int, device: str, backend: str, rank_devices: str | None = N
 
 @dataclasses.dataclass
 class ExecutionConfig:
-    """Where and how each rank computes: device and aggregation kernels (per rank where a
-    job mixes them), threads, floating-point type and the precision of aggregation, and
-    two trades of time for memory or start-up (recomputing activations, the kernels'
-    timed trial)."""
+    """Where and how each rank computes: device, kernels, threads, precision, two trades.
+
+    Device and aggregation kernels (per rank where a job mixes them), threads,
+    floating-point type and the precision of aggregation, and two trades of time for memory
+    or start-up (recomputing activations, the kernels' timed trial)."""
 
     device: str = option("auto", "where each rank computes: cpu, cuda (the local rank's "
                          "GPU) or auto (cuda when the rank sees a GPU)", choices=DEVICES)

@@ -1,5 +1,7 @@
-"""What every program (command line) of the project shares: one-line errors and exit
-statuses, the parser that gives them, help that states every default, the dataset flags.
+"""What every program (command line) of the project shares.
+
+One-line errors and exit statuses, the parser that gives them, help that states every
+default, the dataset flags.
 
 User errors (bad files, bad flags, mismatched checkpoints) end with one line on stderr,
 ``PROG: error: ...``, and exit status 2 (or the error's own); Ctrl-C anywhere ends with one
@@ -48,19 +50,23 @@ def fail(prog: str, message: str) -> int:
 
 
 def use_huge_pages() -> None:
-    """Have torch's CPU allocator back large tensors with transparent huge pages (it does
-    only when ``THP_MEM_ALLOC_ENABLE`` is set before its first allocation; full-batch epochs
-    run about 1.5x faster here).  A user's own setting, 0 included, wins.  Called by the
-    programs that train, not on import: a library does not change its caller's environment."""
+    """Have torch's CPU allocator back large tensors with transparent huge pages.
+
+    The allocator does so only when ``THP_MEM_ALLOC_ENABLE`` is set before its first
+    allocation (full-batch epochs run about 1.5x faster here).  A user's own setting, 0
+    included, wins.  Called by the programs that train, not on import: a library does not
+    change its caller's environment."""
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 
 def interruptible(prog: str):
-    """Decorate a command-line entry point so that Ctrl-C anywhere in it (parsing, imports,
-    loading) ends with one line and status 130 instead of a traceback.  Ctrl-C is recorded
-    as it arrives, because a C extension being imported (numba's) turns the interrupt into
-    an ``ImportError`` and other libraries may swallow it (training then stops before its
-    first epoch: :data:`distgnn.signals.EARLY_INTERRUPTS`)."""
+    """Decorate a command-line entry point so that Ctrl-C ends it cleanly.
+
+    Ctrl-C anywhere in it (parsing, imports, loading) ends with one line and status 130
+    instead of a traceback.  Ctrl-C is recorded as it arrives, because a C extension being
+    imported (numba's) turns the interrupt into an ``ImportError`` and other libraries may
+    swallow it (training then stops before its first epoch:
+    :data:`distgnn.signals.EARLY_INTERRUPTS`)."""
     def wrap(main):
         @functools.wraps(main)
         def entry(argv: list[str] | None = None) -> int:
@@ -175,10 +181,12 @@ def refuse_dataset_flags(args, *more: str) -> None:
 
 
 def check_outputs_spare_inputs(args, outputs: dict[str, str | None], **inputs) -> None:
-    """Refuse, before any data is read, an output (``{flag: path}``) that is a file the
-    command reads (``--dataset``, ``--partitions``, the dataset files' flags, and
-    ``inputs``: ``{name: path}``) or lies inside a directory it reads, and two outputs on
-    one path (:func:`distgnn.storage.check_distinct_outputs`)."""
+    """Refuse, before any data is read, an output on an input or on another output.
+
+    Refused: an output (``{flag: path}``) that is a file the command reads (``--dataset``,
+    ``--partitions``, the dataset files' flags, and ``inputs``: ``{name: path}``) or lies
+    inside a directory it reads, and two outputs on one path
+    (:func:`distgnn.storage.check_distinct_outputs`)."""
     from .storage import check_distinct_outputs
 
     read = {f"--{name.replace('_', '-')}": getattr(args, name, None)

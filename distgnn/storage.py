@@ -1,5 +1,7 @@
-"""Writing what a user keeps, without ever losing what was there: the one home of every
-durable writer (partitions, checkpoints, metrics, JSON results, charts, reports, scripts).
+"""Writing what a user keeps, without ever losing what was there.
+
+The one home of every durable writer (partitions, checkpoints, metrics, JSON results,
+charts, reports, scripts).
 
 The rules, in the order a writer applies them:
 
@@ -111,13 +113,15 @@ def check_output_dir(path: str | Path, flag: str) -> Path:
 # ---- 2. replace only our own -------------------------------------------------------------------
 def check_distinct_outputs(outputs: dict[str, str | Path | None],
                            inputs: dict[str, str | Path | None] | None = None) -> None:
-    """Refuse, before any work, two outputs of one run on the same path, and an output that
-    is one of the run's ``inputs`` or lies inside an input directory (``{flag: path}``;
-    ``None``: not given; an input that is not an existing path, a dataset name, is
-    skipped).  Paths are compared resolved (``res/./c.pt``, ``res/../res/c.pt`` and a
-    symbolic link to it are one file), so no output silently replaces another or what the
-    run reads.  An output inside another output directory is allowed (a run folder holding
-    the checkpoints and the metrics file)."""
+    """Refuse, before any work, two outputs on one path, or an output on or in an input.
+
+    Refused: two outputs of one run on the same path, and an output that is one of the
+    run's ``inputs`` or lies inside an input directory (``{flag: path}``; ``None``: not
+    given; an input that is not an existing path, a dataset name, is skipped).  Paths are
+    compared resolved (``res/./c.pt``, ``res/../res/c.pt`` and a symbolic link to it are one
+    file), so no output silently replaces another or what the run reads.  An output inside
+    another output directory is allowed (a run folder holding the checkpoints and the
+    metrics file)."""
     def resolved(paths: dict, existing: bool) -> list[tuple[str, Path]]:
         return [(flag, Path(os.path.realpath(path))) for flag, path in paths.items()
                 if path is not None and (not existing or Path(path).exists())]

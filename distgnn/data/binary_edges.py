@@ -1,5 +1,7 @@
-"""Binary edge files: a NumPy ``.npy`` array ``[E, 2]`` of int32 or int64, row ``k`` the edge
-``src -> dst`` (``edges[k, 0]``, ``edges[k, 1]``), vertex ids ``0..N-1``.
+"""Binary edge files: a NumPy ``.npy`` array ``[E, 2]`` of int32 or int64.
+
+Row ``k`` is the edge ``src -> dst`` (``edges[k, 0]``, ``edges[k, 1]``), vertex ids
+``0..N-1``.
 
 They are read in chunks with plain file reads (not a memory map, whose pages would count
 as the process's resident memory), so a graph larger than memory can be streamed

@@ -396,9 +396,10 @@ def load_edge_list(path: str | Path, features: str | Path | None = None,
 
 def _vertex_count(path: Path, src: np.ndarray, dst: np.ndarray,
                   *sides: tuple[Path | None, np.ndarray | None, str]) -> int:
-    """``N`` of the edge list ``path`` whose ids are the vertex numbers, with side files by
-    position (``(file, its array or None, what one row is)``): their length, else the
-    largest id + 1.
+    """``N`` of the edge list ``path`` whose ids are the vertex numbers.
+
+    ``N`` is the length of the side files by position (each ``(file, its array or None,
+    what one row is)``), else the largest id + 1.
 
     A side file is wrong, and named, when it is shorter than the largest id + 1, or when it
     disagrees with the other side file and that one has exactly the largest id + 1 rows;
@@ -424,14 +425,14 @@ def _vertex_count(path: Path, src: np.ndarray, dst: np.ndarray,
 
 def _by_name(path: Path, src: np.ndarray, dst: np.ndarray, features: Path | None,
              labels: Path | None, notes: list[str]) -> tuple[np.ndarray, ...]:
-    """``(src, dst, ids, x, y)`` of the edges ``src -> dst`` ``[E]`` whose ids are names, and
-    their side files.
+    """``(src, dst, ids, x, y)`` of an edge list whose ids are names, and of its side files.
 
-    The vertices are the distinct ids of the edge list and of the keyed (text) side files;
-    vertex ``v`` is the ``v``-th of them in sorted order (numeric when the edge list's ids
-    are integers, else by code point): ``ids`` ``[N]``, and ``src``/``dst`` become int64
-    vertices.  A keyed features file has a line for every vertex; a vertex without a label
-    line is unlabelled (``-1``).  An ``.npy`` side file has ``N`` rows in vertex order.
+    The edges are ``src -> dst`` ``[E]``.  The vertices are the distinct ids of the edge
+    list and of the keyed (text) side files; vertex ``v`` is the ``v``-th of them in sorted
+    order (numeric when the edge list's ids are integers, else by code point): ``ids``
+    ``[N]``, and ``src``/``dst`` become int64 vertices.  A keyed features file has a line
+    for every vertex; a vertex without a label line is unlabelled (``-1``).  An ``.npy``
+    side file has ``N`` rows in vertex order.
     ``x`` float32 ``[N, F]`` and ``y`` int64 ``[N]`` are None without their file.
     """
     integer = src.dtype.kind == "i"
@@ -529,9 +530,11 @@ def read_edge_list(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 def _read_edges(path: Path, names: bool
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, str]:
-    """``(src, dst, weight, header)``: int64 ``[E]`` src and dst (with ``names``, str where
-    some id is not an integer), float32 ``[E]`` weights (None: two columns) and the note of a
-    skipped header (``""``: none).  Without ``names`` a negative id is an error.
+    """The edges of the text edge list ``path``: ``(src, dst, weight, header)``.
+
+    int64 ``[E]`` src and dst (with ``names``, str where some id is not an integer), float32
+    ``[E]`` weights (None: two columns) and the note of a skipped header (``""``: none).
+    Without ``names`` a negative id is an error.
 
     Integer ids take numpy's C reader, names its slower string reader; only a malformed file
     is re-scanned line by line, to report its first bad line.
@@ -743,8 +746,10 @@ def _label_problem(label: str, table: _Table, column: int) -> str:
 
 def check_classes(y: np.ndarray, source: str | Path | None,
                   ids: np.ndarray | None = None) -> None:
-    """Refuse labels ``y`` (integer ``[N]``) unless each is ``-1`` (:data:`UNLABELLED`) or a
-    class of ``0..C-1`` and every class has a vertex: the number of classes is the largest
+    """Refuse labels ``y`` that are not ``-1`` or classes ``0..C-1``, each with a vertex.
+
+    Each label of ``y`` (integer ``[N]``) must be ``-1`` (:data:`UNLABELLED`) or a class of
+    ``0..C-1``, and every class must have a vertex: the number of classes is the largest
     label + 1, so labels ``1..4`` would make an empty class 0.  The one-line error names
     ``source`` and says how to renumber; ``ids`` are the vertices' names (None: ``0..N-1``).
     """
@@ -982,10 +987,11 @@ def _table(path: Path, *tests: Callable[[list[str]], bool]) -> _Table | None:
 
 
 def _data_lines(path: Path, table: _Table | None = None) -> Iterator[_Line]:
-    """The non-blank, non-comment lines of ``path`` (``.gz``: decompressed) as UTF-8, without
-    a byte-order mark at the start of the file: from the start, each split at a comma if it
-    has one, else at whitespace; or, with ``table``, from its first data line, split at its
-    delimiter."""
+    """The non-blank, non-comment lines of ``path``, each a :class:`_Line`.
+
+    The file is read as UTF-8 (``.gz``: decompressed), without a byte-order mark at the start
+    of the file: from the start, each line split at a comma if it has one, else at
+    whitespace; or, with ``table``, from its first data line, split at its delimiter."""
     skip = 0 if table is None else table.skip
     with _open_binary(path) as lines:
         for number, raw in enumerate(lines, 1):

@@ -139,8 +139,9 @@ def write_rmat_files(out_dir: str | Path, scale: int, edge_factor: int = 16,
                      num_features: int = 128, num_classes: int = 16, seed: int = 0,
                      a: float = 0.57, b: float = 0.19, c: float = 0.19,
                      progress: Callable[[int], None] | None = None) -> dict:
-    """Write an R-MAT graph on ``N = 2**scale`` vertices as files into the new folder
-    ``out_dir``, never holding the graph: memory ``O(N + chunk)``.
+    """Write an R-MAT graph on ``N = 2**scale`` vertices as files into a new folder.
+
+    The folder is ``out_dir``; the graph is never held whole: memory ``O(N + chunk)``.
 
     - ``edges.npy``: an edge file (:mod:`distgnn.data.binary_edges`) of ``E = 2 * edge_factor * N``
       edges, int32 when ``N <= 2**31 - 1``, else int64.  ``edge_factor * N`` R-MAT edges

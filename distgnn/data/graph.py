@@ -280,8 +280,9 @@ class CSRGraph:
         return CSRGraph.from_edges(src[keep], dst[keep], self.num_nodes, weight, self.source)
 
     def unreciprocated_edges(self) -> int:
-        """Number of stored edges ``u -> v`` with no stored ``v -> u`` (self-loops are their
-        own reverse; each copy of a repeated edge counts).
+        """Number of stored edges ``u -> v`` with no stored ``v -> u``.
+
+        Self-loops are their own reverse; each copy of a repeated edge counts.
 
         The keys ``dst * N + src`` are sorted already when every row's columns are (what the
         loaders build); the reverse keys ``src * N + dst`` are sorted once and looked up in

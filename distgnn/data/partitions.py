@@ -92,8 +92,10 @@ def sha256(path: Path) -> str:
 def write_partitions(out: str | Path, parts: Iterable[tuple[int, dict[str, np.ndarray]]],
                      meta: dict, force: bool = False, progress=None,
                      expected_bytes: int = 0, vertex_ids: np.ndarray | None = None) -> Path:
-    """Write ``parts`` (``(p, arrays)`` pairs) and ``meta`` as a partition directory ``out``,
-    with ``vertex_ids`` (``[N]``, global-id order) as ``vertex_ids.npy`` when given.
+    """Write ``parts`` and ``meta`` as the partition directory ``out``; returns ``out``.
+
+    ``parts`` are ``(p, arrays)`` pairs; ``vertex_ids`` (``[N]``, global-id order) is written
+    as ``vertex_ids.npy`` when given.
 
     Refuses an existing ``out`` unless ``force``, and a write of ``expected_bytes`` (see
     :func:`partition_bytes`) that the filesystem has no room for, before creating anything.
@@ -202,6 +204,7 @@ def _flush(f) -> None:
 
 def _move_into_place(tmp: Path, out: Path) -> None:
     """Rename the complete ``tmp`` to ``out``; a previous ``out`` is removed only after.
+
     Interrupted (a signal raising) before the new ``out`` is in place, the previous one is
     put back; after, the rest of the previous one is ``.NAME.old-PID``
     (:func:`~distgnn.storage.temp_path`) beside it."""
@@ -228,10 +231,12 @@ def _check_free_space(out: Path, nbytes: int) -> None:
 
 
 def fields_sha256(meta: dict) -> str:
-    """SHA-256 of the fields of ``meta`` other than ``files`` (each file has a SHA-256 of its
-    own) and ``fields_sha256``, as compact JSON with sorted keys: what version 3 records in
-    ``fields_sha256``, so that an edited ``num_classes`` (which no array can disprove: a
-    class may have no vertex) does not build another model."""
+    """SHA-256 of the fields of ``meta`` other than ``files`` and ``fields_sha256``.
+
+    Each file has a SHA-256 of its own.  The fields are hashed as compact JSON with sorted
+    keys: what version 3 records in ``fields_sha256``, so that an edited ``num_classes``
+    (which no array can disprove: a class may have no vertex) does not build another
+    model."""
     fields = {k: v for k, v in meta.items() if k not in ("files", "fields_sha256")}
     return hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":"))
                           .encode()).hexdigest()
@@ -410,13 +415,14 @@ def _load_array(path: Path, mmap: bool) -> np.ndarray:
 
 
 def _check_arrays(arrays: dict[str, np.ndarray], base: Path, meta: dict, rank: int) -> None:
-    """What partition ``rank``'s arrays must satisfy, each alone, before anything indexes
-    with them: dtypes, shapes, at least one vertex, ids and table entries in range, ids in
-    the order ``vertex_order`` names (see :func:`_check_degree_order` for ``degree``),
-    finite features, labels in range, disjoint masks set at roots only, roots that point at
-    themselves, leaf tables that name roots held here and no entries for this partition
-    itself.  Each check is O(size of the partition).  (Whether the partitions agree with
-    each other is :func:`verify`'s job.)"""
+    """Check what partition ``rank``'s arrays must satisfy, each alone, before any use.
+
+    Checked before anything indexes with them: dtypes, shapes, at least one vertex, ids
+    and table entries in range, ids in the order ``vertex_order`` names (see
+    :func:`_check_degree_order` for ``degree``), finite features, labels in range, disjoint
+    masks set at roots only, roots that point at themselves, leaf tables that name roots
+    held here and no entries for this partition itself.  Each check is O(size of the
+    partition).  (Whether the partitions agree with each other is :func:`verify`'s job.)"""
     def refuse(name: str, problem: str):
         raise PartitionFormatError(f"{base / name}.npy: {problem}")
 
@@ -509,10 +515,11 @@ def _check_degree_order(graph: CSRGraph, ids: np.ndarray, base: Path) -> None:
 
 
 def load(directory: str | Path, rank: int, mmap: bool = True) -> Partition:
-    """Partition ``rank`` of ``directory`` with every check of one partition alone
-    (:func:`_check_arrays`; format and ``meta.json`` by :func:`read_meta`); the checksums of
-    the files and consistency across partitions are :func:`verify`'s job, because hashing
-    every file on every start would cost minutes."""
+    """Partition ``rank`` of ``directory``, with every check of one partition alone.
+
+    The checks are :func:`_check_arrays`'s (format and ``meta.json`` by :func:`read_meta`);
+    the checksums of the files and consistency across partitions are :func:`verify`'s job,
+    because hashing every file on every start would cost minutes."""
     directory = Path(directory)
     meta = read_meta(directory)
     if not 0 <= rank < meta["num_parts"]:
@@ -532,12 +539,14 @@ def load(directory: str | Path, rank: int, mmap: bool = True) -> Partition:
 
 
 def row_digests(x: np.ndarray, y: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """uint64 ``[len(rows)]``: for each ``r`` of ``rows``, ``sum_j c_j b(x[r, j]) + c_F y[r]``
-    mod 2^64, with ``b`` the bits of a float32 (``-0`` read as ``0``: values are compared)
-    and ``c_j`` fixed odd constants.  Two rows that differ in one value always differ here
-    (``c_j d`` is not 0 mod 2^64 for ``0 < |d| < 2^64``); more differences collide only by
-    an unlikely cancellation (a check against damage, not a cryptographic digest).  ``x``
-    ``[n, F]`` float32 and ``y`` ``[n]`` int64, read in row blocks of bounded size."""
+    """uint64 ``[len(rows)]``: a digest of the features and label of each row of ``rows``.
+
+    For each ``r`` of ``rows``, ``sum_j c_j b(x[r, j]) + c_F y[r]`` mod 2^64, with ``b`` the
+    bits of a float32 (``-0`` read as ``0``: values are compared) and ``c_j`` fixed odd
+    constants.  Two rows that differ in one value always differ here (``c_j d`` is not 0
+    mod 2^64 for ``0 < |d| < 2^64``); more differences collide only by an unlikely
+    cancellation (a check against damage, not a cryptographic digest).  ``x`` ``[n, F]``
+    float32 and ``y`` ``[n]`` int64, read in row blocks of bounded size."""
     F = x.shape[1]
     c = (np.arange(1, F + 2, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)) | np.uint64(1)
     out = np.empty(len(rows), np.uint64)
@@ -684,10 +693,12 @@ class PartitionError(DistGNNError, ValueError):
 
 
 def check_weights(weights, num_parts: int, num_edges: int | None = None) -> np.ndarray:
-    """float64 ``[P]`` copy of ``weights`` (relative capacity of each partition), or
-    ``PartitionError`` with a one-line message: one per partition, finite, > 0, and, given
-    ``num_edges``, none so small beside the others that its share is less than one edge
-    (the partition would be empty; its share error and balance would be near infinite)."""
+    """float64 ``[P]`` copy of ``weights`` (relative capacity of each partition), checked.
+
+    Weights that break these rules raise ``PartitionError`` with a one-line message: one
+    weight per partition, each finite and > 0, and, given ``num_edges``, none so small
+    beside the others that its share is less than one edge (the partition would be empty;
+    its share error and balance would be near infinite)."""
     try:
         w = np.array(weights, dtype=np.float64)
     except (TypeError, ValueError):

@@ -51,8 +51,10 @@ __all__ = ["ALGORITHMS", "DEFAULT_SCHEDULE_PRECISION", "EXACT_EVERY", "PRECISION
 
 
 class LayerExchange(Protocol):
-    """The exchange of one aggregation (one layer, one pass: forward on its partial
-    aggregates, backward on their gradients), with the state it keeps between epochs.
+    """The exchange of one aggregation, with the state it keeps between epochs.
+
+    One aggregation is one layer and one pass: forward on its partial aggregates, backward
+    on their gradients.
 
     Implementations: :class:`~.exact.ExactSum` (``kind`` ``"exact"``),
     :class:`~.delayed.DelayedSum` (``"delayed"``), :class:`~.adaptive.AdaptiveSum`

@@ -1,6 +1,8 @@
-r"""cd-r with an adaptive schedule: each epoch every rank sends, within a byte budget, the
-split-vertex partials that changed most since they were last sent (in the spirit of
-SANCUS's staleness-aware skipping), instead of a fixed bin of vertices.
+r"""cd-r with an adaptive schedule: the partials that changed most, within a byte budget.
+
+Each epoch every rank sends, within a byte budget, the split-vertex partials that changed
+most since they were last sent (in the spirit of SANCUS's staleness-aware skipping),
+instead of a fixed bin of vertices.
 
 Per peer block of ``n`` entries (the leaves a rank holds for one root rank, or the leaf
 entries a root holds for one leaf rank) a rank sends the ``k`` rows with the largest
@@ -129,8 +131,9 @@ class Side:
 
 
 class AdaptiveSum(StaleSum):
-    """Adaptive cd-r for one layer and pass (a :class:`~distgnn.exchange.LayerExchange` of
-    kind ``"adaptive"``): the two sides.
+    """Adaptive cd-r for one layer and pass: the two sides.
+
+    A :class:`~distgnn.exchange.LayerExchange` of kind ``"adaptive"``.
 
     Args:
         index (SplitIndex): this rank's split tables.

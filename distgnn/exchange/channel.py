@@ -1,5 +1,7 @@
-"""What every split-vertex exchange shares: the messages of one direction between clones
-(:class:`Channel`), and the kind tag of the exchanges' states.
+"""What every split-vertex exchange shares: :class:`Channel` and the states' kind tag.
+
+A :class:`Channel` is the messages of one direction between clones; :func:`tagged` and
+:func:`expect_kind` write and check the kind tag of the exchanges' states.
 
 An exchange moves rows of a layer's partial aggregates ``a`` ``[n, d]`` in two directions:
 *up*, from the leaves to their roots (this rank's ``leaf_ids`` to the peers' roots), and

@@ -1,6 +1,8 @@
-r"""cd-r's default schedule: each epoch either *exact* (one blocking round trip of every split
-row, as cd-0) or *stale* (each clone adds the remote terms of the last exact epoch, and
-nothing is sent), chosen per epoch by a controller that every rank runs on the same inputs.
+r"""cd-r's default schedule: each epoch either *exact* or *stale*, as a controller decides.
+
+An exact epoch makes one blocking round trip of every split row, as cd-0; in a stale one
+each clone adds the remote terms of the last exact epoch, and nothing is sent.  The choice
+is made per epoch by a controller that every rank runs on the same inputs.
 
 Epoch ``e`` is exact when
 

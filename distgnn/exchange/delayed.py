@@ -1,5 +1,7 @@
-"""Delayed Remote Partial Aggregates (DistGNN, Md et al. SC'21, Section 5.3): cd-r, the
-exchange of split-vertex partials in bins, delayed by ``r`` epochs and overlapped with compute.
+"""Delayed Remote Partial Aggregates (DistGNN, Md et al. SC'21, Section 5.3): cd-r.
+
+cd-r is the exchange of split-vertex partials in bins, delayed by ``r`` epochs and
+overlapped with compute.
 
 - **cd-r** (delay ``r``): split vertex ``v`` is in bin ``v mod r`` (global id).  At epoch
   ``e``, bin ``b = e mod r``: leaves of bin ``b`` start sending their fresh partials
@@ -38,9 +40,11 @@ from .wire import Wire
 
 
 class StaleSum:
-    r"""What the delayed exchanges share: one call on ``a`` ``[n, d]`` (a layer's fresh
-    partials, or their gradients) folds in what arrived since the last call, starts sending
-    the fresh leaf rows up and the roots' replies down, and adds the kept remote terms:
+    r"""The skeleton the delayed exchanges share: fold in, send, add the kept remote terms.
+
+    One call on ``a`` ``[n, d]`` (a layer's fresh partials, or their gradients) folds in what
+    arrived since the last call, starts sending the fresh leaf rows up and the roots'
+    replies down, and adds the kept remote terms:
 
     .. math::
         a_v \mathrel{+}= \sum_{q} P_{v,q} \ \text{(root clone)}, \qquad
@@ -98,15 +102,14 @@ def _select(mask: np.ndarray, counts: list[int]) -> tuple[torch.Tensor, list[int
 
 @dataclasses.dataclass
 class Bin:
-    """One cd-r bin of one aggregation: which split-vertex entries it holds, its messages and
-    its requests in flight.
+    """One cd-r bin of one aggregation: its entries, its messages, its requests in flight.
 
-    ``leaf_*``: this rank's leaves in the bin (``sel``: positions in the split index,
-    ``ids``: local ids); ``root_*``: the leaf entries of roots here.  ``up`` carries leaf
-    partials to the roots, ``down`` each root's reply back; ``own`` holds each entry's kept
-    partial, subtracted from the reply to that leaf.  ``*_pending``: the request in flight
-    (its ``recv`` is what the bin's next visit folds in); ``*_seen``: an arrival has been
-    folded in before, so smoothing applies.
+    Its entries are split-vertex entries.  ``leaf_*``: this rank's leaves in the bin
+    (``sel``: positions in the split index, ``ids``: local ids); ``root_*``: the leaf entries
+    of roots here.  ``up`` carries leaf partials to the roots, ``down`` each root's reply
+    back; ``own`` holds each entry's kept partial, subtracted from the reply to that leaf.
+    ``*_pending``: the request in flight (its ``recv`` is what the bin's next visit folds
+    in); ``*_seen``: an arrival has been folded in before, so smoothing applies.
     """
 
     leaf_sel: torch.Tensor
@@ -123,8 +126,9 @@ class Bin:
 
 
 class DelayedSum(StaleSum):
-    """cd-r for one layer and pass (a :class:`~distgnn.exchange.LayerExchange` of kind
-    ``"delayed"``): the bins, the kept partials and complement, the requests in flight.
+    """cd-r for one layer and pass: bins, kept partials and complement, requests in flight.
+
+    A :class:`~distgnn.exchange.LayerExchange` of kind ``"delayed"``.
 
     Args:
         index (SplitIndex): this rank's split tables.
@@ -256,9 +260,10 @@ class DelayedSum(StaleSum):
             b.up_pending = b.down_pending = None
 
     def state_dict(self) -> dict:
-        """Everything the schedule carries between epochs, after draining the requests in
-        flight: their receive buffers hold what the next visit of each bin folds in, so a
-        restored exchange proceeds exactly as the uninterrupted one would have.
+        """Everything the schedule carries between epochs, requests in flight drained first.
+
+        The drained requests' receive buffers hold what the next visit of each bin folds in,
+        so a restored exchange proceeds exactly as the uninterrupted one would have.
         ``{"kind": "delayed", "width", "dtype", "partials", "complement", "residuals": [up,
         down] or None, "arrived": [{"up", "down": received or None, "seen": [up, down]}] per
         bin}``."""

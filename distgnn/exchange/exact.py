@@ -1,5 +1,7 @@
-r"""The exact exchanges, complete within one call: cd-0's sum over clones, and the
-element-wise max/min over clones with its gradient routed to the clone that attained it.
+r"""The exact exchanges, complete within one call: cd-0's sum and max/min over clones.
+
+cd-0 sums over clones; the element-wise max/min over clones routes its gradient to the
+clone that attained it.
 
 Rank ``p`` holds a *partial* aggregate of each of its vertices over its own in-edges,
 ``a^p_v = sum_{u in N_p(v)} x_u``; the full aggregate is ``a_v = sum_{p in R(v)} a^p_v``.
@@ -29,9 +31,11 @@ from .wire import Wire
 
 
 class RoundTrip:
-    """The one blocking round trip over the whole split index that every exact exchange of a
-    rank makes: gather the leaf rows of ``a`` ``[n, d]``, send them up, combine at the roots,
-    send the roots' replies down, scatter them into the leaves.
+    """The one blocking round trip over the whole split index of a rank's exact exchanges.
+
+    Every exact exchange of a rank makes it: gather the leaf rows of ``a`` ``[n, d]``, send
+    them up, combine at the roots, send the roots' replies down, scatter them into the
+    leaves.
 
     Its buffers (a leaf-side and a root-side one, in the run's type and the wire's) are
     allocated on first use per width, type, device and wire, and shared by every exact
@@ -98,8 +102,10 @@ def _sum_at_roots(a: torch.Tensor, root_ids: torch.Tensor, received: torch.Tenso
 
 
 class ExactSum:
-    """cd-0 for one layer and pass (a :class:`~distgnn.exchange.LayerExchange` of kind
-    ``"exact"``): ``a`` ``[n, d]`` becomes the sum over clones in place, every call.
+    """cd-0 for one layer and pass: ``a`` ``[n, d]`` becomes the sum over clones in place.
+
+    A :class:`~distgnn.exchange.LayerExchange` of kind ``"exact"``: the sum is made on every
+    call.
 
     Args:
         trip (RoundTrip): the rank's round trip.
@@ -154,8 +160,9 @@ class ExactSum:
 
 
 class Extreme:
-    r"""The element-wise ``max`` (or ``min``) over clones of partial extremes ``y`` ``[n, d]``,
-    exact in every epoch (the run's type on the wire):
+    r"""The element-wise ``max`` (or ``min``) over clones of partial extremes ``y``.
+
+    ``y`` is ``[n, d]``; the extreme is exact in every epoch (the run's type on the wire):
 
     .. math::
         y_v \leftarrow \max_{p \in R(v)} y^p_v, \qquad

@@ -1,5 +1,7 @@
-"""One rank's split-vertex tables: which of its vertices are leaves of a root elsewhere, and
-which are roots of leaves elsewhere, grouped by peer rank, and their check against the peers'.
+"""One rank's split-vertex tables, grouped by peer rank, and their check against the peers'.
+
+The tables say which of its vertices are leaves of a root elsewhere, and which are roots of
+leaves elsewhere.
 
 Under a vertex-cut, vertex ``v`` has clones on the ranks ``R(v)``; one clone is the root, the
 others leaves.  Message order on the wire follows :mod:`partition.layout`'s split tables (a
@@ -53,9 +55,11 @@ class SplitIndex:
                    ids[leaves], ids[root_ids])
 
     def check(self, comm: Communicator, part) -> None:
-        """Check, with the peers, that the split tables of partition ``part`` (this rank's)
-        describe the same vertices as theirs, before any exchange relies on them
-        (collective; raises :class:`~distgnn.comm.RankFailed` on every rank).
+        """Check, with the peers, that this rank's split tables describe the same vertices.
+
+        The tables of partition ``part`` (this rank's) must describe the same vertices as the
+        peers' before any exchange relies on them (collective; raises
+        :class:`~distgnn.comm.RankFailed` on every rank).
 
         1. Each peer sends as many leaf partials as this rank's table expects (else an
            exchange would overrun its buffers).

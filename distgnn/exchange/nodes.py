@@ -1,5 +1,7 @@
-r"""cd-0's sum over clones in two levels, for jobs with several ranks on a node: the clones on
-one node add up within the node first, and one row per vertex and node crosses the network.
+r"""cd-0's sum over clones in two levels, for jobs with several ranks on a node.
+
+The clones on one node add up within the node first, and one row per vertex and node
+crosses the network.
 
 Let ``N(p)`` be the node of rank ``p`` (:meth:`~distgnn.comm.Communicator.node_ids`: MPI's
 shared-memory split) and ``l(n)`` the *leader* of node ``n``, its lowest rank.  For a split
@@ -186,9 +188,10 @@ class NodeTree:
 
 
 class NodeSum:
-    """cd-0 for one layer and pass through a :class:`NodeTree` (a
-    :class:`~distgnn.exchange.LayerExchange` of kind ``"exact"``, stateless, its state that
-    of :class:`~.exact.ExactSum` in the run's type, so a checkpoint resumes under either).
+    """cd-0 for one layer and pass through a :class:`NodeTree`.
+
+    A :class:`~distgnn.exchange.LayerExchange` of kind ``"exact"``, stateless, its state that
+    of :class:`~.exact.ExactSum` in the run's type, so a checkpoint resumes under either.
 
     Args:
         tree (NodeTree): the rank's two-level tables.

@@ -1,10 +1,9 @@
-r"""How split-vertex partials travel: unchanged, as bf16, or as block-scaled integers, the
-compressed forms with error feedback.
+r"""How split-vertex partials travel: unchanged, as bf16, or as block-scaled integers.
 
-A compressed sender transmits ``q = Q(x + e)`` and keeps ``e <- x + e - q`` per entry (as
-EC-Graph and AdaQP compensate quantisation), so what is lost to rounding is sent later
-instead of never.  Under cd-0 this makes the exchange inexact; evaluation exchanges stay
-exact.
+The compressed forms carry error feedback.  A compressed sender transmits ``q = Q(x + e)``
+and keeps ``e <- x + e - q`` per entry (as EC-Graph and AdaQP compensate quantisation), so
+what is lost to rounding is sent later instead of never.  Under cd-0 this makes the
+exchange inexact; evaluation exchanges stay exact.
 
 - **bf16**: ``Q`` rounds to bf16 (about ``2^-8`` relative); the bit patterns go in int16
   buffers because MPI has no bf16 type.
@@ -45,9 +44,11 @@ def row_bytes(precision: str, width: int, element_size: int = 4) -> int:
 
 
 class Wire:
-    """How partials of one width travel: unchanged (``fp32``: the run's own type, whatever
-    it is), as bf16 bit patterns in int16 buffers, or as block-scaled integers in uint8
-    buffers (see the module docstring); the compressed forms with error feedback.
+    """How partials of one width travel: unchanged, as bf16, or as block-scaled integers.
+
+    They travel unchanged (``fp32``: the run's own type, whatever it is), as bf16 bit
+    patterns in int16 buffers, or as block-scaled integers in uint8 buffers (see the module
+    docstring); the compressed forms with error feedback.
 
     Args:
         precision (str): one of ``PRECISIONS``.
