@@ -141,7 +141,7 @@ def test_bench_epoch_refuses_unknown_implementations(capsys):
 
 
 def test_predict_matches_hand_computed_times():
-    """The scaling model on two hand-made ranks (see the docstring of bench/predict.py)."""
+    """The scaling model on two hand-made ranks (see the docstring of bench/scaling.py)."""
     from bench.scaling import Rates, exchange_widths, predict
 
     per_rank = [{"vertices": 100, "edges": 1000, "leaves": 10, "leaf_entries": 20},

@@ -150,8 +150,10 @@ def gather_messages(comm: Communicator, message: str | None) -> dict[str, list[i
 
 
 def all_or_none(comm: Communicator, step: Callable[[], T]) -> T:
-    """Run the local ``step`` on every rank; if it raises a user error on any rank, raise
-    :class:`RankFailed` on all of them (so no rank waits forever in a later collective).
+    """Run the local ``step`` on every rank; raise :class:`RankFailed` on all if any fails.
+
+    If ``step`` raises a user error on any rank, every rank raises :class:`RankFailed` (so no
+    rank waits forever in a later collective).
 
     The error names every distinct message once, with the ranks that raised it (one line
     each), and is the same on every rank (so rank 0 alone reports it).
@@ -172,10 +174,12 @@ def all_or_none(comm: Communicator, step: Callable[[], T]) -> T:
 
 def resolve_wait(choice: str, threads: int, host_ranks: int, cores: int | None = None
                  ) -> str:
-    """``poll`` or ``sleep`` for ``--comm-wait choice``: ``auto`` sleeps when the
-    ``host_ranks`` ranks of this host, ``threads`` threads each, outnumber its ``cores``
-    (default: ``os.cpu_count()``), so that a waiting rank leaves its core to one that
-    computes."""
+    """``poll`` or ``sleep``: how a rank waits under ``--comm-wait choice``.
+
+    ``auto`` sleeps when the ``host_ranks`` ranks of this host, ``threads`` threads each,
+    outnumber its ``cores`` (default: ``os.cpu_count()``), so that a waiting rank leaves its
+    core to one that computes.
+    """
     if choice != "auto":
         return choice
     return "sleep" if host_ranks * threads > (cores or os.cpu_count() or 1) else "poll"
@@ -183,8 +187,10 @@ def resolve_wait(choice: str, threads: int, host_ranks: int, cores: int | None =
 
 def get_communicator(name: str, device: torch.device | str = "cpu", wait: str = "poll"
                      ) -> Communicator:
-    """The communicator ``name`` for a rank computing on ``device``, behind
-    :class:`~distgnn.comm.staging.Staged` (so tensors on another device are copied).
+    """The communicator ``name`` for a rank computing on ``device``.
+
+    It comes behind :class:`~distgnn.comm.staging.Staged`, so tensors on another device are
+    copied.
 
     ``mpi``: mpi4py on host buffers, its blocking calls waiting as ``wait`` says (``poll``
     or ``sleep``, :mod:`distgnn.comm.mpi`); ``gloo``, ``nccl``, ``ccl``: torch.distributed

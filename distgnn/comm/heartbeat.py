@@ -1,6 +1,7 @@
-"""Heartbeats between the ranks of a job over UDP, so that a rank that waits too long in a
-collective can name the peers it stopped hearing from (a node whose link went down, a node
-whose processes died), not only itself.
+"""Heartbeats between the ranks of a job over UDP, naming the peers that fell silent.
+
+With them, a rank that waits too long in a collective can name the peers it stopped hearing
+from (a node whose link went down, a node whose processes died), not only itself.
 
 Every rank binds one UDP socket; the ranks tell each other their host name, IPv4
 addresses and port once (collective).  A daemon thread then sends a 12-byte datagram (the

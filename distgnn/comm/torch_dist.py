@@ -66,8 +66,9 @@ class _Work:
 
 
 class TorchCommunicator:
-    """Collectives of the default torch.distributed process group (or of ``group``, a part
-    of it made by :meth:`split`).
+    """Collectives of the default torch.distributed process group, or of a part of it.
+
+    ``group`` is that part, made by :meth:`split` (``None``: the default group).
 
     ``transport``: ``gloo`` (CPU tensors), ``nccl`` (tensors on ``device``, a GPU), ``ccl``
     (CPU tensors; needs ``oneccl_bindings_for_pytorch``).

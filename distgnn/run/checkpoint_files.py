@@ -124,13 +124,12 @@ def _gather_digests(comm: Communicator, data: bytes) -> list[tuple[int, str]]:
 
 def save(directory: str | Path, epoch: int, comm: Communicator, fingerprint: dict,
          shared: dict, local: dict, keep: int, run: str | None = None) -> Path:
-    """Write the checkpoint after ``epoch`` epochs of run ``run`` (collective); returns its
-    directory.
+    """Write the checkpoint after ``epoch`` epochs of run ``run``; returns its directory.
 
-    ``shared`` (rank 0's) is the state every replica has in common, ``local`` this rank's
-    own.  ``run`` is rank 0's (it alone writes the manifest; ``None``: a run resumed from a
-    checkpoint written before runs had ids).  Of the checkpoints of ``run``, those beyond the
-    newest ``keep`` are removed afterwards; another run's are never touched.
+    Collective.  ``shared`` (rank 0's) is the state every replica has in common, ``local``
+    this rank's own.  ``run`` is rank 0's (it alone writes the manifest; ``None``: a run
+    resumed from a checkpoint written before runs had ids).  Of the checkpoints of ``run``,
+    those beyond the newest ``keep`` are removed afterwards; another run's are never touched.
     """
     directory = Path(directory)
     final = checkpoint_path(directory, epoch)
@@ -284,10 +283,12 @@ def _manifest_problem(manifest, path: Path) -> str | None:
 
 
 def read_manifest(path: Path) -> dict:
-    """The manifest of checkpoint ``path``, checked as strictly as a partition's meta.json
-    (format, version, an epoch that is a small integer and matches the directory name,
-    ranks, the exact file list) and for every file's size and SHA-256 (raises
-    :class:`CheckpointError` naming the first problem)."""
+    """The manifest of checkpoint ``path``, verified (or :class:`CheckpointError`).
+
+    It is checked as strictly as a partition's meta.json (format, version, an epoch that is a
+    small integer and matches the directory name, ranks, the exact file list) and for every
+    file's size and SHA-256; the error names the first problem.
+    """
     try:
         manifest = json.loads(file_head(path / "manifest.json", MAX_MANIFEST_BYTES))
     except FileNotFoundError:
@@ -384,8 +385,10 @@ def _load_file(path: Path) -> dict:
 
 def resume(directory: str | Path, comm: Communicator, fingerprint: dict,
            log=print, missing_ok: bool = False) -> tuple[int, dict, dict, str | None] | None:
-    """``(epoch, shared, local, run)`` of the newest usable checkpoint in ``directory``
-    (collective; ``run``, the checkpoint's run id, on rank 0 only, which writes manifests).
+    """``(epoch, shared, local, run)`` of the newest usable checkpoint in ``directory``.
+
+    Collective; ``run``, the checkpoint's run id, is given on rank 0 only, which writes
+    manifests.
 
     Rank 0 picks it: the newest whose manifest and files verify (a newer broken one is
     reported and skipped) and whose fingerprint matches ``fingerprint``.  A ``directory``

@@ -1,5 +1,6 @@
-"""When a run checkpoints, resumes and stops: the policy over :mod:`distgnn.run.checkpoint_files`'s
-on-disk format.
+"""When a run checkpoints, resumes and stops: the policy over the on-disk checkpoints.
+
+The on-disk format is :mod:`distgnn.run.checkpoint_files`'s.
 
 A :class:`Checkpointer` fingerprints the run (what a checkpoint must share with the run that
 resumes it), restores a resumed run's state, writes a checkpoint every
@@ -91,11 +92,14 @@ class Checkpointer:
         self.last_saved: int | None = None
 
     def resume(self) -> tuple[int, list, dict, int]:
-        """``(start, history, best, since_best)``: zeros for a new run (also under
-        ``--resume-if-present`` with no checkpoint to resume), else the newest usable
-        checkpoint's, with the model, optimizer, RNG and exchange state restored.  Then the
-        checkpoint directory is claimed: refused while it holds another run's checkpoints
-        (:func:`distgnn.run.checkpoint_files.claim`), which a new run would prune, or its own."""
+        """``(start, history, best, since_best)`` of a new or resumed run.
+
+        Zeros for a new run (also under ``--resume-if-present`` with no checkpoint to
+        resume), else the newest usable checkpoint's, with the model, optimizer, RNG and
+        exchange state restored.  Then the checkpoint directory is claimed: refused while it
+        holds another run's checkpoints (:func:`distgnn.run.checkpoint_files.claim`), which a
+        new run would prune, or its own.
+        """
         start, history, best, since_best = self._resumed()
         if self.cfg.checkpoint_dir:
             checkpoint.claim(self.cfg.checkpoint_dir, self.comm, self.run)

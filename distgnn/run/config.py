@@ -1,6 +1,7 @@
-"""A run's configuration, in parts: each part a small dataclass owned, and validated, by the
-package whose work it configures, each field declaring its ``distgnn-train`` flag and help
-(:mod:`distgnn.options`); :class:`TrainConfig` puts them together.
+"""A run's configuration, in parts, each owned and validated by the package it configures.
+
+Each part is a small dataclass, each of its fields declaring its ``distgnn-train`` flag and
+help (:mod:`distgnn.options`); :class:`TrainConfig` puts them together.
 
 ==================  ======================================  ==============================
 part                 what                                    where

@@ -1,5 +1,6 @@
-"""A distributed run: one MPI rank per partition, and the guard that never leaves a rank
-waiting for a failed peer.
+"""A distributed run: one MPI rank per partition, and the guard against failed peers.
+
+The guard never leaves a rank waiting for a failed peer.
 
 :func:`open_partitions` readies one rank of ``mpirun -np P``: agree on the configuration,
 place the rank (device, aggregation backend), open the communicator and load the rank's
@@ -58,11 +59,13 @@ def checked_paths(cfg: TrainConfig) -> TrainConfig:
 def open_partitions(directory: str, config: TrainConfig | Callable[[], TrainConfig],
                     log: Callable[[str], None] = print, prog: str = "distgnn") -> RankSetup:
     """This rank's part of ``mpirun -np P ...`` on the partitions in ``directory``.
+
     ``config`` (or, if a callable, what it returns: then it is made on every rank inside
     the agreement, so a flag refused on one rank ends all of them with one line) is
     checked on every rank; rank 0 logs one line describing the run; the watchdog's errors
     name ``prog``.  Collective; raises :class:`~distgnn.comm.RankFailed` on every rank
-    when set-up fails on any."""
+    when set-up fails on any.
+    """
     world = MPICommunicator()  # the job itself: agreement on set-up errors
     cfg = all_or_none(world, lambda: checked_paths(config() if callable(config) else config))
     threads = cfg.threads or threads_per_rank(world)
@@ -100,12 +103,11 @@ def train_partitions(directory: str, config: TrainConfig | Callable[[], TrainCon
 
 
 def run_rank(prog: str, main: Callable[[], int], comm: Communicator | None = None) -> int:
-    """``main()``'s exit status on this rank of ``comm`` (the MPI job by default), never a
-    hang of the others.
+    """``main()``'s exit status on this rank of ``comm``, never a hang of the others.
 
-    An error all ranks agreed on ends every rank with one line and its exit status (2, or
-    128 + N after stop signal N); any other exception (one rank only, mid-run) is printed
-    and aborts the whole MPI job.
+    ``comm`` is the MPI job by default.  An error all ranks agreed on ends every rank with
+    one line and its exit status (2, or 128 + N after stop signal N); any other exception
+    (one rank only, mid-run) is printed and aborts the whole MPI job.
     """
     comm = comm if comm is not None else MPICommunicator()
     try:

@@ -1,5 +1,7 @@
-"""What a run records of each epoch: the record itself, the history, the best evaluation and
-the patience count, the metrics file, and the progress shown.
+"""What a run records of each epoch, and what it keeps and shows of the records.
+
+This module owns the record itself, the history, the best evaluation and the patience count,
+the metrics file, and the progress shown.
 
 One record per epoch: ``epoch`` (counted from 1, as on the console and in checkpoint names:
 the record after the first epoch has ``epoch`` 1), ``loss``, the accuracies (``None``
@@ -60,15 +62,16 @@ def phase_seconds(timer: PhaseTimer) -> dict[str, float]:
 
 @dataclasses.dataclass
 class EpochStats:
-    """What one rank measured of one training epoch; :func:`epoch_record` combines the
-    ranks'.
+    """What one rank measured of one training epoch.
 
-    ``seconds`` and ``phases`` (:func:`phase_seconds`) are wall-clock; ``bytes_sent``: this
-    rank's split-vertex bytes of the training step, ``exact_bytes``: what cd-0 in the run's
-    type would have sent for them; ``exact_exchange``: whether cd-r's controller ran the
-    epoch exact (``None``: no controller); ``allreduce_bytes``: the gradient allreduce's
-    buffer; ``stop``: this rank's stop request (a signal number, 0 for none); ``skipped``:
-    the step was skipped (``--nan-policy skip``)."""
+    :func:`epoch_record` combines the ranks'.  ``seconds`` and ``phases``
+    (:func:`phase_seconds`) are wall-clock; ``bytes_sent``: this rank's split-vertex bytes of
+    the training step, ``exact_bytes``: what cd-0 in the run's type would have sent for them;
+    ``exact_exchange``: whether cd-r's controller ran the epoch exact (``None``: no
+    controller); ``allreduce_bytes``: the gradient allreduce's buffer; ``stop``: this rank's
+    stop request (a signal number, 0 for none); ``skipped``: the step was skipped
+    (``--nan-policy skip``).
+    """
 
     epoch: int
     loss: float
@@ -116,10 +119,12 @@ def longest_rise(losses: list[float]) -> int:
 
 
 def exchange_summary(history: list[dict], schedule: str) -> dict:
-    """What the split-vertex exchange cost over ``history``: ``bytes_vs_cd0`` (bytes sent
-    over what cd-0 in the run's type would have sent, means over ranks, ``None`` without
-    split vertices), ``schedule`` (as given) and, under cd-r's controller, ``exact_epochs``
-    and ``stale_epochs``."""
+    """What the split-vertex exchange cost over ``history``.
+
+    ``bytes_vs_cd0`` (bytes sent over what cd-0 in the run's type would have sent, means over
+    ranks, ``None`` without split vertices), ``schedule`` (as given) and, under cd-r's
+    controller, ``exact_epochs`` and ``stale_epochs``.
+    """
     sent = sum(r.get("bytes_sent_mean", 0.0) for r in history)
     exact = sum(r.get("bytes_cd0_mean", 0.0) for r in history)
     out = {"schedule": schedule, "bytes_vs_cd0": sent / exact if exact else None}

@@ -1,6 +1,7 @@
-r"""Inference: a model's logits (and a layer's input, the embeddings) over a shard, its
-accuracies (and a binary task's ROC-AUC) over all ranks, and its per-vertex results written
-once per vertex.
+r"""Inference: a model's logits and embeddings, its scores, and its per-vertex results.
+
+The logits (and a layer's input, the embeddings) are a shard's, the accuracies (and a binary
+task's ROC-AUC) are over all ranks, and the per-vertex results are written once per vertex.
 
 Inference runs the model in evaluation mode under ``torch.no_grad``: dropout is off, no
 activation is kept for a backward pass, and on partitions every exchange is exact (cd-0's
@@ -37,10 +38,12 @@ def embedding_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def check_logits(logits, shard: Shard, classes: int | None = None) -> None:
-    """Refuse, in one line naming what is wrong, a model output that is not the logits
-    ``[n, C]`` of this shard's ``n`` vertices and ``classes`` classes (default: the
-    data's) -- a user's ``make_model`` of the wrong width, a tuple -- before it meets the
-    loss."""
+    """Refuse a model output that is not this shard's logits, naming what is wrong.
+
+    The logits are ``[n, C]``: this shard's ``n`` vertices and ``classes`` classes (default:
+    the data's).  A user's ``make_model`` of the wrong width, or a tuple, is refused in one
+    line before it meets the loss.
+    """
     want = (shard.x.shape[0], shard.num_classes if classes is None else classes)
     if not isinstance(logits, torch.Tensor):
         raise DistGNNError(f"the model returned a {type(logits).__name__}; it must return the "
@@ -80,10 +83,12 @@ def forward_eval(model: torch.nn.Module, shard: Shard, layer: int | None = None
 
 def mask_scores(logits: torch.Tensor, shard: Shard, comm: Communicator,
                 means: dict[str, float] | None = None) -> dict:
-    """``{mask}_acc`` of each mask and ``val_loss`` over all ranks (``None`` where a mask is
-    empty); for each ``name: value`` of ``means`` (this rank's figures of the same
-    evaluation, such as its bytes sent), also ``{name}_mean``, the mean over ranks, in the
-    same allreduce.  Collective."""
+    """``{mask}_acc`` of each mask and ``val_loss`` over all ranks.
+
+    ``None`` where a mask is empty.  For each ``name: value`` of ``means`` (this rank's
+    figures of the same evaluation, such as its bytes sent), also ``{name}_mean``, the mean
+    over ranks, in the same allreduce.  Collective.
+    """
     pred = logits.argmax(1)
     names = list(shard.masks)
     means = means or {}
@@ -124,10 +129,12 @@ def write_vertex_outputs(shard: Shard, comm: Communicator, logits: torch.Tensor,
 
 
 def roc_auc(scores: np.ndarray, positive: np.ndarray) -> float | None:
-    r"""Area under the ROC curve of ``scores`` ``[n]`` for the labels ``positive`` ``[n]``
-    (bool), by the rank-sum statistic with tied scores at their mean rank:
+    r"""Area under the ROC curve of ``scores`` ``[n]`` for bool labels ``positive`` ``[n]``.
+
+    Computed by the rank-sum statistic with tied scores at their mean rank:
     :math:`(\sum_{i \in pos} \mathrm{rank}_i - n_+ (n_+ + 1) / 2) / (n_+ n_-)`;
-    ``None`` when one class is absent."""
+    ``None`` when one class is absent.
+    """
     n_pos = int(positive.sum())
     n_neg = len(positive) - n_pos
     if n_pos == 0 or n_neg == 0:

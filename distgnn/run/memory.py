@@ -43,9 +43,10 @@ RETURN_BLOCKS_FROM = 128 << 10
 
 
 def return_freed_blocks() -> bool:
-    """Have malloc give freed blocks of :data:`RETURN_BLOCKS_FROM` bytes and more back to
-    the kernel at once, and trim the heap's free top at that size; whether it could (glibc
-    only).
+    """Have malloc give large freed blocks back to the kernel at once; whether it could.
+
+    Large: :data:`RETURN_BLOCKS_FROM` bytes and more; the heap's free top is also trimmed at
+    that size (glibc only).
 
     glibc's default serves a block from its own mapping until the first such block is freed,
     then raises that threshold to the freed block's size (up to 32 MiB), so that from then on
@@ -79,10 +80,12 @@ def available_bytes(device) -> int:
 def predict(network: ModelConfig, exchange: ExchangeConfig, execution: ExecutionConfig,
             num_nodes: int, num_edges: int, num_features: int, num_classes: int,
             split_entries: int = 0) -> dict[str, int]:
-    """:func:`training_memory` of a run of the model ``network``, exchanging as ``exchange``
-    says and computing as ``execution`` says (the parts of a
-    :class:`~distgnn.run.config.TrainConfig`) on this data; ``split_entries``: the rank's
-    leaves plus leaf entries on a partition."""
+    """:func:`training_memory` of a run of the model ``network`` on this data.
+
+    The run exchanges as ``exchange`` says and computes as ``execution`` says (the parts of a
+    :class:`~distgnn.run.config.TrainConfig`); ``split_entries``: the rank's leaves plus leaf
+    entries on a partition.
+    """
     layers = network.layers + (network.model == "gcnii")
     delayed = exchange.algo == "cd-r" and exchange.comm_budget is None
     value_bytes = 8 if execution.dtype == "float64" else 4
@@ -114,10 +117,12 @@ def _refusal(where: str, need: dict, have: int, device, ranks: int = 1) -> DistG
 
 def require(cfg, num_nodes: int, num_edges: int, num_features: int, num_classes: int,
             device, where: str) -> None:
-    """Refuse a single-process run of ``cfg`` (a TrainConfig: its network, exchange and
-    execution parts) on this data that cannot start (no features) or whose predicted peak
-    (:func:`predict`) exceeds what ``device`` has: its available memory plus what this
-    process holds already."""
+    """Refuse a single-process run of ``cfg`` that cannot start or would not fit in memory.
+
+    ``cfg`` is a TrainConfig (its network, exchange and execution parts).  Refused: a run on
+    this data that cannot start (no features) or whose predicted peak (:func:`predict`)
+    exceeds what ``device`` has: its available memory plus what this process holds already.
+    """
     check_features(num_features, where)
     need = predict(cfg.network, cfg.exchange, cfg.execution, num_nodes, num_edges,
                    num_features, num_classes)
@@ -138,10 +143,12 @@ def held_bytes(device) -> int:
 
 
 def require_on_node(comm, need: dict, device, where: str) -> None:
-    """Refuse (on every rank of the node) when the predicted peaks of the ranks that share
-    this node's memory exceed what it has: its available memory plus what those ranks hold
-    already (their predictions include it).  Ranks on a GPU share nothing here but their
-    own device.  Collective."""
+    """Refuse, on every rank of the node, ranks whose predicted peaks exceed its memory.
+
+    Refused when the predicted peaks of the ranks that share this node's memory exceed what
+    it has: its available memory plus what those ranks hold already (their predictions
+    include it).  Ranks on a GPU share nothing here but their own device.  Collective.
+    """
     host = zlib.crc32(socket.gethostname().encode()) if getattr(device, "type",
                                                                  device) != "cuda" else -1
     table = torch.zeros(comm.size, 4, dtype=torch.float64)
@@ -173,9 +180,10 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
                     split_entries: int = 0, delayed_widths: tuple[int, ...] = (),
                     delay: int = 0, wire_row_bytes=None,
                     recompute: bool = False) -> dict[str, int]:
-    r"""Predicted peak resident memory (bytes) of one training process over ``N`` vertices
-    and ``E`` edges (a whole graph, or a rank's partition with ``S`` split entries: its
-    leaves plus its leaf entries), by part, and their ``total``.
+    r"""Predicted peak memory (bytes) of a training process, by part, and their ``total``.
+
+    The peak resident memory of a process over ``N`` vertices and ``E`` edges (a whole graph,
+    or a rank's partition with ``S`` split entries: its leaves plus its leaf entries).
 
     With layer widths ``d_0 = F, d_1 .. d_{L-1} = H, d_L = C`` (:func:`layer_widths`),
     ``s``-byte floats (``value_bytes``: 4, or 8 under ``--dtype float64``):
@@ -253,10 +261,12 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
 
 def delayed_exchange_bytes(width: int, split_entries: int, delay: int, value_bytes: int = 4,
                            wire_row_bytes=None) -> int:
-    """What one delayed exchange of ``width`` keeps (the term of :func:`training_memory`):
-    ``delay`` bins of bookkeeping, and per split entry three rows of values and a received
-    row on the wire (``wire_row_bytes(width)``, ``None``: uncompressed), twice that with a
-    compressed wire."""
+    """What one delayed exchange of ``width`` keeps (the term of :func:`training_memory`).
+
+    It keeps ``delay`` bins of bookkeeping, and per split entry three rows of values and a
+    received row on the wire (``wire_row_bytes(width)``, ``None``: uncompressed), twice that
+    with a compressed wire.
+    """
     values = value_bytes * width
     wire = values if wire_row_bytes is None else wire_row_bytes(width)
     compressed = wire_row_bytes is not None

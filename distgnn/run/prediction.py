@@ -1,6 +1,8 @@
-r"""A saved model applied to a graph: :func:`load_model` rebuilds it, :func:`predict` runs it
-on a dataset (one process) or on a partition directory (under ``mpirun``, one rank per
-partition) and writes its predictions and embeddings.
+r"""A saved model applied to a graph, with its predictions and embeddings written.
+
+:func:`load_model` rebuilds it; :func:`predict` runs it on a dataset (one process) or on a
+partition directory (under ``mpirun``, one rank per partition) and writes its predictions and
+embeddings.
 
 The graph may be the one trained on or another with the same feature width (new vertices
 and edges: inductive inference, for the models whose weights do not depend on the graph --
@@ -83,13 +85,14 @@ def _build(path: str | Path, saved: dict, cfg: TrainConfig,
 
 
 def load_model(path: str | Path, make_model: ModelFactory | None = None) -> torch.nn.Module:
-    """The module saved at ``path`` (by ``distgnn-train --save-model``), with its weights,
-    in evaluation mode on the CPU.
+    """The module saved at ``path`` (by ``distgnn-train --save-model``), with its weights.
 
-    A built-in model is rebuilt from the file's configuration; a user's model needs its
-    factory again: ``make_model(in_channels, num_classes)``, as given to
-    :func:`distgnn.train`.  Call it as ``model(g, x)`` with features normalised as the
-    file's ``config["feature_norm"]`` says, or let :func:`predict` do both."""
+    It comes in evaluation mode on the CPU.  A built-in model is rebuilt from the file's
+    configuration; a user's model needs its factory again:
+    ``make_model(in_channels, num_classes)``, as given to :func:`distgnn.train`.  Call it as
+    ``model(g, x)`` with features normalised as the file's ``config["feature_norm"]`` says,
+    or let :func:`predict` do both.
+    """
     saved = read_model_file(path)
     return _build(path, saved, saved_config(saved, **INFERENCE), make_model)
 
@@ -128,12 +131,15 @@ def predict(model_file: str | Path, source: str | Path | NodeDataset, *,
             embeddings_layer: int = -1, with_embeddings: bool = False,
             make_model: ModelFactory | None = None, threads: int | None = None,
             log: Callable[[str], None] = print) -> Prediction:
-    """Apply the model saved in ``model_file`` to ``source`` (a dataset, or a partition
-    directory: then collective, one rank per partition under ``mpirun``), write the
-    predictions and embeddings asked for (formats: :mod:`distgnn.run.vertex_outputs`), and
-    return them as arrays, with the accuracies where the data has labels
-    (:class:`Prediction`; the module docstring).  ``with_embeddings``: return the input of
-    layer ``embeddings_layer`` too (it is computed anyway for ``embeddings_out``)."""
+    """Apply the model saved in ``model_file`` to ``source``; returns a :class:`Prediction`.
+
+    ``source`` is a dataset, or a partition directory: then collective, one rank per
+    partition under ``mpirun``.  Writes the predictions and embeddings asked for (formats:
+    :mod:`distgnn.run.vertex_outputs`), and returns them as arrays, with the accuracies where
+    the data has labels (:class:`Prediction`; the module docstring).  ``with_embeddings``:
+    return the input of layer ``embeddings_layer`` too (it is computed anyway for
+    ``embeddings_out``).
+    """
 
     check_distinct_outputs({"--predictions-out": predictions_out,
                             "--embeddings-out": embeddings_out}, {"the model file": model_file})

@@ -98,10 +98,12 @@ ROW_NORM_WARNING = ("warning: the features have negative entries, and --feature-
 
 
 def negative_features(x: np.ndarray) -> bool:
-    """Whether features ``x`` ``[N, F]`` (a memory map too) hold a negative entry: row
-    normalisation was made for counts and :data:`ROW_NORM_WARNING` says why it may hurt.
-    Checked in the row blocks of :func:`normalize_features`, stopping at the first
-    negative block, with no ``[N, F]`` temporary."""
+    """Whether features ``x`` ``[N, F]`` (a memory map too) hold a negative entry.
+
+    Row normalisation was made for counts and :data:`ROW_NORM_WARNING` says why it may hurt.
+    Checked in the row blocks of :func:`normalize_features`, stopping at the first negative
+    block, with no ``[N, F]`` temporary.
+    """
     rows = max(1, _NORM_BLOCK_ELEMENTS // max(x.shape[1], 1))
     return any(x[start:start + rows].min(initial=0) < 0 for start in range(0, len(x), rows))
 
@@ -171,11 +173,13 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
 
 def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                     timer: PhaseTimer, device: torch.device, backend: str) -> Shard:
-    """Rank ``comm.rank``'s partition of ``directory`` as a shard on ``device``, aggregated
-    by ``backend`` (collective).  Each rank checks its own partition as it loads it (every
-    check of one partition alone, :func:`distgnn.data.partitions.load`), then, with its peers, the
-    split tables and the leaves' rows (:meth:`SplitIndex.check`); the other checks across
-    partitions are ``distgnn-partition verify``'s."""
+    """Rank ``comm.rank``'s partition of ``directory`` as a shard on ``device``.
+
+    Collective.  The shard is aggregated by ``backend``.  Each rank checks its own partition
+    as it loads it (every check of one partition alone, :func:`distgnn.data.partitions.load`),
+    then, with its peers, the split tables and the leaves' rows (:meth:`SplitIndex.check`);
+    the other checks across partitions are ``distgnn-partition verify``'s.
+    """
     directory = Path(directory)
     memory.return_freed_blocks()
 

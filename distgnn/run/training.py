@@ -53,12 +53,15 @@ __all__ = ["ModelFactory", "TrainResult", "configure_threads", "fit", "model_and
 
 @dataclasses.dataclass
 class TrainResult:
-    """What a run returns, the same on every rank: ``history``, one record per epoch (loss,
-    times, bytes and, at evaluations, ``{mask}_acc`` and ``val_loss``); ``best``, the
-    evaluation with the best validation accuracy; ``model``, the trained model (this rank's
-    replica: every rank holds the same weights, those of the last epoch); ``summary``, the
-    metrics file's summary record (:mod:`distgnn.run.epoch_log`), with the paths written.
-    Epochs are counted from 1 (``history[0]["epoch"] == 1``)."""
+    """What a run returns, the same on every rank.
+
+    ``history``, one record per epoch (loss, times, bytes and, at evaluations, ``{mask}_acc``
+    and ``val_loss``); ``best``, the evaluation with the best validation accuracy; ``model``,
+    the trained model (this rank's replica: every rank holds the same weights, those of the
+    last epoch); ``summary``, the metrics file's summary record
+    (:mod:`distgnn.run.epoch_log`), with the paths written.  Epochs are counted from 1
+    (``history[0]["epoch"] == 1``).
+    """
 
     history: list[dict]
     best: dict
@@ -80,10 +83,13 @@ ModelFactory = Callable[[int, int], torch.nn.Module]
 
 
 def model_and_optimizer(cfg: TrainConfig, shard: Shard, make_model: ModelFactory | None = None):
-    """The model (seeded: every rank builds the same) on the shard's device, in its floating
-    type, made ready for the shard's graph (:func:`distgnn.nn.prepare.prepare`), and its Adam.
+    """The model, ready for the shard's graph, and its Adam optimizer.
+
+    The model is seeded (every rank builds the same), on the shard's device, in its floating
+    type, made ready for the shard's graph (:func:`distgnn.nn.prepare.prepare`).
     ``make_model(in_channels, num_classes)`` builds a user's model (called as
-    ``model(g, x)``, returning logits ``[N, C]``); ``None``: ``cfg.model``."""
+    ``model(g, x)``, returning logits ``[N, C]``); ``None``: ``cfg.model``.
+    """
     model = place_model(cfg, shard, make_model)
     return model, torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
@@ -134,11 +140,13 @@ def step(model: torch.nn.Module, optimizer, shard: Shard, sync: ReplicaSync, num
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, shard: Shard, comm: Communicator,
              with_roc_auc: bool = False) -> dict:
-    """Accuracy on each mask and the validation loss over all ranks, with dropout off
-    (:func:`~distgnn.run.evaluation.mask_scores`), ``eval_bytes_sent_mean``: the split-vertex
-    bytes a rank sent for it, and ``eval_s_mean``: a rank's seconds for its forward pass
-    and scores (means over ranks); with ``with_roc_auc`` (binary tasks), also each mask's
-    ROC-AUC."""
+    """Accuracy on each mask and the validation loss over all ranks, with dropout off.
+
+    The scores are :func:`~distgnn.run.evaluation.mask_scores`'s, with
+    ``eval_bytes_sent_mean``: the split-vertex bytes a rank sent for it, and ``eval_s_mean``:
+    a rank's seconds for its forward pass and scores (means over ranks); with
+    ``with_roc_auc`` (binary tasks), also each mask's ROC-AUC.
+    """
     exchange = shard.nbr.exchange
     sent = exchange.total_bytes_sent
     started = time.perf_counter()
@@ -190,11 +198,14 @@ def write_results(cfg: TrainConfig, model: torch.nn.Module, shard: Shard, comm: 
 def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
         log: Callable[[str], None] = print, watchdog: Watchdog | None = None,
         make_model: ModelFactory | None = None) -> TrainResult:
-    """Train ``cfg.model`` (or ``make_model``'s, see :func:`model_and_optimizer`) on
-    ``shard``, one replica per rank of ``comm``; returns the
-    per-epoch history and the best evaluation (the same on every rank).  Checkpoints and
-    stops as :class:`~distgnn.run.checkpointing.Checkpointer` decides; ``watchdog`` is armed
-    after the first epoch.  Collective: every rank must call it with the same ``cfg``."""
+    """Train ``cfg.model`` or ``make_model``'s on ``shard``, one replica per rank.
+
+    Each rank of ``comm`` trains one replica; for ``make_model``, see
+    :func:`model_and_optimizer`.  Returns the per-epoch history and the best evaluation (the
+    same on every rank).  Checkpoints and stops as
+    :class:`~distgnn.run.checkpointing.Checkpointer` decides; ``watchdog`` is armed after the
+    first epoch.  Collective: every rank must call it with the same ``cfg``.
+    """
     def start():  # the same data on every rank: the same message, one line
         if shard.num_classes < 2:
             raise DistGNNError(f"the data has {shard.num_classes} class; node "

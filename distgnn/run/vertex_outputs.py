@@ -1,5 +1,6 @@
-r"""Per-vertex results -- predictions and embeddings -- written once per vertex, in the
-user's vertex ids, by every rank at once.
+r"""Per-vertex predictions and embeddings, written once per vertex by all ranks at once.
+
+The rows are in the user's vertex ids.
 
 A partitioned run holds each vertex on several ranks (its root clone and leaf clones); the
 root clone's rank writes the vertex's row, so every vertex appears exactly once.  No rank
@@ -90,12 +91,14 @@ def check_outputs(predictions: str | None, embeddings: str | None) -> None:
 def write_rows(comm: Communicator, target: str | Path, rows: dict[str, np.ndarray],
                positions: np.ndarray, num_vertices: int,
                user_ids: Callable[[], np.ndarray | None]) -> None:
-    """Write this rank's ``rows`` (``{name: [n_p, ...]}``, one row per vertex it is the root
-    clone of, at global ids ``positions`` ``[n_p]``) as the file ``target`` (see the module
-    docstring).  ``rows`` names ``probabilities`` (then a predictions file) or
-    ``embeddings``; ``user_ids()`` (rank 0 only) gives the user's ids ``[N]`` in global
-    order (``None``: ``0..N-1``).  Collective: every rank calls it with the same target and
-    names; a failure on any rank raises on all."""
+    """Write this rank's ``rows`` as its part of the file ``target``.
+
+    ``rows`` is ``{name: [n_p, ...]}``, one row per vertex this rank is the root clone of, at
+    global ids ``positions`` ``[n_p]`` (see the module docstring).  ``rows`` names
+    ``probabilities`` (then a predictions file) or ``embeddings``; ``user_ids()`` (rank 0
+    only) gives the user's ids ``[N]`` in global order (``None``: ``0..N-1``).  Collective:
+    every rank calls it with the same target and names; a failure on any rank raises on all.
+    """
     target = Path(target)
     names = sorted(rows)
     shapes = {name: (num_vertices, *rows[name].shape[1:]) for name in names}
