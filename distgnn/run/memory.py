@@ -52,10 +52,8 @@ def return_freed_blocks() -> bool:
     then raises that threshold to the freed block's size (up to 32 MiB), so that from then on
     blocks up to 32 MiB (row blocks of the SpMM kernels, exchange buffers, partial gradients)
     come from the heap, and what is freed there stays resident, fragmented, under the next
-    epoch's peak.  Fixing the thresholds stops that: on R-MAT 2^20 and 2^21 x 16 (GraphSAGE
-    hidden 256, 4 ranks) the peak per rank fell by 240 and 330 MiB and the memory held
-    between epochs by 270 and 370 MiB; the epoch times stayed within the machine's noise
-    (fresh mappings cost page faults)."""
+    epoch's peak.  Fixing the thresholds stops that, at the cost of the page faults of fresh
+    mappings (measured in ``docs/results/training-ladder.md``)."""
     try:  # the symbols the process already has: no library search (ldconfig) at start-up
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to set
@@ -210,9 +208,9 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     ReLU (``a = 1`` byte per element, :func:`distgnn.nn.graph_layer.relu`) or the output of
     GAT's ELU (``a = s``), and GIN three ``m``-wide tensors in its MLP; the backward pass holds a
     gradient at the widest width besides them, and one more with ``recompute`` (``\rho = 1``,
-    else 0): it recomputes a layer's forward while its output's gradient is held (measured
-    +0.30 and +0.66 GiB per rank at R-MAT 2^20 and 2^21 with 2 layers, where recompute
-    raises the peak rather than lowering it); the logits, their softmax and their gradient
+    else 0): it recomputes a layer's forward while its output's gradient is held (at 2
+    layers recompute raises the peak rather than lowering it:
+    ``docs/results/training-ladder.md``); the logits, their softmax and their gradient
     add ``3 N C``; GAT keeps six ``[E, H']`` per-edge tensors per layer (``H'`` =
     ``heads``: logits, exponentials, coefficients, dropped coefficients, two gradients).
     Graph: the CSR and its transpose (int32 indices), the SpMM kernels' plans for both
