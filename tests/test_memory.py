@@ -44,11 +44,16 @@ def test_recompute_adds_a_tensor_at_the_widest_width():
     assert recomputed["total"] == again["total"]
 
 
+def parts(cfg: TrainConfig) -> tuple:
+    """What the memory model reads of a run's configuration."""
+    return cfg.network, cfg.exchange, cfg.execution
+
+
 def test_a_run_that_cannot_fit_is_refused_with_its_parts():
     cfg = TrainConfig(hidden=10 ** 7, layers=3, dtype="float64")
     with pytest.raises(DistGNNError, match="needs about .*activations"):
-        require(cfg, 10 ** 6, 10 ** 7, 100, 4, "cpu", "data")
-    require(TrainConfig(hidden=16), 1000, 5000, 32, 4, "cpu", "data")  # fits: no error
+        require(*parts(cfg), 10 ** 6, 10 ** 7, 100, 4, "cpu", "data")
+    require(*parts(TrainConfig(hidden=16)), 1000, 5000, 32, 4, "cpu", "data")  # fits: no error
 
 
 def test_attention_adds_its_per_edge_tensors():
@@ -59,9 +64,10 @@ def test_attention_adds_its_per_edge_tensors():
     # ... and its ELU keeps its output (4 bytes per element) where a ReLU keeps a mask (1)
     assert gat["activations"] - plain["activations"] == 6 * 4 * 5000 * 8 * 2 + 3 * 1000 * 16
     edges = 10 ** 8  # 2.4 GB of graph copies; GAT's 8 heads x 2 layers add 38 GB
-    require(TrainConfig(model="gcn"), 10 ** 4, edges, 8, 2, "cpu", "data")
+    require(*parts(TrainConfig(model="gcn")), 10 ** 4, edges, 8, 2, "cpu", "data")
     with pytest.raises(DistGNNError, match="needs about"):
-        require(TrainConfig(model="gat", heads=8, hidden=64), 10 ** 4, edges, 8, 2, "cpu",
+        require(*parts(TrainConfig(model="gat", heads=8, hidden=64)), 10 ** 4, edges, 8, 2,
+                "cpu",
                 "data")
 
 
@@ -73,9 +79,11 @@ def test_gin_counts_its_mlp_weights():
     # per layer d_in m + m + (m + 1) d_out, five copies of each float
     assert gin["model"] == 4 * 5 * ((1433 * 16 + 16 + 17 * 16) + (16 * 16 + 16 + 17 * 7))
     assert gin["activations"] - plain["activations"] == 4 * 2708 * 2 * 3 * 16
-    require(TrainConfig(model="gcn", hidden=65536), 2708, 10556, 1433, 7, "cpu", "cora")
+    require(*parts(TrainConfig(model="gcn", hidden=65536)), 2708, 10556, 1433, 7, "cpu",
+            "cora")
     with pytest.raises(DistGNNError, match="needs about .*model"):
-        require(TrainConfig(model="gin", hidden=65536), 2708, 10556, 1433, 7, "cpu", "cora")
+        require(*parts(TrainConfig(model="gin", hidden=65536)), 2708, 10556, 1433, 7, "cpu",
+                "cora")
 
 
 def test_delayed_exchange_counts_its_bins_at_the_widths_it_carries():

@@ -113,17 +113,18 @@ def _refusal(where: str, need: dict, have: int, device, ranks: int = 1) -> DistG
                         "ranks or nodes")
 
 
-def require(cfg, num_nodes: int, num_edges: int, num_features: int, num_classes: int,
+def require(network: ModelConfig, exchange: ExchangeConfig, execution: ExecutionConfig,
+            num_nodes: int, num_edges: int, num_features: int, num_classes: int,
             device, where: str) -> None:
-    """Refuse a single-process run of ``cfg`` that cannot start or would not fit in memory.
+    """Refuse a single-process run that cannot start or would not fit in memory.
 
-    ``cfg`` is a TrainConfig (its network, exchange and execution parts).  Refused: a run on
-    this data that cannot start (no features) or whose predicted peak (:func:`predict`)
-    exceeds what ``device`` has: its available memory plus what this process holds already.
+    Refused: a run of ``network`` (exchanging and computing as :func:`predict` takes them)
+    on this data that cannot start (no features) or whose predicted peak exceeds what
+    ``device`` has: its available memory plus what this process holds already.
     """
     check_features(num_features, where)
-    need = predict(cfg.network, cfg.exchange, cfg.execution, num_nodes, num_edges,
-                   num_features, num_classes)
+    need = predict(network, exchange, execution, num_nodes, num_edges, num_features,
+                   num_classes)
     require_on_node(SelfCommunicator(), need, device, where)
 
 

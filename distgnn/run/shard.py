@@ -139,8 +139,9 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
     ``data``'s."""
     device, backend = placement(0, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends)
     memory.return_freed_blocks()
-    memory.require(cfg, data.num_nodes, data.graph.num_edges, data.num_features,
-                   data.num_classes, device, data.name)
+    memory.require(cfg.network, cfg.exchange, cfg.execution, data.num_nodes,
+                   data.graph.num_edges, data.num_features, data.num_classes, device,
+                   data.name)
     masks = {name: getattr(data, f"{name}_mask") for name in ("train", "val", "test")}
     x, y, masks = node_tensors(data.x, data.y, masks, cfg.feature_norm)
     if cfg.feature_norm == "row" and negative_features(data.x):
