@@ -67,8 +67,7 @@ def test_attention_adds_its_per_edge_tensors():
     require(*parts(TrainConfig(model="gcn")), 10 ** 4, edges, 8, 2, "cpu", "data")
     with pytest.raises(DistGNNError, match="needs about"):
         require(*parts(TrainConfig(model="gat", heads=8, hidden=64)), 10 ** 4, edges, 8, 2,
-                "cpu",
-                "data")
+                "cpu", "data")
 
 
 def test_gin_counts_its_mlp_weights():
