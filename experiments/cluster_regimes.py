@@ -56,6 +56,7 @@ from bench.scaling import (
 from distgnn import read_metrics
 from distgnn.comm import WAITS
 from distgnn.exchange import DEFAULT_SCHEDULE_PRECISION, EXACT_EVERY
+from distgnn.nn.widths import exchange_widths
 from distgnn.program import use_huge_pages
 from distgnn.storage import write_atomic
 from launch import cluster

@@ -1,5 +1,6 @@
 """Launch distgnn jobs: mpirun command lines (Open MPI, MPICH/Hydra) and SLURM scripts."""
-from launch.mpirun import JobStopped, LaunchError, LaunchPlan, plan, run
+from launch.job import JobStopped, run
+from launch.mpirun import LaunchError, LaunchPlan, plan
 from launch.slurm import sbatch_script
 
 __all__ = ["JobStopped", "LaunchError", "LaunchPlan", "plan", "run", "sbatch_script"]

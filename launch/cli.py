@@ -25,17 +25,8 @@ from distgnn.program import (
 )
 from distgnn.storage import check_output_file, check_replaceable, write_atomic
 from launch import cluster
-from launch.mpirun import (
-    DEFAULT_START_TIMEOUT_S,
-    DEFAULT_STOP_GRACE_S,
-    IMPLEMENTATIONS,
-    MPI_HOME,
-    LaunchError,
-    check_times,
-    count_gpus,
-    plan,
-    run,
-)
+from launch.job import DEFAULT_START_TIMEOUT_S, DEFAULT_STOP_GRACE_S, check_times, run
+from launch.mpirun import IMPLEMENTATIONS, MPI_HOME, LaunchError, count_gpus, plan
 from launch.slurm import (
     DEFAULT_STOP_BEFORE_S,
     DEFAULT_TIME,

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from launch import LaunchError, LaunchPlan, cluster, plan, run, sbatch_script
+from launch import job as job_module
 from launch import mpirun as mpirun_module
 from launch.cli import main
+from launch.job import StderrCopy
 from launch.mpirun import (
     IMPLEMENTATIONS,
     RANK_WRAPPER,
-    StderrCopy,
     detect_implementation,
     find_launcher,
     find_mpirun,
@@ -870,7 +871,7 @@ def test_stop_signals_reach_the_ranks_and_the_report_says_how_to_continue(
     ready, job = fake_job(tmp_path, mode)
     sender = signal_when(ready, *signals)
     start = time.monotonic()
-    with pytest.raises(mpirun_module.JobStopped) as e:
+    with pytest.raises(job_module.JobStopped) as e:
         run(job, stop_grace=grace, relaunch=RELAUNCH)
     sender.join()
     assert str(e.value) == says and e.value.exit_status == status
@@ -888,14 +889,14 @@ def test_stop_signals_reach_the_ranks_and_the_report_says_how_to_continue(
 ])
 def test_timeout_reports_the_checkpoint_and_the_command_that_continues(tmp_path, command, then):
     ready, job = fake_job(tmp_path, "checkpoints", command)
-    with pytest.raises(mpirun_module.JobStopped) as e:
+    with pytest.raises(job_module.JobStopped) as e:
         run(job, timeout=2, relaunch=RELAUNCH)
     assert e.value.exit_status == 2
     assert str(e.value) == (f"{sys.executable} did not finish within 2 s; stopped it and its "
                             "ranks: the ranks wrote checkpoint ck/epoch-000003 (after epoch 3); "
                             f"continue with: {shlex.join([*RELAUNCH, '--', *then])}")
     ready, job = fake_job(tmp_path, "checkpoints", ["./train.sh"])  # not distgnn-train's flags
-    with pytest.raises(mpirun_module.JobStopped, match=r"continue with --resume ck$"):
+    with pytest.raises(job_module.JobStopped, match=r"continue with --resume ck$"):
         run(job, timeout=2, relaunch=RELAUNCH)
 
 
@@ -935,7 +936,7 @@ def test_a_job_that_cannot_start_ends_naming_why(tmp_path, capfd, said, start_ti
 def test_silent_hosts_are_those_no_ssh_server_answers_for(tmp_path):
     hosts = tmp_path / "hosts"
     hosts.write_text("localhost slots=2\n127.0.0.1:2\nnosuch.invalid slots=1\n")
-    assert mpirun_module.silent_hosts(str(hosts)) == ["nosuch.invalid"]
+    assert job_module.silent_hosts(str(hosts)) == ["nosuch.invalid"]
 
 
 def test_a_bare_python_is_the_python_distgnn_runs_in(capsys, fake_mpis):

@@ -44,11 +44,6 @@ def test_recompute_adds_a_tensor_at_the_widest_width():
     assert recomputed["total"] == again["total"]
 
 
-def parts(cfg: TrainConfig) -> tuple:
-    """What the memory model reads of a run's configuration."""
-    return cfg.network, cfg.exchange, cfg.execution
-
-
 def test_a_run_that_cannot_fit_is_refused_with_its_parts():
     cfg = TrainConfig(hidden=10 ** 7, layers=3, dtype="float64")
     with pytest.raises(DistGNNError, match="needs about .*activations"):
