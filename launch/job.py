@@ -327,6 +327,10 @@ def session_pids(session: int) -> list[int]:
 # the job down: the job did not finish, and the status must not say it did.
 LOST_DAEMON = re.compile(rb"Remote daemon: \S+ on node (\S+)")
 
+# Open MPI's ssh starter warns when its child ssh has exec'd before the parent could move
+# it to its own process group: a harmless race, and noise on an error the user must read
+SETPGID_RACE = re.compile(rb"\[[^\]\n]*\] plm:ssh: Warning: setpgid\([^\n]*\n")
+
 
 # what a remote shell says when it cannot reach a node: ssh's words, and the emulated
 # cluster's agent's (launch/cluster.py)
@@ -343,8 +347,9 @@ class StderrCopy(threading.Thread):
     """A thread that copies the launcher's stderr to ours and notes what it tells.
 
     It copies as the text comes (a partial line too: no progress display is held back;
-    nothing once ``muted``), counting and removing the ranks' :data:`STARTED` lines, and
-    noting the nodes whose daemon it lost (``lost``), those a remote shell could not reach
+    nothing once ``muted``), counting and removing the ranks' :data:`STARTED` lines and
+    Open MPI's :data:`SETPGID_RACE` warning, and noting the nodes whose daemon it lost
+    (``lost``), those a remote shell could not reach
     (``unreachable``: host -> what it said) and the last checkpoint a stopped rank named
     (``checkpoint``: epoch, path, directory).  A node not reached before all ``ranks``
     started mutes the rest: the launcher's account of a job that could not start, which
@@ -367,7 +372,7 @@ class StderrCopy(threading.Thread):
             held = data[cut:] if unfinished and STARTED.startswith(data[cut:]) else b""
             data = data[:len(data) - len(held)]
             self.started += data.count(STARTED)
-            data = data.replace(STARTED, b"")
+            data = SETPGID_RACE.sub(b"", data.replace(STARTED, b""))
             if not self.muted:
                 sys.stderr.buffer.write(data)
                 sys.stderr.buffer.flush()

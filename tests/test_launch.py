@@ -789,6 +789,23 @@ def test_stderr_copy_removes_started_lines_cut_anywhere(capfdbinary):
     assert capfdbinary.readouterr().err == b"epoch 1 done\n\x1eraw\nlast \x1edist"
 
 
+def test_stderr_copy_drops_open_mpis_setpgid_race_warning(capfdbinary):
+    """Open MPI's warning that ssh exec'd before it could get its own process group (seen
+    on a CI machine before a 'could not resolve' line) does not reach the user."""
+    read, write = os.pipe()
+    with os.fdopen(read, "rb") as stream:
+        copy = StderrCopy(stream)
+        copy.start()
+        os.write(write, b"[vm:18280] plm:ssh: Warning: setpgid(18284,18284) failed in parent "
+                        b"with errno=Permission denied(13)\nssh: Could not resolve hostname "
+                        b"nosuch.invalid: Name or service not known\n")
+        os.close(write)
+        copy.join(timeout=10)
+    assert capfdbinary.readouterr().err == (b"ssh: Could not resolve hostname nosuch.invalid: "
+                                            b"Name or service not known\n")
+    assert list(copy.unreachable) == ["nosuch.invalid"]
+
+
 def test_stderr_copy_notes_unreachable_nodes_and_the_checkpoint_of_a_stop(capfdbinary):
     read, write = os.pipe()
     with os.fdopen(read, "rb") as stream:
