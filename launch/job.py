@@ -282,10 +282,12 @@ def _is_local(info: tuple) -> bool:
 
 
 def _end(proc: subprocess.Popen, grace: float = KILL_GRACE_S) -> None:
-    """End the launcher: SIGTERM, which it answers by taking its ranks down, then after
-    ``grace`` seconds SIGKILL to every process of its session (its ranks and remote shells
-    each run in a process group of their own, and outlive a killed launcher), and a wait of
-    up to :data:`KILLED_WAIT_S` until they are gone: SIGKILL takes effect asynchronously."""
+    """End the launcher and every process of its session.
+
+    SIGTERM first, which the launcher answers by taking its ranks down; after ``grace``
+    seconds SIGKILL to every process of its session (its ranks and remote shells each run in
+    a process group of their own, and outlive a killed launcher); then a wait of up to
+    :data:`KILLED_WAIT_S` until they are gone, as SIGKILL takes effect asynchronously."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:

@@ -1,3 +1,5 @@
-"""The trainer's command lines: ``distgnn-train`` (``train``), ``distgnn-predict``
-(``predict``) and what every command line of the project shares (``common``: one-line
-errors, Ctrl-C, help with defaults, the dataset flags).  Parse, call the run, print."""
+"""The trainer's command lines: ``distgnn-train`` (``train``) and ``distgnn-predict`` (``predict``).
+
+Each parses its flags, calls the run and prints; what every command line of the project
+shares (one-line errors, Ctrl-C, help with defaults, the dataset flags) is
+:mod:`distgnn.program`."""
