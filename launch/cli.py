@@ -103,6 +103,16 @@ def parser() -> argparse.ArgumentParser:
     mode.add_argument("--slurm", metavar="FILE",
                       help="write an sbatch script for the job to FILE instead of running it "
                            "(default: run the job)")
+    _slurm_arguments(p)
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="the program every rank runs, after --; a bare python or python3 "
+                        "is the Python distgnn runs in")
+    return p
+
+
+
+def _slurm_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of the sbatch script that ``--slurm`` writes, as a group of ``p``."""
     g = p.add_argument_group("SLURM (with --slurm)")
     g.add_argument("--nodes", type=int,
                    help="number of nodes, each running the same number of ranks (default: "
@@ -149,11 +159,6 @@ def parser() -> argparse.ArgumentParser:
                         "the ranks have checkpointed, to resume where it stopped "
                         "(distgnn-train gets --resume-if-present DIR of its --checkpoint-dir "
                         "DIR); default: for a distgnn-train that checkpoints")
-    p.add_argument("command", nargs=argparse.REMAINDER,
-                   help="the program every rank runs, after --; a bare python or python3 "
-                        "is the Python distgnn runs in")
-    return p
-
 
 def cluster_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog=f"{PROG} cluster", formatter_class=DefaultsHelpFormatter,

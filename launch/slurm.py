@@ -231,6 +231,43 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
     command = rank_command(ranks, command, threads_per_rank)
     check_partitions(ranks, command, missing_ok=True)
     nodes, ranks_per_node = placement(ranks, nodes, ranks_per_node)
+    _check_options(stop_before, time, slurm_launcher, srun_mpi, env_setup, mem)
+    for line in node_local_warnings(command, activate):
+        warn(line)
+    command, requeue = resumable(command, requeue)
+    lines = ["#!/bin/bash", MARK, *_sbatch_lines({
+        "job-name": job_name, "ntasks": ranks, "nodes": nodes,
+        "ntasks-per-node": ranks_per_node, "cpus-per-task": threads_per_rank, "mem": mem,
+        "time": time, "partition": partition, "account": account,
+        "signal": f"B:USR1@{stop_before}" if stop_before else None})]
+    mpirun, implementation, elsewhere = nodes_launcher(implementation, mpirun)
+    impl = IMPLEMENTATIONS[implementation]
+    if elsewhere:
+        warn(f"{impl.title} is not installed here: the script runs {mpirun} from the nodes' "
+             "PATH (its comments say what the nodes need)")
+    env = rank_environment(threads_per_rank, mpirun, implementation)
+    lines += ["#SBATCH --requeue" if requeue else "#SBATCH --no-requeue",
+              "#SBATCH --open-mode=append",
+              *_comments(ranks, threads_per_rank, slurm_launcher, implementation, requeue,
+                         stop_before),
+              *([activation()] if activate else []),
+              *([env_setup] if env_setup else []),
+              "set -euo pipefail",
+              *(f"export {name}={shlex.quote(value)}" for name, value in env.items())]
+    if LIBMPI_ENV not in env:  # the library is where the nodes' launcher is
+        lines += _library_lines(mpirun, implementation, slurm_launcher == "mpirun")
+    if slurm_launcher == "mpirun" and not impl.hydra:
+        allow = " ".join(f"{k}={v}" for k, v in ROOT_ENV.items())
+        lines += ["# Open MPI's mpirun refuses to run as root without these",
+                  f'if [ "$(id -u)" -eq 0 ]; then export {allow}; fi']
+    launch = _launch_words(slurm_launcher, mpirun, implementation, ranks, threads_per_rank,
+                           env, srun_mpi)
+    return "\n".join([*lines, *_run_lines([*launch, *command], requeue)])
+
+
+def _check_options(stop_before: int, time: str, slurm_launcher: str, srun_mpi: str | None,
+                   env_setup: str | None, mem: str | None) -> None:
+    """Refuse, in one line naming the flag, the :func:`sbatch_script` options SLURM would."""
     if not 0 <= stop_before <= MAX_SIGNAL_S:
         raise LaunchError(f"--stop-before must be from 0 to {MAX_SIGNAL_S} seconds (sbatch "
                           f"--signal), got {stop_before}")
@@ -252,14 +289,11 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
     if mem is not None and not MEMORY.fullmatch(mem):
         raise LaunchError(f"--mem {mem!r} is not a SLURM memory size: megabytes, or a number "
                           "with K, M, G or T (e.g. 64G; 0: all of each node's)")
-    for line in node_local_warnings(command, activate):
-        warn(line)
-    command, requeue = resumable(command, requeue)
-    options = {"job-name": job_name, "ntasks": ranks, "nodes": nodes,
-               "ntasks-per-node": ranks_per_node, "cpus-per-task": threads_per_rank,
-               "mem": mem, "time": time, "partition": partition, "account": account,
-               "signal": f"B:USR1@{stop_before}" if stop_before else None}
-    lines = ["#!/bin/bash", MARK]
+
+
+def _sbatch_lines(options: dict[str, object]) -> list[str]:
+    """The ``#SBATCH --key=value`` lines of ``options`` (a None value: no line)."""
+    lines = []
     for key, value in options.items():
         if value is None:
             continue
@@ -267,42 +301,33 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
         if not str(value) or any(c.isspace() for c in str(value)):
             raise LaunchError(f"--{key} must be a non-empty word without spaces, got {value!r}")
         lines.append(f"#SBATCH --{key}={value}")
-    mpirun, implementation, elsewhere = nodes_launcher(implementation, mpirun)
-    impl = IMPLEMENTATIONS[implementation]
-    if elsewhere:
-        warn(f"{impl.title} is not installed here: the script runs {mpirun} from the nodes' "
-             "PATH (its comments say what the nodes need)")
-    env = rank_environment(threads_per_rank, mpirun, implementation)
-    lines += ["#SBATCH --requeue" if requeue else "#SBATCH --no-requeue",
-              "#SBATCH --open-mode=append",
-              *_comments(ranks, threads_per_rank, slurm_launcher, implementation, requeue,
-                         stop_before),
-              *([activation()] if activate else []),
-              *([env_setup] if env_setup else []),
-              "set -euo pipefail",
-              *(f"export {name}={shlex.quote(value)}" for name, value in env.items())]
-    if LIBMPI_ENV not in env:  # the library is where the nodes' launcher is
-        lines += _library_lines(mpirun, implementation, slurm_launcher == "mpirun")
+    return lines
+
+
+def _launch_words(slurm_launcher: str, mpirun: str, implementation: str, ranks: int,
+                  threads_per_rank: int, env: dict[str, str], srun_mpi: str | None
+                  ) -> list[str]:
+    """The launcher's words before the command: ``mpirun`` and its options, or ``srun``'s."""
     if slurm_launcher == "mpirun":
-        if not impl.hydra:
-            allow = " ".join(f"{k}={v}" for k, v in ROOT_ENV.items())
-            lines += ["# Open MPI's mpirun refuses to run as root without these",
-                      f'if [ "$(id -u)" -eq 0 ]; then export {allow}; fi']
         forwarded = dict(env)
-        if not impl.hydra:  # Open MPI forwards by name (-x) what Hydra forwards by itself
+        if not IMPLEMENTATIONS[implementation].hydra:
+            # Open MPI forwards by name (-x) what Hydra forwards by itself
             forwarded.setdefault(LIBMPI_ENV, "found on the node")
-        launch = [mpirun, *launcher_options(implementation, ranks, threads_per_rank, forwarded)]
-    else:
-        # srun does not inherit --cpus-per-task from sbatch (Slurm 22.05 to 23.02), and
-        # without it every rank would be bound to a single core.
-        launch = ["srun", f"--mpi={srun_mpi or SRUN_MPI[implementation]}",
-                  "--kill-on-bad-exit=1", f"--cpus-per-task={threads_per_rank}",
-                  "--cpu-bind=cores"]
-    lines += [
+        return [mpirun, *launcher_options(implementation, ranks, threads_per_rank, forwarded)]
+    # srun does not inherit --cpus-per-task from sbatch (Slurm 22.05 to 23.02), and
+    # without it every rank would be bound to a single core.
+    return ["srun", f"--mpi={srun_mpi or SRUN_MPI[implementation]}", "--kill-on-bad-exit=1",
+            f"--cpus-per-task={threads_per_rank}", "--cpu-bind=cores"]
+
+
+def _run_lines(launch: list[str], requeue: bool) -> list[str]:
+    """The script's body: run ``launch`` in the background, pass SLURM's USR1 or TERM on
+    to it, wait for it to end, requeue when stopped early (``requeue``), exit its status."""
+    lines = [
         'stop="" launcher=""',
         """trap 'stop=USR1; kill -USR1 "$launcher" 2>/dev/null || true' USR1""",
         """trap 'stop=TERM; kill -USR1 "$launcher" 2>/dev/null || true' TERM""",
-        shlex.join([*launch, *command]) + " &",
+        shlex.join(launch) + " &",
         'launcher=$!',
         '[ -z "$stop" ] || kill -USR1 "$launcher"  # signalled while it started',
         'while :; do  # until the launcher ends: a trapped signal ends a wait early',
@@ -317,8 +342,7 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
             ' requeueing" >&2',
             '    scontrol requeue "$SLURM_JOB_ID"',
             'fi']
-    lines += ['exit "$status"', ""]
-    return "\n".join(lines)
+    return [*lines, 'exit "$status"', ""]
 
 
 def nodes_launcher(implementation: str | None, mpirun: str | None) -> tuple[str, str, bool]:

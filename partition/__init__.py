@@ -2,13 +2,13 @@
 
 ``partition.load(DIR, rank)`` gives a rank its :class:`~distgnn.data.partitions.Partition`.
 """
+from distgnn.data.partition_checks import verify
 from distgnn.data.partitions import (
-    FORMAT_VERSION,
-    Partition,
-    PartitionFormatError,
-    load,
-    read_meta,
-    verify,
+           FORMAT_VERSION,
+           Partition,
+           PartitionFormatError,
+           load,
+           read_meta,
 )
 from partition.vertex_cut import PartitionError, vertex_cut
 

@@ -34,8 +34,8 @@ and takes the best, so an edge joins the partitions of its endpoints, preferring
 replicate the endpoint of higher degree.  ``lambda`` (:data:`HDRF_LAMBDA`, tuned on
 squirrel_filtered: ``docs/results/partitioners.md``) weighs the balance; besides, a
 partition whose load would pass :data:`HDRF_CAP` times its share of the load streamed so
-far is not a candidate unless it is among the least loaded.  Its default order is ``"random"``: in the degree order the
-partial degrees mislead it.
+far is not a candidate unless it is among the least loaded.  Its default order is
+``"random"``: in the degree order the partial degrees mislead it.
 
 With per-partition *weights* (relative capacities: a rank with weight 2 should hold twice
 the edges of one with weight 1), "load" means ``load[p] / weight[p]``; with all weights

@@ -30,18 +30,18 @@ from distgnn.data.datasets import locate
 from distgnn.data.generators import GENERATORS
 from distgnn.data.graph import GraphError
 from distgnn.data.ordering import AUTO_WIDTH, CHOICES
+from distgnn.data.partition_checks import verify
+from distgnn.data.partition_writing import check_target
 from distgnn.data.partitions import (
     EDGE_ORDERS,
     FORMAT_VERSION,
     METHODS,
     ROOTS,
-    check_target,
     check_weights,
     load,
     read_meta,
     requested_shares,
     unchecked_fields_note,
-    verify,
 )
 from distgnn.errors import DistGNNError
 from distgnn.nn.config import MAX_LAYERS

@@ -50,10 +50,10 @@ import numba
 import numpy as np
 
 from distgnn.data.binary_edges import edge_count, iter_edges
-from distgnn.data.datasets import check_classes, read_split_file
 from distgnn.data.generators import random_split
 from distgnn.data.graph import UNLABELLED, CSRGraph, GraphError
-from distgnn.data.partitions import write_partitions
+from distgnn.data.partition_writing import write_partitions
+from distgnn.data.side_files import check_classes, read_split_file
 from distgnn.storage import (
     file_head,
     format_bytes,
@@ -370,7 +370,7 @@ def _stopped_by_signals():
 def vertex_data(features: str | Path, labels: str | Path, split_file: str | Path | None
                 ) -> VertexData:
     """The features and labels ``.npy`` files memory-mapped, and the split: ``split_file``
-    (an ``.npz`` of bool masks ``[N]``, :func:`~distgnn.data.datasets.read_split_file`) or a
+    (an ``.npz`` of bool masks ``[N]``, :func:`~distgnn.data.side_files.read_split_file`) or a
     seeded random 60/20/20 of the labelled vertices, as an in-memory edge list gets."""
     x = _mapped(features, "features", 2)
     y = _mapped(labels, "labels", 1)
@@ -394,7 +394,7 @@ def vertex_data(features: str | Path, labels: str | Path, split_file: str | Path
 
 @dataclasses.dataclass
 class _SplitView:
-    """What :func:`~distgnn.data.datasets.read_split_file` reads of a dataset, for one whose
+    """What :func:`~distgnn.data.side_files.read_split_file` reads of a dataset, for one whose
     graph is not in memory."""
 
     y: np.ndarray

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from distgnn.data.partitions import FILE_OVERHEAD, PART_FILES, write_partitions
+from distgnn.data.partition_writing import FILE_OVERHEAD, write_partitions
+from distgnn.data.partitions import PART_FILES
 from partition.layout import Layout, partition_arrays
 from partition.stats import PartCounts, counts_from_layout, summarize
 

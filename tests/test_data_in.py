@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from distgnn.data.datasets import check_classes, load
+from distgnn.data.datasets import load
 from distgnn.data.graph import GraphError
-from distgnn.data.partitions import read_meta, read_vertex_ids, verify
+from distgnn.data.partition_checks import verify
+from distgnn.data.partitions import read_meta, read_vertex_ids
 from distgnn.data.pyg import from_pyg
+from distgnn.data.side_files import check_classes
 from distgnn.run import shard as shard_module
 from distgnn.run.config import TrainConfig
 from distgnn.run.shard import (

@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from distgnn.data.datasets import load, read_edge_list
+from distgnn.data.datasets import load
+from distgnn.data.edge_lists import read_edge_list
 from distgnn.data.generators import rmat, rmat_edges, sbm
 from distgnn.data.graph import GraphError
 from tests.helpers.datasets import Payload, make_ogb, tiny_arrays, write_gz

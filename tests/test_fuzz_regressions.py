@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from distgnn.data.datasets import load, read_edge_list
+from distgnn.data.datasets import load
+from distgnn.data.edge_lists import read_edge_list
 from distgnn.data.graph import CSRGraph
 from tests.helpers.datasets import make_ogb
 from tests.helpers.fuzz import (

@@ -7,6 +7,7 @@ import pytest
 
 import partition
 from distgnn.data.graph import CSRGraph, NodeDataset
+from distgnn.data.partition_writing import write_partitions
 from distgnn.data.partitions import (
     FORMAT_VERSION,
     PART_FILES,
@@ -15,7 +16,6 @@ from distgnn.data.partitions import (
     part_dir,
     row_digests,
     sha256,
-    write_partitions,
 )
 from tests.helpers.graphs import dedup
 from tests.helpers.partitions import (

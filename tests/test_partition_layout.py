@@ -70,7 +70,7 @@ def test_isolated_vertices_are_in_the_files(tmp_path):
     np.testing.assert_array_equal(seen[(g.in_degrees() + out_degrees(g)) == 0], 1)
 
 
-# ---- 5. roots and masks ---------------------------------------------------------------------------
+# ---- 5. roots and masks --------------------------------------------------------------------------
 @pytest.mark.parametrize("num_parts", [4, 8])
 def test_balanced_roots_are_at_least_as_balanced_as_random(rmat_ds, num_parts):
     g = rmat_ds.graph

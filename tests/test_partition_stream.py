@@ -14,7 +14,8 @@ import pytest
 from distgnn.data.binary_edges import EdgeFileWriter
 from distgnn.data.generators import random_split
 from distgnn.data.graph import CSRGraph, GraphError, NodeDataset
-from distgnn.data.partitions import load, verify
+from distgnn.data.partition_checks import verify
+from distgnn.data.partitions import load
 from partition import stream
 from partition.cli import partition_dataset
 from tests.helpers.partitions import (

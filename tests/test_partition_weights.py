@@ -7,12 +7,8 @@ import pytest
 
 import partition
 from distgnn.data.datasets import load as load_dataset
-from distgnn.data.partitions import (
-    FILE_OVERHEAD,
-    PART_FILES,
-    PartitionFormatError,
-    requested_shares,
-)
+from distgnn.data.partition_writing import FILE_OVERHEAD
+from distgnn.data.partitions import PART_FILES, PartitionFormatError, requested_shares
 from partition.assign import assign_edges
 from partition.stats import counts_from_layout, summarize
 from partition.vertex_cut import PartitionError, vertex_cut

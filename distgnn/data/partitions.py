@@ -1,41 +1,29 @@
-"""The on-disk partition format (version ``FORMAT_VERSION``): write atomically, load, verify.
+"""The on-disk partition format (version ``FORMAT_VERSION``): its names, and loading one partition.
 
 A partition directory holds ``meta.json``, one ``part-NNNNN/`` per partition, each a set
 of ``.npy`` files (never pickled; loaded memory-mapped), and optionally ``vertex_ids.npy``,
-the user's id of each global vertex.  ``docs/partition-format.md``
-documents every field.  Writing checks the free space first, then goes into a temporary
-sibling directory that is renamed into place only when every file and ``meta.json`` (with a
-SHA-256 per file, and one of its own other fields) are on disk, so an interrupted run or a
-full disk never leaves a directory that loads, and a directory being replaced stays until
-its replacement is complete.
+the user's id of each global vertex.  ``docs/partition-format.md`` documents every field.
+It is written by :mod:`distgnn.data.partition_writing` (atomically) and checked across
+partitions by :mod:`distgnn.data.partition_checks`.
 
 Every check that needs one partition alone runs on every :func:`load` (so at the start of
-training too); the checks across partitions are :func:`verify`'s.
+training too); the checks across partitions are
+:func:`~distgnn.data.partition_checks.verify`'s.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
-import os
 import re
-import shutil
-import tempfile
 import tokenize
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
 from ..errors import DistGNNError
 from ..storage import (
-    check_output_dir,
-    check_replaceable,
     file_head,
-    free_space_problem,
-    remove_leftovers,
-    temp_path,
-    user_mode,
 )
 from .graph import (
     UNLABELLED,
@@ -71,9 +59,6 @@ EDGE_ORDERS = ("degree", "random", "given")  # the order edges are streamed in
 ROOTS = ("balanced", "random")
 CHOICE_FIELDS = {"method": METHODS, "order": EDGE_ORDERS, "roots": ROOTS,
                  "vertex_order_requested": CHOICES}
-# Bytes a file costs beyond its array: the .npy header, rounding up to a filesystem block,
-# its entry in meta.json.
-FILE_OVERHEAD = 128 + 4096 + 160
 
 
 class PartitionFormatError(DistGNNError):
@@ -87,82 +72,6 @@ def part_dir(p: int) -> str:
 def sha256(path: Path) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def write_partitions(out: str | Path, parts: Iterable[tuple[int, dict[str, np.ndarray]]],
-                     meta: dict, force: bool = False, progress=None,
-                     expected_bytes: int = 0, vertex_ids: np.ndarray | None = None) -> Path:
-    """Write ``parts`` and ``meta`` as the partition directory ``out``; returns ``out``.
-
-    ``parts`` are ``(p, arrays)`` pairs; ``vertex_ids`` (``[N]``, global-id order) is written
-    as ``vertex_ids.npy`` when given.
-
-    Refuses an existing ``out`` unless ``force``, and a write of ``expected_bytes`` (see
-    :func:`partition_bytes`) that the filesystem has no room for, before creating anything.
-    On any failure (a full disk included) the target is untouched and the temporary
-    directory removed; an ``OSError`` becomes a one-line :class:`PartitionFormatError`.
-    ``progress`` is called once per partition.
-    """
-    out = check_target(out, force)
-    _check_free_space(out, expected_bytes)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        remove_leftovers(out)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
-        tmp.chmod(user_mode(directory=True))  # mkdtemp makes it 0700
-    except OSError as e:
-        raise PartitionFormatError(f"{out}: cannot create a temporary directory beside it: "
-                                   f"{e.strerror or e}") from None
-    step = "writing the partitions"
-    files = {}
-
-    def save(rel: str, array: np.ndarray) -> None:
-        nonlocal step
-        step = f"writing {rel}"
-        with open(tmp / rel, "wb") as f:
-            np.save(f, np.ascontiguousarray(array), allow_pickle=False)
-            _flush(f)
-        files[rel] = {"bytes": (tmp / rel).stat().st_size, "sha256": sha256(tmp / rel)}
-
-    try:
-        if vertex_ids is not None:
-            save(VERTEX_IDS, vertex_ids)
-        for p, arrays in parts:
-            (tmp / part_dir(p)).mkdir()
-            for name, array in arrays.items():
-                save(f"{part_dir(p)}/{name}.npy", array)
-            if progress:
-                progress(1)
-        # through JSON first, so that the digest is of the values a reader gets back
-        meta = json.loads(json.dumps({"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
-                                      **meta, "files": files}))
-        meta["fields_sha256"] = fields_sha256(meta)
-        step = "writing meta.json"
-        with open(tmp / "meta.json", "wb") as f:
-            f.write(json.dumps(meta, indent=1).encode())
-            _flush(f)
-        step = "renaming it into place"
-        _move_into_place(tmp, out)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise PartitionFormatError(f"{out}: {step} failed: {e.strerror or e}; nothing was "
-                                   "changed") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
-
-
-def check_target(out: str | Path, force: bool) -> Path:
-    """``out`` as the target of a partition write: new, or (with ``force``) a partition
-    directory this tool wrote; anything else is refused before any work is done."""
-    out = Path(out)
-    if (out.exists() or out.is_symlink()) and not force:
-        raise PartitionFormatError(f"{out} exists; pass --force to replace it")
-    check_replaceable(out, is_partition_directory, "a partition directory written by "
-                      "distgnn-partition (a distgnn meta.json and part-NNNNN folders only)")
-    check_output_dir(out.absolute().parent, "--out")
-    return out
 
 
 def is_partition_source(source) -> bool:
@@ -187,47 +96,6 @@ def is_partition_directory(path: Path) -> bool:
     return all(e.name in ("meta.json", VERTEX_IDS)
                or (re.fullmatch(r"part-\d{5,}", e.name) and e.is_dir() and not e.is_symlink())
                for e in path.iterdir())
-
-
-def _flush(f) -> None:
-    """Push the binary file ``f`` to the disk now and check that all of it got there, so
-    that a full disk fails the write here, before the rename that would replace a previous
-    directory.  (``np.save`` writes through C stdio and does not report a short write.)"""
-    expected = f.tell()
-    f.flush()
-    os.fsync(f.fileno())
-    written = os.fstat(f.fileno()).st_size
-    if written != expected:
-        raise OSError(f"only {written} of {expected} bytes reached the disk (disk full, or "
-                      "over a file size limit)")
-
-
-def _move_into_place(tmp: Path, out: Path) -> None:
-    """Rename the complete ``tmp`` to ``out``; a previous ``out`` is removed only after.
-
-    Interrupted (a signal raising) before the new ``out`` is in place, the previous one is
-    put back; after, the rest of the previous one is ``.NAME.old-PID``
-    (:func:`~distgnn.storage.temp_path`) beside it."""
-    if not out.exists():
-        tmp.rename(out)
-        return
-    old = temp_path(out, "old")
-    try:
-        out.rename(old)
-        tmp.rename(out)
-    except BaseException:
-        # both renames inside the try: an interrupt right after the first must undo it too
-        if old.exists() and not out.exists():
-            old.rename(out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def _check_free_space(out: Path, nbytes: int) -> None:
-    """Refuse a write of ``nbytes`` to ``out`` that its filesystem has no room for."""
-    problem = free_space_problem(out.parent, nbytes)
-    if problem:
-        raise PartitionFormatError(f"{out}: {problem}")
 
 
 def fields_sha256(meta: dict) -> str:
@@ -422,7 +290,8 @@ def _check_arrays(arrays: dict[str, np.ndarray], base: Path, meta: dict, rank: i
     :func:`_check_degree_order` for ``degree``), finite features, labels in range, disjoint
     masks set at roots only, roots that point at themselves, leaf tables that name roots
     held here and no entries for this partition itself.  Each check is O(size of the
-    partition).  (Whether the partitions agree with each other is :func:`verify`'s job.)"""
+    partition).  (Whether the partitions agree with each other is
+    :func:`~distgnn.data.partition_checks.verify`'s job.)"""
     def refuse(name: str, problem: str):
         raise PartitionFormatError(f"{base / name}.npy: {problem}")
 
@@ -488,9 +357,10 @@ def _check_arrays(arrays: dict[str, np.ndarray], base: Path, meta: dict, rank: i
 
 
 def read_vertex_ids(directory: str | Path) -> np.ndarray | None:
-    """The user's id of each global vertex, ``[num_nodes]`` int64 or str in global-id order
-    (memory-mapped, read-only), or None when the directory has none (ids ``0..N-1``).
-    Dtype and length are checked; the checksum is :func:`verify`'s."""
+    """The user's id of each global vertex (None: the directory has none, ids ``0..N-1``).
+
+    ``[num_nodes]`` int64 or str in global-id order, memory-mapped, read-only.  Dtype and
+    length are checked; the checksum is :func:`~distgnn.data.partition_checks.verify`'s."""
     directory = Path(directory)
     meta = read_meta(directory)
     if VERTEX_IDS not in meta["files"]:
@@ -518,8 +388,9 @@ def load(directory: str | Path, rank: int, mmap: bool = True) -> Partition:
     """Partition ``rank`` of ``directory``, with every check of one partition alone.
 
     The checks are :func:`_check_arrays`'s (format and ``meta.json`` by :func:`read_meta`);
-    the checksums of the files and consistency across partitions are :func:`verify`'s job,
-    because hashing every file on every start would cost minutes."""
+    the checksums of the files and consistency across partitions are
+    :func:`~distgnn.data.partition_checks.verify`'s job, because hashing every file on
+    every start would cost minutes."""
     directory = Path(directory)
     meta = read_meta(directory)
     if not 0 <= rank < meta["num_parts"]:
@@ -559,135 +430,6 @@ def row_digests(x: np.ndarray, y: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def check_files(directory: str | Path, meta: dict, rank: int | None = None) -> list[str]:
-    """Size and SHA-256 of every file ``meta.json`` lists (only partition ``rank``'s if given)."""
-    directory = Path(directory)
-    problems = []
-    prefix = "" if rank is None else part_dir(rank) + "/"
-    for rel, info in meta["files"].items():
-        if not rel.startswith(prefix):
-            continue
-        path = directory / rel
-        try:
-            if not path.exists():
-                problems.append(f"{path}: missing")
-            elif path.stat().st_size != info["bytes"]:
-                problems.append(f"{path}: {path.stat().st_size} bytes, meta.json says "
-                                f"{info['bytes']} (truncated or replaced)")
-            elif sha256(path) != info["sha256"]:
-                problems.append(f"{path}: checksum mismatch (file corrupted)")
-        except OSError as e:
-            problems.append(f"{path}: unreadable: {e.strerror or e}")
-    return problems
-
-
-def verify(directory: str | Path, edges: tuple[np.ndarray, np.ndarray] | None = None,
-           sizes: dict[str, int] | None = None) -> list[str]:
-    """Every problem found in ``directory`` (empty list: valid).
-
-    Checks format and version, ``meta.json`` (:func:`read_meta`), each file's size and
-    SHA-256, each partition as :func:`load` does, ``vertex_ids.npy`` when present (dtype,
-    length, no id twice), then consistency: every edge in exactly
-    one partition (for a ``multigraph``, whose input repeats edges, only the total count
-    and, with ``edges``, the multiset), every vertex in at least one with exactly one root,
-    ``split_vertices``, global in-degrees that the stored edges give, root pointers that
-    point at the right vertex, leaves whose features and labels are their root's, and split
-    tables that mirror each other.  ``edges`` (global ``(src, dst)``) also checks the union
-    against the input graph, ``sizes`` (``num_nodes``, ``num_edges``, ``num_features``,
-    ``num_classes`` of the input) the fields of ``meta.json``.  Problems of consistency are
-    prefixed with ``directory``.
-    """
-    directory = Path(directory)
-    meta = read_meta(directory)
-    problems = check_files(directory, meta)
-    if problems:
-        return problems
-    try:
-        parts = [load(directory, p, mmap=True) for p in range(meta["num_parts"])]
-        ids = read_vertex_ids(directory)
-    except DistGNNError as e:
-        return [str(e)]
-    if ids is not None and len(np.unique(ids)) != len(ids):
-        return [f"{directory / VERTEX_IDS}: repeats a vertex id"]
-    problems = [f"meta.json says {key} {meta.get(key)}, the dataset has {value}"
-                for key, value in (sizes or {}).items() if meta.get(key) != value]
-    return [f"{directory}: {problem}"
-            for problem in problems + _consistency(parts, meta, edges)]
-
-
-def _consistency(parts: list[Partition], meta: dict, edges) -> list[str]:
-    n = meta["num_nodes"]
-    problems = []
-    clones = sum(part.num_nodes for part in parts)
-    if n > clones:  # before allocating [n] arrays for a count that may be a lie
-        return [f"meta.json says {n} vertices but the partitions hold {clones} clones, so "
-                "some vertices are in no partition"]
-    keys, roots, seen = [], np.zeros(n, np.int64), np.zeros(n, np.int64)
-    in_degree = np.zeros(n, np.int64)
-    for part in parts:  # load() checked that global ids are distinct, within 0..n-1
-        ids = np.asarray(part.global_ids)
-        seen[ids] += 1
-        roots[ids[np.asarray(part.root_rank) == part.rank]] += 1
-        src, dst = part.graph.edges()
-        in_degree += np.bincount(ids[dst], minlength=n)
-        keys.append(ids[dst] * n + ids[src])
-    for part in parts:
-        if not np.array_equal(part.in_degree, in_degree[part.global_ids]):
-            problems.append(f"partition {part.rank}: in_degree differs from the in-degrees "
-                            "of the edges the partitions hold")
-    if np.any(seen == 0):
-        problems.append(f"{np.count_nonzero(seen == 0)} vertices are in no partition")
-    if np.any(roots != 1):
-        problems.append(f"{np.count_nonzero(roots != 1)} vertices do not have exactly one root")
-    split = sum(part.split_roots for part in parts)
-    if meta.get("split_vertices", split) != split:
-        problems.append(f"meta.json says {meta['split_vertices']} split vertices, the "
-                        f"partitions have {split}")
-    all_keys = np.sort(np.concatenate(keys)) if keys else np.empty(0, np.int64)
-    if len(all_keys) != meta["num_edges"]:
-        problems.append(f"partitions hold {len(all_keys)} edges, meta.json says "
-                        f"{meta['num_edges']}")
-    if (not meta.get("multigraph", False) and len(all_keys) > 1
-            and np.any(all_keys[1:] == all_keys[:-1])):
-        problems.append("some edges are stored in more than one partition")
-    if edges is not None:
-        expected = np.sort(np.asarray(edges[1], np.int64) * n + np.asarray(edges[0]))
-        if not np.array_equal(expected, all_keys):
-            problems.append("the union of the partitions differs from the input edge set")
-    problems += _check_split_tables(parts)
-    return problems
-
-
-def _check_split_tables(parts: list[Partition]) -> list[str]:
-    problems = []
-    for q in parts:  # load() checked each partition's own tables
-        ids, root_rank = np.asarray(q.global_ids), np.asarray(q.root_rank)
-        root_local = np.asarray(q.root_local)
-        for p in parts:
-            if p.rank == q.rank:
-                continue
-            leaves = np.flatnonzero(root_rank == p.rank)
-            lo, hi = int(p.leaf_ptr[q.rank]), int(p.leaf_ptr[q.rank + 1])
-            table_root = np.asarray(p.leaf_root_local[lo:hi])
-            table_leaf = np.asarray(p.leaf_remote_local[lo:hi])
-            if not (np.array_equal(table_leaf, leaves)
-                    and np.array_equal(table_root, root_local[leaves])):
-                problems.append(f"split tables of partitions {p.rank} and {q.rank} disagree")
-                continue
-            p_ids, at = np.asarray(p.global_ids), root_local[leaves]
-            if len(leaves) and (at.max() >= len(p_ids)
-                                or not np.array_equal(p_ids[at], ids[leaves])):
-                problems.append(f"partition {q.rank}: leaves point at the wrong vertex on "
-                                f"partition {p.rank}")
-            elif not (np.array_equal(np.asarray(q.x)[leaves], np.asarray(p.x)[at])
-                      and np.array_equal(np.asarray(q.y)[leaves], np.asarray(p.y)[at])):
-                problems.append(f"partition {q.rank}: features or labels of leaves differ "
-                                f"from their roots' on partition {p.rank}")
-    return problems
-
-
-
-
 class PartitionError(DistGNNError, ValueError):
     """Arguments that no partitioning can satisfy (P < 1, more parts than edges, ...)."""
 
@@ -721,8 +463,6 @@ def check_weights(weights, num_parts: int, num_edges: int | None = None) -> np.n
                                  f"the {num_edges:,} edges, less than one edge (it would be "
                                  "empty)")
     return w
-
-
 
 
 def requested_shares(weights) -> np.ndarray:

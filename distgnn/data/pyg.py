@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .datasets import check_classes, select_split
 from .generators import random_split, random_split_note
 from .graph import UNLABELLED, CSRGraph, GraphError, NodeDataset
-
-_MASKS = ("train_mask", "val_mask", "test_mask")
+from .side_files import MASK_KEYS, check_classes, select_split
 
 
 def from_pyg(data, name: str = "graph", split: int = 0) -> NodeDataset:
@@ -48,17 +46,17 @@ def from_pyg(data, name: str = "graph", split: int = 0) -> NodeDataset:
         return NodeDataset(graph, x, np.zeros(n, np.int64), empty, empty.copy(), empty.copy(),
                            num_classes=1, name=name,
                            split_note="split: none (no labels: every vertex has label 0)")
-    masks = [_attribute(data, key) for key in _MASKS]
+    masks = [_attribute(data, key) for key in MASK_KEYS]
     if all(m is None for m in masks):
         labelled = y != UNLABELLED
         masks = random_split(n, np.random.default_rng(0), eligible=labelled)
         note = random_split_note(int(np.count_nonzero(labelled)), "labelled vertices", 0)
     elif any(m is None for m in masks):
-        raise GraphError(f"has {', '.join(k for k, m in zip(_MASKS, masks) if m is not None)}"
-                         f" but not all of {', '.join(_MASKS)}", name)
+        raise GraphError(f"has {', '.join(k for k, m in zip(MASK_KEYS, masks) if m is not None)}"
+                         f" but not all of {', '.join(MASK_KEYS)}", name)
     else:  # [N, S] masks are select_split's [S, N]
         masks, note = select_split({key + "s" if m.ndim == 2 else key: m.T
-                                    for key, m in zip(_MASKS, masks)}, split, name)
+                                    for key, m in zip(MASK_KEYS, masks)}, split, name)
     return NodeDataset(graph, x, y, *masks, name=name, split_note=note)
 
 

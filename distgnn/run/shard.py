@@ -20,9 +20,9 @@ import torch
 from ..comm import Communicator, all_or_none
 from ..data.graph import NodeDataset
 from ..data.ordering import order_vertices, relabel
+from ..data.partition_checks import check_files
 from ..data.partitions import (
     PartitionFormatError,
-    check_files,
     load,
     read_meta,
     read_vertex_ids,
