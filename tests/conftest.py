@@ -176,7 +176,11 @@ MPI_TESTS = frozenset({
     "test_placement.py::test_launcher_gives_each_local_rank_its_gpu",  # launch.plan's argv run
     "test_readme.py::test_the_quick_examples_run_in_order",  # distgnn-launch -n 2 in README
 })
-CLUSTER_STARTERS = frozenset({"cluster_up"})  # tests/helpers/hostile_launch.py
+# tests/helpers/hostile_launch.py: cluster_up makes the suite's emulated cluster, sweep removes
+# whatever has its name (test_cluster.py's, the hand-made ones of the hostile cases, the
+# SLURM cluster of tests/helpers/slurm.py): a sweep in one worker while another worker's
+# cluster is up would take that cluster down under its tests
+CLUSTER_STARTERS = frozenset({"cluster_up", "sweep"})
 # over about 5 s, in files whose owners have yet to write @pytest.mark.slow on them
 SLOW_TESTS = frozenset({"test_distributed.py::test_one_partition_trains_without_mpirun"})
 GUARD = Path(__file__).parent / "helpers" / "mpi_guard"
