@@ -43,6 +43,7 @@ from .evaluation import (
     mask_scores,
     write_vertex_outputs,
 )
+from .optimizer import Adam
 from .replicas import ReplicaSync
 from .saved_model import save_model
 from .shard import Shard, dataset_shard
@@ -91,7 +92,7 @@ def model_and_optimizer(cfg: TrainConfig, shard: Shard, make_model: ModelFactory
     ``model(g, x)``, returning logits ``[N, C]``); ``None``: ``cfg.model``.
     """
     model = place_model(cfg, shard, make_model)
-    return model, torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return model, Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
 def place_model(cfg: TrainConfig, shard: Shard, make_model: ModelFactory | None = None
