@@ -167,3 +167,20 @@ def test_a_moved_module_names_its_new_place():
 
 if __name__ == "__main__":
     print(import_table())
+
+
+def test_architecture_lists_every_module():
+    """docs/architecture.md's "Files" section names every module of the four packages under
+    its folder, so that the page says where each file fits."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    files = text[text.index("## Files"):]
+    listed, folder = set(), None
+    for line in files.splitlines():
+        if line.startswith("**`") and line.endswith("/`**"):
+            folder = line[3:-4]
+        elif line.startswith("- `") and folder is not None:
+            listed.add(f"{folder}/{line[3:line.index('`', 3)]}")
+    modules = {str(path.relative_to(ROOT)) for package in PACKAGES
+               for path in (ROOT / package).rglob("*.py")}
+    assert modules - listed == set(), "modules docs/architecture.md does not list"
+    assert listed - modules == set(), "docs/architecture.md lists modules that do not exist"

@@ -478,12 +478,12 @@ def timed_launch(*argv, resolving: str | None = None):
     those this host's resolver took to fail on the name ``resolving`` (timed before and
     after: ssh and the launcher each ask it once), which no launcher can shorten."""
     def go(tmp, run):
-        lookups = [resolver_seconds(resolving)] if resolving else []
+        lookup = resolver_seconds(resolving) if resolving else 0.0
         start = time.monotonic()
         got = run.mpi_launch([str(a).replace("{tmp}", str(tmp)) for a in argv])
         took = time.monotonic() - start
         if resolving:
-            took = max(0.0, took - 2 * max(lookups + [resolver_seconds(resolving)]))
+            took = max(0.0, took - 2 * max(lookup, resolver_seconds(resolving)))
         return Outcome(got.status, got.stdout + "".join(leftovers(tmp))
                        + f"ended in {took:.1f} s\n", got.stderr)
     return go
