@@ -9,8 +9,9 @@ needs) and run with a timeout, so a hang fails the test instead of blocking the 
 Jobs cost seconds of start-up each, so the module builds its partition directories once
 and runs each job once (the ``*_job`` fixtures memoise them); several tests read one job.
 """
+import contextlib
 import importlib.util
-import json
+import io
 import math
 import os
 import re
@@ -26,6 +27,7 @@ import torch
 
 import launch
 from distgnn import placement
+from distgnn.cli.train import report
 from distgnn.data.datasets import load as load_dataset
 from distgnn.data.graph import NodeDataset
 from distgnn.data.partitions import load as load_partition
@@ -41,6 +43,7 @@ from tests.helpers.cdr_reference import Simulation
 from tests.helpers.graphs import build_random_graph, out_degrees
 from tests.helpers.mpi import installed
 from tests.helpers.threads_comm import run_ranks
+from tests.helpers.training import fit_on_threads, train_quietly
 from tests.mpi import exchange_ranks
 
 RANK_SCRIPTS = Path(__file__).parent / "mpi"
@@ -164,13 +167,30 @@ def train_job(cora_dirs, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def single_socket(tmp_path_factory):
-    """Metrics of the same 30 epochs trained on the whole of cora in one process."""
-    metrics = tmp_path_factory.mktemp("single") / "m1.jsonl"
-    proc, _ = run_command([TRAIN, "--dataset", "cora", "--dropout", "0", "--epochs", "30",
-                           "--threads", "1", "--no-progress", "--metrics-out", metrics])
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return read_metrics(metrics)
+def thread_job(cora_dirs):
+    """``thread_job(P, **config)``: ``(report, history)`` of the same 30 dropout-free epochs
+    on cora's P partitions with ranks on threads (:func:`tests.helpers.training.fit_on_threads`),
+    ``report`` being the summary lines ``distgnn-train`` prints (each job runs once)."""
+    cache = {}
+
+    def get(P, **config):
+        key = (P, *sorted(config.items()))
+        if key not in cache:
+            cfg = TrainConfig(dropout=0.0, epochs=30, threads=1, progress=False, **config)
+            result = fit_on_threads(cora_dirs[P], P, cfg)[0]
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                report(result)
+            cache[key] = printed.getvalue(), result.history
+        return cache[key]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def single_socket(cora):
+    """History of the same 30 epochs trained on the whole of cora in one process."""
+    return train_quietly(cora, dropout=0.0, epochs=30).history
 
 
 # ---- 1. the exchange over each transport -------------------------------------------------------
@@ -272,11 +292,11 @@ def test_cd0_training_follows_the_single_socket_loss_curve(train_job, single_soc
     assert all(r["bytes_sent_max"] > 0 for r in metrics)
 
 
-@pytest.mark.parametrize("algo, flags", [("0c", ()), ("cd-r", ("--delay", "2"))])
-def test_0c_and_cdr_train_and_send_less_than_cd0(train_job, algo, flags):
+@pytest.mark.parametrize("algo, flags", [("0c", {}), ("cd-r", {"delay": 2})])
+def test_0c_and_cdr_train_and_send_less_than_cd0(thread_job, algo, flags):
     """0c and cd-r (r = 2) on 2 ranks finish cleanly with a finite, decreasing loss; 0c
     sends nothing and cd-r sends less per epoch than cd-0."""
-    proc, metrics = train_job(2, algo, *flags)
+    _, metrics = thread_job(2, algo=algo, **flags)
     losses = [r["loss"] for r in metrics]
     assert len(losses) == 30 and all(math.isfinite(v) for v in losses)
     assert losses[-1] < losses[0]
@@ -284,17 +304,17 @@ def test_0c_and_cdr_train_and_send_less_than_cd0(train_job, algo, flags):
     if algo == "0c":
         assert sent == [0] * 30
     else:
-        _, cd0 = train_job(2, "cd-0")
+        _, cd0 = thread_job(2, algo="cd-0")
         assert 0 < max(sent) < min(r["bytes_sent_max"] for r in cd0)
 
 
-def test_cdr_default_schedule_reports_its_decisions_and_bytes(train_job):
+def test_cdr_default_schedule_reports_its_decisions_and_bytes(thread_job):
     """``--algo cd-r`` alone on 2 ranks: every epoch record says whether the controller ran
     it exact (the first is), both kinds occur, exact epochs send the same bytes and stale
     ones none, at most a quarter of cd-0's in all (the int4 wire), and the summary line says
     so; the loss falls."""
-    proc, metrics = train_job(2, "cd-r")
-    _, cd0 = train_job(2, "cd-0")
+    printed, metrics = thread_job(2, algo="cd-r")
+    _, cd0 = thread_job(2, algo="cd-0")
     decided = [r["exact_exchange"] for r in metrics]
     assert decided[0] and not all(decided) and any(decided[1:])
     assert len({r["bytes_sent_max"] for r, exact in zip(metrics, decided) if exact}) == 1
@@ -303,20 +323,16 @@ def test_cdr_default_schedule_reports_its_decisions_and_bytes(train_job):
     assert 0 < share <= 0.25
     assert sum(r["bytes_cd0_mean"] for r in metrics) == sum(r["bytes_sent_mean"] for r in cd0)
     assert ("cd-r default schedule (each epoch exact or 1 epoch stale), int4 wire): "
-            in proc.stdout and f"{share:.3f}x cd-0's bytes; {30 - sum(decided)} epochs 1 epoch "
-            f"stale, {sum(decided)} exact" in proc.stdout), proc.stdout
+            in printed and f"{share:.3f}x cd-0's bytes; {30 - sum(decided)} epochs 1 epoch "
+            f"stale, {sum(decided)} exact" in printed), printed
     assert metrics[-1]["loss"] < metrics[0]["loss"]
 
 
-def test_cd0_in_float64_follows_single_socket_to_float64_rounding(train_job, tmp_path):
+def test_cd0_in_float64_follows_single_socket_to_float64_rounding(thread_job, cora):
     """In float64, cd-0 on 3 ranks follows single-socket training of cora to 1e-10 relative
     over 30 epochs: the float32 gaps (up to 1e-4) are rounding, not the exchange."""
-    _, metrics = train_job(3, "cd-0", "--dtype", "float64")
-    proc, _ = run_command([TRAIN, "--dataset", "cora", "--dropout", "0", "--epochs", "30",
-                           "--threads", "1", "--no-progress", "--dtype", "float64",
-                           "--metrics-out", tmp_path / "m.jsonl"])
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    single = read_metrics(tmp_path / "m.jsonl")
+    _, metrics = thread_job(3, algo="cd-0", dtype="float64")
+    single = train_quietly(cora, dropout=0.0, epochs=30, dtype="float64").history
     diff = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(metrics, single))
     assert diff <= 1e-10, f"max relative loss difference {diff:.3g}"
 
@@ -326,14 +342,10 @@ def test_roc_auc_over_ranks_equals_single_socket(tmp_path):
     each split that single-socket training does, every evaluation (to 1e-6)."""
     spec = "sbm:nodes=3000,blocks=2,noise=4"
     partition_cli([spec, "--parts", "2", "--out", str(tmp_path / "p2"), "--no-progress"])
-    common = ["--dropout", "0", "--epochs", "15", "--roc-auc", "--no-progress", "--threads", "1"]
-    proc, _ = mpirun(2, [TRAIN, "--partitions", tmp_path / "p2", *common, "--metrics-out",
-                         tmp_path / "d.jsonl"])
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc, _ = run_command([TRAIN, "--dataset", spec, *common, "--metrics-out",
-                           tmp_path / "s.jsonl"])
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    got, want = read_metrics(tmp_path / "d.jsonl"), read_metrics(tmp_path / "s.jsonl")
+    common = dict(dropout=0.0, epochs=15, roc_auc=True)
+    got = fit_on_threads(tmp_path / "p2", 2, TrainConfig(threads=1, progress=False,
+                                                         **common))[0].history
+    want = train_quietly(load_dataset(spec), **common).history
     aucs = [(g[f"{m}_roc_auc"], w[f"{m}_roc_auc"]) for g, w in zip(got, want)
             for m in ("train", "val", "test")]
     assert all(0 < w < 1 for _, w in aucs) and len({w for _, w in aucs}) > 3
@@ -356,7 +368,7 @@ def split_heavy(tmp_path_factory):
     return directory, n, ds
 
 
-def test_cdr_training_follows_an_independent_reference(split_heavy, tmp_path):
+def test_cdr_training_follows_an_independent_reference(split_heavy):
     """A whole cd-r training run (float64, P = 4 with almost every vertex split, 3 SAGE
     layers, dropout 0.5, 20 epochs, delay 2 with smoothing) gives the loss curve of
     :mod:`tests.helpers.cdr_reference`, which simulates the ranks one by one from the
@@ -369,16 +381,9 @@ def test_cdr_training_follows_an_independent_reference(split_heavy, tmp_path):
     epochs = 20
     flags = dict(model="sage", layers=3, hidden=8, dropout=0.5, lr=0.05, epochs=epochs,
                  algo="cd-r", dtype="float64", feature_norm="none", delay=2, smoothing=0.6)
-    metrics = tmp_path / "m.jsonl"
-    argv = [TRAIN, "--partitions", directory, "--eval-every", epochs, "--threads", "1",
-            "--no-progress", "--metrics-out", metrics]
-    for key, value in flags.items():
-        argv += ["--" + key.replace("_", "-"), value]
-    proc, _ = mpirun(4, argv)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    got = np.array([r["loss"] for r in read_metrics(metrics)])
+    cfg = TrainConfig(eval_every=epochs, threads=1, progress=False, **flags)
+    got = np.array([r["loss"] for r in fit_on_threads(directory, 4, cfg)[0].history])
     parts = load_parts(directory)
-    cfg = TrainConfig(**flags)
     reference = Simulation(parts, n, cfg)
     assert len(reference.clones.split) > 0.9 * n
     expected = np.array(reference.train(epochs))
@@ -399,18 +404,15 @@ GAT_DELAYED = dict(model="gat", heads=2, layers=2, hidden=8, lr=0.05, epochs=10,
 
 
 @pytest.fixture(scope="module")
-def model_job(split_heavy, tmp_path_factory):
-    """Histories of every model check, trained in one 4-rank job (``tests/mpi/model_ranks.py``)
-    on the split-heavy partitions: ``MODEL_FLAGS`` under cd-0, and GAT under cd-0 and cd-2."""
+def model_job(split_heavy):
+    """Histories of every model check, each trained on 4 ranks on threads on the split-heavy
+    partitions: ``MODEL_FLAGS`` under cd-0, and GAT under cd-0 and cd-2."""
     directory, _, _ = split_heavy
-    out = tmp_path_factory.mktemp("models")
     configs = {name: dict(MODEL_COMMON, **flags) for name, flags in MODEL_FLAGS.items()}
     configs["gat-cd-0"] = dict(GAT_DELAYED, algo="cd-0")
     configs["gat-cd-2"] = dict(GAT_DELAYED, algo="cd-r", delay=2)
-    proc, _ = mpirun(4, [sys.executable, RANK_SCRIPTS / "model_ranks.py", directory, out,
-                         json.dumps(configs)], timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return {name: json.loads((out / f"{name}.json").read_text()) for name in configs}
+    return {name: fit_on_threads(directory, 4, TrainConfig(threads=1, **flags))[0].history
+            for name, flags in configs.items()}
 
 
 @pytest.mark.parametrize("name", MODEL_FLAGS)
@@ -481,20 +483,17 @@ def test_own_loop_example_trains_alike_on_one_socket_and_two_ranks(cora_dirs):
     assert one[-1] < 0.97 * one[0]
 
 
-def test_precomputed_first_aggregation_is_exchanged_once(train_job, tmp_path):
+def test_precomputed_first_aggregation_is_exchanged_once(thread_job, cora):
     """With ``--precompute-first-aggregation`` (cora: 1433 features > hidden 16, where the
     plain model projects first) cd-0 on 2 ranks follows the same model trained single socket
     and, at dropout 0, the plain model (<= 1e-4 relative over 30 epochs); after the first
     epoch, whose step also exchanges the input's aggregate once, each epoch sends only the
     second layer's exchanges: 7 + 7 of the plain model's 16 + 7 + 16 + 7 values per split
     row."""
-    _, plain = train_job(2, "cd-0")
-    _, pre = train_job(2, "cd-0", "--precompute-first-aggregation")
-    proc, _ = run_command([TRAIN, "--dataset", "cora", "--dropout", "0", "--epochs", "30",
-                           "--threads", "1", "--no-progress", "--precompute-first-aggregation",
-                           "--metrics-out", tmp_path / "m.jsonl"])
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    single = read_metrics(tmp_path / "m.jsonl")
+    _, plain = thread_job(2, algo="cd-0")
+    _, pre = thread_job(2, algo="cd-0", precompute_first=True)
+    single = train_quietly(cora, dropout=0.0, epochs=30,
+                           precompute_first=True).history
     for reference in (single, plain):  # dropout 0: the same maths as the plain model
         diff = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(pre, reference))
         assert diff <= 1e-4, f"max relative loss difference {diff:.3g}"
@@ -504,13 +503,13 @@ def test_precomputed_first_aggregation_is_exchanged_once(train_job, tmp_path):
     assert pre[0]["bytes_sent_max"] == 4 * (14 + 1433) * rows
 
 
-@pytest.mark.parametrize("algo, flags", [("cd-0", ()), ("cd-r", ("--delay", "2"))])
-def test_bf16_wire_halves_the_bytes_and_keeps_training(train_job, algo, flags):
+@pytest.mark.parametrize("algo, flags", [("cd-0", {}), ("cd-r", {"delay": 2})])
+def test_bf16_wire_halves_the_bytes_and_keeps_training(thread_job, algo, flags):
     """With ``--exchange-precision bf16`` each training exchange sends exactly half the bytes
     of fp32, and the loss curve stays within 1 % of the fp32 one (cd-0: of the exact one)
     over 30 epochs on 2 ranks while still differing from it (the wire is not exact)."""
-    _, fp32 = train_job(2, algo, *flags)
-    _, bf16 = train_job(2, algo, *flags, "--exchange-precision", "bf16")
+    _, fp32 = thread_job(2, algo=algo, **flags)
+    _, bf16 = thread_job(2, algo=algo, exchange_precision="bf16", **flags)
     assert [r["bytes_sent_max"] for r in bf16] == [r["bytes_sent_max"] // 2 for r in fp32]
     rel = [abs(a["loss"] - b["loss"]) / b["loss"] for a, b in zip(bf16, fp32)]
     assert 0 < max(rel) <= 1e-2, rel

@@ -1,6 +1,16 @@
-"""Training in the tests: quiet, single-threaded runs and their loss curves."""
+"""Training in the tests: quiet, single-threaded runs (one socket, or ranks on threads)
+and their loss curves."""
+import threading
+from unittest import mock
+
+import torch
+
+from distgnn.run import training
 from distgnn.run.config import TrainConfig
-from distgnn.run.training import train
+from distgnn.run.shard import partition_shard
+from distgnn.run.training import configure_threads, fit, train
+from distgnn.timing import PhaseTimer
+from tests.helpers.threads_comm import run_ranks
 
 
 def train_quietly(data, log=lambda s: None, **config):
@@ -10,3 +20,32 @@ def train_quietly(data, log=lambda s: None, **config):
 
 def losses(result):
     return [r["loss"] for r in result.history]
+
+
+def fit_on_threads(directory, ranks: int, cfg: TrainConfig) -> list:
+    """Every rank's :class:`~distgnn.run.training.TrainResult` of training on the
+    ``ranks`` partitions in ``directory`` with ranks that are threads of this process
+    (:mod:`tests.helpers.threads_comm`): each builds its shard and fits as a rank of
+    ``mpirun`` does, without an MPI job's start-up.  For checks of what the exchange does
+    in training (bytes, schedules, wire precision, the maths against one socket); the
+    transports themselves are for real jobs.
+
+    The ranks build their models one at a time: a model is seeded and initialised from
+    torch's global generator, which the threads share (processes do not)."""
+    def rank(comm):
+        timer = PhaseTimer()
+        shard = partition_shard(directory, cfg, comm, timer, torch.device("cpu"), "numba")
+        result = fit(shard, cfg, comm, timer, log=lambda s: None)
+        shard.nbr.exchange.finish()
+        return result
+
+    configure_threads(1)
+    one_at_a_time = threading.Lock()
+
+    def place_model(*args, **kwargs):
+        with one_at_a_time:
+            return unseeded(*args, **kwargs)
+
+    unseeded = training.place_model
+    with mock.patch.object(training, "place_model", place_model):
+        return run_ranks(ranks, rank)
