@@ -11,16 +11,19 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.mark.slow
-def test_bench_spmm_writes_json(tmp_path):
+def test_bench_spmm_writes_json(tmp_path, capsys):
+    from bench.cli import bench_main
+
+    # in this process (the benchmark itself still starts the two processes it times)
     out = tmp_path / "spmm.json"
-    proc = subprocess.run(
-        [str(BIN / "distgnn-bench"), "spmm", "--dataset", "rmat:scale=9,edge_factor=4,features=1",
+    status = bench_main(
+        ["spmm", "--dataset", "rmat:scale=9,edge_factor=4,features=1",
          "--widths", "8,32", "--orders", "given,degree", "--reps", "1", "--threads", "1",
-         "--sweep", "--json", str(out), "--plot", str(tmp_path)],
-        capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    assert "bf16 fwd x" in proc.stdout and "sweep d=32" in proc.stdout
-    assert "order degree: ordering" in proc.stdout
+         "--sweep", "--json", str(out), "--plot", str(tmp_path)])
+    stdout, stderr = capsys.readouterr()
+    assert status == 0, stderr
+    assert "bf16 fwd x" in stdout and "sweep d=32" in stdout
+    assert "order degree: ordering" in stdout
     result = json.loads(out.read_text())
     assert result["benchmark"] == "spmm" and result["num_nodes"] == 512
     assert result["machine"]["triad_gb_s"] > 0
@@ -75,9 +78,12 @@ def test_bench_partition_writes_json_and_chart(tmp_path, capsys):
     assert "libra" in capsys.readouterr().out
 
 
-def test_bench_needs_a_subcommand():
-    proc = subprocess.run([str(BIN / "distgnn-bench")], capture_output=True, text=True)
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+def test_bench_needs_a_subcommand(capsys):
+    from bench.cli import bench_main
+
+    with pytest.raises(SystemExit) as exit:  # what the command line exits with
+        bench_main([])
+    assert exit.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
 EPOCH_ARGS = ["--dataset", "sbm:nodes=400,features=16", "--hidden", "16", "--epochs", "1",
@@ -85,23 +91,25 @@ EPOCH_ARGS = ["--dataset", "sbm:nodes=400,features=16", "--hidden", "16", "--epo
 
 
 @pytest.mark.slow
-def test_bench_epoch_checks_the_model_and_writes_json(tmp_path):
+def test_bench_epoch_checks_the_model_and_writes_json(tmp_path, capsys):
     """GraphSAGE-gcn against PyG on a degree-ordered graph: the same-model check passes,
     every implementation has a time, a range, a peak memory and a speed-up, and the chart
     is written."""
+    from bench.cli import bench_main
+
     pytest.importorskip("torch_geometric")
     pytest.importorskip("matplotlib")
     out = tmp_path / "epoch.json"
-    proc = subprocess.run([str(BIN / "distgnn-bench"), "epoch", *EPOCH_ARGS, "--models", "sage",
-                           "--order", "degree", "--json", str(out),
-                           "--plot", str(tmp_path / "plots")],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    assert "same-model check" in proc.stdout
+    # in this process; the benchmark starts its own worker per implementation (peak memory)
+    status = bench_main(["epoch", *EPOCH_ARGS, "--models", "sage", "--order", "degree",
+                         "--json", str(out), "--plot", str(tmp_path / "plots")])
+    stdout, stderr = capsys.readouterr()
+    assert status == 0, stderr
+    assert "same-model check" in stdout
     result = json.loads(out.read_text())
     assert result["benchmark"] == "epoch" and result["machine"]["triad_gb_s"] > 0
     assert [r["model"] for r in result["results"]] == ["sage"]
-    assert "vertex order degree" in proc.stdout
+    assert "vertex order degree" in stdout
     for row in result["results"]:
         assert row["order"] == "degree" and row["order_s"] > 0
         assert row["same_model_check"]["ok"], row["same_model_check"]
@@ -174,18 +182,18 @@ def test_predict_matches_hand_computed_times():
 
 
 @pytest.mark.slow
-def test_bench_predict_and_report_write_json_charts_and_markdown(tmp_path):
+def test_bench_predict_and_report_write_json_charts_and_markdown(tmp_path, capsys):
     """predict on a tiny graph (P = 1, 2; validated at P = 1) writes the documented JSON and
     both charts; report turns it into Markdown that links the charts it drew."""
+    from bench.cli import bench_main
+
     pytest.importorskip("matplotlib")
     out = tmp_path / "predict.json"
-    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--rate-epochs", "3",
-                           "--dataset",
-                           "sbm:nodes=400,features=16", "--parts", "1,2", "--hidden", "8",
-                           "--validate", "1", "--cores", "2", "--json", str(out),
-                           "--plot", str(tmp_path / "plots")],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
+    # in this process (--validate still runs distgnn-train); 2 rate epochs, the fewest
+    assert bench_main(["predict", "--rate-epochs", "2", "--dataset",
+                       "sbm:nodes=400,features=16", "--parts", "1,2", "--hidden", "8",
+                       "--validate", "1", "--cores", "2", "--json", str(out),
+                       "--plot", str(tmp_path / "plots")]) == 0, capsys.readouterr().err
     result = json.loads(out.read_text())
     assert [r["parts"] for r in result["rows"]] == [1, 2]
     for r in result["rows"]:
@@ -198,9 +206,7 @@ def test_bench_predict_and_report_write_json_charts_and_markdown(tmp_path):
     for name in ("scaling.png", "forward_aggregation.png"):
         assert (tmp_path / "plots" / name).read_bytes().startswith(b"\x89PNG")
     page = tmp_path / "report.md"
-    proc = subprocess.run([str(BIN / "distgnn-bench"), "report", str(out), "--out", str(page)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    assert bench_main(["report", str(out), "--out", str(page)]) == 0, capsys.readouterr().err
     text = page.read_text()
     assert "## predict" in text and "| P |" in text
     for link in ("scaling.png", "forward_aggregation.png"):
@@ -216,7 +222,7 @@ def test_bench_comm_under_mpirun(tmp_path):
     out = tmp_path / "comm.json"
     plan = launch.plan(2, [str(BIN / "distgnn-bench"), "comm", "--max-bytes", "16384",
                            "--reps", "2", "--json", str(out), "--plot", str(tmp_path)])
-    proc = subprocess.run(plan.argv, env={**os.environ, **plan.env},
+    proc = subprocess.run(plan.argv, check=False, env={**os.environ, **plan.env},
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())

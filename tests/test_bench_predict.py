@@ -1,10 +1,8 @@
 """distgnn-bench predict: a proxy's partitions scaled to a graph that is not loaded (--size),
 ranks sharing nodes, a measured network and the rates measured on partitions."""
 import argparse
+import functools
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -21,7 +19,6 @@ from bench.scaling import (
 )
 from distgnn.errors import DistGNNError
 
-BIN = Path(sys.executable).parent
 RATES = Rates(aggregation_per_edge=2e-9, dense_per_vertex=3e-6, optimizer=1e-3,
               triad_bytes_s=1e10)
 F, H, C, LAYERS = 16, 32, 4, 2
@@ -84,23 +81,26 @@ def test_size_must_keep_the_proxys_widths():
         check_size(TargetSize(10, 20, features=100), 128, 16, "proxy")
 
 
-def test_malformed_size_is_one_line_on_the_command_line():
-    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--size", "nodes=10,edge=5"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
+def test_malformed_size_is_one_line_on_the_command_line(capsys):
+    from bench.cli import bench_main
+
+    # in this process: the parser's exit status is SystemExit's code, a refusal's the return
+    with pytest.raises(SystemExit) as exit:
+        bench_main(["predict", "--size", "nodes=10,edge=5"])
+    assert exit.value.code == 2
+    stderr = capsys.readouterr().err
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
     assert "argument --size" in lines[0] and "unknown key 'edge'" in lines[0]
     # a projection cannot be validated here: refused before anything is loaded
-    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--dataset", "no-such-file",
-                           "--size", "nodes=10,edges=20", "--validate", "1"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "--validate" in proc.stderr, proc.stderr
-    assert "no-such-file" not in proc.stderr
-    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--dataset", "no-such-file",
-                           "--rate-epochs", "1"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "--rate-epochs must be at least 2" in proc.stderr, \
-        proc.stderr
+    status = bench_main(["predict", "--dataset", "no-such-file", "--size", "nodes=10,edges=20",
+                         "--validate", "1"])
+    stderr = capsys.readouterr().err
+    assert status == 2 and "--validate" in stderr, stderr
+    assert "no-such-file" not in stderr
+    status = bench_main(["predict", "--dataset", "no-such-file", "--rate-epochs", "1"])
+    stderr = capsys.readouterr().err
+    assert status == 2 and "--rate-epochs must be at least 2" in stderr, stderr
 
 
 def test_target_of_the_proxys_size_gives_the_unscaled_prediction(proxy):
@@ -164,19 +164,21 @@ def test_memory_is_the_largest_ranks_by_summarize(proxy):
 
 
 @pytest.mark.slow
-def test_predict_with_size_writes_memory_and_the_ratios(tmp_path):
+def test_predict_with_size_writes_memory_and_the_ratios(tmp_path, capsys):
     """End to end on a tiny proxy: the JSON rows carry the memory and the ratios, and the
     report shows both."""
+    from bench.cli import bench_main
+
     out = tmp_path / "predict.json"
     spec = "rmat:scale=8,edge_factor=8,features=8,classes=4"
-    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--rate-epochs", "3",
-                           "--dataset", spec,
-                           "--parts", "1,2", "--hidden", "8", "--size",
-                           "nodes=2560,edges=100000,features=8,classes=4", "--json", str(out)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert "projected to 2,560 vertices and 100,000 edges" in proc.stdout
-    assert "memory MiB/rank" in proc.stdout
+    # in this process; 2 rate epochs, the fewest
+    status = bench_main(["predict", "--rate-epochs", "2", "--dataset", spec,
+                         "--parts", "1,2", "--hidden", "8", "--size",
+                         "nodes=2560,edges=100000,features=8,classes=4", "--json", str(out)])
+    stdout, stderr = capsys.readouterr()
+    assert status == 0, stderr
+    assert "projected to 2,560 vertices and 100,000 edges" in stdout
+    assert "memory MiB/rank" in stdout
     result = json.loads(out.read_text())
     assert result["size"] == {"nodes": 2560, "edges": 100000, "features": 8, "classes": 4}
     (one, two) = result["rows"]
@@ -184,9 +186,7 @@ def test_predict_with_size_writes_memory_and_the_ratios(tmp_path):
     assert one["scale"]["edge_ratio"] == pytest.approx(100000 / one["scale"]["proxy_edges"])
     assert one["predicted_memory_bytes"] > two["predicted_memory_bytes"] > 0
     page = tmp_path / "report.md"
-    proc = subprocess.run([str(BIN / "distgnn-bench"), "report", str(out), "--out", str(page)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    assert bench_main(["report", str(out), "--out", str(page)]) == 0, capsys.readouterr().err
     text = page.read_text()
     assert "Projected to 2,560 vertices and 100,000 edges" in text
     assert "memory MiB/rank" in text
@@ -239,20 +239,25 @@ def test_ranks_per_node_counts_node_links_and_predicts_the_node_aware_exchange(p
         assert row["cd-0 node"]["local_aggregation"] == row["cd-0"]["local_aggregation"]
 
 
-def test_predict_measures_the_rates_of_ranks_sharing_the_host(tmp_path):
+def test_predict_measures_the_rates_of_ranks_sharing_the_host(tmp_path, capsys, monkeypatch):
     """End to end: ``--ranks-per-node 2`` measures each P's rates on two of its partitions
     at once (the whole graph alone at P = 1) and adds the node-aware cd-0 column; the
     two-level counts and the rates of each P are in the JSON."""
+    from bench import rates, scaling
+    from bench.cli import bench_main
+
+    # in this process, and one measurement of the two processes at once instead of
+    # HOST_TRIALS (each process starts Python, imports torch and loads the kernels)
+    monkeypatch.setattr(scaling, "host_rates", functools.partial(rates.host_rates, trials=1))
     out = tmp_path / "predict.json"
-    proc = subprocess.run([str(BIN / "distgnn-bench"), "predict", "--rate-epochs", "3",
-                           "--dataset",
-                           "rmat:scale=8,edge_factor=8,features=8,classes=4", "--parts", "1,4",
-                           "--hidden", "8", "--ranks-per-node", "2", "--json", str(out)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert "cd-0 node s" in proc.stdout
+    status = bench_main(["predict", "--rate-epochs", "2", "--dataset",
+                         "rmat:scale=8,edge_factor=8,features=8,classes=4", "--parts", "1,4",
+                         "--hidden", "8", "--ranks-per-node", "2", "--json", str(out)])
+    stdout, stderr = capsys.readouterr()
+    assert status == 0, stderr
+    assert "cd-0 node s" in stdout
     result = json.loads(out.read_text())
-    assert sorted(result["rates"]) == ["1", "4"] and "rates at P=4" in proc.stdout
+    assert sorted(result["rates"]) == ["1", "4"] and "rates at P=4" in stdout
     four = result["rows"][1]
     assert four["rates"] == result["rates"]["4"]
     assert four["parts"] == 4 and four["cd-0 node"]["epoch"] > 0
