@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers.hostile import Runner
+from tests.helpers.hostile_training import files_limited
 from tests.helpers.training import losses, train_quietly
 
 # Bit-identical resume on CPU ranks here; on a GPU, with its default (triton) backend, in
@@ -194,14 +196,10 @@ def test_disk_full_mid_write_leaves_previous_checkpoints_intact(cora, tmp_path):
     ckpt = tmp_path / "ck"
     run(cora, epochs=2, checkpoint_dir=str(ckpt))
     limit = (ckpt / checkpoint_name(2) / "state.pt").stat().st_size + 64
-    code = ("import resource, signal, sys; from distgnn.cli.train import train_main; "
-            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-            f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); "
-            "sys.exit(train_main(sys.argv[1:]))")
-    proc = subprocess.run([sys.executable, "-c", code, "--epochs", "8", "--threads", "1",
-                           "--no-progress", "--resume", str(ckpt), "--checkpoint-every", "2"],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2, proc.stderr
+    with files_limited(limit):  # distgnn-train's entry point, in this process
+        proc = Runner.in_process("train", ["--epochs", 8, "--threads", 1, "--no-progress",
+                                           "--resume", ckpt, "--checkpoint-every", 2])
+    assert proc.status == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "writing the checkpoint failed" in proc.stderr.strip().splitlines()[-1]
     assert names(ckpt) == ["epoch-000002"]
@@ -246,10 +244,9 @@ def test_sigterm_checkpoints_then_exits_and_resume_matches(cora, tmp_path):
     assert "SIGTERM received: stopped after epoch" in err
     stopped = int(checkpoints(ckpt)[0].name.split("-")[1])
     assert 5 <= stopped < 400
-    resumed = subprocess.run([str(BIN / "distgnn-train"), *flags, "--resume", str(ckpt),
-                              "--epochs", str(stopped + 5)], capture_output=True, text=True,
-                             timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
+    # the resume is no signal drill: distgnn-train's entry point, in this process
+    resumed = Runner.in_process("train", [*flags, "--resume", ckpt, "--epochs", stopped + 5])
+    assert resumed.status == 0, resumed.stderr
     whole = run(load("sbm:nodes=5000"), epochs=stopped + 5, seed=3)
     state = torch.load(checkpoints(ckpt)[0] / "state.pt", weights_only=True)
     assert [r["loss"] for r in state["history"]] == losses(whole)

@@ -6,16 +6,26 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.helpers.hostile import Outcome, Runner
+
 BIN = Path(sys.executable).parent
 
 
 def cli(name, *args, cwd=None):
-    return subprocess.run([str(BIN / name), *map(str, args)], capture_output=True, text=True,
+    """The installed command ``name`` run as a process (its exit status and streams)."""
+    proc = subprocess.run([str(BIN / name), *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, timeout=300)
+    return Outcome(proc.returncode, proc.stdout, proc.stderr)
+
+
+def train(*args):
+    """``distgnn-train ARGS`` run by its entry point in this process (no interpreter or
+    torch start-up): its exit status, stdout and stderr as a process would give them."""
+    return Runner.in_process("train", list(args))
 
 
 def assert_one_line_error(proc, *fragments):
-    assert proc.returncode == 2, proc.stderr
+    assert proc.status == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -25,8 +35,8 @@ def assert_one_line_error(proc, *fragments):
 
 def test_default_run_trains_gcn_on_bundled_cora(tmp_path):
     metrics = tmp_path / "m.jsonl"
-    proc = cli("distgnn-train", "--epochs", 3, "--metrics-out", metrics)
-    assert proc.returncode == 0, proc.stderr
+    proc = cli("distgnn-train", "--epochs", 3, "--metrics-out", metrics)  # the installed command
+    assert proc.status == 0, proc.stderr
     assert "cora: 2,708 vertices" in proc.stdout
     assert "test accuracy" in proc.stdout
     assert "epoch    3/3" in proc.stdout
@@ -37,37 +47,37 @@ def test_default_run_trains_gcn_on_bundled_cora(tmp_path):
 
 def test_missing_dataset_file(tmp_path):
     missing = tmp_path / "nope.npz"
-    assert_one_line_error(cli("distgnn-train", "--dataset", missing), str(missing))
+    assert_one_line_error(train("--dataset", missing), str(missing))
 
 
 def test_corrupt_npz(tmp_path):
     bad = tmp_path / "bad.npz"
     bad.write_bytes(np.random.default_rng(0).bytes(4096))
+    # a process of the installed command: nothing else (a warning of an import) on its stderr
     assert_one_line_error(cli("distgnn-train", "--dataset", bad), str(bad))
 
 
 def test_unknown_flag():
-    assert_one_line_error(cli("distgnn-train", "--no-such-flag"), "--no-such-flag")
+    assert_one_line_error(train("--no-such-flag"), "--no-such-flag")
 
 
 def test_bad_flag_value():
-    assert_one_line_error(cli("distgnn-train", "--epochs", "many"), "--epochs")
+    assert_one_line_error(train("--epochs", "many"), "--epochs")
 
 
 def test_reorder_is_for_a_dataset_and_takes_a_known_order(tmp_path):
-    assert_one_line_error(cli("distgnn-train", "--partitions", tmp_path, "--reorder"),
+    assert_one_line_error(train("--partitions", tmp_path, "--reorder"),
                           "--reorder applies to --dataset")
-    assert_one_line_error(cli("distgnn-train", "--reorder", "metis"), "--reorder")
+    assert_one_line_error(train("--reorder", "metis"), "--reorder")
 
 
 def test_missing_checkpoint(tmp_path):
-    assert_one_line_error(cli("distgnn-train", "--epochs", 1, "--resume", tmp_path / "x"),
+    assert_one_line_error(train("--epochs", 1, "--resume", tmp_path / "x"),
                           "--resume", "not a directory of checkpoints")
-    assert_one_line_error(cli("distgnn-train", "--epochs", 1, "--resume", tmp_path),
+    assert_one_line_error(train("--epochs", 1, "--resume", tmp_path),
                           "no checkpoint to resume from")
-    assert_one_line_error(cli("distgnn-train", "--resume", tmp_path, "--resume-if-present",
-                              tmp_path), "--resume-if-present: not allowed with argument "
-                                         "--resume")
+    assert_one_line_error(train("--resume", tmp_path, "--resume-if-present", tmp_path),
+                          "--resume-if-present: not allowed with argument --resume")
 
 
 def test_launch_without_ranks():
@@ -87,7 +97,7 @@ def test_launch_help_explains_every_flag():
 
 
 def test_help_explains_every_flag():
-    out = cli("distgnn-train", "--help").stdout
+    out = train("--help").stdout
     for flag in ("--dataset", "--model", "--aggregator", "--layers", "--hidden", "--dropout",
                  "--lr", "--weight-decay", "--epochs", "--seed", "--eval-every",
                  "--metrics-out", "--checkpoint-dir", "--checkpoint-every", "--keep",

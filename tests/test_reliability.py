@@ -2,7 +2,9 @@
 equals the uninterrupted run), a hung rank ends the job through the --comm-timeout
 watchdog, SIGTERM to the ranks or to distgnn-launch checkpoints and exits, and a
 non-finite loss stops every rank with one message.  The drills are those of
-``distgnn-bench resume`` (:mod:`bench.resume`)."""
+``distgnn-bench resume`` (:mod:`bench.resume`).  What follows a drill without being one (a
+resume, a refusal by the resume checks) may run on ranks that are threads of this process
+(:func:`train_on_threads`), without a job's start-up."""
 import os
 import shlex
 import signal
@@ -19,6 +21,8 @@ from distgnn.data.datasets import load
 from distgnn.run.checkpoint_files import checkpoints
 from partition.vertex_cut import vertex_cut
 from partition.write import write_dataset
+from tests.helpers.hostile import Outcome
+from tests.helpers.training import train_on_threads
 
 BIN = Path(sys.executable).parent
 EPOCHS = 40
@@ -88,7 +92,8 @@ def test_sigterm_to_every_rank_checkpoints_then_exits(cora_parts, tmp_path):
     at = newest_epoch(ck)
     assert f"stopped after epoch {at}" in message[0]
     assert 10 <= at < EPOCHS
-    run_to_end(2, [*job, "--resume", str(ck)], "resumed")
+    resumed = train_on_threads(2, [*job, "--resume", str(ck)])  # no drill: ranks as threads
+    assert resumed.status == 0, resumed.stderr
     assert newest_epoch(ck) == EPOCHS
 
 
@@ -147,7 +152,10 @@ def test_non_finite_loss_stops_every_rank_with_one_message(cora_parts, tmp_path)
 
 def test_checkpoint_of_another_rank_count_or_exchange_is_refused(cora_parts, tmp_path):
     """Refused by --resume and by --resume-if-present alike; the first run, with
-    --resume-if-present of a folder that does not exist yet, starts afresh on every rank."""
+    --resume-if-present of a folder that does not exist yet, starts afresh on every rank.
+    The checkpoint is a job's, and so is the refusal of another exchange (its exit status
+    and one line under mpirun); the 4-rank refusals are the same command lines on ranks
+    that are threads (:func:`train_on_threads`)."""
     first = run_to_end(2, ["--partitions", str(cora_parts[2]), "--epochs", "2",
                            "--resume-if-present", str(tmp_path / "ck")], "first")
     assert f"no checkpoint in {tmp_path / 'ck'}: starting a new run" in first
@@ -157,13 +165,16 @@ def test_checkpoint_of_another_rank_count_or_exchange_is_refused(cora_parts, tmp
             (4, ["--resume"], "another rank count than this run's (2 there, 4 here)"),
             (4, ["--resume-if-present"], "another rank count than this run's (2 there, 4 "
                                          "here)")]:
-        job = launch.plan(ranks, [str(BIN / "distgnn-train"), "--partitions",
-                                  str(cora_parts[ranks]), "--epochs", "4", "--no-progress",
-                                  extra[0], str(tmp_path / "ck"), *extra[1:]],
-                          threads_per_rank=1)
-        proc = subprocess.run(job.argv, env={**os.environ, **job.env}, capture_output=True,
-                              text=True, timeout=300)
-        assert proc.returncode == 2, proc.stderr
+        argv = ["--partitions", str(cora_parts[ranks]), "--epochs", "4", "--no-progress",
+                extra[0], str(tmp_path / "ck"), *extra[1:]]
+        if ranks == 2:
+            job = launch.plan(ranks, [str(BIN / "distgnn-train"), *argv], threads_per_rank=1)
+            proc = subprocess.run(job.argv, env={**os.environ, **job.env},
+                                  capture_output=True, text=True, timeout=300)
+            proc = Outcome(proc.returncode, proc.stdout, proc.stderr)
+        else:
+            proc = train_on_threads(ranks, argv)
+        assert proc.status == 2, proc.stderr
         assert fragment in proc.stderr
         assert "Traceback" not in proc.stderr
     assert newest_epoch(tmp_path / "ck") == 2

@@ -4,8 +4,6 @@ record, epochs counted from 1 everywhere, and the no-data-loss rules for every o
 (Partitioned runs against these: tests/test_distributed.py.)"""
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +16,8 @@ from distgnn.run import vertex_outputs
 from distgnn.run.evaluation import embedding_layers, forward_eval
 from distgnn.run.shard import dataset_shard
 from distgnn.timing import PhaseTimer
+from tests.helpers.hostile import Runner
 
-BIN = Path(sys.executable).parent
 EPOCHS = 12
 
 
@@ -111,10 +109,10 @@ def test_predict_on_the_same_graph_gives_the_reported_accuracy(run, cora_ds, tmp
 
 def test_distgnn_predict_prints_the_accuracy_and_writes(run, tmp_path):
     out, cfg, result = run
-    proc = subprocess.run([str(BIN / "distgnn-predict"), str(out / "model.pt"),
-                           "--embeddings-out", str(tmp_path / "e.npy"), "--embeddings-layer",
-                           "0"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    # the command's entry point, run in this process (no interpreter and torch start-up)
+    proc = Runner.in_process("predict", [out / "model.pt", "--embeddings-out",
+                                         tmp_path / "e.npy", "--embeddings-layer", 0])
+    assert proc.status == 0, proc.stderr
     assert f"test accuracy {result.best['test_acc'] * 100:.2f} %" in proc.stdout
     assert np.load(tmp_path / "e.npy").shape == (2708, 1433)  # the first layer's input: x
 
@@ -224,13 +222,11 @@ def test_string_ids_undirected_lines_unlabelled_vertices_and_a_split_file(tmp_pa
     (tmp_path / "y.txt").write_text("".join(f"{names[i]} {classes[i]}\n" for i in labelled))
     (tmp_path / "split.txt").write_text("".join(
         f"{names[i]} {'train' if i < 30 else 'val' if i < 40 else 'test'}\n" for i in labelled))
-    proc = subprocess.run(
-        [str(BIN / "distgnn-train"), "--dataset", str(tmp_path / "g.txt"), "--features",
-         str(tmp_path / "x.txt"), "--labels", str(tmp_path / "y.txt"), "--symmetrize",
-         "--split-file", str(tmp_path / "split.txt"), "--epochs", "30", "--no-progress",
-         "--predictions-out", str(tmp_path / "p.csv")], capture_output=True, text=True,
-        timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    proc = Runner.in_process(  # distgnn-train's entry point, in this process
+        "train", ["--dataset", tmp_path / "g.txt", "--features", tmp_path / "x.txt", "--labels",
+                  tmp_path / "y.txt", "--symmetrize", "--split-file", tmp_path / "split.txt",
+                  "--epochs", 30, "--no-progress", "--predictions-out", tmp_path / "p.csv"])
+    assert proc.status == 0, proc.stderr
     assert "split: from" in proc.stdout and "10 vertices unlabelled" in proc.stdout.replace(
         "(", "").replace(")", "")
     with open(tmp_path / "p.csv") as f:

@@ -3,6 +3,9 @@ computation, flags that would change nothing, memory that grows with a flag, ref
 under MPI, huge values reaching arithmetic."""
 from __future__ import annotations
 
+import contextlib
+import resource
+import signal
 import subprocess
 import sys
 
@@ -182,10 +185,30 @@ add(Case(18, "distgnn-predict writing inside the partition directory it reads",
          says="inside --partitions", keep=("p",)))
 
 
+@contextlib.contextmanager
+def files_limited(limit: int):
+    """This process's files may not grow past ``limit`` bytes meanwhile: a write fails as on
+    a full disk (EFBIG instead of ENOSPC; SIGXFSZ ignored).  The soft limit only, raised
+    again after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
 def file_size_limit(tool_name: str, *argv, limit: int = 4096):
-    """``tool_name`` with ``argv`` in a process whose files may not grow past ``limit``
-    bytes: a write fails as on a full disk (EFBIG instead of ENOSPC)."""
+    """``tool_name`` with ``argv`` where files may not grow past ``limit`` bytes: a write
+    fails as on a full disk (EFBIG instead of ENOSPC).  In this process for this checkout
+    (:func:`files_limited`), else in a process of the tree under test."""
     def go(tmp, run):
+        if run.tree is None:
+            with files_limited(limit):
+                return run.in_process(tool_name, [str(a).replace("{tmp}", str(tmp))
+                                                  for a in argv])
         module, func = ENTRY[tool_name]
         code = (run.prelude + "import resource, signal\n"
                 "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"

@@ -5,11 +5,14 @@ from unittest import mock
 
 import torch
 
+from distgnn.cli.train import train_parser
 from distgnn.run import training
-from distgnn.run.config import TrainConfig
+from distgnn.run.config import OWNER, TrainConfig
+from distgnn.run.distributed import run_rank
 from distgnn.run.shard import partition_shard
 from distgnn.run.training import configure_threads, fit, train
 from distgnn.timing import PhaseTimer
+from tests.helpers.hostile import Outcome, captured
 from tests.helpers.threads_comm import run_ranks
 
 
@@ -27,18 +30,50 @@ def fit_on_threads(directory, ranks: int, cfg: TrainConfig) -> list:
     ``ranks`` partitions in ``directory`` with ranks that are threads of this process
     (:mod:`tests.helpers.threads_comm`): each builds its shard and fits as a rank of
     ``mpirun`` does, without an MPI job's start-up.  For checks of what the exchange does
-    in training (bytes, schedules, wire precision, the maths against one socket); the
-    transports themselves are for real jobs.
+    in training (bytes, schedules, wire precision, the maths against one socket, resume
+    checks); the transports, signals and faults are for real jobs.
 
     The ranks build their models one at a time: a model is seeded and initialised from
     torch's global generator, which the threads share (processes do not)."""
     def rank(comm):
         timer = PhaseTimer()
         shard = partition_shard(directory, cfg, comm, timer, torch.device("cpu"), "numba")
-        result = fit(shard, cfg, comm, timer, log=lambda s: None)
-        shard.nbr.exchange.finish()
-        return result
+        try:
+            return fit(shard, cfg, comm, timer, log=lambda s: None)
+        finally:
+            shard.nbr.exchange.finish()
 
+    return on_threads(ranks, rank)
+
+
+def train_on_threads(ranks: int, argv: list[str]) -> Outcome:
+    """``distgnn-train ARGV`` (``--partitions DIR ...``) on ``ranks`` ranks that are threads
+    of this process: the command's configuration (its own parser), each rank's training
+    (:func:`fit_on_threads`) and its end as :func:`~distgnn.run.distributed.run_rank`
+    makes it on each rank (rank 0's error lines on stderr); the status is the first
+    failing rank's, as mpirun's."""
+    args = train_parser().parse_args([*argv, "--no-progress"])
+
+    def rank(comm):
+        def main():
+            cfg = TrainConfig(**{name: getattr(args, name) for name in OWNER})
+            cfg.check_paths()
+            timer = PhaseTimer()
+            shard = partition_shard(args.partitions, cfg, comm, timer, torch.device("cpu"),
+                                    "numba")
+            try:
+                fit(shard, cfg, comm, timer)
+            finally:
+                shard.nbr.exchange.finish()
+            return 0
+        return run_rank("distgnn-train", main, comm)
+
+    return captured(lambda: next((s for s in on_threads(ranks, rank) if s), 0))
+
+
+def on_threads(ranks: int, work) -> list:
+    """``work(comm)`` on ``ranks`` ranks that are threads (one torch thread each), their
+    models built one at a time (see :func:`fit_on_threads`)."""
     configure_threads(1)
     one_at_a_time = threading.Lock()
 
@@ -48,4 +83,4 @@ def fit_on_threads(directory, ranks: int, cfg: TrainConfig) -> list:
 
     unseeded = training.place_model
     with mock.patch.object(training, "place_model", place_model):
-        return run_ranks(ranks, rank)
+        return run_ranks(ranks, work)
