@@ -278,9 +278,9 @@ def pytest_collection_modifyitems(config, items):
 # is free.  (pytest-xdist's own xdist_group does not group under pytest 9: it renames
 # item._nodeid, which pytest 9 no longer reads.)
 GROUPS_ENV = "DISTGNN_TEST_GROUPS"  # the folder where each worker writes {node id: group}
-# module-scoped fixtures that run one MPI job whose results several tests read: their tests
-# go to one worker, or each worker would run the job again
-SHARED_JOBS = frozenset({"model_job"})
+# module-scoped fixtures that run the jobs whose results several tests read (on ranks that
+# are threads): their tests go to one worker, or each worker would run the jobs again
+SHARED_JOBS = frozenset({"model_job", "thread_job"})
 MAX_WORKERS = 4
 
 

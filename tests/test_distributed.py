@@ -1,13 +1,16 @@
-"""Distributed training under real mpirun jobs: the split-vertex exchange over each
-transport (against the whole graph, and against the same exchange on threads in one process,
-whose every mode ``tests/test_exchange.py`` checks), cd-0 training against single-socket
-training (under Open MPI, and under MPICH and Intel MPI where they are installed), cd-r
-training against its reference, and failure modes.
+"""Distributed training: the split-vertex exchange over each transport in real mpirun jobs
+(against the whole graph, and against the same exchange on threads in one process, whose
+every mode ``tests/test_exchange.py`` checks), cd-0 training against single-socket
+training under Open MPI, MPICH and Intel MPI (where installed), the examples and the
+outputs of real jobs, and failure modes.  What the exchange does inside training (0c and
+cd-r bytes, cd-r's schedules against their reference, float64, wire precision, the models)
+runs on ranks that are threads of this process (:func:`tests.helpers.training.fit_on_threads`):
+the same shards and training loop without a job's start-up.
 
 Every job is composed by :func:`launch.plan` (which adds the Open MPI flags this machine
 needs) and run with a timeout, so a hang fails the test instead of blocking the suite.
-Jobs cost seconds of start-up each, so the module builds its partition directories once
-and runs each job once (the ``*_job`` fixtures memoise them); several tests read one job.
+The module builds its partition directories once and runs each job once (the ``*_job``
+fixtures memoise them); several tests read one job.
 """
 import contextlib
 import importlib.util

@@ -3,6 +3,7 @@ and their loss curves."""
 import threading
 from unittest import mock
 
+import numba
 import torch
 
 from distgnn.cli.train import train_parser
@@ -74,6 +75,9 @@ def train_on_threads(ranks: int, argv: list[str]) -> Outcome:
 def on_threads(ranks: int, work) -> list:
     """``work(comm)`` on ``ranks`` ranks that are threads (one torch thread each), their
     models built one at a time (see :func:`fit_on_threads`)."""
+    # the ranks launch parallel kernels at once: Numba's layers that allow it (omp, tbb;
+    # workqueue aborts the process), in effect where none was launched in it yet
+    numba.config.THREADING_LAYER = "threadsafe"
     configure_threads(1)
     one_at_a_time = threading.Lock()
 
