@@ -14,6 +14,7 @@ import functools
 import os
 import signal
 import sys
+import threading
 
 from .errors import DistGNNError
 from .signals import EARLY_INTERRUPTS
@@ -66,7 +67,9 @@ def interruptible(prog: str):
     instead of a traceback.  Ctrl-C is recorded as it arrives, because a C extension being
     imported (numba's) turns the interrupt into an ``ImportError`` and other libraries may
     swallow it (training then stops before its first epoch:
-    :data:`distgnn.signals.EARLY_INTERRUPTS`)."""
+    :data:`distgnn.signals.EARLY_INTERRUPTS`).  Inside an import the interrupt waits until
+    the import is done (it is asked again every :data:`IMPORT_RETRY_S`): raised inside
+    torch's initialisation, it aborts the process (SIGABRT)."""
     def wrap(main):
         @functools.wraps(main)
         def entry(argv: list[str] | None = None) -> int:
@@ -75,7 +78,16 @@ def interruptible(prog: str):
 
             def record(signum, frame):
                 pressed.append(signum)
+                if _importing(frame):
+                    later = threading.Timer(IMPORT_RETRY_S, ask_again)
+                    later.daemon = True
+                    later.start()
+                    return
                 signal.default_int_handler(signum, frame)
+
+            def ask_again():
+                if signal.getsignal(signal.SIGINT) is record:  # still this entry point's
+                    os.kill(os.getpid(), signal.SIGINT)
 
             installed = signal.getsignal(signal.SIGINT) is signal.default_int_handler
             if installed:
@@ -94,6 +106,19 @@ def interruptible(prog: str):
                     signal.signal(signal.SIGINT, signal.default_int_handler)
         return entry
     return wrap
+
+
+# how often a Ctrl-C that came during an import is asked again, until the import is done
+IMPORT_RETRY_S = 0.1
+
+
+def _importing(frame) -> bool:
+    """Whether ``frame`` runs inside an import (a module's body or the import system)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def run_guarded(prog: str, command) -> int:

@@ -107,6 +107,44 @@ def test_help_explains_every_flag():
         assert flag in out
 
 
+def test_a_ctrl_c_during_an_import_waits_for_the_import_to_finish(tmp_path, monkeypatch,
+                                                                 capsys):
+    """A Ctrl-C that comes while a module is being imported (torch's initialisation aborts
+    the process when the interrupt is raised inside it) is raised once the import is done:
+    the module is whole, and the entry point ends with its one line and status 130."""
+    import importlib
+    import os
+    import signal
+    import time
+
+    from distgnn.program import interruptible
+
+    (tmp_path / "slow_extension.py").write_text(
+        "import os, signal, time\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "time.sleep(0.3)\n"
+        "initialised = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    after = []
+
+    @interruptible("prog")
+    def main(argv):
+        module = importlib.import_module("slow_extension")
+        after.append(module.initialised)
+        time.sleep(5)  # the interrupt comes here
+        after.append("not interrupted")
+        return 0
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert main([]) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        sys.modules.pop("slow_extension", None)
+    assert after == [True]
+    assert "prog: interrupted (Ctrl-C)" in capsys.readouterr().err
+
+
 def test_a_swallowed_ctrl_c_during_start_up_still_ends_the_run(capsys):
     """A library that swallows the KeyboardInterrupt of a Ctrl-C during start-up (a bare
     ``except:`` around an import) does not make the run go on: training's stop handling

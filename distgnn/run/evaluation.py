@@ -150,7 +150,8 @@ def gathered_roc_auc(logits: torch.Tensor, shard: Shard, comm: Communicator) -> 
     """``{mask}_roc_auc`` of a binary task over all ranks: every rank writes its root
     clones' score ``z_1 - z_0``, label and mask membership at their global ids into one
     ``[N, 2 + masks]`` table, summed over ranks (each vertex is a root on one rank)."""
-    ids = torch.from_numpy(shard.nbr.global_ids)
+    # a copy: a partition's ids are a read-only map of its file, which torch warns about
+    ids = torch.tensor(shard.nbr.global_ids)
     device = comm.device if comm.size > 1 else "cpu"  # where the transport wants it
     size = torch.tensor([float(ids.max()) + 1 if len(ids) else 0.0], dtype=torch.float64,
                         device=device)
