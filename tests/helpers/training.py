@@ -36,21 +36,23 @@ def fit_on_threads(directory, ranks: int, cfg: TrainConfig) -> list:
 
     The ranks build their models one at a time: a model is seeded and initialised from
     torch's global generator, which the threads share (processes do not)."""
-    def rank(comm):
-        timer = PhaseTimer()
-        shard = partition_shard(directory, cfg, comm, timer, torch.device("cpu"), "numba")
-        try:
-            return fit(shard, cfg, comm, timer, log=lambda s: None)
-        finally:
-            shard.nbr.exchange.finish()
+    return on_threads(ranks, lambda comm: fit_rank(directory, cfg, comm))
 
-    return on_threads(ranks, rank)
+
+def fit_rank(directory, cfg: TrainConfig, comm, log=lambda s: None):
+    """One rank's shard of ``directory`` trained with ``cfg``, its exchange finished."""
+    timer = PhaseTimer()
+    shard = partition_shard(directory, cfg, comm, timer, torch.device("cpu"), "numba")
+    try:
+        return fit(shard, cfg, comm, timer, log=log)
+    finally:
+        shard.nbr.exchange.finish()
 
 
 def train_on_threads(ranks: int, argv: list[str]) -> Outcome:
     """``distgnn-train ARGV`` (``--partitions DIR ...``) on ``ranks`` ranks that are threads
     of this process: the command's configuration (its own parser), each rank's training
-    (:func:`fit_on_threads`) and its end as :func:`~distgnn.run.distributed.run_rank`
+    (:func:`fit_rank`) and its end as :func:`~distgnn.run.distributed.run_rank`
     makes it on each rank (rank 0's error lines on stderr); the status is the first
     failing rank's, as mpirun's."""
     args = train_parser().parse_args([*argv, "--no-progress"])
@@ -59,13 +61,7 @@ def train_on_threads(ranks: int, argv: list[str]) -> Outcome:
         def main():
             cfg = TrainConfig(**{name: getattr(args, name) for name in OWNER})
             cfg.check_paths()
-            timer = PhaseTimer()
-            shard = partition_shard(args.partitions, cfg, comm, timer, torch.device("cpu"),
-                                    "numba")
-            try:
-                fit(shard, cfg, comm, timer)
-            finally:
-                shard.nbr.exchange.finish()
+            fit_rank(args.partitions, cfg, comm, log=print)
             return 0
         return run_rank("distgnn-train", main, comm)
 
