@@ -35,8 +35,10 @@ def test_metrics_file_has_one_record_per_epoch(cora, tmp_path):
         assert sum(r["phases"].values()) <= r["epoch_s"] * 1.05
         # one rank: the max over ranks is the mean; a process holding torch is > 100 MiB
         assert r["peak_rss_mib_max"] == r["peak_rss_mib_mean"] > 100
+        assert r["page_faults_max"] == r["page_faults_mean"] >= 0
     peaks = [r["peak_rss_mib_max"] for r in records]
     assert peaks == sorted(peaks)  # a peak since the start never falls
+    assert records[0]["page_faults_max"] > 0  # the first epoch touches fresh memory
     assert [r["val_acc"] is not None for r in records] == [False, False, True] * 2
 
 

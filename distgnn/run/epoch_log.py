@@ -70,7 +70,8 @@ class EpochStats:
     ``exact_exchange``: whether cd-r's controller ran the epoch exact (``None``: no
     controller); ``allreduce_bytes``: the gradient allreduce's buffer; ``stop``: this rank's
     stop request (a signal number, 0 for none); ``skipped``: the step was skipped
-    (``--nan-policy skip``).
+    (``--nan-policy skip``); ``page_faults``: the process's minor page faults during the
+    epoch (:func:`~distgnn.run.memory.minor_faults`).
     """
 
     epoch: int
@@ -83,6 +84,7 @@ class EpochStats:
     allreduce_bytes: int = 0
     stop: int = 0
     skipped: bool = False
+    page_faults: int = 0
 
 
 def epoch_record(comm: Communicator, stats: EpochStats) -> tuple[dict, int]:
@@ -90,7 +92,7 @@ def epoch_record(comm: Communicator, stats: EpochStats) -> tuple[dict, int]:
     any rank (a signal number, 0 for none)."""
     local = {"epoch_s": stats.seconds, **stats.phases, "bytes_sent": stats.bytes_sent,
              "exact_bytes": stats.exact_bytes, "peak_rss_mib": process_mib(),
-             "stop": float(stats.stop)}
+             "stop": float(stats.stop), "page_faults": float(stats.page_faults)}
     high, mean, where = rank_statistics(comm, local)
     record = {"epoch": stats.epoch + 1, "loss": stats.loss, "train_acc": None,
               "val_acc": None, "test_acc": None, "epoch_s": high["epoch_s"],
@@ -101,7 +103,9 @@ def epoch_record(comm: Communicator, stats: EpochStats) -> tuple[dict, int]:
               "bytes_cd0_mean": mean["exact_bytes"],
               "allreduce_bytes": stats.allreduce_bytes,
               "peak_rss_mib_max": high["peak_rss_mib"],
-              "peak_rss_mib_mean": mean["peak_rss_mib"]}
+              "peak_rss_mib_mean": mean["peak_rss_mib"],
+              "page_faults_max": int(high["page_faults"]),
+              "page_faults_mean": mean["page_faults"]}
     if stats.exact_exchange is not None:
         record["exact_exchange"] = stats.exact_exchange
     if stats.skipped:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import resource
 import socket
 import zlib
 
@@ -34,6 +35,13 @@ def process_mib(field: str = "VmHWM") -> float:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+
+def minor_faults() -> int:
+    """Minor page faults of this process so far: pages the kernel had to map on first touch
+    (a freshly allocated block faults once per page; a reused one does not)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 # glibc's mallopt parameters (malloc.h)

@@ -43,6 +43,7 @@ from .evaluation import (
     mask_scores,
     write_vertex_outputs,
 )
+from .memory import minor_faults
 from .optimizer import Adam
 from .replicas import ReplicaSync
 from .saved_model import save_model
@@ -230,7 +231,7 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
         with StopRequests(watch_launcher=comm.size > 1) as stop:
             for epoch in range(run.start, cfg.epochs):
                 timer.reset()
-                started = time.perf_counter()
+                started, faults = time.perf_counter(), minor_faults()
                 sent, exact = exchange.total_bytes_sent, exchange.exact_bytes
                 loss, bad = step(model, optimizer, shard, sync, num_train, epoch, timer)
                 if checkpoints.step_allowed(bad, epoch, run):
@@ -242,7 +243,8 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                     phases=phase_seconds(timer), bytes_sent=exchange.total_bytes_sent - sent,
                     exact_bytes=exchange.exact_bytes - exact,
                     exact_exchange=exchange.exact_epoch(epoch),
-                    allreduce_bytes=sync.step_bytes, stop=stop.request(), skipped=bad))
+                    allreduce_bytes=sync.step_bytes, stop=stop.request(), skipped=bad,
+                    page_faults=minor_faults() - faults))
                 exchange.observe(epoch, loss)
                 if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
                     record.update(evaluate(model, shard, comm, cfg.roc_auc))
