@@ -113,7 +113,6 @@ def test_a_ctrl_c_during_an_import_waits_for_the_import_to_finish(tmp_path, monk
     the process when the interrupt is raised inside it) is raised once the import is done:
     the module is whole, and the entry point ends with its one line and status 130."""
     import importlib
-    import os
     import signal
     import time
 

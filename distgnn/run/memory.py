@@ -37,7 +37,6 @@ def process_mib(field: str = "VmHWM") -> float:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-
 def minor_faults() -> int:
     """Minor page faults of this process so far: pages the kernel had to map on first touch
     (a freshly allocated block faults once per page; a reused one does not)."""
