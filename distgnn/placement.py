@@ -157,6 +157,12 @@ class ExecutionConfig:
         "block sizes per feature width on graphs of 2M edges or more: the trial costs about "
         "20 SpMMs per width (20-40 s on 31M edges) and gains 10-20 %% per SpMM, worth it over "
         "many epochs, not for a run of a few", flag="--no-kernel-trial", action="store_false")
+    memory_arena: bool = option(
+        True, "let each CPU rank allocate its epochs from malloc instead of the planned "
+        "memory arena, which records the first epoch's large blocks, plans them into one "
+        "slab and serves every later epoch from it (no page faults, no mapping calls; "
+        "compiled on first use with the system's C++ compiler, skipped without one)",
+        flag="--no-memory-arena", action="store_false")
 
     def __post_init__(self):
         for flag, choices in (("device", DEVICES), ("backend", BACKEND_CHOICES),

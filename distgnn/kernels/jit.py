@@ -51,7 +51,7 @@ def readonly(a: np.ndarray) -> np.ndarray:
 
 
 @contextlib.contextmanager
-def _file_lock(path: str, wait_s: float):
+def file_lock(path: str, wait_s: float):
     """An exclusive ``flock`` on ``path`` for the block; yields whether it was had."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
@@ -103,7 +103,7 @@ def serialize(dispatcher, wait_s: float | None = None):
             args, _ = sigutils.normalize_signature(sig)
             if _held or tuple(args) in dispatcher.overloads:
                 return compile_now(sig)
-            with _file_lock(lock, LOCK_WAIT_S if wait_s is None else wait_s):
+            with file_lock(lock, LOCK_WAIT_S if wait_s is None else wait_s):
                 _held += 1
                 try:
                     return compile_now(sig)  # loads what another process saved meanwhile

@@ -45,8 +45,9 @@ from ..kernels.attention import transposed_order
 from ..kernels.autotune import autotune_plan
 from ..kernels.blocking import balanced_chunks
 from ..kernels.lanes import BF16
-from ..kernels.spmm import as_aligned, empty_aligned
+from ..kernels.spmm import as_aligned
 from ..placement import AGGREGATION_PRECISIONS
+from . import buffers
 from .dropout import vertex_dropout
 
 __all__ = ["BACKENDS", "KernelBackend", "NumbaBackend", "TorchSparseBackend", "TritonBackend",
@@ -460,7 +461,7 @@ class NumbaBackend:
     @staticmethod
     def _output(graph: CSRGraph, x: np.ndarray) -> np.ndarray:
         """The aggregate's buffer ``[N_dst, d]``: float32 for bf16 ``x``, else ``x``'s dtype."""
-        return empty_aligned((graph.num_nodes, x.shape[1]),
+        return buffers.empty((graph.num_nodes, x.shape[1]),
                              np.float32 if x.dtype == BF16 else x.dtype)
 
     def spmm(self, graph, x, reduce):
@@ -484,7 +485,7 @@ class NumbaBackend:
                                           graph.num_nodes)
         if reduce == "mean":
             g = np.multiply(g, inverse_degree(graph.indptr, g.dtype)[:, None],
-                            out=empty_aligned(g.shape, g.dtype))
+                            out=buffers.empty_like(g))
         g = as_aligned(self.gathered(torch.from_numpy(g), reduce))
         t = graph.transpose()
         out = self._output(t, g)

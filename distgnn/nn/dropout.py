@@ -21,6 +21,7 @@ import torch
 
 from ..data.graph import GraphError
 from ..kernels.dropout import dropout_keep_torch, masked_scale
+from . import buffers
 
 
 def check_dropout(x, global_ids, p: float) -> None:
@@ -37,7 +38,7 @@ def check_dropout(x, global_ids, p: float) -> None:
 def apply_dropout_mask(x: np.ndarray, global_ids: np.ndarray, p: float, key: int) -> np.ndarray:
     """``x * mask`` for ``x`` float ``[len(global_ids), d]``; the mask is ``0`` or ``1/(1-p)``."""
     check_dropout(x, global_ids, p)
-    out = np.empty_like(x)
+    out = buffers.empty_like(x)
     masked_scale(x, np.ascontiguousarray(global_ids, dtype=np.int64), np.uint64(key),
                   np.uint64(int(p * (1 << 24))), x.dtype.type(1.0 / (1.0 - p)), out)
     return out

@@ -16,6 +16,7 @@ The reported test accuracy is the one at the evaluation with the best validation
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import time
@@ -32,7 +33,9 @@ from ..nn.config import build_model
 from ..nn.prepare import prepare
 from ..placement import synchronize
 from ..signals import StopRequests
+from ..storage import format_bytes
 from ..timing import PhaseTimer
+from . import arena as memory_arena
 from .checkpointing import Checkpointer, NonFiniteLoss, Stopped
 from .config import TrainConfig
 from .epoch_log import EpochLog, EpochStats, epoch_record, phase_seconds
@@ -139,6 +142,25 @@ def step(model: torch.nn.Module, optimizer, shard: Shard, sync: ReplicaSync, num
     return value, sync.nonfinite_ranks
 
 
+def epoch_arena(cfg: TrainConfig, shard: Shard, comm: Communicator,
+                log: Callable[[str], None]) -> memory_arena.Arena | None:
+    """The planned memory arena (:mod:`distgnn.run.arena`) for a CPU rank with
+    ``cfg.memory_arena``; None elsewhere, or where it cannot be built (said once)."""
+    if not cfg.memory_arena or shard.x.device.type != "cpu":
+        return None
+    try:
+        return memory_arena.install()
+    except RuntimeError as e:
+        if comm.rank == 0:
+            log(f"memory arena off: {e}")
+        return None
+
+
+def in_arena(arena: memory_arena.Arena | None, kind: str):
+    """``arena``'s epoch of ``kind`` for the block; nothing without an arena."""
+    return arena.epoch(kind) if arena else contextlib.nullcontext()
+
+
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, shard: Shard, comm: Communicator,
              with_roc_auc: bool = False) -> dict:
@@ -226,6 +248,7 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                    log=log)
     num_train = training_vertices(shard, comm)
     exchange, ended = shard.nbr.exchange, False
+    arena = epoch_arena(cfg, shard, comm, log)
     all_or_none(comm, run.open)
     try:
         with StopRequests(watch_launcher=comm.size > 1) as stop:
@@ -233,10 +256,16 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                 timer.reset()
                 started, faults = time.perf_counter(), minor_faults()
                 sent, exact = exchange.total_bytes_sent, exchange.exact_bytes
-                loss, bad = step(model, optimizer, shard, sync, num_train, epoch, timer)
-                if checkpoints.step_allowed(bad, epoch, run):
-                    with timer("optimizer"):
-                        optimizer.step()
+                with in_arena(arena, "train"):
+                    loss, bad = step(model, optimizer, shard, sync, num_train, epoch, timer)
+                    if checkpoints.step_allowed(bad, epoch, run):
+                        with timer("optimizer"):
+                            optimizer.step()
+                if arena and epoch == run.start:
+                    planned = arena.stats()
+                    if comm.rank == 0:
+                        log(f"memory arena: {format_bytes(planned.slab_bytes)} planned for "
+                            f"{planned.planned} of the epoch's {planned.blocks} large blocks")
                 synchronize(shard.x.device)
                 record, signum = epoch_record(comm, EpochStats(
                     epoch=epoch, loss=loss, seconds=time.perf_counter() - started,
@@ -247,7 +276,8 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                     page_faults=minor_faults() - faults))
                 exchange.observe(epoch, loss)
                 if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
-                    record.update(evaluate(model, shard, comm, cfg.roc_auc))
+                    with in_arena(arena, "eval"):
+                        record.update(evaluate(model, shard, comm, cfg.roc_auc))
                 run.add(record, model)
                 if watchdog is not None:
                     watchdog.arm()
