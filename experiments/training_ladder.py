@@ -46,8 +46,9 @@ def partitions(files: Path, ranks: int, out: Path) -> float:
 
 
 def predicted(parts: Path, hidden: int) -> dict:
-    """``inspect``'s statistics of ``parts`` for the model (its JSON)."""
-    out = parts / "inspect.json"
+    """``inspect``'s statistics of ``parts`` for the model (its JSON, written beside the
+    partitions: ``inspect`` refuses to write into the folder it reads)."""
+    out = parts.with_name(parts.name + "-inspect.json")
     out.unlink(missing_ok=True)
     subprocess.run([str(BIN / "distgnn-partition"), "inspect", str(parts), "--hidden",
                     str(hidden), "--layers", "2", "--json", str(out)], check=True,

@@ -61,12 +61,31 @@ def return_freed_blocks() -> bool:
     come from the heap, and what is freed there stays resident, fragmented, under the next
     epoch's peak.  Fixing the thresholds stops that, at the cost of the page faults of fresh
     mappings (measured in ``docs/results/training-ladder.md``)."""
+    return _malloc_thresholds(RETURN_BLOCKS_FROM)
+
+
+def keep_freed_blocks() -> bool:
+    """Have malloc keep freed blocks of up to 32 MiB for reuse; whether it could.
+
+    For the epochs after the memory arena's plan (:mod:`distgnn.run.arena`): torch's large
+    blocks come from the arena's slab then, and what is left to malloc, the MPI library's
+    own buffers for the exchange and the gradient sum, would otherwise be mapped afresh,
+    and faulted in, every epoch (1,300-4,200 pages per epoch and rank at R-MAT 2^19-2^21 on
+    4 ranks)."""
+    return _malloc_thresholds(KEEP_BLOCKS_UP_TO)
+
+
+KEEP_BLOCKS_UP_TO = 32 << 20  # glibc's largest mmap threshold on 64-bit
+
+
+def _malloc_thresholds(size: int) -> bool:
+    """Blocks of ``size`` bytes and more mapped on their own, the heap's free top trimmed
+    from that size (glibc only); whether both were set."""
     try:  # the symbols the process already has: no library search (ldconfig) at start-up
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to set
         return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, RETURN_BLOCKS_FROM)
-                and mallopt(_M_TRIM_THRESHOLD, RETURN_BLOCKS_FROM))
+    return bool(mallopt(_M_MMAP_THRESHOLD, size) and mallopt(_M_TRIM_THRESHOLD, size))
 
 
 def available_bytes(device) -> int:

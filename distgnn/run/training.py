@@ -46,7 +46,7 @@ from .evaluation import (
     mask_scores,
     write_vertex_outputs,
 )
-from .memory import minor_faults
+from .memory import keep_freed_blocks, minor_faults
 from .optimizer import Adam
 from .replicas import ReplicaSync
 from .saved_model import save_model
@@ -262,6 +262,7 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                         with timer("optimizer"):
                             optimizer.step()
                 if arena and epoch == run.start:
+                    keep_freed_blocks()  # what malloc still serves, reused from now on
                     planned = arena.stats()
                     if comm.rank == 0:
                         log(f"memory arena: {format_bytes(planned.slab_bytes)} planned for "
