@@ -14,7 +14,8 @@ from distgnn.program import (
 
 # subcommand -> its module of this package
 BENCHMARKS = {"spmm": "spmm", "epoch": "epoch", "comm": "comm", "predict": "scaling",
-              "report": "report", "partition": "partition", "resume": "resume"}
+              "report": "report", "partition": "partition", "resume": "resume",
+              "phases": "phases"}
 
 
 def bench_parser() -> argparse.ArgumentParser:

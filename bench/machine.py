@@ -12,7 +12,7 @@ import torch
 
 from distgnn.kernels.autotune import cache_sizes
 
-__all__ = ["triad_bandwidth"]
+__all__ = ["matmul_gflops", "triad_bandwidth"]
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True)
@@ -33,6 +33,20 @@ def triad_bandwidth(num_floats: int = 1 << 25, repeats: int = 5) -> float:
         _triad(a, b, c, np.float32(3.0))
         best = min(best, time.perf_counter() - start)
     return 3 * a.nbytes / best / 1e9
+
+
+def matmul_gflops(size: int = 4096, repeats: int = 5) -> float:
+    """The float32 matrix-product rate of torch on this process's threads: ``C = A B`` for
+    ``A``, ``B`` ``[size, size]`` (``2 size^3`` flops), GFLOP/s, best of ``repeats``."""
+    a = torch.randn(size, size)
+    b = torch.randn(size, size)
+    c = torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b, out=c)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size ** 3 / best / 1e9
 
 
 def cpu_model() -> str:

@@ -165,11 +165,30 @@ def comm_chart(result: dict, directory) -> Path:
                   "GB/s sent per rank", directory, "comm.png")
 
 
+def phases_chart(result: dict, directory) -> Path:
+    """Each phase of the epoch as a fraction of the machine's limit that applies to it,
+    with its share of the epoch written on its bar."""
+    plt = _pyplot()
+    rows = [r for r in result["results"] if r["fraction"] != ""]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    bars = ax.bar([r["phase"] for r in rows], [r["fraction"] for r in rows])
+    for bar, r in zip(bars, rows):
+        ax.annotate(f"{r['share']:.0%} of epoch", (bar.get_x() + bar.get_width() / 2,
+                                                   bar.get_height()),
+                    ha="center", va="bottom", fontsize=8)
+    machine = result.get("machine", {})
+    ax.set_ylabel("fraction of the limit")
+    ax.set_title(f"{result['model']} h{result['hidden']} epoch phases: triad "
+                 f"{machine.get('triad_gb_s', '?')} GB/s, matmul "
+                 f"{machine.get('matmul_gflops', '?')} GFLOP/s", fontsize=9)
+    return _save(fig, directory, "phases.png")
+
+
 def charts(result: dict, directory) -> list[Path]:
     """Every chart of one benchmark result."""
     kind = result.get("benchmark")
     if kind == "predict":
         return scaling_charts(result, directory)
     draw = {"epoch": epoch_chart, "spmm": spmm_chart, "partition": partition_chart,
-            "comm": comm_chart}.get(kind)
+            "comm": comm_chart, "phases": phases_chart}.get(kind)
     return [draw(result, directory)] if draw else []

@@ -75,12 +75,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "backend on the GPU vs PyTorch Geometric's message passing and spmm")
     output_arguments(p, "spmm.png")
 
+def moved_bytes(graph, width: int, itemsize: int = 4) -> int:
+    """Bytes an SpMM over ``graph`` at ``width`` must move: its indices, one gathered row
+    of ``itemsize``-byte elements per edge, the float32 output."""
+    return (graph.indices.nbytes + graph.num_edges * width * itemsize
+            + graph.num_nodes * width * 4)
+
+
 def effective_gb_s(graph, width: int, seconds: float, itemsize: int = 4) -> float:
-    """Bytes that must move (indices, one gathered row of ``itemsize``-byte elements per
-    edge, the float32 output) per second, in GB/s."""
-    moved = (graph.indices.nbytes + graph.num_edges * width * itemsize
-             + graph.num_nodes * width * 4)
-    return moved / seconds / 1e9
+    """:func:`moved_bytes` per second, in GB/s."""
+    return moved_bytes(graph, width, itemsize) / seconds / 1e9
 
 
 def median_times(runs: dict, repeats: int) -> dict[str, float]:

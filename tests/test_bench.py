@@ -233,3 +233,51 @@ def test_bench_comm_under_mpirun(tmp_path):
         assert all(s["alltoallv_s"] > 0 and s["allreduce_s"] > 0 for s in r["sizes"])
         assert r["alltoallv_alpha_s"] > 0 and r["alltoallv_beta_b_s"] > 0
     assert (tmp_path / "comm.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_phase_split_counts_matmul_flops_and_elementwise_bytes():
+    """A product, a ReLU and an optimizer-like update, profiled: the product's flops are
+    2 m k n, the ReLU moves its input and output, the update's bytes are the optimizer's."""
+    import torch
+
+    from bench.phases import ProfiledTimer, split_profile
+
+    a, b, p, g = torch.randn(64, 32), torch.randn(32, 16), torch.zeros(100), torch.ones(100)
+    timer = ProfiledTimer()
+    with torch.profiler.profile(record_shapes=True, with_flops=True) as prof:
+        with timer("forward"):
+            torch.relu(torch.mm(a, b))
+        with timer("aggregation_forward"):
+            torch.relu(a)  # timed as aggregation: not in the profile's phases
+        with timer("optimizer"):
+            p.add_(g)
+    totals = split_profile(prof.events())
+    assert totals["matmul"]["flops"] == 2 * 64 * 32 * 16
+    assert totals["elementwise"]["bytes"] == 2 * 64 * 16 * 4
+    assert totals["optimizer"]["bytes"] == 3 * 100 * 4
+    assert set(timer.seconds) == {"forward", "aggregation_forward", "optimizer"}
+
+
+@pytest.mark.slow
+def test_bench_phases_writes_rows_chart_and_report(tmp_path, capsys):
+    """phases on a tiny graph: every phase has its time and a fraction of its limit, the
+    shares of the epoch add up to one, and report draws the chart."""
+    from bench.cli import bench_main
+
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "phases.json"
+    assert bench_main(["phases", "--dataset", "sbm:nodes=2000,features=64", "--hidden", "64",
+                       "--warmup", "2", "--epochs", "2", "--threads", "1",
+                       "--matmul-size", "512", "--json", str(out)]) == 0, \
+        capsys.readouterr().err
+    result = json.loads(out.read_text())
+    assert result["machine"]["matmul_gflops"] > 0 and result["machine"]["triad_gb_s"] > 0
+    rows = {r["phase"]: r for r in result["results"]}
+    assert list(rows) == ["aggregation", "matrix products", "elementwise", "optimizer", "other"]
+    for name in ("aggregation", "matrix products", "elementwise", "optimizer"):
+        assert rows[name]["s"] > 0 and 0 < rows[name]["fraction"] < 5, rows[name]
+    assert abs(sum(r["share"] for r in rows.values()) - 1) < 0.01
+    page = tmp_path / "report.md"
+    assert bench_main(["report", str(out), "--out", str(page)]) == 0, capsys.readouterr().err
+    assert "## phases" in page.read_text() and "| matrix products |" in page.read_text()
+    assert (tmp_path / "report-charts" / "phases" / "phases.png").exists()

@@ -94,3 +94,16 @@ def test_rows_without_a_global_id_and_probabilities_out_of_range_are_refused():
     for p in (1.0, 1.5, -0.5, float("nan")):
         with pytest.raises(GraphError, match=r"must be in \[0, 1\)"):
             vertex_dropout(torch.ones(10, 3), ids, p, KEY)
+
+
+def test_vertex_dropout_runs_under_the_profiler_with_keys_of_64_bits():
+    """torch's profiler records a function's arguments as int64: a key of 2^63 and more,
+    passed as a Python int, failed the forward pass under it."""
+    key = (1 << 63) + 12345
+    h = torch.ones(6, 4, requires_grad=True)
+    with torch.profiler.profile(record_shapes=True):
+        y = vertex_dropout(h, np.arange(6), 0.5, key)
+        y.sum().backward()
+    expected = torch.from_numpy(apply_dropout_mask(np.ones((6, 4), np.float32), np.arange(6),
+                                                   0.5, key))
+    assert torch.equal(y.detach(), expected) and torch.equal(h.grad, expected)

@@ -55,6 +55,7 @@ class VertexDropout(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h, ids, p, key):
+        key = int(key)
         ctx.args = (ids, p, key)
         if h.device.type == "cpu":
             return torch.from_numpy(apply_dropout_mask(h.detach().contiguous().numpy(),
@@ -84,6 +85,8 @@ def vertex_dropout(h: torch.Tensor, ids, p: float, key: int) -> torch.Tensor:
         return h
     if h.device.type != "cpu" and not isinstance(ids, torch.Tensor):
         ids = torch.from_numpy(np.asarray(ids, dtype=np.int64)).to(h.device)
-    return VertexDropout.apply(h, ids, p, key)
+    # a numpy uint64, not a Python int: torch's profiler records a function's arguments as
+    # int64 and fails on keys of 2^63 and more
+    return VertexDropout.apply(h, ids, p, np.uint64(key))
 
 

@@ -1,0 +1,252 @@
+"""``distgnn-bench phases``: each phase of a training epoch against the machine's limit.
+
+One process trains ``--model`` on ``--dataset`` with this project's trainer (the Numba
+kernels, the memory arena): ``--warmup`` epochs untimed, ``--epochs`` epochs timed (the
+epoch's time, the aggregation's from the trainer's phase timer), then ``--epochs`` epochs
+under torch's profiler (which slows every operator's call: it gives the other phases'
+operators, their own times, flops and shapes).  The same run measures the machine's two
+limits on ``--threads`` threads (the triad before and after the epochs, the better):
+the float32 matrix-product rate (``torch.mm`` of two ``--matmul-size`` square matrices,
+:func:`bench.machine.matmul_gflops`) and the streaming bandwidth (STREAM triad,
+:func:`bench.machine.triad_bandwidth`).  Each phase of the epoch, per epoch:
+
+* **aggregation**: the SpMM kernels, forward and backward (the trainer's own phase timer);
+  bytes that must move per call: the graph's indices, one gathered row per edge and the
+  float32 output (:func:`bench.spmm.moved_bytes`), against the triad bandwidth.
+* **matrix products**: the profiler's ``aten::mm``, ``addmm``, ``bmm`` and ``baddbmm``
+  (their own time; flops as the profiler counts them, ``2 m k n``), against the
+  matrix-product rate.
+* **elementwise**: every other operator that computes (bias, activation, dropout masks,
+  sums, the loss, their gradients): bytes read (its inputs) and written (one output the
+  size of its largest input), counted for operators that call no other, against the triad
+  bandwidth.
+* **optimizer**: the operators inside the optimizer's step, bytes as elementwise.
+
+``fraction`` is the achieved rate over the limit that applies; what no phase holds
+(Python, autograd's bookkeeping, and the profiler's overhead on the operators' times) is
+``other``.  One process has no exchange and no
+gradient sum: those phases are those of a distributed run (``docs/exchange.md``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from contextlib import contextmanager
+
+import torch
+
+from bench.machine import machine_info, matmul_gflops, triad_bandwidth
+from bench.output import finish, output_arguments
+from bench.spmm import moved_bytes
+from distgnn.comm import SelfCommunicator
+from distgnn.data.datasets import load
+from distgnn.run.config import TrainConfig
+from distgnn.run.replicas import ReplicaSync
+from distgnn.run.shard import dataset_shard
+from distgnn.run.training import (
+    configure_threads,
+    epoch_arena,
+    in_arena,
+    model_and_optimizer,
+    step,
+    training_vertices,
+)
+from distgnn.timing import PhaseTimer
+
+HELP = "each phase of an epoch against the machine's matmul rate and bandwidth"
+DESCRIPTION = ("Profile training epochs of this project's trainer and report each phase "
+               "(aggregation, matrix products, elementwise, optimizer) as a fraction of "
+               "the machine's limit that applies to it, both limits measured in the same run.")
+DEFAULT_DATASET = "rmat:scale=18,edge_factor=16,features=128"
+MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+# operators that move no data (views, flags, allocation): no bytes
+NO_DATA = {"aten::resolve_conj", "aten::resolve_neg", "aten::view", "aten::reshape",
+           "aten::_reshape_alias", "aten::t", "aten::transpose", "aten::as_strided",
+           "aten::expand", "aten::detach", "aten::empty", "aten::empty_like",
+           "aten::empty_strided", "aten::unsqueeze", "aten::squeeze", "aten::select",
+           "aten::slice", "aten::permute", "aten::alias", "aten::_unsafe_view",
+           "aten::lift_fresh", "aten::result_type", "aten::is_nonzero", "aten::item",
+           "aten::_local_scalar_dense"}
+# bytes per element of the profiler's dtype names; others (e.g. complex) count as 4
+ITEMSIZE = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8,
+            "int": 4, "short int": 2, "bool": 1, "unsigned char": 1, "signed char": 1}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", default=DEFAULT_DATASET, help="dataset or generator spec")
+    p.add_argument("--model", choices=("sage", "gcn", "gin", "gcnii"), default="sage",
+                   help="the model (sage: GraphSAGE with the gcn aggregator)")
+    p.add_argument("--hidden", type=int, default=256, help="hidden width")
+    p.add_argument("--layers", type=int, default=2, help="number of layers")
+    p.add_argument("--dropout", type=float, default=0.5, help="dropout probability")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="untimed epochs first (the first compiles the kernels, times their "
+                        "plans and plans the memory arena)")
+    p.add_argument("--epochs", type=int, default=3, help="profiled epochs")
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="threads")
+    p.add_argument("--matmul-size", type=int, default=4096,
+                   help="side of the square matrices whose product measures the machine's "
+                        "matrix-product rate (smaller ones run below it)")
+    output_arguments(p, "phases.png")
+
+
+class CountingBackend:
+    """An aggregation backend that adds up the bytes its SpMMs must move
+    (:func:`bench.spmm.moved_bytes`), forward and backward, and otherwise is ``inner``."""
+
+    def __init__(self, inner):
+        self.inner, self.bytes = inner, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def spmm(self, graph, x, reduce):
+        self.bytes += moved_bytes(graph, x.shape[1], x.element_size())
+        return self.inner.spmm(graph, x, reduce)
+
+    def spmm_backward(self, graph, grad_y, reduce, arg):
+        self.bytes += moved_bytes(graph.transpose(), grad_y.shape[1], grad_y.element_size())
+        return self.inner.spmm_backward(graph, grad_y, reduce, arg)
+
+
+def operator_bytes(event) -> int:
+    """Bytes an operator reads (its tensor inputs) and writes (one output the size of its
+    largest input)."""
+    sizes = []
+    for shape, dtype in zip(event.input_shapes, event.input_dtypes):
+        if isinstance(shape, list) and shape and all(isinstance(n, int) for n in shape):
+            count = 1
+            for n in shape:
+                count *= n
+            sizes.append(count * ITEMSIZE.get(dtype, 4))
+    return sum(sizes) + max(sizes, default=0)
+
+
+def split_profile(events) -> dict:
+    """Seconds, flops and bytes of the profiled operators by phase: ``matmul``,
+    ``elementwise`` and ``optimizer`` (operators inside the ``optimizer`` range)."""
+    totals = {phase: {"s": 0.0, "flops": 0, "bytes": 0}
+              for phase in ("matmul", "elementwise", "optimizer")}
+    for event in events:
+        if event.is_user_annotation or not event.name.startswith("aten::"):
+            continue
+        parent, phase = event, None
+        while parent is not None and phase is None:
+            if parent.name.startswith("aggregation"):
+                phase = "aggregation"  # the SpMM's own operators: timed as aggregation
+            elif parent.name == "optimizer":
+                phase = "optimizer"
+            elif parent.name in MATMULS:
+                phase = "matmul"  # with the operators a product calls
+            parent = parent.cpu_parent
+        if phase == "aggregation":
+            continue
+        t = totals[phase or "elementwise"]
+        t["s"] += event.self_cpu_time_total / 1e6
+        t["flops"] += event.flops or 0
+        if phase != "matmul" and not event.cpu_children and event.name not in NO_DATA:
+            t["bytes"] += operator_bytes(event)
+    return totals
+
+
+class ProfiledTimer(PhaseTimer):
+    """The trainer's phase timer, each phase also a profiler range of its name."""
+
+    @contextmanager
+    def __call__(self, name: str):
+        with torch.profiler.record_function(name), super().__call__(name):
+            yield
+
+
+def profile_epochs(args) -> dict:
+    cfg = TrainConfig(model=args.model, hidden=args.hidden, layers=args.layers,
+                      dropout=args.dropout, threads=args.threads, backend="numba",
+                      device="cpu", progress=False, epochs=args.warmup + 2 * args.epochs)
+    configure_threads(args.threads)
+    data = load(args.dataset)
+    timer, comm = ProfiledTimer(), SelfCommunicator()
+    shard = dataset_shard(data, cfg, timer, log=lambda s: None)
+    counting = CountingBackend(shard.nbr.backend)
+    shard.nbr.backend = counting
+    model, optimizer = model_and_optimizer(cfg, shard)
+    sync, num_train = ReplicaSync(model, comm), training_vertices(shard, comm)
+    arena = epoch_arena(cfg, shard, comm, log=print)
+
+    def epoch(k):
+        with in_arena(arena, "train"):
+            step(model, optimizer, shard, sync, num_train, k, timer)
+            with timer("optimizer"):
+                optimizer.step()
+
+    for k in range(args.warmup):
+        epoch(k)
+    # timed without the profiler (it slows every operator's call), then profiled
+    timer.reset()
+    counting.bytes = 0
+    started = time.perf_counter()
+    for k in range(args.warmup, args.warmup + args.epochs):
+        epoch(k)
+    wall = (time.perf_counter() - started) / args.epochs
+    aggregation = {"s": timer.seconds["aggregation_forward"]
+                   + timer.seconds["aggregation_backward"], "bytes": counting.bytes}
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                record_shapes=True, with_flops=True) as prof:
+        for k in range(args.warmup + args.epochs, args.warmup + 2 * args.epochs):
+            epoch(k)
+    return {"epoch_s": wall, "aggregation": aggregation, **split_profile(prof.events()),
+            "epochs": args.epochs,
+            "graph": {"vertices": data.num_nodes, "edges": data.graph.num_edges,
+                      "features": data.num_features}}
+
+
+def phase_rows(measured: dict, triad_gb_s: float, matmul_gflops_: float) -> list[dict]:
+    """One row per phase, per epoch: seconds, share of the epoch, achieved rate, limit and
+    their ratio."""
+    epochs, epoch_s = measured["epochs"], measured["epoch_s"]
+    rows = []
+    for phase, name, unit, limit in (("aggregation", "aggregation", "GB/s", triad_gb_s),
+                                     ("matmul", "matrix products", "GFLOP/s", matmul_gflops_),
+                                     ("elementwise", "elementwise", "GB/s", triad_gb_s),
+                                     ("optimizer", "optimizer", "GB/s", triad_gb_s)):
+        m = measured[phase]
+        amount = m["flops"] if unit == "GFLOP/s" else m["bytes"]
+        rate = amount / m["s"] / 1e9 if m["s"] > 0 else 0.0
+        rows.append({"phase": name, "s": round(m["s"] / epochs, 4),
+                     "share": round(m["s"] / epochs / epoch_s, 3), "unit": unit,
+                     "achieved": round(rate, 2), "limit": round(limit, 2),
+                     "fraction": round(rate / limit, 3)})
+    other = epoch_s - sum(r["s"] for r in rows)
+    rows.append({"phase": "other", "s": round(other, 4), "share": round(other / epoch_s, 3),
+                 "unit": "", "achieved": "", "limit": "", "fraction": ""})
+    return rows
+
+
+def main(args) -> int:
+    info = machine_info(args.threads)
+    configure_threads(args.threads)
+    info["matmul_gflops"] = round(matmul_gflops(args.matmul_size), 1)
+    print(f"{info['cpu']}; {args.threads} threads; triad {info['triad_gb_s']} GB/s; "
+          f"fp32 matmul {info['matmul_gflops']} GFLOP/s; "
+          f"THP_MEM_ALLOC_ENABLE={info['thp_mem_alloc_enable']}", flush=True)
+    measured = profile_epochs(args)
+    # the machine's bandwidth again after the epochs: the better of the two is its limit
+    info["triad_gb_s"] = max(info["triad_gb_s"], round(triad_bandwidth(), 2))
+    rows = phase_rows(measured, info["triad_gb_s"], info["matmul_gflops"])
+    g = measured["graph"]
+    print(f"{args.dataset} ({g['vertices']:,} vertices, {g['edges']:,} edges, {g['features']} "
+          f"features): {args.model}, {args.layers} layers, hidden {args.hidden}; epoch "
+          f"{measured['epoch_s']:.3f} s (mean of {args.epochs}; then {args.epochs} profiled); "
+          f"triad {info['triad_gb_s']} GB/s (the better of before and after)")
+    print(f"{'phase':>16} {'s/epoch':>8} {'share':>6} {'achieved':>16} {'limit':>16} "
+          f"{'fraction':>8}")
+    for r in rows:
+        unit = r["unit"]
+        print(f"{r['phase']:>16} {r['s']:>8.3f} {r['share']:>6.1%} "
+              + (f"{r['achieved']:>8.2f} {unit:<7} {r['limit']:>8.2f} {unit:<7} "
+                 f"{r['fraction']:>8.1%}" if unit else ""))
+    finish({"benchmark": "phases", "machine": info, "dataset": args.dataset,
+            "model": args.model, "hidden": args.hidden, "layers": args.layers,
+            "threads": args.threads, "epoch_s": round(measured["epoch_s"], 4),
+            "results": rows}, args)
+    return 0
