@@ -194,6 +194,8 @@ def profile_epochs(args) -> dict:
                                 record_shapes=True, with_flops=True) as prof:
         for k in range(args.warmup + args.epochs, args.warmup + 2 * args.epochs):
             epoch(k)
+    if arena:
+        arena.release()
     return {"epoch_s": wall, "aggregation": aggregation, **split_profile(prof.events()),
             "epochs": args.epochs,
             "graph": {"vertices": data.num_nodes, "edges": data.graph.num_edges,

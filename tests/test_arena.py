@@ -65,6 +65,7 @@ def test_a_block_kept_past_its_epoch_is_never_overwritten():
     def epoch(scale):
         return (x * scale).relu() + 1  # two blocks of 256 KB, the first freed at once
 
+    ARENA.release()  # no plan of an earlier test in this process
     for scale in (1.0, 2.0):
         with ARENA.epoch():
             epoch(scale)
@@ -82,6 +83,8 @@ def test_a_block_kept_past_its_epoch_is_never_overwritten():
     with ARENA.epoch():
         last = epoch(6.0)
     assert ARENA.stats().epoch_misses == 0 and torch.equal(last, (x * 6.0).relu() + 1)
+    ARENA.release()  # the slab goes when its last block does
+    assert ARENA.stats().slab_bytes == 0 and torch.equal(last, (x * 6.0).relu() + 1)
 
 
 @needs_arena
@@ -89,4 +92,5 @@ def test_training_in_the_arena_gives_the_same_losses(cora):
     made = ARENA.stats().plans
     with_arena = run(cora, epochs=5, seed=2)
     assert ARENA.stats().plans > made  # the run planned its epochs
+    assert ARENA.stats().slab_bytes == 0  # and gave its slab back at the end
     assert losses(with_arena) == losses(run(cora, epochs=5, seed=2, memory_arena=False))

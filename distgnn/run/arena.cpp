@@ -129,6 +129,16 @@ class PlannedArena final : public c10::Allocator {
     return slab_bytes_;
   }
 
+  // Gives the slab back (now, or when its last live block is freed) and forgets the
+  // plans: the end of a run.
+  void release() {
+    std::lock_guard<std::mutex> guard(mutex_);
+    retire_slab();
+    slab_bytes_ = 0;
+    plans_.clear();
+    mode_ = Mode::Off;
+  }
+
   void stats(uint64_t* out) {
     std::lock_guard<std::mutex> guard(mutex_);
     size_t planned = 0, blocks = 0;
@@ -307,6 +317,8 @@ int distgnn_arena_install(uint64_t min_bytes) {
 void distgnn_arena_begin_epoch(uint64_t kind) { g_arena->begin_epoch(kind); }
 
 uint64_t distgnn_arena_end_epoch() { return g_arena->end_epoch(); }
+
+void distgnn_arena_release() { g_arena->release(); }
 
 // out[6]: slab bytes, blocks in the last epoch's plan, of them planned, large blocks of the last epoch,
 // of them missed, plans made.

@@ -79,6 +79,11 @@ class Arena:
         finally:
             self._lib.distgnn_arena_end_epoch()
 
+    def release(self) -> None:
+        """Give the slab back (at once, or when the last tensor in it is freed) and forget
+        the plans: the next epoch is recorded anew."""
+        self._lib.distgnn_arena_release()
+
     def stats(self) -> ArenaStats:
         out = (ctypes.c_uint64 * 6)()
         self._lib.distgnn_arena_stats(out)

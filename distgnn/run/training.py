@@ -299,6 +299,8 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
     finally:
         exchange.finish()
         run.close(ended)
+        if arena:  # the slab is this run's: the process may go on to other work
+            arena.release()
     return TrainResult(run.history, run.best, model, run.summary)
 
 
