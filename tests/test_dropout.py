@@ -107,3 +107,64 @@ def test_vertex_dropout_runs_under_the_profiler_with_keys_of_64_bits():
     expected = torch.from_numpy(apply_dropout_mask(np.ones((6, 4), np.float32), np.arange(6),
                                                    0.5, key))
     assert torch.equal(y.detach(), expected) and torch.equal(h.grad, expected)
+
+
+@pytest.mark.parametrize("dtype,rtol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+@pytest.mark.parametrize("p", [0.0, 0.5])
+@pytest.mark.parametrize("width", [13, 64])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_fused_bias_relu_dropout_is_the_separate_operations(dtype, rtol, p, width, with_bias):
+    """bias_relu_dropout: the output and the input's gradient of vertex_dropout(relu(x + b))
+    bit for bit (NaN kept where the mask keeps it, zeros included), the bias gradient to
+    rounding, with only ceil(d / 8) bytes per row saved for the backward pass."""
+    from distgnn.nn.dropout import bias_relu_dropout
+    from distgnn.nn.graph_layer import relu
+
+    gen = torch.Generator().manual_seed(width)
+    x = torch.randn(500, width, generator=gen, dtype=dtype)
+    x[:5] = 0.0
+    x[7, 3] = float("nan")
+    bias = torch.randn(width, generator=gen, dtype=dtype) if with_bias else None
+    grad = torch.randn(500, width, generator=gen, dtype=dtype)
+    ids = np.arange(1000, 1500)
+    saved = []
+    ours = x.clone().requires_grad_()
+    ours_bias = bias.clone().requires_grad_() if with_bias else None
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out = bias_relu_dropout(ours, ours_bias, ids, p, KEY)
+    out.backward(grad)
+    theirs = x.clone().requires_grad_()
+    theirs_bias = bias.clone().requires_grad_() if with_bias else None
+    expected = relu(theirs if bias is None else theirs + theirs_bias)
+    expected = vertex_dropout(expected, ids, p, KEY) if p else expected
+    expected.backward(grad)
+    assert torch.equal(out, expected) or torch.equal(out.nan_to_num(), expected.nan_to_num())
+    assert out.isnan().sum() == expected.isnan().sum()
+    assert torch.equal(ours.grad, theirs.grad)
+    if with_bias:
+        torch.testing.assert_close(ours_bias.grad, theirs_bias.grad, rtol=rtol, atol=rtol)
+    assert [(t.dtype, tuple(t.shape)) for t in saved] == [(torch.uint8,
+                                                           (500, (width + 7) // 8))]
+
+
+def test_fused_bias_gradient_does_not_depend_on_the_thread_count():
+    """The bias gradient's partial sums follow fixed blocks of rows, so a run on another
+    number of threads (a resumed job, another node) computes the same bits."""
+    import numba
+
+    from distgnn.nn.dropout import bias_relu_dropout
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(20_000, 32, generator=gen)
+    grad = torch.randn(20_000, 32, generator=gen)
+    grads = []
+    threads = numba.get_num_threads()
+    try:
+        for n in sorted({1, threads}):
+            numba.set_num_threads(n)
+            bias = torch.zeros(32, requires_grad=True)
+            bias_relu_dropout(x, bias, np.arange(20_000), 0.5, KEY).backward(grad)
+            grads.append(bias.grad)
+    finally:
+        numba.set_num_threads(threads)
+    assert all(torch.equal(g, grads[0]) for g in grads)

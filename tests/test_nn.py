@@ -139,6 +139,43 @@ def test_recomputed_activations_give_the_stored_gradients(graph, make):
         torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype,rtol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+@pytest.mark.parametrize("make", [
+    lambda: GNN("gcn", 6, 8, 3, num_layers=3, dropout=0.5),
+    lambda: GNN("sage", 6, 8, 3, num_layers=3, dropout=0.5),
+    lambda: GNN("sage", 6, 8, 3, num_layers=2, dropout=0.5, aggregator="mean"),
+    lambda: GNN("sage", 6, 8, 3, num_layers=2, dropout=0.3, precompute_first=True),
+    lambda: GNN("gcn", 8, 5, 3, num_layers=2, dropout=0.5),  # projects before aggregating
+    lambda: GNN("gin", 6, 8, 3, num_layers=3, dropout=0.5)],
+    ids=["gcn", "sage-gcn", "sage-mean", "sage-precomputed", "gcn-project-first", "gin"])
+def test_fused_epilogues_give_the_layered_models_loss_and_gradients(graph, make, dtype, rtol):
+    """GCN, GraphSAGE and GIN apply each hidden layer's bias, ReLU and next dropout in one
+    pass (KeyedDropout.after_relu); the layer-by-layer forward (the one recompute takes)
+    gives the same logits, loss and gradients, dropout on, and the same logits in
+    evaluation."""
+    g, _ = graph
+    nbr = Neighbourhood(g, NumbaBackend(), dtype=dtype)
+    torch.manual_seed(0)
+    model = make().to(dtype).train()
+    width = next(p for p in model.convs[0].parameters() if p.dim() == 2).shape[1]
+    x = torch.randn(N, width, dtype=dtype)
+    results = []
+    for layered in (True, False):
+        model.recompute = layered
+        model.zero_grad()
+        nbr.set_epoch(3)
+        logits = model(nbr, x)
+        loss = logits.square().sum()
+        loss.backward()
+        nbr.set_epoch(3, training=False)
+        with torch.no_grad():
+            evaluated = model(nbr, x)
+        results.append([logits.detach(), evaluated] + [p.grad.clone()
+                                                       for p in model.parameters()])
+    for u, v in zip(*results):
+        torch.testing.assert_close(u, v, rtol=rtol, atol=rtol)
+
+
 def test_fused_attention_equals_the_torch_formulation_with_dropout(graph):
     """The Numba path of GAT (one kernel chain, dropout inside) against the torch-operations
     path the torch backend takes, training with attention dropout 0.5 (float64): same output

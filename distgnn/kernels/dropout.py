@@ -1,6 +1,9 @@
-"""The keyed dropout mask as kernels: splitmix64 of (key, row id, column), the Numba
-kernel that applies it without materialising it, and its torch form for GPUs without
-Triton (:mod:`distgnn.nn.dropout` is the layer; :mod:`.gpu` the Triton kernel)."""
+"""The keyed dropout mask as kernels.
+
+The mask is splitmix64 of (key, row id, column); the Numba kernels apply it without
+materialising it (alone, and fused with a bias and a ReLU before it, forward and
+backward); its torch form serves GPUs without Triton (:mod:`distgnn.nn.dropout` is the
+layer; :mod:`.gpu` the Triton kernel)."""
 from __future__ import annotations
 
 import numba
@@ -33,6 +36,80 @@ def masked_scale(x, global_ids, key, threshold, scale, out):
         for f in range(x.shape[1]):
             keep = (splitmix64(base + np.uint64(f)) >> np.uint64(40)) >= threshold
             out[i, f] = x[i, f] * scale if keep else 0.0
+
+
+@numba.njit(cache=True, inline="always")
+def _positive_bits(row, f):
+    """Bit ``j`` set where ``row[f + j] > 0``, ``j < 8`` (written out: a loop over the bits
+    runs five times slower)."""
+    return ((row[f] > 0) | ((row[f + 1] > 0) << 1) | ((row[f + 2] > 0) << 2)
+            | ((row[f + 3] > 0) << 3) | ((row[f + 4] > 0) << 4) | ((row[f + 5] > 0) << 5)
+            | ((row[f + 6] > 0) << 6) | ((row[f + 7] > 0) << 7))
+
+
+@numba.njit(cache=True, parallel=True, nogil=True)
+def bias_relu_masked_scale(x, bias, global_ids, key, threshold, scale, out, kept):
+    """``out = mask * max(x + b, 0)`` and the bits of ``out > 0``, in one pass over the rows.
+
+    ``bias`` ``[d]``; the mask is :func:`masked_scale`'s (``threshold`` 0 keeps every element
+    without hashing).  ``kept`` ``[N, ceil(d / 8)]`` uint8 receives bit ``f % 8`` of byte
+    ``f // 8`` set where ``out[i, f] > 0`` (all the backward pass needs: 1 bit where a float
+    copy takes 32).  A NaN of ``x + b`` stays NaN where the mask keeps it, as through
+    ``relu`` and a separate dropout (and receives no gradient, as there).
+    """
+    width = np.uint64(x.shape[1])
+    d = x.shape[1]
+    for i in numba.prange(x.shape[0]):
+        # the element loops stay branch-free (vectorised); the bits come from the row's
+        # output, still in cache
+        if threshold == 0:
+            for f in range(d):
+                v = x[i, f] + bias[f]
+                out[i, f] = v * scale if not v <= 0 else 0.0
+        else:
+            base = key + np.uint64(global_ids[i]) * width
+            for f in range(d):
+                v = x[i, f] + bias[f]
+                keep = (splitmix64(base + np.uint64(f)) >> np.uint64(40)) >= threshold
+                out[i, f] = v * scale if keep and not v <= 0 else 0.0
+        row = out[i]
+        for k in range(d >> 3):
+            kept[i, k] = _positive_bits(row, 8 * k)
+        if d & 7:
+            bits = 0
+            for f in range(d & ~7, d):
+                bits |= (row[f] > 0) << (f & 7)
+            kept[i, d >> 3] = bits
+
+
+# rows per partial sum of the bias gradient: a fixed split, so the sum is the same whatever
+# the number of threads
+_BIAS_GRAD_ROWS = 4096
+
+
+@numba.njit(cache=True, parallel=True, nogil=True)
+def masked_scale_backward(grad, kept, scale, grad_x, grad_bias):
+    """Backward of :func:`bias_relu_masked_scale` from its bits ``kept``.
+
+    ``grad_x = scale * grad`` where the bit is set (the mask kept a positive ``x + b``),
+    else 0; ``grad_bias`` ``[d]`` receives the column sums of ``grad_x``, accumulated in
+    float64 per block of :data:`_BIAS_GRAD_ROWS` rows, the blocks added in order.
+    """
+    n, d = grad.shape
+    blocks = (n + _BIAS_GRAD_ROWS - 1) // _BIAS_GRAD_ROWS
+    partial = np.zeros((blocks, d), dtype=np.float64)
+    for b in numba.prange(blocks):
+        for i in range(b * _BIAS_GRAD_ROWS, min(n, (b + 1) * _BIAS_GRAD_ROWS)):
+            for f in range(d):
+                on = (kept[i, f >> 3] >> (f & 7)) & 1
+                g = grad[i, f] * scale if on else 0.0
+                grad_x[i, f] = g
+                partial[b, f] += g
+    for f in range(d):
+        total = 0.0
+        for b in range(blocks):
+            total += partial[b, f]
+        grad_bias[f] = total
 
 
 def dropout_key(seed: int, step: int, layer: int) -> int:

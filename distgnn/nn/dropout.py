@@ -20,7 +20,12 @@ import numpy as np
 import torch
 
 from ..data.graph import GraphError
-from ..kernels.dropout import dropout_keep_torch, masked_scale
+from ..kernels.dropout import (
+    bias_relu_masked_scale,
+    dropout_keep_torch,
+    masked_scale,
+    masked_scale_backward,
+)
 from . import buffers
 
 
@@ -90,3 +95,66 @@ def vertex_dropout(h: torch.Tensor, ids, p: float, key: int) -> torch.Tensor:
     return VertexDropout.apply(h, ids, p, np.uint64(key))
 
 
+
+
+class BiasReLUDropout(torch.autograd.Function):
+    """``vertex_dropout(relu(x + b))`` on the CPU in one pass over ``x`` forward and one over
+    the gradient backward, keeping a bit per element between them
+    (:func:`bias_relu_dropout`)."""
+
+    @staticmethod
+    def forward(ctx, x, bias, ids, p, key):
+        x = x.detach().contiguous()
+        scale = x.new_tensor(1.0 / (1.0 - p)).numpy()[()]  # x's dtype
+        b = (np.zeros(x.shape[1], x.numpy().dtype) if bias is None
+             else bias.detach().contiguous().numpy())
+        out = buffers.empty(tuple(x.shape), b.dtype)
+        kept = buffers.empty((x.shape[0], (x.shape[1] + 7) // 8), np.uint8)
+        bias_relu_masked_scale(x.numpy(), b, ids, np.uint64(int(key)),
+                               np.uint64(int(p * (1 << 24))), scale, out, kept)
+        ctx.scale, ctx.has_bias = scale, bias is not None
+        ctx.save_for_backward(torch.from_numpy(kept))
+        return torch.from_numpy(out)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (kept,) = ctx.saved_tensors
+        grad = grad.contiguous().numpy()
+        grad_x = buffers.empty_like(grad)
+        grad_bias = np.empty(grad.shape[1], grad.dtype)
+        masked_scale_backward(grad, kept.numpy(), ctx.scale, grad_x, grad_bias)
+        return (torch.from_numpy(grad_x), torch.from_numpy(grad_bias) if ctx.has_bias else None,
+                None, None, None)
+
+
+def fusable(x: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether :func:`bias_relu_dropout` takes ``x`` and ``bias``: CPU, float32 or float64."""
+    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and (
+        bias is None or (bias.dtype == x.dtype and bias.device.type == "cpu"))
+
+
+def bias_relu_dropout(x: torch.Tensor, bias: torch.Tensor | None, ids, p: float, key: int
+                      ) -> torch.Tensor:
+    r"""``vertex_dropout(relu(x + b), ids, p, key)`` in one pass (what follows a product).
+
+    For the tensors :func:`fusable` accepts.
+
+    .. math::
+        \mathbf{y} = \mathbf{m} \odot \max(\mathbf{x} + \mathbf{b}, 0),\qquad
+        \frac{\partial L}{\partial \mathbf{x}} = \frac{\partial L}{\partial \mathbf{y}}
+            \odot \tfrac{1}{1-p} [\mathbf{y} > 0],\qquad
+        \frac{\partial L}{\partial \mathbf{b}} = \sum_v
+            \frac{\partial L}{\partial \mathbf{x}_v}
+
+    with ``m`` the keyed mask of the module docstring (``p = 0``: all ones).  One Numba pass
+    computes ``y`` and a bit per element, ``[y > 0]``, which is all the backward pass keeps
+    (``N d / 8`` bytes, where a ReLU's bool mask takes ``N d`` and its output ``4 N d``);
+    the backward pass reads the gradient and the bits once and gives the bias gradient from
+    the same pass (summed in float64 in a fixed order).  The values are those of the
+    separate operations, bit for bit, but for the bias gradient's order of summation.
+
+    Shapes: ``x`` ``[N, d]``, ``bias`` ``[d]`` or ``None``, ``ids`` int64 numpy ``[N]``;
+    returns ``[N, d]``.
+    """
+    check_dropout(x, ids, p)
+    return BiasReLUDropout.apply(x, bias, ids, p, np.uint64(key))

@@ -55,8 +55,11 @@ class GCNConv(GraphLayer):
         return torch.add(g.reduce(z, "sum"), z).mul_(scale)  # in place on the new sum
 
     def forward(self, g: Neighbourhood, h: torch.Tensor,
-                aggregated: torch.Tensor | None = None, key: int | None = None
-                ) -> torch.Tensor:
-        """``aggregated``: ``aggregate(g, h)`` computed earlier (constant input features)."""
+                aggregated: torch.Tensor | None = None, key: int | None = None,
+                epilogue=None) -> torch.Tensor:
+        """``aggregated``: ``aggregate(g, h)`` computed earlier (constant input features);
+        ``epilogue(y, b)``: applied in place of ``y + b`` (a model fusing the activation and
+        dropout that follow, :meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`)."""
         g = g.enter(self, self.lin.weight, key, h=h, aggregated=aggregated)
-        return aggregate_and_project(self, self.lin.weight, self.bias, g, h, aggregated)
+        return aggregate_and_project(self, self.lin.weight, self.bias, g, h, aggregated,
+                                     epilogue)

@@ -33,19 +33,29 @@ class GraphLayer(nn.Module):
     key: int | None = None
 
 
+def add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``y + b`` (``y`` when there is no bias): a layer's epilogue unless a model gives its
+    own."""
+    return y if bias is None else y + bias
+
+
 def aggregate_and_project(conv, weight: torch.Tensor, bias: torch.Tensor | None,
                           g: Neighbourhood, h: torch.Tensor,
-                          aggregated: torch.Tensor | None) -> torch.Tensor:
-    """``agg(h) W^T + b``, computed on the narrower side of ``conv.aggregate``.
+                          aggregated: torch.Tensor | None, epilogue=None) -> torch.Tensor:
+    """``epilogue(agg(h) W^T, b)``, computed on the narrower side of ``conv.aggregate``.
 
-    That is ``agg(h W^T) + b`` when the layer projects first (equal for the linear
-    aggregators), else one matrix product with the bias added in it (a pass fewer over the
-    output); ``aggregated``: ``agg(h)``, known.
+    That is ``agg(h W^T)`` when the layer projects first (equal for the linear
+    aggregators), else one matrix product; ``aggregated``: ``agg(h)``, known.  The
+    ``epilogue`` defaults to :func:`add_bias`, which the product then does itself (a pass
+    fewer over the output); a model passes its own to fuse what follows the layer
+    (:meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`).
     """
     if aggregated is None and conv.project_first:
-        out = conv.aggregate(g, F.linear(h, weight))
-        return out if bias is None else out + bias
-    return F.linear(conv.aggregate(g, h) if aggregated is None else aggregated, weight, bias)
+        return (epilogue or add_bias)(conv.aggregate(g, F.linear(h, weight)), bias)
+    agg = conv.aggregate(g, h) if aggregated is None else aggregated
+    if epilogue is None:
+        return F.linear(agg, weight, bias)
+    return epilogue(F.linear(agg, weight), bias)
 
 
 class _MaskReLU(torch.autograd.Function):

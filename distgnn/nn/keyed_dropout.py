@@ -7,7 +7,8 @@ from torch import nn
 
 from ..kernels.dropout import dropout_key
 from .aggregate import Neighbourhood
-from .dropout import check_dropout, vertex_dropout
+from .dropout import bias_relu_dropout, check_dropout, fusable, vertex_dropout
+from .graph_layer import relu
 
 
 class KeyedDropout(nn.Module):
@@ -52,3 +53,24 @@ class KeyedDropout(nn.Module):
         key = g.claim("dropout", self, key)
         return vertex_dropout(h, g.vertex_ids(h.device), self.p,
                               dropout_key(g.seed, g.epoch, key))
+
+    def after_relu(self, g: Neighbourhood, y: torch.Tensor, bias: torch.Tensor | None = None,
+                   key: int | None = None) -> torch.Tensor:
+        r"""``self(g, relu(y + bias))``, the bias, the ReLU and this dropout in one pass.
+
+        What a model applies between two layers: the previous layer's product ``y`` (its
+        bias left out), its activation and this layer's dropout.  On the CPU it is
+        :func:`~distgnn.nn.dropout.bias_relu_dropout` (the backward pass keeps a bit per
+        element); elsewhere the separate operations.
+        The values and the mask are those of the separate operations (in evaluation, where
+        nothing drops, ``relu(y + bias)``).
+
+        Shapes: ``y`` ``[N, d]``, ``bias`` ``[d]`` or ``None``; returns ``[N, d]``.
+        """
+        check_dropout(y, g.global_ids, self.p)
+        if not fusable(y, bias):
+            return self(g, relu(y if bias is None else y + bias), key)
+        p, mask_key = 0.0, 0
+        if g.training and self.p:
+            p, mask_key = self.p, dropout_key(g.seed, g.epoch, g.claim("dropout", self, key))
+        return bias_relu_dropout(y, bias, g.global_ids, p, mask_key)

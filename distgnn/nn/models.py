@@ -10,6 +10,7 @@ drops.
 from __future__ import annotations
 
 import copy
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -125,6 +126,8 @@ class GNN(nn.Module):
         assign_keys(self)
 
     def forward(self, g: Neighbourhood, x: torch.Tensor) -> torch.Tensor:
+        if not (self.residual or self.recompute or self.model == "gat"):
+            return self.fused_forward(g, x)
         h = x
         for layer, (conv, drop) in enumerate(zip(self.convs, self.dropouts)):
             last = layer == len(self.convs) - 1
@@ -142,6 +145,23 @@ class GNN(nn.Module):
             if last:
                 return out
             h = out + h if self.residual and out.shape == h.shape else out
+
+    def fused_forward(self, g: Neighbourhood, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` with each hidden layer's bias, ReLU and next dropout in one pass.
+
+        It serves GCN, GraphSAGE and GIN without residual connections or recomputation:
+        the same maths, the bias, the ReLU and the next layer's dropout applied in one pass
+        over a layer's output (:meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`).
+        """
+        h = x if self.precompute_first else self.dropouts[0](g, x)
+        for layer, conv in enumerate(self.convs):
+            known = ({"aggregated": self.first_aggregate(g, x)}
+                     if layer == 0 and self.precompute_first else {})
+            if layer == len(self.convs) - 1:
+                return conv(g, h, **known)
+            after = functools.partial(self.dropouts[layer + 1].after_relu, g)
+            h = after(conv(g, h)) if self.model == "gin" else conv(g, h, epilogue=after,
+                                                                    **known)
 
     @torch.no_grad()
     def first_aggregate(self, g: Neighbourhood, x: torch.Tensor) -> torch.Tensor:

@@ -66,9 +66,17 @@ class SAGEConv(GraphLayer):
         return g.reduce(z, self.aggr)
 
     def forward(self, g: Neighbourhood, h: torch.Tensor,
-                aggregated: torch.Tensor | None = None, key: int | None = None
-                ) -> torch.Tensor:
-        """``aggregated``: ``aggregate(g, h)`` computed earlier (constant input features)."""
+                aggregated: torch.Tensor | None = None, key: int | None = None,
+                epilogue=None) -> torch.Tensor:
+        """``aggregated``: ``aggregate(g, h)`` computed earlier (constant input features);
+        ``epilogue(y, b)``: applied in place of ``y + b`` (a model fusing the activation and
+        dropout that follow, :meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`)."""
         g = g.enter(self, self.lin_neigh.weight, key, h=h, aggregated=aggregated)
-        out = aggregate_and_project(self, self.lin_neigh.weight, self.bias, g, h, aggregated)
-        return out if self.lin_root is None else out + self.lin_root(h)
+        if self.lin_root is None:
+            return aggregate_and_project(self, self.lin_neigh.weight, self.bias, g, h,
+                                         aggregated, epilogue)
+        if epilogue is None:
+            return (aggregate_and_project(self, self.lin_neigh.weight, self.bias, g, h,
+                                          aggregated) + self.lin_root(h))
+        out = aggregate_and_project(self, self.lin_neigh.weight, None, g, h, aggregated)
+        return epilogue(out + self.lin_root(h), self.bias)
