@@ -17,8 +17,10 @@ the float32 matrix-product rate (``torch.mm`` of two ``--matmul-size`` square ma
   (their own time; flops as the profiler counts them, ``2 m k n``), against the
   matrix-product rate.
 * **elementwise**: every other operator that computes (bias, activation, dropout masks,
-  sums, the loss, their gradients): bytes read (its inputs) and written (one output the
-  size of its largest input), counted for operators that call no other, against the triad
+  sums, the loss, their gradients), and this project's elementwise kernels (the keyed
+  dropout and the fused bias-ReLU-dropout epilogue, forward and backward): bytes read (its
+  inputs) and written (one output the size of its largest input; the epilogue's bit per
+  element is not counted), counted for operators that call no other, against the triad
   bandwidth.
 * **optimizer**: the operators inside the optimizer's step, bytes as elementwise.
 
@@ -59,6 +61,8 @@ DESCRIPTION = ("Profile training epochs of this project's trainer and report eac
                "(aggregation, matrix products, elementwise, optimizer) as a fraction of "
                "the machine's limit that applies to it, both limits measured in the same run.")
 DEFAULT_DATASET = "rmat:scale=18,edge_factor=16,features=128"
+# this project's elementwise kernels: autograd functions, not aten operators
+ELEMENTWISE_KERNELS = {"VertexDropout", "BiasReLUDropout"}
 MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
 # operators that move no data (views, flags, allocation): no bytes
 NO_DATA = {"aten::resolve_conj", "aten::resolve_neg", "aten::view", "aten::reshape",
@@ -129,18 +133,25 @@ def split_profile(events) -> dict:
     totals = {phase: {"s": 0.0, "flops": 0, "bytes": 0}
               for phase in ("matmul", "elementwise", "optimizer")}
     for event in events:
+        if event.name.removesuffix("Backward") in ELEMENTWISE_KERNELS:
+            t = totals["elementwise"]  # with the operators it calls (buffers, views)
+            t["s"] += event.cpu_time_total / 1e6
+            t["bytes"] += operator_bytes(event)
+            continue
         if event.is_user_annotation or not event.name.startswith("aten::"):
             continue
         parent, phase = event, None
         while parent is not None and phase is None:
-            if parent.name.startswith("aggregation"):
+            if parent.name.removesuffix("Backward") in ELEMENTWISE_KERNELS:
+                phase = "kernel"  # counted with the kernel
+            elif parent.name.startswith("aggregation"):
                 phase = "aggregation"  # the SpMM's own operators: timed as aggregation
             elif parent.name == "optimizer":
                 phase = "optimizer"
             elif parent.name in MATMULS:
                 phase = "matmul"  # with the operators a product calls
             parent = parent.cpu_parent
-        if phase == "aggregation":
+        if phase in ("aggregation", "kernel"):
             continue
         t = totals[phase or "elementwise"]
         t["s"] += event.self_cpu_time_total / 1e6

@@ -258,6 +258,26 @@ def test_phase_split_counts_matmul_flops_and_elementwise_bytes():
     assert set(timer.seconds) == {"forward", "aggregation_forward", "optimizer"}
 
 
+def test_phase_split_counts_the_fused_epilogue_as_elementwise():
+    """The fused bias-ReLU-dropout (an autograd function of Numba kernels, no aten operator)
+    is elementwise work: forward it reads x and the bias and writes y, backward it reads
+    the gradient and writes the input's."""
+    import numpy as np
+    import torch
+
+    from bench.phases import split_profile
+    from distgnn.nn.dropout import bias_relu_dropout
+
+    x, bias = torch.randn(300, 64, requires_grad=True), torch.zeros(64, requires_grad=True)
+    y = bias_relu_dropout(x, bias, np.arange(300), 0.5, 7)  # compiled outside the profile
+    with torch.profiler.profile(record_shapes=True) as prof:
+        y = bias_relu_dropout(x, bias, np.arange(300), 0.5, 7)
+        y.backward(torch.ones_like(y))
+    elementwise = split_profile(prof.events())["elementwise"]
+    assert elementwise["bytes"] >= (2 + 2) * 300 * 64 * 4 + 64 * 4
+    assert elementwise["s"] > 0
+
+
 @pytest.mark.slow
 def test_bench_phases_writes_rows_chart_and_report(tmp_path, capsys):
     """phases on a tiny graph: every phase has its time and a fraction of its limit, the
