@@ -18,10 +18,10 @@ the float32 matrix-product rate (``torch.mm`` of two ``--matmul-size`` square ma
   matrix-product rate.
 * **elementwise**: every other operator that computes (bias, activation, dropout masks,
   sums, the loss, their gradients), and this project's elementwise kernels (the keyed
-  dropout and the fused bias-ReLU-dropout epilogue, forward and backward): bytes read (its
-  inputs) and written (one output the size of its largest input; the epilogue's bit per
-  element is not counted), counted for operators that call no other, against the triad
-  bandwidth.
+  dropout, the fused bias-ReLU-dropout epilogue and the self-loop normalisation after an
+  aggregation, forward and backward): bytes read (its inputs) and written (one output the
+  size of its largest input; the epilogue's bit per element is not counted), counted for
+  operators that call no other, against the triad bandwidth.
 * **optimizer**: the operators inside the optimizer's step, bytes as elementwise.
 
 ``fraction`` is the achieved rate over the limit that applies; what no phase holds
@@ -62,7 +62,7 @@ DESCRIPTION = ("Profile training epochs of this project's trainer and report eac
                "the machine's limit that applies to it, both limits measured in the same run.")
 DEFAULT_DATASET = "rmat:scale=18,edge_factor=16,features=128"
 # this project's elementwise kernels: autograd functions, not aten operators
-ELEMENTWISE_KERNELS = {"VertexDropout", "BiasReLUDropout"}
+ELEMENTWISE_KERNELS = {"VertexDropout", "BiasReLUDropout", "SelfLoopNorm"}
 MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
 # operators that move no data (views, flags, allocation): no bytes
 NO_DATA = {"aten::resolve_conj", "aten::resolve_neg", "aten::view", "aten::reshape",

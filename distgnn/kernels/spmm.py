@@ -1,5 +1,8 @@
 """Numba SpMM kernels over CSR (rows = destinations), forward and backward.
 
+Also the epilogue of an aggregation with a self-loop and a row normalisation
+(:func:`add_rows_scaled`).
+
 For ``A`` ``[N_dst, N_src]`` with optional edge weights ``w`` and ``x`` ``[N_src, d]``:
 
 .. math::
@@ -210,6 +213,39 @@ def _extreme(chunks, indptr, indices, weight, x, out, arg, is_max):
                     if (val > out[v, f]) if is_max else (val < out[v, f]):
                         out[v, f] = val
                         arg[v, f] = e
+
+
+@jit.kernel(parallel=True, nogil=True)
+def add_rows_scaled(y, z, c, divide, out):
+    """``out = (y + z) / c`` (``divide``) or ``(y + z) * c``, row ``i`` by ``c[i]``, in one pass.
+
+    The epilogue of an aggregation with a self-loop and a row normalisation (GraphSAGE-gcn's
+    ``1 / (d + 1)``, GCN's ``D^-1/2``): the separate ``add`` and ``div_``/``mul_`` would
+    read and write the rows twice.  Same rounding as they: one addition, then one division
+    or product (no fused multiply-add).  ``y``, ``z``, ``out`` ``[N, d]``; ``c`` ``[N]``.
+    """
+    for i in numba.prange(y.shape[0]):
+        s = c[i]
+        if divide:
+            for f in range(y.shape[1]):
+                out[i, f] = (y[i, f] + z[i, f]) / s
+        else:
+            for f in range(y.shape[1]):
+                out[i, f] = (y[i, f] + z[i, f]) * s
+
+
+@jit.kernel(parallel=True, nogil=True)
+def scale_rows(g, c, divide, out):
+    """``out = g / c`` (``divide``) or ``g * c``, row ``i`` by ``c[i]``: the gradient of
+    :func:`add_rows_scaled` with respect to both its inputs."""
+    for i in numba.prange(g.shape[0]):
+        s = c[i]
+        if divide:
+            for f in range(g.shape[1]):
+                out[i, f] = g[i, f] / s
+        else:
+            for f in range(g.shape[1]):
+                out[i, f] = g[i, f] * s
 
 
 def _weight_array(edge_weight) -> np.ndarray:

@@ -52,7 +52,7 @@ class GCNConv(GraphLayer):
         """``D^-1/2 (A + I) D^-1/2 z`` (GCN2Conv's propagation too)."""
         scale = (g.degree + 1).rsqrt()
         z = scale * z
-        return torch.add(g.reduce(z, "sum"), z).mul_(scale)  # in place on the new sum
+        return g.self_loop(g.reduce(z, "sum"), z, scale, divide=False)
 
     def forward(self, g: Neighbourhood, h: torch.Tensor,
                 aggregated: torch.Tensor | None = None, key: int | None = None,

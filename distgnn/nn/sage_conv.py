@@ -61,8 +61,8 @@ class SAGEConv(GraphLayer):
 
     def aggregate(self, g: Neighbourhood, z: torch.Tensor) -> torch.Tensor:
         """The neighbourhood term before (or, when projecting first, after) ``W``."""
-        if self.aggr == "gcn":  # in place on the new sum: a pass and a tensor fewer
-            return torch.add(g.reduce(z, "sum"), z).div_(g.degree + 1)
+        if self.aggr == "gcn":
+            return g.self_loop(g.reduce(z, "sum"), z, g.degree + 1, divide=True)
         return g.reduce(z, self.aggr)
 
     def forward(self, g: Neighbourhood, h: torch.Tensor,
