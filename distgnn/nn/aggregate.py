@@ -1,4 +1,4 @@
-"""What layers aggregate through: the SpMM autograd function and the :class:`Neighbourhood`.
+"""What layers aggregate through: the SpMM and self-loop functions, and the :class:`Neighbourhood`.
 
 :class:`SpMM` is the one autograd function that calls an aggregation backend's
 (:mod:`distgnn.nn.backends`) ``spmm`` forward and ``spmm_backward`` backward; a layer holds
