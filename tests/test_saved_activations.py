@@ -2,6 +2,7 @@
 gradients that differ from float32 storage by rounding only."""
 import copy
 
+import pytest
 import torch
 
 from distgnn.nn import prepare
@@ -37,7 +38,9 @@ def test_an_address_freed_within_the_pass_is_not_mistaken_for_its_next_tensor():
     # hands its address to (b * 3), of the same shape; a copy found by address alone would
     # give b the gradient of a's values
     reused = 0
-    for _ in range(20):
+    for _ in range(200):
+        if reused >= 3:
+            break
         a, b = (torch.randn(256, 256, requires_grad=True) for _ in range(2))
         packed = {}
         with saved_in_bf16(set(), packed):
@@ -48,7 +51,9 @@ def test_an_address_freed_within_the_pass_is_not_mistaken_for_its_next_tensor():
         for x, scale in ((a, 2), (b, 3)):  # d/dx sin(s x) = s cos(s x), s x read back rounded
             want = scale * torch.cos((scale * x.detach()).bfloat16().float())
             torch.testing.assert_close(x.grad, want, rtol=1e-5, atol=1e-6)
-    assert reused  # the case this test is about happened
+    if not reused:  # malloc's state is the process's, left by the tests before this one
+        pytest.skip("malloc gave no address twice in 200 passes in this process: the case "
+                    "this test is about did not happen")
 
 
 def _gradients(model, g, x, y, bf16: bool) -> dict:
