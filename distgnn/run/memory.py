@@ -232,7 +232,9 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     of width ``m = H`` has ``w_l = d_{l-1} m + m + (m + 1) d_l`` (``m = 0`` for the other
     models).  Activations: autograd keeps per layer its input (the linear layer's, or the
     aggregate it projects), the output layer's output, per hidden layer the mask of its
-    ReLU (``a = 1`` byte per element, :func:`distgnn.nn.graph_layer.relu`) or the output of
+    ReLU (``a = 1`` byte per element, :func:`distgnn.nn.graph_layer.relu`; the fused
+    epilogue of GCN, GraphSAGE and GIN keeps a bit, but the measured peaks did not fall with
+    it: the mask is not alive at the peak) or the output of
     GAT's ELU (``a = s``), and GIN three ``m``-wide tensors in its MLP; the backward pass holds a
     gradient at the widest width besides them, and one more with ``recompute`` (``\rho = 1``,
     else 0): it recomputes a layer's forward while its output's gradient is held (at 2
