@@ -27,6 +27,13 @@ def splitmix64(x):
     return z ^ (z >> np.uint64(31))
 
 
+@numba.njit(cache=True, inline="always")
+def keeps(base, f, threshold):
+    """Whether the mask keeps column ``f`` of the row whose key is ``base``
+    (``key + global id * width``)."""
+    return (splitmix64(base + np.uint64(f)) >> np.uint64(40)) >= threshold
+
+
 @numba.njit(cache=True, parallel=True, nogil=True)
 def masked_scale(x, global_ids, key, threshold, scale, out):
     """``out = x * mask`` without materialising the mask (it is recomputed from the key)."""
@@ -34,8 +41,7 @@ def masked_scale(x, global_ids, key, threshold, scale, out):
     for i in numba.prange(x.shape[0]):
         base = key + np.uint64(global_ids[i]) * width
         for f in range(x.shape[1]):
-            keep = (splitmix64(base + np.uint64(f)) >> np.uint64(40)) >= threshold
-            out[i, f] = x[i, f] * scale if keep else 0.0
+            out[i, f] = x[i, f] * scale if keeps(base, f, threshold) else 0.0
 
 
 @numba.njit(cache=True, inline="always")
@@ -70,8 +76,7 @@ def bias_relu_masked_scale(x, bias, global_ids, key, threshold, scale, out, kept
             base = key + np.uint64(global_ids[i]) * width
             for f in range(d):
                 v = x[i, f] + bias[f]
-                keep = (splitmix64(base + np.uint64(f)) >> np.uint64(40)) >= threshold
-                out[i, f] = v * scale if keep and not v <= 0 else 0.0
+                out[i, f] = v * scale if keeps(base, f, threshold) and not v <= 0 else 0.0
         row = out[i]
         for k in range(d >> 3):
             kept[i, k] = _positive_bits(row, 8 * k)

@@ -95,8 +95,6 @@ def vertex_dropout(h: torch.Tensor, ids, p: float, key: int) -> torch.Tensor:
     return VertexDropout.apply(h, ids, p, np.uint64(key))
 
 
-
-
 class BiasReLUDropout(torch.autograd.Function):
     """``vertex_dropout(relu(x + b))`` on the CPU in one pass over ``x`` forward and one over
     the gradient backward, keeping a bit per element between them
