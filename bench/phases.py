@@ -15,7 +15,11 @@ the float32 matrix-product rate (``torch.mm`` of two ``--matmul-size`` square ma
   float32 output (:func:`bench.spmm.moved_bytes`), against the triad bandwidth.
 * **matrix products**: the profiler's ``aten::mm``, ``addmm``, ``bmm`` and ``baddbmm``
   (their own time; flops as the profiler counts them, ``2 m k n``), against the
-  matrix-product rate.
+  matrix-product rate; and against their roofline: a product of ``[m, k] x [k, n]`` cannot
+  take less than ``max(2 m k n / rate, (m k + k n + m n) * itemsize / triad)`` seconds, so
+  a product with few columns (a layer's ``[N, 256] x [256, 16]`` into the classes) is bound
+  by its bytes, not by the rate (``roofline_fraction``: the sum of these bounds over the
+  measured time).
 * **elementwise**: every other operator that computes (bias, activation, dropout masks,
   sums, the loss, their gradients), and this project's elementwise kernels (the keyed
   dropout, the fused bias-ReLU-dropout epilogue and the self-loop normalisation after an
@@ -32,6 +36,7 @@ gradient sum: those phases are those of a distributed run (``docs/exchange.md``)
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import time
 from contextlib import contextmanager
@@ -117,21 +122,32 @@ class CountingBackend:
 def operator_bytes(event) -> int:
     """Bytes an operator reads (its tensor inputs) and writes (one output the size of its
     largest input)."""
-    sizes = []
-    for shape, dtype in zip(event.input_shapes, event.input_dtypes):
-        if isinstance(shape, list) and shape and all(isinstance(n, int) for n in shape):
-            count = 1
-            for n in shape:
-                count *= n
-            sizes.append(count * ITEMSIZE.get(dtype, 4))
+    sizes = [math.prod(shape) * n for shape, n in tensor_sizes(event)]
     return sum(sizes) + max(sizes, default=0)
+
+
+def tensor_sizes(event) -> list[tuple[list[int], int]]:
+    """(shape, bytes per element) of each tensor input of a profiled operator."""
+    return [(shape, ITEMSIZE.get(dtype, 4))
+            for shape, dtype in zip(event.input_shapes, event.input_dtypes)
+            if isinstance(shape, list) and shape and all(isinstance(n, int) for n in shape)]
+
+
+def product_bytes(event) -> int:
+    """Bytes a matrix product must move at least: its operands (and an ``addmm``'s bias)
+    read once, its output ``[..., m, n]`` written once."""
+    sizes = tensor_sizes(event)
+    (a, itemsize), (b, _) = [t for t in sizes if len(t[0]) >= 2][-2:]
+    return sum(math.prod(shape) * n for shape, n in sizes) + math.prod(a[:-1]) * b[-1] * itemsize
 
 
 def split_profile(events) -> dict:
     """Seconds, flops and bytes of the profiled operators by phase: ``matmul``,
-    ``elementwise`` and ``optimizer`` (operators inside the ``optimizer`` range)."""
+    ``elementwise`` and ``optimizer`` (operators inside the ``optimizer`` range); for
+    ``matmul`` also ``products``, the (flops, bytes) of each product."""
     totals = {phase: {"s": 0.0, "flops": 0, "bytes": 0}
               for phase in ("matmul", "elementwise", "optimizer")}
+    totals["matmul"]["products"] = []
     for event in events:
         if event.name.removesuffix("Backward") in ELEMENTWISE_KERNELS:
             t = totals["elementwise"]  # with the operators it calls (buffers, views)
@@ -156,6 +172,8 @@ def split_profile(events) -> dict:
         t = totals[phase or "elementwise"]
         t["s"] += event.self_cpu_time_total / 1e6
         t["flops"] += event.flops or 0
+        if event.name in MATMULS:
+            t["products"].append((event.flops or 0, product_bytes(event)))
         if phase != "matmul" and not event.cpu_children and event.name not in NO_DATA:
             t["bytes"] += operator_bytes(event)
     return totals
@@ -213,6 +231,19 @@ def profile_epochs(args) -> dict:
                       "features": data.num_features}}
 
 
+def roofline_rows(matmul: dict, triad_gb_s: float, matmul_gflops_: float,
+                  epochs: int) -> dict:
+    """The matrix products' roofline: the sum over products of ``max(flops / rate, bytes /
+    triad)`` over their measured time, and how many of them (per epoch) their bytes bound."""
+    bounds = [(f / (matmul_gflops_ * 1e9), b / (triad_gb_s * 1e9))
+              for f, b in matmul["products"]]
+    roofline_s = sum(max(pair) for pair in bounds)
+    return {"roofline_fraction": round(roofline_s / matmul["s"], 3) if matmul["s"] > 0 else 0.0,
+            "products": len(bounds) // epochs,
+            "bytes_bound_products": sum(by_bytes > by_flops
+                                        for by_flops, by_bytes in bounds) // epochs}
+
+
 def phase_rows(measured: dict, triad_gb_s: float, matmul_gflops_: float) -> list[dict]:
     """One row per phase, per epoch: seconds, share of the epoch, achieved rate, limit and
     their ratio."""
@@ -229,6 +260,8 @@ def phase_rows(measured: dict, triad_gb_s: float, matmul_gflops_: float) -> list
                      "share": round(m["s"] / epochs / epoch_s, 3), "unit": unit,
                      "achieved": round(rate, 2), "limit": round(limit, 2),
                      "fraction": round(rate / limit, 3)})
+        if phase == "matmul":
+            rows[-1].update(roofline_rows(m, triad_gb_s, matmul_gflops_, epochs))
     other = epoch_s - sum(r["s"] for r in rows)
     rows.append({"phase": "other", "s": round(other, 4), "share": round(other / epoch_s, 3),
                  "unit": "", "achieved": "", "limit": "", "fraction": ""})
@@ -258,6 +291,11 @@ def main(args) -> int:
         print(f"{r['phase']:>16} {r['s']:>8.3f} {r['share']:>6.1%} "
               + (f"{r['achieved']:>8.2f} {unit:<7} {r['limit']:>8.2f} {unit:<7} "
                  f"{r['fraction']:>8.1%}" if unit else ""))
+    products = rows[1]
+    print(f"matrix products: {products['roofline_fraction']:.1%} of their roofline (each "
+          f"product's max(flops / matmul rate, bytes / triad); "
+          f"{products['bytes_bound_products']} of {products['products']} products bound by "
+          f"their bytes)")
     finish({"benchmark": "phases", "machine": info, "dataset": args.dataset,
             "model": args.model, "hidden": args.hidden, "layers": args.layers,
             "threads": args.threads, "epoch_s": round(measured["epoch_s"], 4),

@@ -253,9 +253,21 @@ def test_phase_split_counts_matmul_flops_and_elementwise_bytes():
             p.add_(g)
     totals = split_profile(prof.events())
     assert totals["matmul"]["flops"] == 2 * 64 * 32 * 16
+    assert totals["matmul"]["products"] == [(2 * 64 * 32 * 16, (64 * 32 + 32 * 16 + 64 * 16) * 4)]
     assert totals["elementwise"]["bytes"] == 2 * 64 * 16 * 4
     assert totals["optimizer"]["bytes"] == 3 * 100 * 4
     assert set(timer.seconds) == {"forward", "aggregation_forward", "optimizer"}
+
+
+def test_roofline_bounds_each_product_by_its_flops_or_its_bytes():
+    """At 100 GFLOP/s and 10 GB/s a product of 1e9 flops and 1e9 bytes is bound by its bytes
+    (0.1 s), one of 1e10 flops and 1e8 bytes by its flops (0.1 s): two epochs of both are
+    bound to 0.4 s, and measured at 0.8 s they run at half their roofline."""
+    from bench.phases import roofline_rows
+
+    matmul = {"s": 0.8, "products": [(1e9, 1e9), (1e10, 1e8)] * 2}
+    assert roofline_rows(matmul, 10.0, 100.0, epochs=2) == {
+        "roofline_fraction": 0.5, "products": 2, "bytes_bound_products": 1}
 
 
 def test_phase_split_counts_the_fused_epilogue_as_elementwise():
