@@ -60,13 +60,14 @@ from distgnn.data.ordering import CHOICES as ORDER_CHOICES
 from distgnn.data.ordering import reorder_dataset
 from distgnn.errors import DistGNNError
 from distgnn.nn.backends import BACKENDS
-from distgnn.placement import AGGREGATION_PRECISIONS, synchronize
+from distgnn.placement import AGGREGATION_PRECISIONS, PRECISIONS, synchronize
 from distgnn.program import comma_list
 from distgnn.run.memory import process_mib
 
 __all__ = ["pyg_run", "save_npz"]
 
-IMPLS = ("numba", "torch", "triton", "pyg")
+IMPLS = ("numba", "torch", "triton", "pyg", "pyg-bf16")
+PYG_IMPLS = ("pyg", "pyg-bf16")  # pyg-bf16: PyG under torch.autocast to bf16
 # what runs without --impls: triton only where there is a GPU (it runs CUDA tensors)
 DEFAULT_IMPLS = {"cpu": ("numba", "torch", "pyg"), "cuda": ("numba", "torch", "triton", "pyg")}
 MODELS = ("sage", "gcn", "gin", "gat", "gcnii")
@@ -92,7 +93,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--impls", type=comma_list(str, IMPLS),
                    help="comma-separated implementations: numba, torch, triton (this "
                         "project's backends; triton on --device cuda only), pyg (PyTorch "
-                        "Geometric) (default: numba,torch,pyg; on cuda also triton)")
+                        "Geometric), pyg-bf16 (PyG under torch.autocast to bf16) (default: "
+                        "numba,torch,pyg; on cuda also triton)")
     p.add_argument("--hidden", type=int, default=256, help="hidden width")
     p.add_argument("--layers", type=int, default=2,
                    help="number of layers (gcnii: of GCN2Conv layers, between its input and "
@@ -110,6 +112,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--aggregation-precision", choices=AGGREGATION_PRECISIONS, default="fp32",
                    help="this project's sum/mean aggregations gather fp32 rows or bf16 ones "
                         "(accumulating in fp32); PyG runs in fp32 either way")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="this project's side: fp32, or bf16-mixed (bf16 matrix products and "
+                        "rows, fp32 weights: distgnn-train --precision); PyG runs in fp32 "
+                        "(impl pyg) or under torch.autocast to bf16 (impl pyg-bf16)")
     p.add_argument("--dropout", type=float, default=0.5, help="dropout of the timed epochs")
     p.add_argument("--epochs", type=int, default=3,
                    help="timed epochs per worker run (after one warm-up epoch)")
@@ -142,7 +148,7 @@ def _config(job: dict, dropout: float, epochs: int):
                        backend=job["impl"] if job["impl"] in BACKENDS else "numba",
                        device=impl_device(job["impl"], job["device"]),
                        aggregation_precision=job["aggregation_precision"],
-                       threads=job["threads"], progress=False)
+                       precision=job["precision"], threads=job["threads"], progress=False)
 
 
 def train_ours(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tuple[list, list]:
@@ -154,19 +160,22 @@ def train_ours(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tup
 
 
 def train_pyg(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tuple[list, list]:
-    """Losses and epoch seconds of the same model in PyG, from the same initial weights."""
-    return pyg_run(data, _config(job, dropout, epochs), torch.device(job["device"]))
+    """Losses and epoch seconds of the same model in PyG, from the same initial weights
+    (under autocast to bf16 for ``pyg-bf16``)."""
+    return pyg_run(data, _config(job, dropout, epochs), torch.device(job["device"]),
+                   autocast=job["impl"] == "pyg-bf16")
 
 
 def pyg_run(data: NodeDataset, cfg, device: torch.device,
-            on_epoch: Callable[[nn.Module, torch.Tensor, object], None] | None = None
-            ) -> tuple[list, list]:
+            on_epoch: Callable[[nn.Module, torch.Tensor, object], None] | None = None,
+            autocast: bool = False) -> tuple[list, list]:
     """Losses and epoch seconds of ``cfg``'s model trained in PyG.
 
     ``cfg`` is a :class:`~distgnn.run.config.TrainConfig`; its model is built in PyG from this
     project's initial weights for ``cfg.seed`` and trained for ``cfg.epochs`` with ``cfg.lr``
-    and ``cfg.weight_decay`` on ``device``.  After each timed epoch, ``on_epoch(net, x, adj)``
-    (untimed) may evaluate it."""
+    and ``cfg.weight_decay`` on ``device``; with ``autocast``, its forward pass and loss under
+    ``torch.autocast`` to bf16 (PyG's own mixed precision: float32 weights and optimizer).
+    After each timed epoch, ``on_epoch(net, x, adj)`` (untimed) may evaluate it."""
     from distgnn.nn.config import build_model
     from distgnn.run.shard import normalize_features
     from distgnn.run.training import configure_threads
@@ -187,8 +196,9 @@ def pyg_run(data: NodeDataset, cfg, device: torch.device,
     for _ in range(cfg.epochs):
         start = time.perf_counter()
         net.train()
-        out = net(x, adj_t)
-        loss = F.cross_entropy(out[train_mask], y[train_mask])
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            out = net(x, adj_t)
+            loss = F.cross_entropy(out[train_mask].float(), y[train_mask])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -204,12 +214,13 @@ def worker(job: dict) -> dict:
     """One worker's measurement (``job["impl"] == "check"``: the same-model check)."""
     data = load(job["npz"])
     if job["impl"] == "check":
-        ours, _ = train_ours(data, dict(job, impl=job["check"], aggregation_precision="fp32"),
-                             0.0, CHECK_EPOCHS)
-        theirs, _ = train_pyg(data, job, 0.0, CHECK_EPOCHS)
+        # the models' equality is checked in fp32, whatever the timed runs' precision
+        fp32 = dict(job, aggregation_precision="fp32", precision="fp32")
+        ours, _ = train_ours(data, dict(fp32, impl=job["check"]), 0.0, CHECK_EPOCHS)
+        theirs, _ = train_pyg(data, dict(fp32, impl="pyg"), 0.0, CHECK_EPOCHS)
         return {"ours": ours, "pyg": theirs}
     rss_loaded = process_mib("VmRSS")
-    trainer = train_pyg if job["impl"] == "pyg" else train_ours
+    trainer = train_pyg if job["impl"] in PYG_IMPLS else train_ours
     _, times = trainer(data, job, job["dropout"], job["epochs"] + 1)
     out = {"times": times[1:], "rss_loaded_mib": rss_loaded, "peak_rss_mib": process_mib("VmHWM")}
     if impl_device(job["impl"], job["device"]) == "cuda":
@@ -234,7 +245,8 @@ def make_job(model: str, args, **more) -> dict:
     return {"model": model, "hidden": args.hidden, "layers": args.layers, "heads": args.heads,
             "recompute": args.recompute, "threads": args.threads, "seed": 0,
             "epochs": args.epochs, "dropout": args.dropout, "device": args.device,
-            "aggregation_precision": args.aggregation_precision, **more}
+            "aggregation_precision": args.aggregation_precision, "precision": args.precision,
+            **more}
 
 
 def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
@@ -242,9 +254,10 @@ def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
     row = {"dataset": name, "model": model, "hidden": args.hidden, "layers": args.layers,
            **({"heads": args.heads} if model == "gat" else {}),
            "recompute": args.recompute, "aggregation_precision": args.aggregation_precision,
-           "threads": args.threads, "epochs": args.epochs,
+           "precision": args.precision, "threads": args.threads, "epochs": args.epochs,
            "rounds": args.rounds, "device": args.device}
-    check = run_worker(dict(job, impl="check", check=impls[0])) if "pyg" in impls else None
+    check = (run_worker(dict(job, impl="check", check=impls[0]))
+             if set(impls) & set(PYG_IMPLS) else None)
     if check is not None and check.get("out_of_memory"):
         row["same_model_check"] = {"out_of_memory": True}
         print("  same-model check: out of memory", flush=True)
@@ -275,25 +288,31 @@ def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
                               "rss_loaded_mib": max(r["rss_loaded_mib"] for r in results)}
         if "peak_gpu_mib" in results[0]:
             row["impls"][impl]["peak_gpu_mib"] = max(r["peak_gpu_mib"] for r in results)
-    if "pyg" in impls and not row["impls"]["pyg"].get("out_of_memory"):
-        ref = row["impls"]["pyg"]["epoch_s_median"]
-        for impl, r in row["impls"].items():
-            if not r.get("out_of_memory"):
-                r["speedup_vs_pyg"] = ref / r["epoch_s_median"]
+    for peer, key in (("pyg", "speedup_vs_pyg"), ("pyg-bf16", "speedup_vs_pyg_bf16")):
+        if peer in impls and not row["impls"][peer].get("out_of_memory"):
+            ref = row["impls"][peer]["epoch_s_median"]
+            for r in row["impls"].values():
+                if not r.get("out_of_memory"):
+                    r[key] = ref / r["epoch_s_median"]
     return row
 
 
 def format_row(row: dict) -> str:
-    lines = [f"  {'impl':>6} {'device':>6} {'epoch s (median)':>17} {'range':>17} "
-             f"{'vs PyG':>7} {'peak RSS MiB':>13} {'peak GPU MiB':>13}"]
+    bf16_peer = "pyg-bf16" in row["impls"]
+    versus = "vs PyG, PyG bf16" if bf16_peer else "vs PyG"
+    lines = [f"  {'impl':>8} {'device':>6} {'epoch s (median)':>17} {'range':>17} "
+             f"{versus:>{21 if bf16_peer else 7}} {'peak RSS MiB':>13} {'peak GPU MiB':>13}"]
     for impl, r in row["impls"].items():
         if r.get("out_of_memory"):
-            lines.append(f"  {impl:>6} {r['device']:>6} {'out of memory':>17}")
+            lines.append(f"  {impl:>8} {r['device']:>6} {'out of memory':>17}")
             continue
         speed = f"{r['speedup_vs_pyg']:.2f}x" if "speedup_vs_pyg" in r else "-"
+        if bf16_peer:
+            speed += f" {r['speedup_vs_pyg_bf16']:.2f}x" if "speedup_vs_pyg_bf16" in r else " -"
         gpu = f"{r['peak_gpu_mib']:,.0f}" if "peak_gpu_mib" in r else "-"
-        lines.append(f"  {impl:>6} {r['device']:>6} {r['epoch_s_median']:>17.3f} "
-                     f"{r['epoch_s_min']:>8.3f}-{r['epoch_s_max']:<8.3f} {speed:>7} "
+        lines.append(f"  {impl:>8} {r['device']:>6} {r['epoch_s_median']:>17.3f} "
+                     f"{r['epoch_s_min']:>8.3f}-{r['epoch_s_max']:<8.3f} "
+                     f"{speed:>{21 if bf16_peer else 7}} "
                      f"{r['peak_rss_mib']:>13,.0f} {gpu:>13}")
     return "\n".join(lines)
 
@@ -305,10 +324,10 @@ def main(args) -> int:
     impls = list(args.impls or DEFAULT_IMPLS[args.device])
     if "triton" in impls and args.device != "cuda":
         raise DistGNNError("--impls triton runs on a GPU: add --device cuda")
-    if "pyg" in impls and not pyg.available():
+    if set(impls) & set(PYG_IMPLS) and not pyg.available():
         print("PyTorch Geometric is not installed (pip install '.[bench]'): benchmarking "
               "without it", flush=True)
-        impls.remove("pyg")
+        impls = [impl for impl in impls if impl not in PYG_IMPLS]
     info = machine_info(args.threads)
     print(f"{info['cpu']}; {args.threads} threads; triad {info['triad_gb_s']} GB/s; "
           f"THP_MEM_ALLOC_ENABLE={info['thp_mem_alloc_enable']}", flush=True)

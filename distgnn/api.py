@@ -40,7 +40,7 @@ from .run.config import TrainConfig
 from .run.distributed import open_partitions, train_partitions
 from .run.evaluation import check_logits
 from .run.replicas import ReplicaSync
-from .run.shard import Shard, dataset_shard
+from .run.shard import Shard, dataset_shard, in_precision
 from .run.training import ModelFactory, TrainResult, configure_threads
 from .run.training import train as train_whole
 from .timing import PhaseTimer
@@ -124,7 +124,7 @@ class Run:
         on every rank, its layers and dropouts keyed (:func:`distgnn.nn.prepare.prepare`, which
         also refuses torch's own dropout on partitions).  Collective."""
         model = model.to(self.x.device, self.x.dtype)
-        prepare(model, self.g, self.config.aggregation_precision == "bf16")
+        prepare(model, self.g, self.config.bf16_aggregation)
         sync = ReplicaSync(model, self.comm)
         sync.broadcast_parameters()
         self.syncs[id(model)] = sync
@@ -136,6 +136,16 @@ class Run:
         (:meth:`~distgnn.nn.aggregate.Neighbourhood.set_epoch`)."""
         model.train(training)
         self.g.set_epoch(epoch, training)
+
+    def autocast(self):
+        """The context a hand-written loop runs the model's forward pass (and loss) in:
+        ``torch.autocast`` to bf16 on the CPU under ``--precision bf16-mixed``, nothing under
+        fp32 (see :func:`~distgnn.run.shard.in_precision`)::
+
+            with run.autocast():
+                loss = run.loss(model(run.g, run.x))
+        """
+        return in_precision(self.shard)
 
     def mask(self, name: str) -> torch.Tensor:
         """The mask called ``name`` (refused in one line when the data has none)."""
@@ -159,7 +169,8 @@ class Run:
             raise DistGNNError(f"the {mask} mask is empty on every rank")
         check_logits(logits, self.shard)
         m = self.mask(mask)
-        return F.cross_entropy(logits[m], self.y[m], reduction="sum") / total
+        # bf16 logits (under autocast) widened: the loss is summed in the features' type
+        return F.cross_entropy(logits[m].to(self.x.dtype), self.y[m], reduction="sum") / total
 
     def sync(self, model: torch.nn.Module, loss: torch.Tensor) -> float:
         """Sum ``model``'s gradients over ranks (call it after ``loss.backward()``, before

@@ -20,6 +20,11 @@ from .options import option
 DEVICES = ("auto", "cpu", "cuda")
 BACKEND_CHOICES = ("auto", "numba", "torch", "triton")
 AGGREGATION_PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16-mixed")
+# /proc/cpuinfo flags of a CPU that multiplies bf16 matrices in hardware: AVX512-BF16 (Intel
+# Cooper Lake and later, AMD Zen 4 and later), AMX (Intel Sapphire Rapids and later), Arm's
+# BF16 extension
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 DTYPES = ("float32", "float64")
 # More threads than this is a typo, not a machine: torch would try to start them all.
 MAX_THREADS = 4096
@@ -148,6 +153,13 @@ class ExecutionConfig:
         "(features and gradients rounded to bf16, accumulated in fp32: half the bytes the "
         "Numba kernels move; max/min stay fp32; the activations kept for the backward pass "
         "are stored in bf16 too)", choices=AGGREGATION_PRECISIONS)
+    precision: str = option(
+        "fp32", "bf16-mixed: every matrix product of the model in bf16 (torch's CPU kernels "
+        "use the CPU's bf16 units: AVX512-BF16 or AMX), sum/mean aggregations gathering bf16 "
+        "rows as --aggregation-precision bf16 does, and the activations kept for the backward "
+        "pass in bf16; weights, optimizer state, the loss and every sum stay fp32. A CPU "
+        "without bf16 units is refused (it would emulate them, slower than fp32); CPU ranks "
+        "only", choices=PRECISIONS)
     recompute: bool = option(
         False, "keep only each layer's input for the backward pass and run the layer again "
         "there (activation checkpointing): activation memory of one tensor per layer for "
@@ -166,7 +178,7 @@ class ExecutionConfig:
 
     def __post_init__(self):
         for flag, choices in (("device", DEVICES), ("backend", BACKEND_CHOICES),
-                              ("dtype", DTYPES),
+                              ("dtype", DTYPES), ("precision", PRECISIONS),
                               ("aggregation-precision", AGGREGATION_PRECISIONS)):
             value = getattr(self, flag.replace("-", "_"))
             if value not in choices:
@@ -186,3 +198,42 @@ class ExecutionConfig:
         if self.aggregation_precision == "bf16" and self.dtype == "float64":
             raise DistGNNError("--aggregation-precision bf16 rounds float32 operands; --dtype "
                                "float64 is for exact checks: use fp32 with it")
+        if self.precision == "bf16-mixed" and self.dtype == "float64":
+            raise DistGNNError("--precision bf16-mixed computes in bf16 beside float32 "
+                               "weights; --dtype float64 is for exact checks: use one or "
+                               "the other")
+
+    @property
+    def bf16_aggregation(self) -> bool:
+        """Whether sum/mean aggregations gather bf16 rows (and activations are kept in bf16):
+        ``--aggregation-precision bf16``, or ``--precision bf16-mixed``, which implies it."""
+        return self.aggregation_precision == "bf16" or self.precision == "bf16-mixed"
+
+
+def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU multiplies bf16 in hardware (one of :data:`BF16_CPU_FLAGS` among its
+    flags; False where ``cpuinfo`` cannot be read)."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name.strip() in ("flags", "Features"):
+                    return bool(set(value.split()) & set(BF16_CPU_FLAGS))
+    except OSError:
+        pass
+    return False
+
+
+def check_precision(precision: str, device: torch.device, cpuinfo: str = "/proc/cpuinfo"
+                    ) -> None:
+    """Refuse ``--precision bf16-mixed`` where it cannot run as it says: on a GPU rank, or on
+    a CPU without bf16 units."""
+    if precision != "bf16-mixed":
+        return
+    if device.type != "cpu":
+        raise DistGNNError(f"--precision bf16-mixed runs on CPU ranks; this rank computes on "
+                           f"{device}: use --precision fp32 there")
+    if not cpu_has_bf16(cpuinfo):
+        raise DistGNNError("--precision bf16-mixed: this CPU has no bf16 matrix units (none "
+                           f"of {', '.join(BF16_CPU_FLAGS)} in {cpuinfo}); torch would "
+                           "emulate them, slower than fp32: use --precision fp32")

@@ -94,3 +94,19 @@ def test_training_in_the_arena_gives_the_same_losses(cora):
     assert ARENA.stats().plans > made  # the run planned its epochs
     assert ARENA.stats().slab_bytes == 0  # and gave its slab back at the end
     assert losses(with_arena) == losses(run(cora, epochs=5, seed=2, memory_arena=False))
+
+
+@needs_arena
+def test_bf16_products_allocate_through_the_arena_and_compute_the_same():
+    """oneDNN's bf16 products take their buffers through torch's raw allocation, which
+    needs a block's context to be its address: recorded, planned and served epochs give the
+    product computed outside the arena, bit for bit."""
+    x, w = torch.randn(4096, 128).bfloat16(), torch.randn(128, 256).bfloat16()
+    want = x @ w
+    ARENA.release()
+    for _ in range(3):
+        with ARENA.epoch():
+            got = x @ w
+            assert torch.equal(got, want)
+    assert ARENA.stats().plans >= 1 and ARENA.stats().epoch_misses == 0
+    ARENA.release()

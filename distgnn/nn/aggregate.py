@@ -21,6 +21,7 @@ from ..kernels.spmm import add_rows_scaled, scale_rows
 from ..timing import PhaseTimer
 from . import buffers
 from .backends import KernelBackend, check_tensor
+from .precision import autocast_backward, float32_inputs
 
 
 class SpMM(torch.autograd.Function):
@@ -28,6 +29,8 @@ class SpMM(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, graph, backend, reduce, timer):
+        if x.dtype == torch.bfloat16 and backend.name != "numba":
+            x = x.float()  # a product's output under autocast; only Numba gathers bf16 rows
         with timer("aggregation_forward"):
             y, arg = backend.spmm(graph, x.contiguous(), reduce)
         ctx.graph, ctx.backend, ctx.reduce, ctx.timer = graph, backend, reduce, timer
@@ -48,6 +51,7 @@ class SelfLoopNorm(torch.autograd.Function):
     """``(y + z) / c`` or ``(y + z) * c`` (``divide``) in one Numba pass each way."""
 
     @staticmethod
+    @float32_inputs
     def forward(ctx, y, z, c, divide):
         y, z = y.detach().contiguous(), z.detach().contiguous()
         scale = c.detach().contiguous().view(-1).numpy()
@@ -58,6 +62,7 @@ class SelfLoopNorm(torch.autograd.Function):
         return torch.from_numpy(out)
 
     @staticmethod
+    @autocast_backward
     def backward(ctx, grad):
         grad = grad.contiguous().numpy()
         out = buffers.empty_like(grad)
@@ -217,14 +222,18 @@ class Neighbourhood:
         """The view a layer aggregates through, carrying the layer's exchange key.
 
         Every layer of :mod:`distgnn.nn` calls it first, with its input weight ``[d_out, d_in]``:
-        each of ``inputs`` (``None``: absent) must be ``[N, d_in]`` of the weight's dtype.  The
-        key is :meth:`claim`'s (on a whole graph, where nothing is exchanged, an unkeyed layer
-        runs under key 0).
+        each of ``inputs`` (``None``: absent) must be ``[N, d_in]`` of the weight's dtype (or,
+        under CPU autocast, of the autocast dtype: a product's output).  The key is
+        :meth:`claim`'s (on a whole graph, where nothing is exchanged, an unkeyed layer runs
+        under key 0).
         """
+        dtypes = (weight.dtype,)
+        if torch.is_autocast_enabled("cpu"):
+            dtypes += (torch.get_autocast_dtype("cpu"),)
         for name, h in inputs.items():
             if h is not None:
                 check_tensor(f"{type(layer).__name__} input {name}", h,
-                             (self.num_nodes, weight.shape[1]), (weight.dtype,))
+                             (self.num_nodes, weight.shape[1]), dtypes)
         view = copy.copy(self)
         if (not self.exchange.combines_clones and key is None
                 and getattr(layer, "key", None) is None):

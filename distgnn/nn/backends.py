@@ -49,6 +49,7 @@ from ..kernels.spmm import as_aligned
 from ..placement import AGGREGATION_PRECISIONS
 from . import buffers
 from .dropout import vertex_dropout
+from .precision import autocast_backward, float32_inputs
 
 __all__ = ["BACKENDS", "KernelBackend", "NumbaBackend", "TorchSparseBackend", "TritonBackend",
            "bf16_bits", "csr_tensor", "get_backend"]
@@ -433,7 +434,12 @@ class NumbaBackend:
         self.kernel_trial = kernel_trial
 
     def gathered(self, x: torch.Tensor, reduce: str) -> np.ndarray:
-        """What the kernels gather for ``x``: its memory, or its bf16 bits (see above)."""
+        """What the kernels gather for ``x``: its memory, or its bf16 bits (see above; a
+        bf16 ``x``, a product's output under ``--precision bf16-mixed``, as it is)."""
+        if x.dtype == torch.bfloat16:
+            if self.bf16 and reduce in LINEAR:
+                return x.detach().view(torch.int16).numpy().view(BF16)
+            return x.detach().float().numpy()
         if self.bf16 and reduce in LINEAR and x.dtype == torch.float32:
             return bf16_bits(x)
         return x.detach().numpy()
@@ -465,7 +471,7 @@ class NumbaBackend:
                              np.float32 if x.dtype == BF16 else x.dtype)
 
     def spmm(self, graph, x, reduce):
-        check_operand(graph, x, reduce, dtypes=NUMBA_DTYPES, device="cpu")
+        check_operand(graph, x, reduce, dtypes=NUMBA_DTYPES + (torch.bfloat16,), device="cpu")
         xn = as_aligned(self.gathered(x, reduce))
         out = self._output(graph, xn)
         result = spmm(graph.indptr, graph.indices, xn, reduce, graph.edge_weight, out=out,
@@ -526,6 +532,7 @@ class SoftmaxAggregate(torch.autograd.Function):
     """
 
     @staticmethod
+    @float32_inputs
     def forward(ctx, loop, s, t, z, nbr, slope, p, key):
         graph, chunks = nbr.graph, NumbaBackend.row_chunks(nbr.graph)
         heads = z.shape[1] if z.ndim == 3 else None
@@ -548,6 +555,7 @@ class SoftmaxAggregate(torch.autograd.Function):
         return torch.from_numpy(y), loop_alpha
 
     @staticmethod
+    @autocast_backward
     def backward(ctx, grad_y, grad_loop_alpha):
         (loop_alpha,) = ctx.saved_tensors
         s_, t_, z_, alpha, kept = ctx.arrays

@@ -27,6 +27,7 @@ from ..kernels.dropout import (
     masked_scale_backward,
 )
 from . import buffers
+from .precision import autocast_backward, float32_inputs
 
 
 def check_dropout(x, global_ids, p: float) -> None:
@@ -59,6 +60,7 @@ class VertexDropout(torch.autograd.Function):
     """
 
     @staticmethod
+    @float32_inputs
     def forward(ctx, h, ids, p, key):
         key = int(key)
         ctx.args = (ids, p, key)
@@ -74,6 +76,7 @@ class VertexDropout(torch.autograd.Function):
         return h * keep * ctx.args[1]
 
     @staticmethod
+    @autocast_backward
     def backward(ctx, grad):
         if len(ctx.args) == 2:  # the torch operations' kept mask and scale
             keep, scale = ctx.args
@@ -101,6 +104,7 @@ class BiasReLUDropout(torch.autograd.Function):
     (:func:`bias_relu_dropout`)."""
 
     @staticmethod
+    @float32_inputs
     def forward(ctx, x, bias, ids, p, key):
         x = x.detach().contiguous()
         scale = x.new_tensor(1.0 / (1.0 - p)).numpy()[()]  # x's dtype
@@ -115,6 +119,7 @@ class BiasReLUDropout(torch.autograd.Function):
         return torch.from_numpy(out)
 
     @staticmethod
+    @autocast_backward
     def backward(ctx, grad):
         (kept,) = ctx.saved_tensors
         grad = grad.contiguous().numpy()

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -44,8 +45,7 @@ constexpr uint64_t kAlive = UINT64_MAX;
 
 enum class Mode { Off, Record, Replay };
 
-struct Context {      // a DataPtr's context: where its memory came from
-  void* data;
+struct Context {      // where a block's memory came from (kept by its address)
   size_t index;       // the block's number in its epoch
   uint64_t epoch;     // the epoch that allocated it
   bool in_slab;
@@ -86,7 +86,9 @@ class PlannedArena final : public c10::Allocator {
     return wrap(c10::alloc_cpu(n), index, false);
   }
 
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  // Every DataPtr's context is its address (torch's raw_allocate, which oneDNN's bf16
+  // kernels call, requires it), freed through this one deleter.
+  c10::DeleterFnPtr raw_deleter() const override { return &PlannedArena::deleter; }
 
   void copy_data(void* dest, const void* src, size_t count) const override {
     default_copy_data(dest, src, count);
@@ -154,31 +156,44 @@ class PlannedArena final : public c10::Allocator {
     out[5] = plans_made_;
   }
 
-  void freed(Context* ctx) {
+  // A block of this arena, or one it passed through to c10::alloc_cpu, is freed.
+  void freed(void* data) {
+    Context ctx;
     {
       std::lock_guard<std::mutex> guard(mutex_);
-      if (mode_ == Mode::Record && ctx->epoch == epoch_ && ctx->index < trace_.size())
-        trace_[ctx->index].died = clock_++;
-      if (ctx->in_slab && !forget(live_, ctx) && forget(retired_live_, ctx) &&
-          retired_live_.empty()) {
-        for (char* s : retired_) c10::free_cpu(s);
-        retired_.clear();
+      auto found = blocks_.find(data);
+      if (found == blocks_.end()) {
+        ctx = {0, 0, false};  // passed through: not the arena's
+      } else {
+        ctx = found->second;
+        blocks_.erase(found);
+        if (mode_ == Mode::Record && ctx.epoch == epoch_ && ctx.index < trace_.size())
+          trace_[ctx.index].died = clock_++;
+        if (ctx.in_slab && !forget(live_, ctx) && forget(retired_live_, ctx) &&
+            retired_live_.empty()) {
+          for (char* s : retired_) c10::free_cpu(s);
+          retired_.clear();
+        }
       }
     }
-    if (!ctx->in_slab) c10::free_cpu(ctx->data);
-    delete ctx;
+    if (!ctx.in_slab) c10::free_cpu(data);
   }
 
  private:
   struct Live { size_t offset, bytes, index; uint64_t epoch; };
 
-  static void deleter(void* ctx);
+  static void deleter(void* data);
 
-  c10::DataPtr passthrough(size_t n) { return c10::GetDefaultCPUAllocator()->allocate(n); }
+  // What torch's default CPU allocator does (c10::alloc_cpu), freed by c10::free_cpu
+  // directly unless a raw deallocation sends it through deleter.
+  static c10::DataPtr passthrough(size_t n) {
+    void* data = c10::alloc_cpu(n);
+    return c10::DataPtr(data, data, &c10::free_cpu, c10::Device(c10::DeviceType::CPU));
+  }
 
   c10::DataPtr wrap(void* data, size_t index, bool in_slab) {
-    auto* ctx = new Context{data, index, epoch_, in_slab};
-    return c10::DataPtr(data, ctx, &PlannedArena::deleter,
+    blocks_[data] = Context{index, epoch_, in_slab};
+    return c10::DataPtr(data, data, &PlannedArena::deleter,
                         c10::Device(c10::DeviceType::CPU));
   }
 
@@ -265,9 +280,9 @@ class PlannedArena final : public c10::Allocator {
   }
 
   // Removes ctx's block from blocks; whether it was there.
-  static bool forget(std::vector<Live>& blocks, const Context* ctx) {
+  static bool forget(std::vector<Live>& blocks, const Context& ctx) {
     for (size_t i = 0; i < blocks.size(); ++i) {
-      if (blocks[i].index == ctx->index && blocks[i].epoch == ctx->epoch) {
+      if (blocks[i].index == ctx.index && blocks[i].epoch == ctx.epoch) {
         blocks[i] = blocks.back();
         blocks.pop_back();
         return true;
@@ -289,6 +304,7 @@ class PlannedArena final : public c10::Allocator {
     bool replan;  // the last epoch served from it missed
   };
   std::vector<Plan> plans_;  // by kind
+  std::unordered_map<void*, Context> blocks_;  // the arena's live blocks by address
   std::vector<Block> trace_;
   std::vector<Live> live_, retired_live_;
   std::vector<char*> retired_;
@@ -298,7 +314,7 @@ class PlannedArena final : public c10::Allocator {
 
 PlannedArena* g_arena = nullptr;
 
-void PlannedArena::deleter(void* ctx) { g_arena->freed(static_cast<Context*>(ctx)); }
+void PlannedArena::deleter(void* data) { g_arena->freed(data); }
 
 }  // namespace
 

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from ..comm import Communicator
 from ..errors import DistGNNError
 from ..nn.graph_layer import GraphLayer
-from .shard import Shard
+from .shard import Shard, in_precision
 from .vertex_outputs import write_rows
 
 __all__ = ["check_logits", "roc_auc"]
@@ -74,7 +74,8 @@ def forward_eval(model: torch.nn.Module, shard: Shard, layer: int | None = None
         handle = layers[layer].register_forward_pre_hook(
             lambda module, args: captured.append(args[1 if graph_layer else 0]))
     try:
-        logits = model(shard.nbr, shard.x)
+        with in_precision(shard):
+            logits = model(shard.nbr, shard.x).to(shard.x.dtype)
     finally:
         if handle is not None:
             handle.remove()

@@ -32,7 +32,7 @@ from ..errors import DistGNNError
 from ..exchange import Exchange, SplitIndex
 from ..nn.aggregate import Neighbourhood, NoExchange
 from ..nn.backends import get_backend
-from ..placement import placement
+from ..placement import check_precision, placement
 from ..timing import PhaseTimer
 from . import memory
 from .config import TrainConfig
@@ -63,10 +63,19 @@ class Shard:
     owned: np.ndarray
     num_vertices: int
     user_ids: Callable[[], np.ndarray | None]
+    precision: str = "fp32"
 
     @property
     def num_features(self) -> int:
         return self.x.shape[1]
+
+
+def in_precision(shard: Shard):
+    """The context a model's forward pass on ``shard`` runs in: under ``--precision
+    bf16-mixed`` torch's autocast to bf16 on the CPU (every matrix product of bf16 operands,
+    float32 weights cast once per pass; this project's kernels take float32 or, for sum/mean
+    aggregations, bf16 rows); nothing under fp32."""
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=shard.precision == "bf16-mixed")
 
 
 # rows normalised per block: bounds the float64 temporaries to 2 x 64 MiB
@@ -138,6 +147,7 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
     ``cfg.reorder``, relabelled in that locality order (logged), its global ids being
     ``data``'s."""
     device, backend = placement(0, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends)
+    check_precision(cfg.precision, device)
     memory.return_freed_blocks()
     memory.require(cfg.network, cfg.exchange, cfg.execution, data.num_nodes,
                    data.graph.num_edges, data.num_features, data.num_classes, device,
@@ -162,14 +172,14 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
         log(f"vertex order {chosen}" + (f" ({cfg.reorder})" if chosen != cfg.reorder else "")
             + "".join(f", {k} {v:.3f} s" for k, v in trial.items())
             + f": relabelled in {time.perf_counter() - started:.2f} s")
-    nbr = Neighbourhood(graph, get_backend(backend, cfg.aggregation_precision,
+    nbr = Neighbourhood(graph, get_backend(backend, "bf16" if cfg.bf16_aggregation else "fp32",
                                            cfg.kernel_trial), timer=timer,
                         device=device, dtype=getattr(torch, cfg.dtype), global_ids=global_ids,
                         seed=cfg.seed)
     x, y = x.to(device, getattr(torch, cfg.dtype)), y.to(device)
     masks = {name: m.to(device) for name, m in masks.items()}
     return Shard(data.name, x, y, masks, nbr, data.num_classes, origin,
-                 np.ones(data.num_nodes, bool), data.num_nodes, lambda: data.ids)
+                 np.ones(data.num_nodes, bool), data.num_nodes, lambda: data.ids, cfg.precision)
 
 
 def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
@@ -185,6 +195,7 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
     memory.return_freed_blocks()
 
     def load_local():
+        check_precision(cfg.precision, device)
         delay = cfg.delay_epochs
         meta = read_meta(directory)
         if meta["num_parts"] != comm.size:
@@ -227,7 +238,7 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                               controlled=cfg.default_schedule, exchange_precision=cfg.wire,
                               backward_exchange=cfg.backward_exchange,
                               topology=cfg.exchange_topology))
-    nbr = Neighbourhood(part.graph, get_backend(backend, cfg.aggregation_precision,
+    nbr = Neighbourhood(part.graph, get_backend(backend, "bf16" if cfg.bf16_aggregation else "fp32",
                                                 cfg.kernel_trial),
                         in_degree=None if cfg.algo == "0c" else part.in_degree, timer=timer,
                         device=device, global_ids=part.global_ids, exchange=exchange,
@@ -239,4 +250,4 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
               f"(files sha256 {files[:16]})")
     return Shard(name, x, y, masks, nbr, int(part.meta["num_classes"]), origin,
                  np.asarray(part.root_rank) == comm.rank, int(part.meta["num_nodes"]),
-                 lambda: read_vertex_ids(directory))
+                 lambda: read_vertex_ids(directory), cfg.precision)

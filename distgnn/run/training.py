@@ -50,7 +50,7 @@ from .memory import keep_freed_blocks, minor_faults
 from .optimizer import Adam
 from .replicas import ReplicaSync
 from .saved_model import save_model
-from .shard import Shard, dataset_shard
+from .shard import Shard, dataset_shard, in_precision
 
 __all__ = ["ModelFactory", "TrainResult", "configure_threads", "fit", "model_and_optimizer",
            "train"]
@@ -109,7 +109,7 @@ def place_model(cfg: TrainConfig, shard: Shard, make_model: ModelFactory | None 
         raise DistGNNError(f"make_model returned a {type(model).__name__}, not a "
                            "torch.nn.Module")
     model = model.to(shard.x.device, shard.x.dtype)
-    prepare(model, shard.nbr, cfg.aggregation_precision == "bf16")
+    prepare(model, shard.nbr, cfg.bf16_aggregation)
     return model
 
 
@@ -129,8 +129,8 @@ def step(model: torch.nn.Module, optimizer, shard: Shard, sync: ReplicaSync, num
     loss and the ranks whose loss or gradients were not finite."""
     model.train()
     shard.nbr.set_epoch(epoch)
-    with timer("forward"):
-        logits = model(shard.nbr, shard.x)
+    with timer("forward"), in_precision(shard):
+        logits = model(shard.nbr, shard.x).to(shard.x.dtype)
     check_logits(logits, shard)
     with timer("backward"):
         train = shard.masks["train"]
