@@ -174,8 +174,10 @@ def pyg_run(data: NodeDataset, cfg, device: torch.device,
     ``cfg`` is a :class:`~distgnn.run.config.TrainConfig`; its model is built in PyG from this
     project's initial weights for ``cfg.seed`` and trained for ``cfg.epochs`` with ``cfg.lr``
     and ``cfg.weight_decay`` on ``device``; with ``autocast``, its forward pass and loss under
-    ``torch.autocast`` to bf16 (PyG's own mixed precision: float32 weights and optimizer).
-    After each timed epoch, ``on_epoch(net, x, adj)`` (untimed) may evaluate it."""
+    ``torch.autocast`` to bf16 (float32 weights and optimizer), the features and the
+    adjacency's values in bf16 too: torch's sparse product takes no mix of float32 and bf16,
+    and a layer's input after the first is a product's bf16 output.  After each timed epoch,
+    ``on_epoch(net, x, adj)`` (untimed) may evaluate it."""
     from distgnn.nn.config import build_model
     from distgnn.run.shard import normalize_features
     from distgnn.run.training import configure_threads
@@ -187,10 +189,11 @@ def pyg_run(data: NodeDataset, cfg, device: torch.device,
                      cfg.dropout, heads=cfg.heads, alpha=cfg.alpha, theta=cfg.theta)
     pyg.copy_weights(ours, net)
     net.to(device)
-    x = torch.from_numpy(normalize_features(data.x, cfg.feature_norm)).to(device)
+    low = torch.bfloat16 if autocast else torch.float32
+    x = torch.from_numpy(normalize_features(data.x, cfg.feature_norm)).to(device, low)
     y = torch.from_numpy(data.y).to(device)
     train_mask = torch.from_numpy(data.train_mask).to(device)
-    adj_t = pyg.adjacency(data.graph, cfg.model, device)
+    adj_t = pyg.adjacency(data.graph, cfg.model, device, low)
     optimizer = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     losses, times = [], []
     for _ in range(cfg.epochs):
@@ -229,12 +232,16 @@ def worker(job: dict) -> dict:
 
 
 def run_worker(job: dict) -> dict:
-    """The worker's result; ``{"out_of_memory": True}`` where its device ran out of memory
-    (a result too: one implementation fits where another does not)."""
+    """The worker's result; ``{"out_of_memory": True}`` where its device ran out of memory,
+    ``{"unsupported": why}`` where torch has no kernel for what it computes (such as a
+    sparse product in bf16): results too, one implementation runs where another does not."""
     proc = subprocess.run([sys.executable, "-m", "bench.epoch", json.dumps(job)],
                           capture_output=True, text=True)
     if proc.returncode and "OutOfMemoryError" in proc.stderr:
         return {"out_of_memory": True}
+    if proc.returncode and "NotImplementedError" in proc.stderr:
+        why = [line for line in proc.stderr.splitlines() if "NotImplementedError" in line]
+        return {"unsupported": why[-1].split("NotImplementedError:", 1)[-1].strip()}
     if proc.returncode:
         raise RuntimeError(f"{job['impl']} worker failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -275,9 +282,10 @@ def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
             runs[impl].append(run_worker(dict(job, impl=impl)))
     row["impls"] = {}
     for impl, results in runs.items():
-        if any(r.get("out_of_memory") for r in results):
-            row["impls"][impl] = {"device": impl_device(impl, args.device),
-                                  "out_of_memory": True}
+        failed = next((r for r in results if r.get("out_of_memory") or r.get("unsupported")),
+                      None)
+        if failed:
+            row["impls"][impl] = {"device": impl_device(impl, args.device), **failed}
             continue
         times = [t for r in results for t in r["times"]]
         row["impls"][impl] = {"device": impl_device(impl, args.device),
@@ -289,10 +297,10 @@ def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
         if "peak_gpu_mib" in results[0]:
             row["impls"][impl]["peak_gpu_mib"] = max(r["peak_gpu_mib"] for r in results)
     for peer, key in (("pyg", "speedup_vs_pyg"), ("pyg-bf16", "speedup_vs_pyg_bf16")):
-        if peer in impls and not row["impls"][peer].get("out_of_memory"):
+        if peer in impls and "epoch_s_median" in row["impls"][peer]:
             ref = row["impls"][peer]["epoch_s_median"]
             for r in row["impls"].values():
-                if not r.get("out_of_memory"):
+                if "epoch_s_median" in r:
                     r[key] = ref / r["epoch_s_median"]
     return row
 
@@ -305,6 +313,9 @@ def format_row(row: dict) -> str:
     for impl, r in row["impls"].items():
         if r.get("out_of_memory"):
             lines.append(f"  {impl:>8} {r['device']:>6} {'out of memory':>17}")
+            continue
+        if r.get("unsupported"):
+            lines.append(f"  {impl:>8} {r['device']:>6} not supported: {r['unsupported']}")
             continue
         speed = f"{r['speedup_vs_pyg']:.2f}x" if "speedup_vs_pyg" in r else "-"
         if bf16_peer:

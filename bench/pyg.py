@@ -102,10 +102,11 @@ class PyGNet(nn.Module):
         return x
 
 
-def adjacency(graph: CSRGraph, model: str, device: torch.device | str = "cpu") -> torch.Tensor:
+def adjacency(graph: CSRGraph, model: str, device: torch.device | str = "cpu",
+              dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """What :class:`PyGNet`'s layers take for ``model``, on ``device``: the CSR ``adj_t`` of
-    ``A + I`` (SAGE-gcn), of ``A`` (GCN, GIN), of ``D^-1/2 (A + I) D^-1/2`` (GCNII), or the
-    ``[2, E]`` ``edge_index`` of ``A`` (GAT)."""
+    ``A + I`` (SAGE-gcn), of ``A`` (GCN, GIN), of ``D^-1/2 (A + I) D^-1/2`` (GCNII), with
+    values of ``dtype``, or the ``[2, E]`` ``edge_index`` of ``A`` (GAT)."""
     n, indptr, indices = graph.num_nodes, graph.indptr, graph.indices.astype(np.int64)
     if model == "gat":
         return torch.from_numpy(np.stack([indices, csr_rows(indptr)])).to(device)
@@ -114,8 +115,8 @@ def adjacency(graph: CSRGraph, model: str, device: torch.device | str = "cpu") -
         cols = np.concatenate([indices, np.arange(n)])
         indices = cols[np.lexsort((cols, rows))]
         indptr = indptr + np.arange(n + 1)
-    adj_t = csr_tensor(indptr, indices, torch.ones(len(indices), device=device), n, device,
-                       torch.int64)
+    adj_t = csr_tensor(indptr, indices, torch.ones(len(indices), device=device, dtype=dtype),
+                       n, device, torch.int64)
     if model == "gcnii":
         from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
