@@ -147,6 +147,35 @@ def test_fused_bias_relu_dropout_is_the_separate_operations(dtype, rtol, p, widt
                                                            (500, (width + 7) // 8))]
 
 
+@pytest.mark.parametrize("p", [0.0, 0.5])
+def test_fused_bias_relu_dropout_of_bf16_rows_rounds_the_float32_result_once(p):
+    """A bf16 x (a product's output under autocast) with a float32 bias: the output is the
+    float32 computation on the widened x rounded to bf16 once (as torch rounds, NaN
+    included), the input's gradient the float32 gradient of a bf16 grad rounded once, the
+    bias gradient float32."""
+    from distgnn.nn.dropout import bias_relu_dropout
+    from distgnn.nn.graph_layer import relu
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(700, 37, generator=gen).bfloat16()
+    x[:4] = 0.0
+    x[9, 5] = float("nan")
+    bias = torch.randn(37, generator=gen)
+    grad = torch.randn(700, 37, generator=gen).bfloat16()
+    ours, ours_bias = x.clone().requires_grad_(), bias.clone().requires_grad_()
+    out = bias_relu_dropout(ours, ours_bias, np.arange(700), p, KEY)
+    out.backward(grad)
+    wide, wide_bias = x.float().requires_grad_(), bias.clone().requires_grad_()
+    expected = relu(wide + wide_bias)  # a NaN gets no gradient, as in the float32 kernel
+    expected = vertex_dropout(expected, np.arange(700), p, KEY) if p else expected
+    expected.backward(grad.float())
+    assert out.dtype == ours.grad.dtype == torch.bfloat16 and ours_bias.grad.dtype == torch.float32
+    assert torch.equal(out.float().nan_to_num(), expected.bfloat16().float().nan_to_num())
+    assert out.isnan().sum() == expected.isnan().sum() == (1 if not p else out.isnan().sum())
+    assert torch.equal(ours.grad, wide.grad.bfloat16())
+    torch.testing.assert_close(ours_bias.grad, wide_bias.grad, rtol=1e-5, atol=1e-5)
+
+
 def test_fused_bias_gradient_does_not_depend_on_the_thread_count():
     """The bias gradient's partial sums follow fixed blocks of rows, so a run on another
     number of threads (a resumed job, another node) computes the same bits."""

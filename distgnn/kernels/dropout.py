@@ -10,6 +10,8 @@ import numba
 import numpy as np
 import torch
 
+from .lanes import as_float, stored
+
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -45,12 +47,18 @@ def masked_scale(x, global_ids, key, threshold, scale, out):
 
 
 @numba.njit(cache=True, inline="always")
+def _positive(row, f):
+    return as_float(row[f]) > 0
+
+
+@numba.njit(cache=True, inline="always")
 def _positive_bits(row, f):
     """Bit ``j`` set where ``row[f + j] > 0``, ``j < 8`` (written out: a loop over the bits
     runs five times slower)."""
-    return ((row[f] > 0) | ((row[f + 1] > 0) << 1) | ((row[f + 2] > 0) << 2)
-            | ((row[f + 3] > 0) << 3) | ((row[f + 4] > 0) << 4) | ((row[f + 5] > 0) << 5)
-            | ((row[f + 6] > 0) << 6) | ((row[f + 7] > 0) << 7))
+    return (_positive(row, f) | (_positive(row, f + 1) << 1) | (_positive(row, f + 2) << 2)
+            | (_positive(row, f + 3) << 3) | (_positive(row, f + 4) << 4)
+            | (_positive(row, f + 5) << 5) | (_positive(row, f + 6) << 6)
+            | (_positive(row, f + 7) << 7))
 
 
 @numba.njit(cache=True, parallel=True, nogil=True)
@@ -58,7 +66,8 @@ def bias_relu_masked_scale(x, bias, global_ids, key, threshold, scale, out, kept
     """``out = mask * max(x + b, 0)`` and the bits of ``out > 0``, in one pass over the rows.
 
     ``bias`` ``[d]``; the mask is :func:`masked_scale`'s (``threshold`` 0 keeps every element
-    without hashing).  ``kept`` ``[N, ceil(d / 8)]`` uint8 receives bit ``f % 8`` of byte
+    without hashing).  ``x`` and ``out`` may hold bf16 bit patterns (uint16): ``x`` is
+    widened, the row computed in float32 and rounded once into ``out``.  ``kept`` ``[N, ceil(d / 8)]`` uint8 receives bit ``f % 8`` of byte
     ``f // 8`` set where ``out[i, f] > 0`` (all the backward pass needs: 1 bit where a float
     copy takes 32).  A NaN of ``x + b`` stays NaN where the mask keeps it, as through
     ``relu`` and a separate dropout (and receives no gradient, as there).
@@ -70,20 +79,21 @@ def bias_relu_masked_scale(x, bias, global_ids, key, threshold, scale, out, kept
         # output, still in cache
         if threshold == 0:
             for f in range(d):
-                v = x[i, f] + bias[f]
-                out[i, f] = v * scale if not v <= 0 else 0.0
+                v = as_float(x[i, f]) + bias[f]
+                out[i, f] = stored(v * scale if not v <= 0 else 0.0, out)
         else:
             base = key + np.uint64(global_ids[i]) * width
             for f in range(d):
-                v = x[i, f] + bias[f]
-                out[i, f] = v * scale if keeps(base, f, threshold) and not v <= 0 else 0.0
+                v = as_float(x[i, f]) + bias[f]
+                out[i, f] = stored(v * scale if keeps(base, f, threshold) and not v <= 0
+                                   else 0.0, out)
         row = out[i]
         for k in range(d >> 3):
             kept[i, k] = _positive_bits(row, 8 * k)
         if d & 7:
             bits = 0
             for f in range(d & ~7, d):
-                bits |= (row[f] > 0) << (f & 7)
+                bits |= _positive(row, f) << (f & 7)
             kept[i, d >> 3] = bits
 
 
@@ -98,7 +108,8 @@ def masked_scale_backward(grad, kept, scale, grad_x, grad_bias):
 
     ``grad_x = scale * grad`` where the bit is set (the mask kept a positive ``x + b``),
     else 0; ``grad_bias`` ``[d]`` receives the column sums of ``grad_x``, accumulated in
-    float64 per block of :data:`_BIAS_GRAD_ROWS` rows, the blocks added in order.
+    float64 per block of :data:`_BIAS_GRAD_ROWS` rows, the blocks added in order.  ``grad``
+    and ``grad_x`` may hold bf16 bit patterns (the sums take the unrounded products).
     """
     n, d = grad.shape
     blocks = (n + _BIAS_GRAD_ROWS - 1) // _BIAS_GRAD_ROWS
@@ -107,8 +118,8 @@ def masked_scale_backward(grad, kept, scale, grad_x, grad_bias):
         for i in range(b * _BIAS_GRAD_ROWS, min(n, (b + 1) * _BIAS_GRAD_ROWS)):
             for f in range(d):
                 on = (kept[i, f >> 3] >> (f & 7)) & 1
-                g = grad[i, f] * scale if on else 0.0
-                grad_x[i, f] = g
+                g = as_float(grad[i, f]) * scale if on else 0.0
+                grad_x[i, f] = stored(g, grad_x)
                 partial[b, f] += g
     for f in range(d):
         total = 0.0

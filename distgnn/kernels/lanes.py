@@ -19,7 +19,7 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.core.extending import models, register_model
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 BF16 = np.uint16  # bf16 values travel as their bit patterns (the upper half of a float32)
 
@@ -185,3 +185,50 @@ def scale(typingctx, panel, factor):
         return _fast(builder.fmul(s, args[0]))
 
     return panel(panel, factor), codegen
+
+
+@intrinsic
+def _float32_from_bits(typingctx, bits):
+    """The float32 whose bit pattern is the uint32 ``bits``."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.uint32), codegen
+
+
+@intrinsic
+def _bits_of_float32(typingctx, value):
+    """The uint32 bit pattern of the float32 ``value``."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.uint32(types.float32), codegen
+
+
+def as_float(v):
+    """``v`` as a float: a bf16 bit pattern (uint16) widened to float32 (exactly), a float
+    as it is (in Numba kernels; a kernel compiled for float arrays is unchanged by it)."""
+
+
+@overload(as_float, inline="always")
+def _as_float(v):
+    if v == types.uint16:
+        return lambda v: _float32_from_bits(np.uint32(v) << np.uint32(16))
+    return lambda v: v
+
+
+def stored(v, out):
+    """``v`` in the element type of the array ``out``: rounded to bf16 to nearest even (as
+    torch rounds; a NaN to the quiet NaN 0x7FC0) where ``out`` holds bf16 bit patterns,
+    else ``v`` (the assignment converts it)."""
+
+
+@overload(stored, inline="always")
+def _stored(v, out):
+    if out.dtype == types.uint16:
+        def rounded(v, out):
+            bits = _bits_of_float32(np.float32(v))
+            if (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+                return np.uint16(0x7FC0)
+            bits += np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+            return np.uint16(bits >> np.uint32(16))
+        return rounded
+    return lambda v, out: v

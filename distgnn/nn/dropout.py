@@ -26,6 +26,7 @@ from ..kernels.dropout import (
     masked_scale,
     masked_scale_backward,
 )
+from ..kernels.lanes import BF16
 from . import buffers
 from .precision import autocast_backward, float32_inputs
 
@@ -104,36 +105,57 @@ class BiasReLUDropout(torch.autograd.Function):
     (:func:`bias_relu_dropout`)."""
 
     @staticmethod
-    @float32_inputs
     def forward(ctx, x, bias, ids, p, key):
         x = x.detach().contiguous()
-        scale = x.new_tensor(1.0 / (1.0 - p)).numpy()[()]  # x's dtype
-        b = (np.zeros(x.shape[1], x.numpy().dtype) if bias is None
+        # a bf16 x (a product's output under autocast) is computed with a float32 bias
+        values = np.float32 if x.dtype == torch.bfloat16 else x.numpy().dtype
+        b = (np.zeros(x.shape[1], values) if bias is None
              else bias.detach().contiguous().numpy())
-        out = buffers.empty(tuple(x.shape), b.dtype)
+        scale = b.dtype.type(1.0 / (1.0 - p))
+        out = buffers.empty(tuple(x.shape), rows_dtype(x))
         kept = buffers.empty((x.shape[0], (x.shape[1] + 7) // 8), np.uint8)
-        bias_relu_masked_scale(x.numpy(), b, ids, np.uint64(int(key)),
+        bias_relu_masked_scale(rows(x), b, ids, np.uint64(int(key)),
                                np.uint64(int(p * (1 << 24))), scale, out, kept)
-        ctx.scale, ctx.has_bias = scale, bias is not None
+        ctx.scale, ctx.has_bias, ctx.bias_dtype = scale, bias is not None, b.dtype
         ctx.save_for_backward(torch.from_numpy(kept))
-        return torch.from_numpy(out)
+        return as_tensor(out, x.dtype)
 
     @staticmethod
-    @autocast_backward
     def backward(ctx, grad):
         (kept,) = ctx.saved_tensors
-        grad = grad.contiguous().numpy()
-        grad_x = buffers.empty_like(grad)
-        grad_bias = np.empty(grad.shape[1], grad.dtype)
-        masked_scale_backward(grad, kept.numpy(), ctx.scale, grad_x, grad_bias)
-        return (torch.from_numpy(grad_x), torch.from_numpy(grad_bias) if ctx.has_bias else None,
-                None, None, None)
+        grad = grad.contiguous()
+        grad_x = buffers.empty(tuple(grad.shape), rows_dtype(grad))
+        grad_bias = np.empty(grad.shape[1], ctx.bias_dtype)
+        masked_scale_backward(rows(grad), kept.numpy(), ctx.scale, grad_x, grad_bias)
+        return (as_tensor(grad_x, grad.dtype),
+                torch.from_numpy(grad_bias) if ctx.has_bias else None, None, None, None)
+
+
+def rows_dtype(t: torch.Tensor) -> np.dtype:
+    """The numpy type the kernels see ``t``'s elements as: bf16 as its bit patterns."""
+    return np.dtype(BF16) if t.dtype == torch.bfloat16 else t.detach().numpy().dtype
+
+
+def rows(t: torch.Tensor) -> np.ndarray:
+    """``t``'s memory as the kernels read it (bf16 as uint16 bit patterns; no copy)."""
+    t = t.detach()
+    return t.view(torch.int16).numpy().view(BF16) if t.dtype == torch.bfloat16 else t.numpy()
+
+
+def as_tensor(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """The kernels' output ``a`` as a tensor of ``dtype`` (bf16 bit patterns viewed as bf16)."""
+    t = torch.from_numpy(a.view(np.int16) if dtype == torch.bfloat16 else a)
+    return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
 
 
 def fusable(x: torch.Tensor, bias: torch.Tensor | None) -> bool:
-    """Whether :func:`bias_relu_dropout` takes ``x`` and ``bias``: CPU, float32 or float64."""
-    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and (
-        bias is None or (bias.dtype == x.dtype and bias.device.type == "cpu"))
+    """Whether :func:`bias_relu_dropout` takes ``x`` and ``bias``: CPU, float32 or float64
+    (the bias of ``x``'s type), or bf16 (a product's output under autocast; a float32
+    bias)."""
+    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64, torch.bfloat16):
+        return False
+    want = torch.float32 if x.dtype == torch.bfloat16 else x.dtype
+    return bias is None or (bias.dtype == want and bias.device.type == "cpu")
 
 
 def bias_relu_dropout(x: torch.Tensor, bias: torch.Tensor | None, ids, p: float, key: int
