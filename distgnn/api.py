@@ -138,9 +138,10 @@ class Run:
         self.g.set_epoch(epoch, training)
 
     def autocast(self):
-        """The context a hand-written loop runs the model's forward pass (and loss) in:
-        ``torch.autocast`` to bf16 on the CPU under ``--precision bf16-mixed``, nothing under
-        fp32 (see :func:`~distgnn.run.shard.in_precision`)::
+        """The context a hand-written loop runs the model's forward pass (and loss) in.
+
+        It is ``torch.autocast`` to bf16 on the CPU under ``--precision bf16-mixed``,
+        nothing under fp32 (see :func:`~distgnn.run.shard.in_precision`)::
 
             with run.autocast():
                 loss = run.loss(model(run.g, run.x))

@@ -71,7 +71,6 @@ def main() -> None:
             s = best_seconds(lambda: x @ w, a.reps)
             print(f"{name:<40} {shape:<34} {str(dt).removeprefix('torch.'):<9} "
                   f"{s * 1e3:>8.1f} {flops / s / 1e9:>8.1f}")
-            del x, w
 
 
 if __name__ == "__main__":

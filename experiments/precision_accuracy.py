@@ -20,9 +20,7 @@ import statistics
 import time
 from pathlib import Path
 
-from distgnn.data.datasets import load
-from distgnn.run.config import TrainConfig
-from distgnn.run.training import train
+from distgnn import TrainConfig, load, train
 
 PRECISIONS = ("fp32", "bf16-mixed")
 

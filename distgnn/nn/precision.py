@@ -1,5 +1,6 @@
-"""How this project's autograd functions meet torch's CPU autocast (``--precision
-bf16-mixed``): under it a matrix product hands on bf16 activations, and a function whose
+"""How this project's autograd functions meet torch's CPU autocast (``--precision bf16-mixed``).
+
+Under autocast a matrix product hands on bf16 activations, and a function whose
 Numba kernels compute in float32 takes them widened to float32 (its forward decorated with
 :data:`float32_inputs`, its backward with :data:`autocast_backward`); outside autocast both
 do nothing.  The SpMM takes bf16 rows as they are (:class:`~distgnn.nn.backends.NumbaBackend`)."""

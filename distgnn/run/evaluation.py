@@ -75,7 +75,9 @@ def forward_eval(model: torch.nn.Module, shard: Shard, layer: int | None = None
             lambda module, args: captured.append(args[1 if graph_layer else 0]))
     try:
         with in_precision(shard):
-            logits = model(shard.nbr, shard.x).to(shard.x.dtype)
+            logits = model(shard.nbr, shard.x)
+        if isinstance(logits, torch.Tensor):  # anything else is refused by check_logits
+            logits = logits.to(shard.x.dtype)
     finally:
         if handle is not None:
             handle.remove()

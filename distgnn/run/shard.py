@@ -71,10 +71,11 @@ class Shard:
 
 
 def in_precision(shard: Shard):
-    """The context a model's forward pass on ``shard`` runs in: under ``--precision
-    bf16-mixed`` torch's autocast to bf16 on the CPU (every matrix product of bf16 operands,
-    float32 weights cast once per pass; this project's kernels take float32 or, for sum/mean
-    aggregations, bf16 rows); nothing under fp32."""
+    """The context a model's forward pass on ``shard`` runs in.
+
+    Under ``--precision bf16-mixed`` it is torch's autocast to bf16 on the CPU (every matrix
+    product of bf16 operands, float32 weights cast once per pass; this project's kernels
+    take bf16 rows where they can, float32 elsewhere); nothing under fp32."""
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=shard.precision == "bf16-mixed")
 
 

@@ -130,8 +130,9 @@ def step(model: torch.nn.Module, optimizer, shard: Shard, sync: ReplicaSync, num
     model.train()
     shard.nbr.set_epoch(epoch)
     with timer("forward"), in_precision(shard):
-        logits = model(shard.nbr, shard.x).to(shard.x.dtype)
+        logits = model(shard.nbr, shard.x)
     check_logits(logits, shard)
+    logits = logits.to(shard.x.dtype)  # bf16 under autocast: the loss sums in float32
     with timer("backward"):
         train = shard.masks["train"]
         loss = F.cross_entropy(logits[train], shard.y[train], reduction="sum") / num_train
