@@ -35,11 +35,12 @@ def triad_bandwidth(num_floats: int = 1 << 25, repeats: int = 5) -> float:
     return 3 * a.nbytes / best / 1e9
 
 
-def matmul_gflops(size: int = 4096, repeats: int = 5) -> float:
-    """The float32 matrix-product rate of torch on this process's threads: ``C = A B`` for
-    ``A``, ``B`` ``[size, size]`` (``2 size^3`` flops), GFLOP/s, best of ``repeats``."""
-    a = torch.randn(size, size)
-    b = torch.randn(size, size)
+def matmul_gflops(size: int = 4096, repeats: int = 5,
+                  dtype: torch.dtype = torch.float32) -> float:
+    """The matrix-product rate of torch in ``dtype`` on this process's threads: ``C = A B``
+    for ``A``, ``B`` ``[size, size]`` (``2 size^3`` flops), GFLOP/s, best of ``repeats``."""
+    a = torch.randn(size, size, dtype=dtype)
+    b = torch.randn(size, size, dtype=dtype)
     c = torch.mm(a, b)
     best = float("inf")
     for _ in range(repeats):

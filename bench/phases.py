@@ -15,7 +15,7 @@ the float32 matrix-product rate (``torch.mm`` of two ``--matmul-size`` square ma
   float32 output (:func:`bench.spmm.moved_bytes`), against the triad bandwidth.
 * **matrix products**: the profiler's ``aten::mm``, ``addmm``, ``bmm`` and ``baddbmm``
   (their own time; flops as the profiler counts them, ``2 m k n``), against the
-  matrix-product rate; and against their roofline: a product of ``[m, k] x [k, n]`` cannot
+  matrix-product rate (of bf16 products under ``--precision bf16-mixed``); and against their roofline: a product of ``[m, k] x [k, n]`` cannot
   take less than ``max(2 m k n / rate, (m k + k n + m n) * itemsize / triad)`` seconds, so
   a product with few columns (a layer's ``[N, 256] x [256, 16]`` into the classes) is bound
   by its bytes, not by the rate (``roofline_fraction``: the sum of these bounds over the
@@ -48,6 +48,8 @@ from bench.output import finish, output_arguments
 from bench.spmm import moved_bytes
 from distgnn.comm import SelfCommunicator
 from distgnn.data.datasets import load
+from distgnn.nn.backends import LINEAR
+from distgnn.placement import PRECISIONS
 from distgnn.run.config import TrainConfig
 from distgnn.run.replicas import ReplicaSync
 from distgnn.run.shard import dataset_shard
@@ -94,6 +96,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "plans and plans the memory arena)")
     p.add_argument("--epochs", type=int, default=3, help="profiled epochs")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="threads")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="the trainer's --precision; under bf16-mixed the matrix products are "
+                        "measured against the bf16 product's rate")
     p.add_argument("--matmul-size", type=int, default=4096,
                    help="side of the square matrices whose product measures the machine's "
                         "matrix-product rate (smaller ones run below it)")
@@ -110,12 +115,17 @@ class CountingBackend:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
+    def itemsize(self, x, reduce) -> int:
+        """Bytes per gathered element: 2 where the kernels gather bf16 rows."""
+        return 2 if getattr(self.inner, "bf16", False) and reduce in LINEAR else x.element_size()
+
     def spmm(self, graph, x, reduce):
-        self.bytes += moved_bytes(graph, x.shape[1], x.element_size())
+        self.bytes += moved_bytes(graph, x.shape[1], self.itemsize(x, reduce))
         return self.inner.spmm(graph, x, reduce)
 
     def spmm_backward(self, graph, grad_y, reduce, arg):
-        self.bytes += moved_bytes(graph.transpose(), grad_y.shape[1], grad_y.element_size())
+        self.bytes += moved_bytes(graph.transpose(), grad_y.shape[1],
+                                  self.itemsize(grad_y, reduce))
         return self.inner.spmm_backward(graph, grad_y, reduce, arg)
 
 
@@ -191,6 +201,7 @@ class ProfiledTimer(PhaseTimer):
 def profile_epochs(args) -> dict:
     cfg = TrainConfig(model=args.model, hidden=args.hidden, layers=args.layers,
                       dropout=args.dropout, threads=args.threads, backend="numba",
+                      precision=args.precision,
                       device="cpu", progress=False, epochs=args.warmup + 2 * args.epochs)
     configure_threads(args.threads)
     data = load(args.dataset)
@@ -271,9 +282,11 @@ def phase_rows(measured: dict, triad_gb_s: float, matmul_gflops_: float) -> list
 def main(args) -> int:
     info = machine_info(args.threads)
     configure_threads(args.threads)
-    info["matmul_gflops"] = round(matmul_gflops(args.matmul_size), 1)
+    low = args.precision == "bf16-mixed"
+    info["matmul_gflops"] = round(matmul_gflops(
+        args.matmul_size, dtype=torch.bfloat16 if low else torch.float32), 1)
     print(f"{info['cpu']}; {args.threads} threads; triad {info['triad_gb_s']} GB/s; "
-          f"fp32 matmul {info['matmul_gflops']} GFLOP/s; "
+          f"{'bf16' if low else 'fp32'} matmul {info['matmul_gflops']} GFLOP/s; "
           f"THP_MEM_ALLOC_ENABLE={info['thp_mem_alloc_enable']}", flush=True)
     measured = profile_epochs(args)
     # the machine's bandwidth again after the epochs: the better of the two is its limit
@@ -298,6 +311,7 @@ def main(args) -> int:
           f"their bytes)")
     finish({"benchmark": "phases", "machine": info, "dataset": args.dataset,
             "model": args.model, "hidden": args.hidden, "layers": args.layers,
+            "precision": args.precision,
             "threads": args.threads, "epoch_s": round(measured["epoch_s"], 4),
             "results": rows}, args)
     return 0

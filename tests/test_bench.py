@@ -279,6 +279,25 @@ def test_phase_split_counts_matmul_flops_and_elementwise_bytes():
     assert set(timer.seconds) == {"forward", "aggregation_forward", "optimizer"}
 
 
+def test_counted_aggregation_bytes_follow_the_rows_the_kernels_gather():
+    """bf16 rows (--aggregation-precision bf16, or bf16-mixed) count 2 bytes an element for
+    sum and mean, 4 for max, whose kernels gather float32."""
+    import torch
+
+    from bench.phases import CountingBackend
+    from bench.spmm import moved_bytes
+    from distgnn.nn.backends import get_backend
+    from tests.helpers.graphs import build_random_graph
+
+    graph, *_ = build_random_graph(seed=2, n=50, e=300)
+    x = torch.randn(50, 8)
+    for precision, reduce, itemsize in (("fp32", "sum", 4), ("bf16", "sum", 2),
+                                        ("bf16", "max", 4)):
+        counting = CountingBackend(get_backend("numba", precision))
+        counting.spmm(graph, x, reduce)
+        assert counting.bytes == moved_bytes(graph, 8, itemsize), (precision, reduce)
+
+
 def test_roofline_bounds_each_product_by_its_flops_or_its_bytes():
     """At 100 GFLOP/s and 10 GB/s a product of 1e9 flops and 1e9 bytes is bound by its bytes
     (0.1 s), one of 1e10 flops and 1e8 bytes by its flops (0.1 s): two epochs of both are
