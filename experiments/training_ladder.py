@@ -45,14 +45,14 @@ def partitions(files: Path, ranks: int, out: Path) -> float:
     return time.perf_counter() - started
 
 
-def predicted(parts: Path, hidden: int) -> dict:
+def predicted(parts: Path, hidden: int, precision: str) -> dict:
     """``inspect``'s statistics of ``parts`` for the model (its JSON, written beside the
     partitions: ``inspect`` refuses to write into the folder it reads)."""
     out = parts.with_name(parts.name + "-inspect.json")
     out.unlink(missing_ok=True)
     subprocess.run([str(BIN / "distgnn-partition"), "inspect", str(parts), "--hidden",
-                    str(hidden), "--layers", "2", "--json", str(out)], check=True,
-                   stdout=subprocess.DEVNULL)
+                    str(hidden), "--layers", "2", "--precision", precision, "--json", str(out)],
+                   check=True, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
 
 
@@ -104,7 +104,9 @@ def main() -> None:
             write_rmat_files(files, scale, 16, a.features)
         parts = a.work / f"rmat{scale}-p{a.ranks}"
         partition_s = partitions(files, a.ranks, parts)
-        stats = predicted(parts, a.hidden)
+        precision = (a.extra[a.extra.index("--precision") + 1] if "--precision" in a.extra
+                     else "fp32")
+        stats = predicted(parts, a.hidden, precision)
         per_rank = stats["per_rank"]
         row = {"scale": scale, "vertices": stats["num_nodes"], "edges": stats["num_edges"],
                "ranks": a.ranks, "extra": a.extra, "partition_s": partition_s,

@@ -6,7 +6,8 @@
                       [--force]
                       [--weights W0,W1,...] [--order-vertices auto|given|degree|rcm]
                       [--symmetrize] [--split-file FILE]
-    distgnn-partition inspect DIR [--width D] [--hidden H] [--layers L] [--json FILE]
+    distgnn-partition inspect DIR [--width D] [--hidden H] [--layers L] [--precision P]
+        [--json FILE]
     distgnn-partition verify DIR [--dataset SPEC]
 
 :func:`partition_dataset` is what it does once the dataset is loaded, for any
@@ -45,6 +46,7 @@ from distgnn.data.partitions import (
 )
 from distgnn.errors import DistGNNError
 from distgnn.nn.config import MAX_LAYERS
+from distgnn.placement import PRECISIONS
 from distgnn.program import (
     DefaultsHelpFormatter,
     OneLineParser,
@@ -205,6 +207,9 @@ def inspect_parser() -> argparse.ArgumentParser:
                       formatter_class=DefaultsHelpFormatter)
     p.add_argument("directory", metavar="DIR", help="partition directory")
     _stat_flags(p)
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="the training run's --precision for the predicted memory per rank "
+                        "(bf16-mixed keeps its saved activations in bf16)")
     return p
 
 
@@ -475,7 +480,8 @@ def inspect_main(args) -> int:
                       width=args.width, num_features=meta.get("num_features", 0),
                       num_classes=meta.get("num_classes", 0), hidden=args.hidden,
                       layers=args.layers, shares=shares, sets=sets,
-                      ranks_per_node=args.ranks_per_node)
+                      ranks_per_node=args.ranks_per_node,
+                      saved_bytes=2 if args.precision == "bf16-mixed" else None)
     print(f"{args.directory}: {meta.get('method')} partitions of {meta.get('dataset')} "
           f"(seed {meta.get('seed')}, vertex order {meta.get('vertex_order', 'given')}, "
           f"format version {meta['format_version']})")

@@ -139,12 +139,14 @@ def node_links(sets: list[list[int]], num_parts: int, ranks_per_node: int) -> di
 def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
               width: int = 128, num_features: int = 0, num_classes: int = 0,
               hidden: int = 256, layers: int = 2, shares=None,
-              sets: list[list[int]] | None = None, ranks_per_node: int = 1) -> dict:
+              sets: list[list[int]] | None = None, ranks_per_node: int = 1,
+              saved_bytes: int | None = None) -> dict:
     """The statistics of the module docstring as a JSON-ready dict (per-rank lists too).
 
     ``shares``: the requested edge share of each partition (default equal); ``sets``: the
     :func:`clone_sets` of the cut, when known (written as ``clone_sets``, and with
-    ``ranks_per_node`` > 1 its :func:`node_links` as ``node_links``).
+    ``ranks_per_node`` > 1 its :func:`node_links` as ``node_links``); ``saved_bytes``: of a
+    saved activation's element in the predicted memory (2 under bf16-mixed; default 4).
     """
     P = len(counts)
     edges = np.array([c.edges for c in counts], np.float64)
@@ -162,7 +164,8 @@ def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
     roots = np.array([c.roots for c in counts], np.float64)
     exchange = [width * (c.leaves + c.leaf_entries) for c in counts]
     memory = [training_memory(c.vertices, c.edges, num_features, num_classes, hidden, layers,
-                              split_entries=c.leaves + c.leaf_entries)["total"]
+                              split_entries=c.leaves + c.leaf_entries,
+                              saved_bytes=saved_bytes)["total"]
               for c in counts]
     return {
         "num_parts": P,

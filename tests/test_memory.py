@@ -146,6 +146,17 @@ def test_training_keeps_a_byte_per_element_of_each_hidden_relu():
     assert wide["activations"] - narrow["activations"] == 1000 * (1 + 4 + 0)
 
 
+def test_bf16_mixed_keeps_its_saved_activations_at_two_bytes():
+    """Under bf16-mixed the activations autograd keeps (each layer's input, the output
+    layer's output) take 2 bytes an element where fp32 takes 4; the gradients, the logits and
+    everything else stay as they are."""
+    fp32 = predict(*parts(TrainConfig(hidden=64)), 1000, 5000, 32, 4)
+    mixed = predict(*parts(TrainConfig(hidden=64, precision="bf16-mixed")), 1000, 5000, 32, 4)
+    assert fp32["activations"] - mixed["activations"] == 2 * 1000 * (32 + 64 + 4)
+    assert {k: v for k, v in fp32.items() if k not in ("activations", "total")} == \
+        {k: v for k, v in mixed.items() if k not in ("activations", "total")}
+
+
 def test_freed_blocks_go_back_to_the_kernel():
     """After one large block has been freed, glibc serves blocks up to 32 MiB from its heap
     and keeps them resident when they are freed; with return_freed_blocks they are unmapped."""

@@ -147,6 +147,18 @@ def test_cli_inspect_counts_split_vertices_itself(good_dir, tmp_path, capsys):
         in capsys.readouterr().out
 
 
+def test_cli_inspect_predicts_less_memory_for_bf16_mixed(good_dir, tmp_path):
+    """``--precision bf16-mixed`` counts the saved activations at 2 bytes: every rank's
+    prediction is lower, by the same model :func:`~distgnn.run.memory.training_memory` uses."""
+    predicted = {}
+    for precision in ("fp32", "bf16-mixed"):
+        out = tmp_path / f"{precision}.json"
+        assert run_cli(["inspect", good_dir, "--precision", precision, "--json", out]) == 0
+        predicted[precision] = json.loads(out.read_text())["predicted_memory_bytes"]
+    assert predicted["bf16-mixed"]["max"] < predicted["fp32"]["max"]
+    assert predicted["bf16-mixed"]["mean"] < predicted["fp32"]["mean"]
+
+
 def test_cli_verify_with_the_dataset_checks_meta_json_against_it(good_dir, capsys):
     assert run_cli(["verify", good_dir, "--dataset", SMALL_RMAT]) == 0
     capsys.readouterr()

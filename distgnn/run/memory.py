@@ -126,7 +126,7 @@ def predict(network: ModelConfig, exchange: ExchangeConfig, execution: Execution
         network.hidden if network.model == "gin" else 0, split_entries, widths,
         exchange.delay_epochs if delayed else 0,
         (lambda w: row_bytes(exchange.wire, w, value_bytes)) if compressed else None,
-        execution.recompute)
+        execution.recompute, 2 if execution.precision == "bf16-mixed" else None)
 
 
 def _refusal(where: str, need: dict, have: int, device, ranks: int = 1) -> DistGNNError:
@@ -204,21 +204,24 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
                     precompute_first: bool = False, heads: int = 0, mlp: int = 0,
                     split_entries: int = 0, delayed_widths: tuple[int, ...] = (),
                     delay: int = 0, wire_row_bytes=None,
-                    recompute: bool = False) -> dict[str, int]:
+                    recompute: bool = False, saved_bytes: int | None = None
+                    ) -> dict[str, int]:
     r"""Predicted peak memory (bytes) of a training process, by part, and their ``total``.
 
     The peak resident memory of a process over ``N`` vertices and ``E`` edges (a whole graph,
     or a rank's partition with ``S`` split entries: its leaves plus its leaf entries).
 
     With layer widths ``d_0 = F, d_1 .. d_{L-1} = H, d_L = C`` (:func:`layer_widths`),
-    ``s``-byte floats (``value_bytes``: 4, or 8 under ``--dtype float64``):
+    ``s``-byte floats (``value_bytes``: 4, or 8 under ``--dtype float64``) and ``t``-byte
+    saved activations (``saved_bytes``: ``s``, or 2 under ``--precision bf16-mixed``, whose
+    products keep their bf16 operands):
 
     .. math::
         \text{runtime} = 450\ \text{MiB} \qquad
         \text{model} = 5 s \sum_{l=1}^{L} w_l
             \quad\text{(weights, gradients, two Adam moments, best weights)}
 
-        \text{activations} = s N \sum_{l=1}^{L} (d_{l-1} + 3 m) + s N d_L
+        \text{activations} = t N \sum_{l=1}^{L} (d_{l-1} + 3 m) + t N d_L
             + a N \sum_{l=1}^{L-1} d_l + (1 + \rho)\, s N \max_l d_l + 3 s N C + 6 s E H' L
 
         \text{graph} = 22 E + 40 N \qquad \text{features} = c\, s N F + 24 N
@@ -267,14 +270,15 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     d = layer_widths(num_features, hidden, num_classes, layers)
     k = 2 if two_weights else 1
     s = value_bytes
+    t = s if saved_bytes is None else saved_bytes
     N, E, S = num_nodes, num_edges, split_entries
     weights = (i * mlp + mlp + (mlp + 1) * o if mlp else k * (i + 1) * o
                for i, o in zip(d[:-1], d[1:]))
     parts = {
         "runtime": RUNTIME_BYTES,
         "model": s * 5 * sum(weights),
-        "activations": (s * N * sum(i + 3 * mlp for i in d[:-1]) + s * N * d[-1]
-                        + (s if heads else 1) * N * sum(d[1:-1])
+        "activations": (t * N * sum(i + 3 * mlp for i in d[:-1]) + t * N * d[-1]
+                        + (t if heads else 1) * N * sum(d[1:-1])
                         + (1 + recompute) * s * N * max(d) + 3 * s * N * num_classes
                         + 6 * s * E * heads * layers),
         "graph": 22 * E + 40 * N,
