@@ -209,6 +209,12 @@ class ExecutionConfig:
         ``--aggregation-precision bf16``, or ``--precision bf16-mixed``, which implies it."""
         return self.aggregation_precision == "bf16" or self.precision == "bf16-mixed"
 
+    @property
+    def gathered_precision(self) -> str:
+        """What the aggregation backend gathers (:func:`~distgnn.nn.backends.get_backend`'s
+        ``aggregation_precision``): ``bf16`` where :attr:`bf16_aggregation`, else ``fp32``."""
+        return "bf16" if self.bf16_aggregation else "fp32"
+
 
 def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether this CPU multiplies bf16 in hardware (one of :data:`BF16_CPU_FLAGS` among its

@@ -173,7 +173,7 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
         log(f"vertex order {chosen}" + (f" ({cfg.reorder})" if chosen != cfg.reorder else "")
             + "".join(f", {k} {v:.3f} s" for k, v in trial.items())
             + f": relabelled in {time.perf_counter() - started:.2f} s")
-    nbr = Neighbourhood(graph, get_backend(backend, "bf16" if cfg.bf16_aggregation else "fp32",
+    nbr = Neighbourhood(graph, get_backend(backend, cfg.gathered_precision,
                                            cfg.kernel_trial), timer=timer,
                         device=device, dtype=getattr(torch, cfg.dtype), global_ids=global_ids,
                         seed=cfg.seed)
@@ -239,7 +239,7 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                               controlled=cfg.default_schedule, exchange_precision=cfg.wire,
                               backward_exchange=cfg.backward_exchange,
                               topology=cfg.exchange_topology))
-    nbr = Neighbourhood(part.graph, get_backend(backend, "bf16" if cfg.bf16_aggregation else "fp32",
+    nbr = Neighbourhood(part.graph, get_backend(backend, cfg.gathered_precision,
                                                 cfg.kernel_trial),
                         in_degree=None if cfg.algo == "0c" else part.in_degree, timer=timer,
                         device=device, global_ids=part.global_ids, exchange=exchange,
