@@ -15,11 +15,11 @@ the float32 matrix-product rate (``torch.mm`` of two ``--matmul-size`` square ma
   float32 output (:func:`bench.spmm.moved_bytes`), against the triad bandwidth.
 * **matrix products**: the profiler's ``aten::mm``, ``addmm``, ``bmm`` and ``baddbmm``
   (their own time; flops as the profiler counts them, ``2 m k n``), against the
-  matrix-product rate (of bf16 products under ``--precision bf16-mixed``); and against their roofline: a product of ``[m, k] x [k, n]`` cannot
-  take less than ``max(2 m k n / rate, (m k + k n + m n) * itemsize / triad)`` seconds, so
-  a product with few columns (a layer's ``[N, 256] x [256, 16]`` into the classes) is bound
-  by its bytes, not by the rate (``roofline_fraction``: the sum of these bounds over the
-  measured time).
+  matrix-product rate (of bf16 products under ``--precision bf16-mixed``); and against
+  their roofline: a product of ``[m, k] x [k, n]`` cannot take less than
+  ``max(2 m k n / rate, (m k + k n + m n) * itemsize / triad)`` seconds, so a product with
+  few columns may be bound by its bytes rather than by the rate (``roofline_fraction``: the
+  sum of these bounds over the measured time).
 * **elementwise**: every other operator that computes (bias, activation, dropout masks,
   sums, the loss, their gradients), and this project's elementwise kernels (the keyed
   dropout, the fused bias-ReLU-dropout epilogue and the self-loop normalisation after an

@@ -67,7 +67,8 @@ def bias_relu_masked_scale(x, bias, global_ids, key, threshold, scale, out, kept
 
     ``bias`` ``[d]``; the mask is :func:`masked_scale`'s (``threshold`` 0 keeps every element
     without hashing).  ``x`` and ``out`` may hold bf16 bit patterns (uint16): ``x`` is
-    widened, the row computed in float32 and rounded once into ``out``.  ``kept`` ``[N, ceil(d / 8)]`` uint8 receives bit ``f % 8`` of byte
+    widened, the row computed in float32 and rounded once into ``out``.  ``kept``
+    ``[N, ceil(d / 8)]`` uint8 receives bit ``f % 8`` of byte
     ``f // 8`` set where ``out[i, f] > 0`` (all the backward pass needs: 1 bit where a float
     copy takes 32).  A NaN of ``x + b`` stays NaN where the mask keeps it, as through
     ``relu`` and a separate dropout (and receives no gradient, as there).
