@@ -273,7 +273,9 @@ def phase_rows(measured: dict, triad_gb_s: float, matmul_gflops_: float) -> list
                      "fraction": round(rate / limit, 3)})
         if phase == "matmul":
             rows[-1].update(roofline_rows(m, triad_gb_s, matmul_gflops_, epochs))
-    other = epoch_s - sum(r["s"] for r in rows)
+    # from the unrounded seconds: on a short epoch the rows' rounding adds up to percents
+    other = epoch_s - sum(measured[phase]["s"] / epochs
+                          for phase in ("aggregation", "matmul", "elementwise", "optimizer"))
     rows.append({"phase": "other", "s": round(other, 4), "share": round(other / epoch_s, 3),
                  "unit": "", "achieved": "", "limit": "", "fraction": ""})
     return rows
