@@ -200,6 +200,7 @@ def chart(results: list[dict], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.2), squeeze=False)
     for ax, r in zip(axes[0], results):
         for side, style in (("full batch", "-"), ("mini batch", "--")):
@@ -208,6 +209,8 @@ def chart(results: list[dict], path: Path) -> None:
         ax.axhline(100 * r["summary"]["target"], color="grey", lw=0.8, ls=":",
                    label="target: 1 point under the better final")
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: 2x10^2 .. crowd
         ax.set_xlabel("training seconds (evaluation excluded)")
         ax.set_ylabel(f"test {r['metric']} (%)")
         ax.set_title(r["dataset"])
