@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import re
+import threading
 import tokenize
 from pathlib import Path
 
@@ -255,6 +256,13 @@ class Partition:
         return len(np.unique(np.asarray(self.leaf_root_local)))
 
 
+# np.load parses a header with ast.literal_eval, whose tree construction CPython 3.11 does not
+# guard across threads: two at once can fail with a spurious "SystemError: AST constructor
+# recursion depth mismatch" (python/cpython#106905). Ranks on threads of one process load
+# their partitions at the same moment, so the parse is taken one at a time.
+_HEADER_PARSE = threading.Lock()
+
+
 def _load_array(path: Path, mmap: bool) -> np.ndarray:
     """The array of ``path``, memory-mapped or (``mmap=False``) read into memory.
 
@@ -265,7 +273,7 @@ def _load_array(path: Path, mmap: bool) -> np.ndarray:
         raise PartitionFormatError(f"{path}: not a regular file")
     try:
         # numpy refuses a header whose shape overflows as "too big"; its warning is noise
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore"), _HEADER_PARSE:
             array = np.load(path, mmap_mode="r", allow_pickle=False)
     except FileNotFoundError:
         raise PartitionFormatError(f"{path}: missing") from None
