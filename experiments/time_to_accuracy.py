@@ -18,8 +18,8 @@ own holding ``torch``, ``torch_geometric`` and ``torch_sparse`` (whose neighbour
 Both sides train the same model on the same features, labels and split: GraphSAGE with the
 mean aggregator (PyG's ``SAGEConv``, ``h'_v = W_r h_v + W_n mean_{u in N(v)} h_u + b``),
 ``--layers`` layers of width ``--hidden``, ReLU between, dropout 0.5 before each layer, Adam
-(``--lr``, ``--minibatch-lr``, weight decay 5e-4), cross-entropy on the training vertices, features as stored
-(``--feature-norm none``).  Full batch: ``distgnn.train``, one process, ``--threads``
+(``--lr``, ``--minibatch-lr``, weight decay 5e-4), cross-entropy on the training vertices,
+features as stored (``--feature-norm none``).  Full batch: ``distgnn.train``, one process, ``--threads``
 threads, one step per epoch over the whole graph, evaluated every epoch.  Mini batch:
 ``NeighborLoader(num_neighbors=--fanout, batch_size=--batch-size, shuffle=True)`` over the
 training vertices, one step per batch, one process with ``--threads`` threads and the
@@ -210,7 +210,8 @@ def chart(results: list[dict], path: Path) -> None:
                    label="target: 1 point under the better final")
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(ScalarFormatter())
-        ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: 2x10^2 .. crowd
+        # labels at the decades only: the minor ticks' labels (2x10^2, 3x10^2, ...) overlap
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("training seconds (evaluation excluded)")
         ax.set_ylabel(f"test {r['metric']} (%)")
         ax.set_title(r["dataset"])
