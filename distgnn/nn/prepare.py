@@ -60,12 +60,13 @@ def prepare(model: nn.Module, g: Neighbourhood, bf16_activations: bool = False) 
     It runs :func:`assign_keys`; with ``bf16_activations``, stores what its training passes
     keep for the backward pass in bf16 (:mod:`distgnn.nn.saved_activations`); and on a
     partition refuses torch's own dropout, as a module at once and as a function
-    (``F.dropout``) in the first training forward pass, with one line naming it.
+    (``F.dropout``) in the first training forward pass, with one line naming it (unless the
+    model keys torch's dropout itself, ``keys_torch_dropout``: :class:`distgnn.pyg.PyGModel`).
     """
     assign_keys(model)
     if bf16_activations:
         store_in_bf16(model, lambda: g.training)
-    if not g.exchange.combines_clones:
+    if not g.exchange.combines_clones or getattr(model, "keys_torch_dropout", False):
         return
     for name, module in model.named_modules():
         if isinstance(module, TORCH_DROPOUTS) and module.p:

@@ -9,7 +9,8 @@ evaluation view, whatever the run's algorithm), so that the logits of a vertex a
 whole graph's.
 
 The *layers* of a model, for embeddings, are its graph layers
-(:class:`~distgnn.nn.graph_layer.GraphLayer`) and its ``torch.nn.Linear`` modules that are
+(:class:`~distgnn.nn.graph_layer.GraphLayer`, or PyTorch Geometric's ``MessagePassing``) and its
+``torch.nn.Linear`` modules that are
 not inside a graph layer, in the order ``model.modules()`` lists them (their order of construction).
 The embedding of layer ``k`` is the input it receives, ``[N, d_k]``; the default, ``-1``,
 is the last layer's: the representation the classifier reads.
@@ -31,10 +32,13 @@ __all__ = ["check_logits", "roc_auc"]
 
 def embedding_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The layers of ``model`` whose inputs are embeddings (see the module docstring)."""
-    inside = {id(sub) for m in model.modules() if isinstance(m, GraphLayer)
+    def graph_layer(m):  # distgnn's, or PyTorch Geometric's MessagePassing
+        return isinstance(m, GraphLayer) or callable(getattr(type(m), "propagate", None))
+
+    inside = {id(sub) for m in model.modules() if graph_layer(m)
               for sub in m.modules() if sub is not m}
     return [m for m in model.modules()
-            if isinstance(m, (GraphLayer, torch.nn.Linear)) and id(m) not in inside]
+            if (graph_layer(m) or isinstance(m, torch.nn.Linear)) and id(m) not in inside]
 
 
 def check_logits(logits, shard: Shard, classes: int | None = None) -> None:
