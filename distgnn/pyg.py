@@ -215,7 +215,8 @@ def _local_edge_index(g: Neighbourhood, device) -> torch.Tensor:
 def _local_edge_weight(g: Neighbourhood, x: torch.Tensor) -> torch.Tensor:
     key = ("pyg_edge_weight", str(x.device), x.dtype)
     if key not in g.graph.cache:
-        g.graph.cache[key] = torch.from_numpy(g.graph.edge_weight).to(x.device, x.dtype)
+        # a copy: partitions memory-map the weights read-only
+        g.graph.cache[key] = torch.tensor(g.graph.edge_weight).to(x.device, x.dtype)
     return g.graph.cache[key]
 
 
@@ -362,17 +363,27 @@ class _Pass:
                 or set(kwargs) - {"x", "edge_weight"} or not isinstance(x, torch.Tensor)
                 or x.dim() != 2 or x.shape[0] != edges.n or module.flow != "source_to_target"):
             return None
-        graph = self.g.graph
-        if weight is not None:
-            if (weight.requires_grad or weight.dim() != 1
-                    or x.dtype not in (torch.float32, torch.bfloat16)):
-                return None
+        if weight is None:
+            graph = self.unweighted()
+        elif (weight.requires_grad or weight.dim() != 1
+              or x.dtype not in (torch.float32, torch.bfloat16)):
+            return None  # the kernels' edge weights are float32 constants
+        else:
             graph = self.weighted(edges, weight)
         y = SpMM.apply(x, graph, self.g.backend, "sum", self.g.timer)
         loop = None
         if edges.tail:
             loop = x if weight is None else weight[edges.body:].view(-1, 1).to(x.dtype) * x
         return self.complete(module, key, edges, y, loop, reduce)
+
+    def unweighted(self) -> CSRGraph:
+        """The local CSR without the graph's edge weights (made once)."""
+        g = self.g.graph
+        if g.edge_weight is None:
+            return g
+        if "pyg_unweighted" not in g.cache:
+            g.cache["pyg_unweighted"] = CSRGraph(g.indptr, g.indices, g.num_nodes)
+        return g.cache["pyg_unweighted"]
 
     def weighted(self, edges: _Edges, weight: torch.Tensor) -> CSRGraph:
         """The local CSR with ``weight``'s first ``E`` values, kept while they stay."""
@@ -477,10 +488,10 @@ class _Pass:
         return vertex_dropout(x.reshape(x.shape[0], -1), ids, float(p), key).view_as(x)
 
     def edge_keys(self, edges: _Edges, device):
-        if edges.keys is None:
-            gid = torch.from_numpy(self.g.global_ids)
-            src, dst = (gid[i] for i in edges.edge_index.cpu())
-            edges.keys = ((src << 32) | dst).numpy()
+        if edges.keys is None:  # as Neighbourhood.edge_keys: (g_u << 32) | g_v
+            gid = self.g.global_ids
+            src, dst = (gid[i] for i in edges.edge_index.cpu().numpy())
+            edges.keys = (src << 32) | dst
         return edges.keys if torch.device(device).type == "cpu" else \
             torch.from_numpy(edges.keys).to(device)
 

@@ -1,0 +1,326 @@
+"""PyTorch Geometric models trained on partitions as they are (:mod:`distgnn.pyg`).
+
+The reference is PyG itself: on the whole graph, a distributed model computes what the
+plain model computes (outputs and gradients); on 2 and 4 partitions (ranks on threads,
+cd-0) it follows the whole graph's run epoch by epoch, dropout on.  ``python -m
+tests.test_pyg_models [--dataset cora] [--epochs 50]`` prints that comparison for every
+layer of :data:`tests.helpers.pyg_models.LAYERS` as a table."""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+torch_geometric = pytest.importorskip("torch_geometric")
+
+import distgnn  # noqa: E402
+import distgnn.pyg as dpyg  # noqa: E402
+from distgnn.errors import DistGNNError  # noqa: E402
+from distgnn.run.config import TrainConfig  # noqa: E402
+from distgnn.run.shard import partition_shard  # noqa: E402
+from distgnn.run.training import fit  # noqa: E402
+from distgnn.timing import PhaseTimer  # noqa: E402
+from tests.helpers.partitions import write_dir  # noqa: E402
+from tests.helpers.pyg_models import LAYERS, Net, weighted_graph  # noqa: E402
+from tests.helpers.training import on_threads  # noqa: E402
+
+# max relative difference of the per-epoch losses against one process, by type
+BOUND = {"float32": 1e-5, "float64": 1e-10}
+
+
+def quiet(**config) -> TrainConfig:
+    return TrainConfig(progress=False, threads=1, lr=0.01, feature_norm="none", **config)
+
+
+def train_on_ranks(source, ranks: int, cfg: TrainConfig, make_model) -> list:
+    """Every rank's result of ``make_model``'s model trained on ``ranks`` partitions in
+    ``source`` by ranks that are threads (one process on a dataset when ``ranks`` is 1)."""
+    if ranks == 1:
+        return [distgnn.train(source, cfg, make_model, log=lambda s: None)]
+
+    def rank(comm):
+        shard = partition_shard(str(source), cfg, comm, PhaseTimer(), torch.device("cpu"),
+                                "numba")
+        try:
+            return fit(shard, cfg, comm, PhaseTimer(), log=lambda s: None,
+                       make_model=make_model)
+        finally:
+            shard.nbr.exchange.finish()
+
+    return on_threads(ranks, rank)
+
+
+def loss_gap(one, many) -> float:
+    a = np.array([r["loss"] for r in one.history])
+    b = np.array([r["loss"] for r in many.history])
+    return float(np.max(np.abs(a - b) / np.abs(a)))
+
+
+@pytest.fixture(scope="module")
+def weighted(tmp_path_factory):
+    """The weighted graph, and its Libra partitions into 2 and 4 parts."""
+    ds = weighted_graph()
+    root = tmp_path_factory.mktemp("weighted")
+    for parts in (2, 4):
+        write_dir(ds, root / f"p{parts}", parts)
+    return ds, {1: ds, 2: root / "p2", 4: root / "p4"}
+
+
+@pytest.mark.parametrize("layer", list(LAYERS))
+def test_whole_graph_is_plain_pyg(layer, weighted):
+    """On the whole graph the distributed model's outputs and parameter gradients are the
+    plain PyG model's (float64, 1e-12 relative), under every layer (in evaluation mode:
+    GAT's own attention dropout draws from torch's generator in the plain model)."""
+    ds, _ = weighted
+    run = distgnn.setup(ds, quiet(dtype="float64"), log=lambda s: None)
+    torch.manual_seed(0)
+    plain = Net(layer, ds.num_features, ds.num_classes, p=0.0).double()
+    model = run.place(dpyg.distribute(Net(layer, ds.num_features, ds.num_classes, p=0.0)))
+    model.load_state_dict(plain.state_dict())
+    edge_index = torch.stack(run.g.edge_index())
+    weight = torch.from_numpy(ds.graph.edge_weight).double()
+    mix = torch.randn(ds.graph.num_nodes, ds.num_classes, dtype=torch.float64)
+    run.start_epoch(model, 0, training=False)
+    outputs = []
+    for net, call in ((plain, lambda: plain(run.x, edge_index, weight)),
+                      (model, lambda: model(run.g, run.x))):
+        net.eval()
+        out = call()
+        (out * mix).sum().backward()
+        outputs.append((out.detach(), [p.grad for p in net.parameters()]))
+    (want, want_grads), (got, got_grads) = outputs
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12 * float(want.abs().max()))
+    for g, w in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12 * float(w.abs().max()))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("layer", list(LAYERS))
+def test_partitions_follow_one_process(layer, dtype, weighted):
+    """cd-0 on 2 and 4 ranks gives the losses of one process epoch by epoch, dropout 0.5
+    (on vertices, and on edges in GAT, GATv2 and the transformer): within 1e-5 relative in
+    float32 and 1e-10 in float64 over 30 epochs (the table of ``python -m
+    tests.test_pyg_models``: 50), and the model learns."""
+    ds, sources = weighted
+    cfg = quiet(dtype=dtype, epochs=30, eval_every=30)
+
+    def make(f, c):
+        return dpyg.distribute(Net(layer, f, c))
+
+    one = train_on_ranks(ds, 1, cfg, make)[0]
+    for ranks in (2, 4):
+        many = train_on_ranks(sources[ranks], ranks, cfg, make)
+        assert loss_gap(one, many[0]) <= BOUND[dtype], ranks
+        for other in many[1:]:  # one model on every rank
+            for a, b in zip(other.model.parameters(), many[0].model.parameters()):
+                assert torch.equal(a, b)
+    assert one.history[-1]["loss"] < 0.9 * one.history[0]["loss"]
+
+
+def test_dropout_is_keyed_by_vertex_and_edge(weighted):
+    """``F.dropout`` in a distributed forward pass drops about ``p`` of the elements, the
+    same ones on every call of an epoch and other ones in the next epoch; GAT's dropout of
+    the edges' attention is keyed by edge.  torch's generator is not used."""
+    ds, _ = weighted
+    run = distgnn.setup(ds, quiet(), log=lambda s: None)
+
+    class Drop(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(()))  # a model has weights to keep alike
+
+        def forward(self, x, edge_index):
+            return F.dropout(torch.ones_like(x), p=0.3, training=self.training) * self.scale
+
+    model = run.place(dpyg.distribute(Drop()))
+    masks = []
+    for epoch in (0, 0, 1):
+        run.start_epoch(model, epoch)
+        state = torch.get_rng_state()
+        masks.append(model(run.g, run.x))
+        assert torch.equal(torch.get_rng_state(), state)
+    kept = (masks[0] != 0).double().mean()
+    assert abs(float(kept) - 0.7) < 0.03
+    assert torch.equal(masks[0], masks[1]) and not torch.equal(masks[0], masks[2])
+    assert torch.allclose(masks[0].unique(), torch.tensor([0.0, 1 / 0.7]))
+    run.start_epoch(model, 0, training=False)
+    assert torch.equal(model(run.g, run.x), torch.ones_like(run.x))
+
+
+class Pooled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch_geometric.nn.GCNConv(4, 4)
+        self.pool = torch_geometric.nn.aggr.MeanAggregation()
+
+    def forward(self, x, edge_index):
+        return self.conv(x, edge_index) + self.pool(x)
+
+
+class OwnAggregate(torch_geometric.nn.MessagePassing):
+    def aggregate(self, inputs, index, ptr=None, dim_size=None):
+        return super().aggregate(inputs, index, ptr, dim_size)
+
+
+def _refused():
+    g = torch_geometric.nn
+    return [
+        (nn.Sequential(g.GCNConv(4, 4), nn.BatchNorm1d(4)), "1 (BatchNorm1d)"),
+        (nn.ModuleList([g.GCNConv(4, 4), g.BatchNorm(4)]), "1 (BatchNorm)"),
+        (nn.ModuleList([g.GraphNorm(4)]), "0 (GraphNorm)"),
+        (nn.ModuleList([g.LayerNorm(4)]), "0 (LayerNorm)"),
+        (nn.ModuleList([g.ChebConv(4, 4, K=2)]), "0 (ChebConv): PyG's ChebConv is not among"),
+        (nn.ModuleList([g.SAGEConv(4, 4, aggr="std")]), "aggregation StdAggregation"),
+        (nn.ModuleList([g.GINConv(nn.Linear(4, 4), aggr="softmax")]),
+         "aggregation SoftmaxAggregation"),
+        (nn.ModuleList([OwnAggregate()]), "0 (OwnAggregate): overrides aggregate()"),
+        (Pooled(), "pool (MeanAggregation): pooling over all vertices"),
+        (nn.ModuleList([g.GATConv(4, 4, edge_dim=1)]), "fill_value='mean'"),
+        (nn.ModuleList([nn.AlphaDropout(0.5)]), "0 (AlphaDropout)"),
+        (nn.ModuleList([g.GCNConv(4, 4, decomposed_layers=2)]), "decomposed_layers"),
+    ]
+
+
+@pytest.mark.parametrize("model,message", _refused())
+def test_what_cannot_be_exact_is_refused_naming_the_module(model, message):
+    with pytest.raises(DistGNNError, match=None) as e:
+        dpyg.distribute(model)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_what_cannot_be_keyed_is_refused_where_it_is_called(weighted):
+    """Dropout other than ``F.dropout``, dropout of rows that are neither vertices nor the
+    edges of a message-passing call, and a softmax outside one end in one line."""
+    ds, _ = weighted
+    run = distgnn.setup(ds, quiet(), log=lambda s: None)
+
+    class Calls(nn.Module):
+        def __init__(self, call):
+            super().__init__()
+            self.call, self.scale = call, nn.Parameter(torch.ones(()))
+
+        def forward(self, x, edge_index):
+            return self.call(x, edge_index) * self.scale
+
+    for call, message in [
+            (lambda x, ei: F.alpha_dropout(x, 0.5, True), "alpha_dropout"),
+            (lambda x, ei: F.dropout(x[:3], 0.5, True), "tensor of shape [3, 12]"),
+            (lambda x, ei: torch_geometric.utils.softmax(x[:, 0], ei[1]), "softmax on a part")]:
+        model = run.place(dpyg.distribute(Calls(call)))
+        run.start_epoch(model, 0)
+        with pytest.raises(DistGNNError) as e:
+            model(run.g, run.x)
+        assert message in str(e.value)
+
+
+def test_weights_come_back_as_the_plain_models(weighted, tmp_path):
+    """Trained on 4 ranks, the model file's ``state_dict`` loads into the plain PyG model,
+    which predicts the class that distgnn's predictions file holds, for every vertex; the
+    distributed model's own ``state_dict`` has the plain keys; ``distgnn.predict`` takes the
+    factory again and gives the same predictions."""
+    ds, sources = weighted
+    cfg = quiet(epochs=10, eval_every=10, save_model=str(tmp_path / "model.pt"),
+                predictions_out=str(tmp_path / "pred.npz"))
+
+    def make(f, c):
+        return dpyg.distribute(Net("GATConv", f, c))
+
+    result = train_on_ranks(sources[4], 4, cfg, make)[0]
+    plain = Net("GATConv", ds.num_features, ds.num_classes)
+    assert list(result.model.state_dict()) == list(plain.state_dict())
+    saved = torch.load(tmp_path / "model.pt", weights_only=True)
+    plain.load_state_dict(saved["state_dict"])
+    plain.eval()
+    run = distgnn.setup(ds, quiet(), log=lambda s: None)  # the features as trained
+    src, dst = ds.graph.edges()
+    edge_index = torch.from_numpy(np.stack([src, dst]).astype(np.int64))
+    with torch.no_grad():
+        predicted = plain(run.x, edge_index).argmax(1).numpy()
+    written = np.load(tmp_path / "pred.npz")
+    assert np.array_equal(written["vertex"], np.arange(ds.graph.num_nodes))
+    assert np.array_equal(written["predicted_class"], predicted)
+    again = distgnn.predict(tmp_path / "model.pt", ds, make_model=make,
+                            predictions_out=str(tmp_path / "again.npz"), log=lambda s: None)
+    assert again is not None
+    assert np.array_equal(np.load(tmp_path / "again.npz")["predicted_class"], predicted)
+
+
+def test_own_loop_and_every_algorithm(weighted):
+    """``distgnn.setup`` with ``run.place(distribute(model))``: a loop written by hand on 2
+    ranks gives the losses of one process (cd-0); cd-r and 0c train the same model (finite,
+    falling losses; 0c is another model, so only that)."""
+    ds, sources = weighted
+    torch.manual_seed(0)
+    start = Net("SAGEConv-mean", ds.num_features, ds.num_classes).state_dict()
+
+    def loop(source, comm=None, algo="cd-0"):
+        cfg = quiet(algo=algo)
+        if comm is None:
+            run = distgnn.setup(source, cfg, log=lambda s: None)
+        else:  # what distgnn.setup makes of partitions, on a rank that is a thread
+            run = distgnn.Run(cfg, partition_shard(str(source), cfg, comm, PhaseTimer(),
+                                                   torch.device("cpu"), "numba"), comm)
+        net = Net("SAGEConv-mean", run.num_features, run.num_classes)
+        net.load_state_dict(start)
+        model = run.place(dpyg.distribute(net))
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        losses = []
+        for epoch in range(20):
+            run.start_epoch(model, epoch)
+            opt.zero_grad()
+            loss = run.loss(model(run.g, run.x))
+            loss.backward()
+            losses.append(run.sync(model, loss))
+            opt.step()
+        run.close()
+        return losses
+
+    one = loop(ds)
+    two = on_threads(2, lambda comm: loop(sources[2], comm))[0]
+    np.testing.assert_allclose(two, one, rtol=1e-5)
+    for algo in ("cd-r", "0c"):
+        losses = on_threads(2, lambda comm: loop(sources[2], comm, algo))[0]
+        assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+
+
+def table(dataset: str, epochs: int) -> None:
+    """Print, per layer, ranks and type, the max relative loss difference against one
+    process (cd-0, dropout 0.5, ``epochs`` epochs, ranks on threads)."""
+    import tempfile
+
+    ds = weighted_graph() if dataset == "weighted" else distgnn.load(dataset)
+    with tempfile.TemporaryDirectory() as root:
+        sources = {1: ds}
+        for parts in (2, 4):
+            write_dir(ds, f"{root}/p{parts}", parts)
+            sources[parts] = f"{root}/p{parts}"
+        print(f"| layer | ranks | float32 | float64 |  ({dataset}, {epochs} epochs, cd-0, "
+              "dropout 0.5)\n|---|---|---|---|")
+        for layer in LAYERS:
+            gaps = {}
+            for dtype in ("float32", "float64"):
+                cfg = quiet(dtype=dtype, epochs=epochs, eval_every=epochs)
+
+                def make(f, c, layer=layer):
+                    return dpyg.distribute(Net(layer, f, c))
+
+                one = train_on_ranks(ds, 1, cfg, make)[0]
+                for ranks in (2, 4):
+                    gaps[ranks, dtype] = loss_gap(one, train_on_ranks(sources[ranks], ranks,
+                                                                      cfg, make)[0])
+            for ranks in (2, 4):
+                print(f"| {layer} | {ranks} | {gaps[ranks, 'float32']:.1e} | "
+                      f"{gaps[ranks, 'float64']:.1e} |", flush=True)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", default="weighted", help="a dataset name (default: the "
+                   "weighted random graph of the tests)")
+    p.add_argument("--epochs", type=int, default=50, help="epochs per run")
+    a = p.parse_args()
+    table(a.dataset, a.epochs)
