@@ -40,7 +40,7 @@ that needs no gradient (GCN, GraphSAGE with ``mean``/``sum``, GIN, GraphConv and
 (the rank's backend) instead of gathering ``[E, d]`` messages; GraphSAGE with ``mean`` or
 ``sum`` projects before aggregating when that narrows the rows,
 :math:`\mathbf{W}(\operatorname{mean}_j \mathbf{x}_j) = \operatorname{mean}_j \mathbf{W}
-\mathbf{x}_j`.
+\mathbf{x}_j`, and GCN aggregates before projecting when that does.
 
 What cannot be made exact is refused by :func:`distribute`, in one line naming the module:
 layers whose statistics run over all vertices (batch, instance and graph normalisation,
@@ -255,6 +255,7 @@ class _Pass:
         self.stack: list[tuple[_Edges, int, torch.nn.Module]] = []  # calls in progress
         self.memo = model.__dict__.setdefault("_pyg_memo", {})  # call site -> cached state
         self.saved: list[tuple[object, str, object]] = []
+        self.seen: dict[int, _Edges] = {}  # id of an edge_index -> its state, in this pass
 
     def __enter__(self):
         if getattr(_active, "pass_", None) is not None:
@@ -268,6 +269,8 @@ class _Pass:
                 if isinstance(m, pyg_conv.SAGEConv) and REDUCTIONS[type(m.aggr_module)] in (
                         "sum", "mean") and not m.project:
                     self._patch(m, "forward", _NarrowSAGE(m, m.forward))
+                if type(m) is pyg_conv.GCNConv:
+                    self._patch(m, "forward", _NarrowGCN(m, m.forward))
         self.mode = _KeyedDropout(self)
         self.mode.__enter__()
         _active.pass_ = self
@@ -288,11 +291,17 @@ class _Pass:
 
     # -- the state of each call site, kept across passes while its edges stay the same
     def edges(self, site, edge_index: torch.Tensor) -> _Edges:
-        state = self.memo.get(site)
-        if state is None or state.n != self.g.num_nodes or not _same(state.edge_index,
-                                                                      edge_index):
-            state = _Edges(edge_index, self.g.num_nodes, self.local)
-            self.memo[site] = state
+        """The state of ``edge_index`` at call site ``site``: one per tensor in a pass, kept
+        across passes while the site's edges stay equal (checked once per tensor)."""
+        state = self.seen.get(id(edge_index))
+        if state is None or state.edge_index is not edge_index:
+            state = self.memo.get(site)
+            if state is None or state.n != self.g.num_nodes or not _same(state.edge_index,
+                                                                          edge_index):
+                state = _Edges(edge_index, self.g.num_nodes, self.local)
+            state.edge_index = edge_index
+            self.seen[id(edge_index)] = state
+        self.memo[site] = state
         return state
 
     def counts(self, edges: _Edges, module, dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -334,10 +343,13 @@ class _Pass:
         flat = y.reshape(shape[0], -1)
         if reduce in ("sum", "mean"):
             y = self.view(module, key).combine(flat.contiguous()).view(shape)
+            if reduce == "mean":
+                count = self.counts(edges, module, y.dtype)[1] + (1 if loop is not None else 0)
+                if loop is not None and y.dim() == 2:  # (y + loop) / count in one pass
+                    return self.g.self_loop(y, loop, count.clamp(min=1), divide=True)
             if loop is not None:
                 y = y + loop
             if reduce == "mean":
-                count = self.counts(edges, module, y.dtype)[1] + (1 if loop is not None else 0)
                 y = y / count.clamp(min=1).view(-1, *[1] * (y.dim() - 1))
             return y
         local, total = self.counts(edges, module, y.dtype)
@@ -393,7 +405,7 @@ class _Pass:
         g = self.g.graph
         graph = CSRGraph(g.indptr, g.indices, g.num_nodes,
                          weight[:edges.body].detach().float().cpu().numpy())
-        edges.graphs[:] = [(weight, graph)]
+        edges.graphs[:] = [(weight, graph), *edges.graphs[:3]]  # the layers' weights
         return graph
 
     # -- PyG's functions that read every in-edge of a vertex
@@ -552,6 +564,29 @@ class _NarrowSAGE:
         if m.root_weight:
             out = out + m.lin_r(x)
         return F.normalize(out, p=2.0, dim=-1) if m.normalize else out
+
+
+class _NarrowGCN:
+    """``GCNConv.forward`` aggregating before the projection when that narrows the rows,
+    ``\hat{A} (X W^T) + b = (\hat{A} X) W^T + b`` (the same maths): the layer's own forward
+    runs with its ``lin`` and ``bias`` set aside, which are applied after it."""
+
+    def __init__(self, module, original):
+        self.module, self.original = module, original
+
+    def __call__(self, x, edge_index, edge_weight=None):
+        m = self.module
+        w = m.lin.weight
+        if torch.nn.parameter.is_lazy(w) or w.shape[0] <= w.shape[1]:
+            return self.original(x, edge_index, edge_weight)
+        lin, bias = m._modules["lin"], m._parameters["bias"]
+        m._modules["lin"], m._parameters["bias"] = torch.nn.Identity(), None
+        try:
+            out = self.original(x, edge_index, edge_weight)
+        finally:
+            m._modules["lin"], m._parameters["bias"] = lin, bias
+        out = lin(out)
+        return out if bias is None else out + bias
 
 
 class _KeyedDropout(TorchFunctionMode):
