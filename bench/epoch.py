@@ -1,15 +1,17 @@
 """``distgnn-bench epoch``: full-batch training epochs of this project against PyTorch Geometric.
 
-For each dataset and model (GraphSAGE-gcn, GCN, GIN, GAT, GCNII) at the same sizes and
-thread count, against PyG's same model (:mod:`bench.pyg` says which PyG layers are
-equivalent to ours):
+For each dataset and model (GraphSAGE-gcn, GraphSAGE-mean, GCN, GIN, GAT, GCNII) at the
+same sizes and thread count, against PyG's same model (:mod:`bench.pyg` says which PyG
+layers are equivalent to ours):
 
 1. **Same model check.**  From the same initial weights with dropout 0, this project
    (the first of its backends in ``--impls``, on its device) and PyG (on ``--device``)
    train ``CHECK_EPOCHS`` epochs; their losses must agree to ``CHECK_RTOL`` relative, else
    the timing compares different things and is flagged.
 2. **Timing.**  Each implementation (``numba``, ``torch``, ``triton``: this project's
-   trainer with that backend; ``pyg``) trains in a worker process of its own, so that its
+   trainer with that backend; ``pyg``; ``pyg-dist``: PyG's model through
+   :func:`distgnn.pyg.distribute` in this project's trainer, as a PyG user would train it
+   on partitions, here on the whole graph) trains in a worker process of its own, so that its
    peak resident memory is its own; ``--rounds`` rounds run the workers in turn
    (interleaved), each a warm-up epoch and then ``--epochs`` timed epochs of forward,
    backward and optimizer step.  Reported: median and range of the epoch time, speed-up
@@ -66,11 +68,12 @@ from distgnn.run.memory import process_mib
 
 __all__ = ["pyg_run", "save_npz"]
 
-IMPLS = ("numba", "torch", "triton", "pyg", "pyg-bf16")
-PYG_IMPLS = ("pyg", "pyg-bf16")  # pyg-bf16: PyG under torch.autocast to bf16
+IMPLS = ("numba", "torch", "triton", "pyg", "pyg-bf16", "pyg-dist")
+# pyg-bf16: PyG under torch.autocast to bf16; pyg-dist: PyG's model in this project's trainer
+PYG_IMPLS = ("pyg", "pyg-bf16", "pyg-dist")
 # what runs without --impls: triton only where there is a GPU (it runs CUDA tensors)
 DEFAULT_IMPLS = {"cpu": ("numba", "torch", "pyg"), "cuda": ("numba", "torch", "triton", "pyg")}
-MODELS = ("sage", "gcn", "gin", "gat", "gcnii")
+MODELS = ("sage", "sage-mean", "gcn", "gin", "gat", "gcnii")
 DEFAULT_MODELS = ("sage", "gcn")
 CHECK_EPOCHS, CHECK_RTOL = 3, 1e-4
 
@@ -88,13 +91,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"dataset or generator spec; repeat for several (default: "
                         f"{DEFAULT_DATASET})")
     p.add_argument("--models", default=list(DEFAULT_MODELS), type=comma_list(str, MODELS),
-                   help="comma-separated models: sage (GraphSAGE-gcn), gcn, gin, gat, gcnii "
-                        "(default: sage,gcn)")
+                   help="comma-separated models: sage (GraphSAGE-gcn), sage-mean (GraphSAGE "
+                        "with the mean aggregator), gcn, gin, gat, gcnii (default: sage,gcn)")
     p.add_argument("--impls", type=comma_list(str, IMPLS),
                    help="comma-separated implementations: numba, torch, triton (this "
                         "project's backends; triton on --device cuda only), pyg (PyTorch "
-                        "Geometric), pyg-bf16 (PyG under torch.autocast to bf16) (default: "
-                        "numba,torch,pyg; on cuda also triton)")
+                        "Geometric), pyg-bf16 (PyG under torch.autocast to bf16), pyg-dist "
+                        "(PyG's model made to train on partitions by distgnn.pyg.distribute, "
+                        "in this project's trainer, one process) (default: numba,torch,pyg; on "
+                        "cuda also triton)")
     p.add_argument("--hidden", type=int, default=256, help="hidden width")
     p.add_argument("--layers", type=int, default=2,
                    help="number of layers (gcnii: of GCN2Conv layers, between its input and "
@@ -141,7 +146,10 @@ def impl_device(impl: str, device: str) -> str:
 def _config(job: dict, dropout: float, epochs: int):
     from distgnn.run.config import TrainConfig
 
-    return TrainConfig(model=job["model"], hidden=job["hidden"], layers=job["layers"],
+    model, aggregator = (("sage", "mean") if job["model"] == "sage-mean"
+                         else (job["model"], "gcn"))
+    return TrainConfig(model=model, aggregator=aggregator, hidden=job["hidden"],
+                       layers=job["layers"],
                        **({"heads": job["heads"]} if job["model"] == "gat" else {}),
                        recompute=job["recompute"], dropout=dropout,
                        epochs=epochs, eval_every=epochs, seed=job["seed"],
@@ -156,6 +164,30 @@ def train_ours(data: NodeDataset, job: dict, dropout: float, epochs: int) -> tup
     from distgnn.run.training import train
 
     result = train(data, _config(job, dropout, epochs), log=lambda s: None)
+    return ([r["loss"] for r in result.history], [r["epoch_s"] for r in result.history])
+
+
+def train_pyg_distributed(data: NodeDataset, job: dict, dropout: float, epochs: int
+                          ) -> tuple[list, list]:
+    """Losses and epoch seconds of PyG's model (:class:`bench.pyg.PyGNet`, from this
+    project's initial weights) made to train on partitions by :func:`distgnn.pyg.distribute`,
+    in this project's trainer on the whole graph (the numba backend)."""
+    from distgnn.nn.config import build_model
+    from distgnn.pyg import distribute
+    from distgnn.run.training import train
+
+    cfg = _config(dict(job, impl="numba"), dropout, epochs)
+    if cfg.model == "gcnii":
+        raise NotImplementedError("GCN2Conv is not among the layers distgnn.pyg distributes")
+
+    def make_model(f: int, c: int) -> nn.Module:
+        ours = build_model(cfg.network, f, c, cfg.recompute)
+        net = pyg.PyGNet(pyg.model_name(cfg), f, cfg.hidden, c, cfg.layers, cfg.dropout,
+                         heads=cfg.heads)
+        pyg.copy_weights(ours, net)
+        return distribute(net)
+
+    result = train(data, cfg, make_model=make_model, log=lambda s: None)
     return ([r["loss"] for r in result.history], [r["epoch_s"] for r in result.history])
 
 
@@ -185,15 +217,15 @@ def pyg_run(data: NodeDataset, cfg, device: torch.device,
     configure_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     ours = build_model(cfg.network, data.num_features, data.num_classes, cfg.recompute)
-    net = pyg.PyGNet(cfg.model, data.num_features, cfg.hidden, data.num_classes, cfg.layers,
-                     cfg.dropout, heads=cfg.heads, alpha=cfg.alpha, theta=cfg.theta)
+    net = pyg.PyGNet(pyg.model_name(cfg), data.num_features, cfg.hidden, data.num_classes,
+                     cfg.layers, cfg.dropout, heads=cfg.heads, alpha=cfg.alpha, theta=cfg.theta)
     pyg.copy_weights(ours, net)
     net.to(device)
     low = torch.bfloat16 if autocast else torch.float32
     x = torch.from_numpy(normalize_features(data.x, cfg.feature_norm)).to(device, low)
     y = torch.from_numpy(data.y).to(device)
     train_mask = torch.from_numpy(data.train_mask).to(device)
-    adj_t = pyg.adjacency(data.graph, cfg.model, device, low)
+    adj_t = pyg.adjacency(data.graph, pyg.model_name(cfg), device, low)
     optimizer = torch.optim.Adam(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     losses, times = [], []
     for _ in range(cfg.epochs):
@@ -223,7 +255,8 @@ def worker(job: dict) -> dict:
         theirs, _ = train_pyg(data, dict(fp32, impl="pyg"), 0.0, CHECK_EPOCHS)
         return {"ours": ours, "pyg": theirs}
     rss_loaded = process_mib("VmRSS")
-    trainer = train_pyg if job["impl"] in PYG_IMPLS else train_ours
+    trainer = {"pyg": train_pyg, "pyg-bf16": train_pyg,
+               "pyg-dist": train_pyg_distributed}.get(job["impl"], train_ours)
     _, times = trainer(data, job, job["dropout"], job["epochs"] + 1)
     out = {"times": times[1:], "rss_loaded_mib": rss_loaded, "peak_rss_mib": process_mib("VmHWM")}
     if impl_device(job["impl"], job["device"]) == "cuda":

@@ -4,7 +4,10 @@ Same mathematics as :class:`distgnn.nn.models.GNN` and :class:`distgnn.nn.models
 for layer (dropout before each layer, ReLU between them, ELU for GAT, logits out):
 
 - GraphSAGE-gcn, ``h'_v = W (h_v + sum_{u in N(v)} h_u) / (d_v + 1) + b``, is PyG's
-  ``SAGEConv(aggr="mean", root_weight=False)`` on ``A + I``;
+  ``SAGEConv(aggr="mean", root_weight=False)`` on ``A + I`` (given an ``edge_index``, as
+  :func:`distgnn.pyg.distribute` hands it, the model adds the self-loops itself);
+- GraphSAGE with the mean aggregator (``sage-mean``), ``h'_v = W_r h_v + W_n mean_{u in
+  N(v)} h_u + b``, is ``SAGEConv(aggr="mean")`` on ``A``;
 - GCN is ``GCNConv(cached=True)`` on ``A`` (it adds the self-loops and the symmetric
   normalisation itself, once);
 - GIN, ``MLP((1 + eps) h_v + sum_{u in N(v)} h_u)``, is ``GINConv(Sequential(Linear,
@@ -45,6 +48,16 @@ def available() -> bool:
     return importlib.util.find_spec("torch_geometric") is not None
 
 
+def model_name(cfg) -> str:
+    """The benchmark's name of ``cfg``'s model (a :class:`~distgnn.run.config.TrainConfig`):
+    its ``model``, or ``sage-mean`` for GraphSAGE with the mean aggregator."""
+    if cfg.model == "sage" and cfg.aggregator == "mean":
+        return "sage-mean"
+    if cfg.model == "sage" and cfg.aggregator != "gcn":
+        raise ValueError(f"no PyG model for GraphSAGE's {cfg.aggregator} aggregator here")
+    return cfg.model
+
+
 class PyGNet(nn.Module):
     """PyG's layers in the structure of this project's model.
 
@@ -75,6 +88,8 @@ class PyGNet(nn.Module):
                 return GCNConv(a, b, cached=True)
             if model == "sage":
                 return SAGEConv(a, b, aggr="mean", root_weight=False)
+            if model == "sage-mean":
+                return SAGEConv(a, b, aggr="mean")
             if model == "gin":
                 return GINConv(nn.Sequential(nn.Linear(a, hidden_channels), nn.ReLU(),
                                              nn.Linear(hidden_channels, b)), eps=0.0)
@@ -94,6 +109,10 @@ class PyGNet(nn.Module):
             for conv in self.convs:
                 x = F.relu(conv(F.dropout(x, self.dropout, self.training), x_0, adj_t))
             return self.lin_out(F.dropout(x, self.dropout, self.training))
+        if self.model == "sage" and not adj_t.is_sparse:  # an edge_index: A + I here
+            from torch_geometric.utils import add_self_loops
+
+            adj_t = add_self_loops(adj_t, num_nodes=x.shape[0])[0]
         act = F.elu if self.model == "gat" else F.relu
         for i, conv in enumerate(self.convs):
             x = conv(F.dropout(x, self.dropout, self.training), adj_t)
@@ -142,6 +161,9 @@ def _pairs(ours: nn.Module, theirs: PyGNet) -> list[tuple[torch.Tensor, torch.Te
                       (conv.att_dst, mine.att_dst), (conv.bias, mine.bias)]
         elif theirs.model == "gcn":
             pairs += [(conv.lin.weight, mine.lin.weight), (conv.bias, mine.bias)]
+        elif theirs.model == "sage-mean":
+            pairs += [(conv.lin_l.weight, mine.lin_neigh.weight), (conv.lin_l.bias, mine.bias),
+                      (conv.lin_r.weight, mine.lin_root.weight)]
         else:  # SAGEConv's bias is its lin_l's
             pairs += [(conv.lin_l.weight, mine.lin_neigh.weight), (conv.lin_l.bias, mine.bias)]
     return pairs

@@ -6,7 +6,8 @@ written by hand (:mod:`distgnn.api`); ``distgnn.load_model(path)`` and
 ``distgnn.predict(path, source)`` use a saved model (:mod:`distgnn.run.prediction`);
 ``distgnn.read_metrics(path)`` reads a run's metrics file; ``distgnn.nn`` holds the layers,
 :class:`~distgnn.nn.keyed_dropout.KeyedDropout` and the built-in models
-(``build_model``).  Names are imported on first use, so that the
+(``build_model``); ``distgnn.pyg.distribute(model)`` makes a PyTorch Geometric model train on
+partitions as it is (:mod:`distgnn.pyg`).  Names are imported on first use, so that the
 command-line tools that need none of them start without loading torch.
 """
 import importlib
@@ -32,7 +33,9 @@ EXPORTS = {
     "Neighbourhood": "distgnn.nn.aggregate",
     "DistGNNError": "distgnn.errors",
 }
-__all__ = [*EXPORTS, "__version__"]
+# submodules reachable as attributes without an import of their own (distgnn.pyg.distribute)
+SUBMODULES = ("pyg",)
+__all__ = [*EXPORTS, *SUBMODULES, "__version__"]
 
 # module -> where its contents live now (the library was one flat package)
 MOVED = {
@@ -56,7 +59,6 @@ MOVED = {
     "distgnn.models": "distgnn.nn.models",
     "distgnn.ordering": "distgnn.data.ordering",
     "distgnn.prediction": "distgnn.run.prediction",
-    "distgnn.pyg": "distgnn.from_pyg (distgnn.data.pyg) and partition.pyg.to_partitions",
     "distgnn.replicas": "distgnn.run.replicas",
     "distgnn.saved_activations": "distgnn.nn.saved_activations",
     "distgnn.shard": "distgnn.run.shard",
@@ -82,6 +84,8 @@ if not any(isinstance(f, MovedModules) for f in sys.meta_path):
 
 
 def __getattr__(name: str):
+    if name in SUBMODULES:
+        return importlib.import_module(f"distgnn.{name}")
     if name not in EXPORTS:
         raise AttributeError(f"module 'distgnn' has no attribute {name!r}")
     value = getattr(importlib.import_module(EXPORTS[name]), name)

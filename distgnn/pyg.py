@@ -76,7 +76,12 @@ try:
     from torch_geometric.nn import conv as pyg_conv
     from torch_geometric.nn.conv import MessagePassing
     from torch_geometric.nn.conv.gcn_conv import gcn_norm as pyg_gcn_norm
-    from torch_geometric.utils import add_remaining_self_loops, scatter
+    from torch_geometric.utils import (
+        add_remaining_self_loops,
+        remove_self_loops,
+        scatter,
+    )
+    from torch_geometric.utils import add_self_loops as pyg_add_self_loops
     from torch_geometric.utils import degree as pyg_degree
     from torch_geometric.utils import softmax as pyg_softmax
 except ImportError as e:  # pragma: no cover -- the test environment has PyG
@@ -252,6 +257,7 @@ class _Pass:
         self.model, self.g, self.local = model, g, edge_index
         self.calls = 0  # message-passing calls so far: their exchange keys
         self.dropouts = 0  # dropout calls so far: their mask keys
+        self.functions = 0  # memoised function calls so far: their sites
         self.stack: list[tuple[_Edges, int, torch.nn.Module]] = []  # calls in progress
         self.memo = model.__dict__.setdefault("_pyg_memo", {})  # call site -> cached state
         self.saved: list[tuple[object, str, object]] = []
@@ -408,6 +414,19 @@ class _Pass:
         edges.graphs[:] = [(weight, graph), *edges.graphs[:3]]  # the layers' weights
         return graph
 
+    def memoised(self, original, *args, **kwargs):
+        """``original(*args, **kwargs)``, or its result at this call site in an earlier pass
+        if every argument is the same (tensors: the same objects)."""
+        site = ("memo", original.__name__, self.functions)
+        self.functions += 1
+        given = (args, kwargs)
+        kept = self.memo.get(site)
+        if kept is not None and _same_arguments(kept[0], given):
+            return kept[1]
+        out = original(*args, **kwargs)
+        self.memo[site] = (given, out)
+        return out
+
     # -- PyG's functions that read every in-edge of a vertex
     def gcn_norm(self, edge_index, edge_weight=None, num_nodes=None, improved=False,
                  add_self_loops=True, flow="source_to_target", dtype=None):
@@ -513,6 +532,17 @@ def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
     if a is None or b is None:
         return a is b
     return a is b or (a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b))
+
+
+def _same_arguments(a: tuple[tuple, dict], b: tuple[tuple, dict]) -> bool:
+    """Whether two ``(args, kwargs)`` are the same: tensors the same objects, the rest
+    equal."""
+    (args_a, kw_a), (args_b, kw_b) = a, b
+    if len(args_a) != len(args_b) or kw_a.keys() != kw_b.keys():
+        return False
+    pairs = [*zip(args_a, args_b), *((kw_a[k], kw_b[k]) for k in kw_a)]
+    return all(x is y if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor)
+               else type(x) is type(y) and x == y for x, y in pairs)
 
 
 class _Call:
@@ -633,9 +663,29 @@ def _dispatch(name: str, original):
     return function
 
 
+def _memoised(original):
+    """``original`` (a pure function of edges) outside a distributed forward pass; inside
+    one, its result is kept per call and returned again while the call's tensors are the
+    same objects, so a model that adds self-loops in every forward pass hands its layers
+    the same edges, whose checks and derived graphs are then kept (:meth:`_Pass.edges`)."""
+
+    def function(*args, **kwargs):
+        pass_ = getattr(_active, "pass_", None)
+        if pass_ is None:
+            return original(*args, **kwargs)
+        return pass_.memoised(original, *args, **kwargs)
+
+    function.__name__ = function.__qualname__ = original.__name__
+    function.__doc__ = original.__doc__
+    function.__wrapped__ = original
+    return function
+
+
 _FUNCTIONS = {pyg_gcn_norm: _dispatch("gcn_norm", pyg_gcn_norm),
               pyg_degree: _dispatch("degree", pyg_degree),
-              pyg_softmax: _dispatch("softmax", pyg_softmax)}
+              pyg_softmax: _dispatch("softmax", pyg_softmax),
+              **{f: _memoised(f) for f in (pyg_add_self_loops, add_remaining_self_loops,
+                                           remove_self_loops)}}
 
 
 def _install_functions(model: torch.nn.Module) -> None:

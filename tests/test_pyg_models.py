@@ -19,6 +19,7 @@ torch_geometric = pytest.importorskip("torch_geometric")
 
 import distgnn  # noqa: E402
 import distgnn.pyg as dpyg  # noqa: E402
+from distgnn.cli.predict import predict_main  # noqa: E402
 from distgnn.errors import DistGNNError  # noqa: E402
 from distgnn.run.config import TrainConfig  # noqa: E402
 from distgnn.run.shard import partition_shard  # noqa: E402
@@ -220,8 +221,9 @@ def test_what_cannot_be_keyed_is_refused_where_it_is_called(weighted):
 def test_weights_come_back_as_the_plain_models(weighted, tmp_path):
     """Trained on 4 ranks, the model file's ``state_dict`` loads into the plain PyG model,
     which predicts the class that distgnn's predictions file holds, for every vertex; the
-    distributed model's own ``state_dict`` has the plain keys; ``distgnn.predict`` takes the
-    factory again and gives the same predictions."""
+    distributed model's own ``state_dict`` has the plain keys; ``distgnn.predict`` and
+    ``distgnn-predict --model-factory`` take the factory again and give the same
+    predictions."""
     ds, sources = weighted
     cfg = quiet(epochs=10, eval_every=10, save_model=str(tmp_path / "model.pt"),
                 predictions_out=str(tmp_path / "pred.npz"))
@@ -243,10 +245,21 @@ def test_weights_come_back_as_the_plain_models(weighted, tmp_path):
     written = np.load(tmp_path / "pred.npz")
     assert np.array_equal(written["vertex"], np.arange(ds.graph.num_nodes))
     assert np.array_equal(written["predicted_class"], predicted)
-    again = distgnn.predict(tmp_path / "model.pt", ds, make_model=make,
-                            predictions_out=str(tmp_path / "again.npz"), log=lambda s: None)
-    assert again is not None
+    distgnn.predict(tmp_path / "model.pt", ds, make_model=make,
+                    predictions_out=str(tmp_path / "again.npz"), log=lambda s: None)
     assert np.array_equal(np.load(tmp_path / "again.npz")["predicted_class"], predicted)
+    # distgnn-predict, the factory named in a file of the user's (GAT reads no weights, so
+    # the graph goes as an unweighted .npz)
+    (tmp_path / "factory.py").write_text(
+        "import distgnn.pyg\nfrom tests.helpers.pyg_models import Net\n\n\n"
+        "def make_model(f, c):\n    return distgnn.pyg.distribute(Net('GATConv', f, c))\n")
+    np.savez(tmp_path / "graph.npz", indptr=ds.graph.indptr, indices=ds.graph.indices,
+             x=ds.x, y=ds.y, train_mask=ds.train_mask, val_mask=ds.val_mask,
+             test_mask=ds.test_mask)
+    assert predict_main([str(tmp_path / "model.pt"), "--dataset", str(tmp_path / "graph.npz"),
+                         "--model-factory", f"{tmp_path / 'factory.py'}:make_model",
+                         "--predictions-out", str(tmp_path / "cli.npz")]) == 0
+    assert np.array_equal(np.load(tmp_path / "cli.npz")["predicted_class"], predicted)
 
 
 def test_own_loop_and_every_algorithm(weighted):
