@@ -143,6 +143,15 @@ def impl_device(impl: str, device: str) -> str:
     return "cpu" if impl == "numba" else device
 
 
+def config_of(model: str, hidden: int, threads: int | None, epochs: int, dropout: float = 0.5):
+    """The configuration of ``model`` (one of :data:`MODELS`) as the benchmark trains it on
+    the numba backend: 2 layers, ``hidden`` wide, evaluated once at the end."""
+    return _config({"model": model, "hidden": hidden, "layers": 2, "heads": 8,
+                    "recompute": False, "seed": 0, "impl": "numba", "device": "cpu",
+                    "aggregation_precision": "fp32", "precision": "fp32", "threads": threads},
+                   dropout, epochs)
+
+
 def _config(job: dict, dropout: float, epochs: int):
     from distgnn.run.config import TrainConfig
 
@@ -172,22 +181,10 @@ def train_pyg_distributed(data: NodeDataset, job: dict, dropout: float, epochs: 
     """Losses and epoch seconds of PyG's model (:class:`bench.pyg.PyGNet`, from this
     project's initial weights) made to train on partitions by :func:`distgnn.pyg.distribute`,
     in this project's trainer on the whole graph (the numba backend)."""
-    from distgnn.nn.config import build_model
-    from distgnn.pyg import distribute
     from distgnn.run.training import train
 
     cfg = _config(dict(job, impl="numba"), dropout, epochs)
-    if cfg.model == "gcnii":
-        raise NotImplementedError("GCN2Conv is not among the layers distgnn.pyg distributes")
-
-    def make_model(f: int, c: int) -> nn.Module:
-        ours = build_model(cfg.network, f, c, cfg.recompute)
-        net = pyg.PyGNet(pyg.model_name(cfg), f, cfg.hidden, c, cfg.layers, cfg.dropout,
-                         heads=cfg.heads)
-        pyg.copy_weights(ours, net)
-        return distribute(net)
-
-    result = train(data, cfg, make_model=make_model, log=lambda s: None)
+    result = train(data, cfg, make_model=pyg.distributed_factory(cfg), log=lambda s: None)
     return ([r["loss"] for r in result.history], [r["epoch_s"] for r in result.history])
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import importlib.util
 import warnings
+from typing import Callable
 
 import numpy as np
 import torch
@@ -179,3 +180,24 @@ def copy_weights(ours: GNN | GCNII, theirs: PyGNet) -> None:
     with torch.no_grad():
         for target, source in pairs:
             target.copy_(source)
+
+
+def distributed_factory(cfg) -> Callable[[int, int], nn.Module]:
+    """``make_model(in_channels, num_classes)`` for ``cfg``'s model (a
+    :class:`~distgnn.run.config.TrainConfig`) in PyG, from this project's initial weights for
+    the seed the trainer sets, made to train on partitions by :func:`distgnn.pyg.distribute`
+    (GCNII is refused: ``GCN2Conv`` is not among the layers it takes)."""
+    from distgnn.nn.config import build_model
+    from distgnn.pyg import distribute
+
+    if cfg.model == "gcnii":
+        raise NotImplementedError("GCN2Conv is not among the layers distgnn.pyg distributes")
+
+    def make_model(f: int, c: int) -> nn.Module:
+        ours = build_model(cfg.network, f, c, cfg.recompute)
+        net = PyGNet(model_name(cfg), f, cfg.hidden, c, cfg.layers, cfg.dropout,
+                     heads=cfg.heads)
+        copy_weights(ours, net)
+        return distribute(net)
+
+    return make_model

@@ -342,19 +342,26 @@ class _Pass:
         return self.complete(module, key, edges, y, loop, reduce)
 
     def complete(self, module, key: int, edges: _Edges, y: torch.Tensor,
-                 loop: torch.Tensor | None, reduce: str) -> torch.Tensor:
+                 loop: torch.Tensor | None, reduce: str,
+                 loop_weight: torch.Tensor | None = None) -> torch.Tensor:
         """This rank's partial aggregate ``y`` ``[N, ...]`` over ``edges``' own edges made the
-        whole graph's: combined over clones, the appended loops' messages ``loop`` added."""
+        whole graph's: combined over clones, the appended loops' messages ``loop`` (times
+        ``loop_weight`` ``[N, 1]``, when given) added."""
         shape = y.shape
         flat = y.reshape(shape[0], -1)
         if reduce in ("sum", "mean"):
             y = self.view(module, key).combine(flat.contiguous()).view(shape)
+            if reduce == "mean" and loop is not None and loop_weight is not None:
+                loop, loop_weight = loop_weight * loop, None
             if reduce == "mean":
                 count = self.counts(edges, module, y.dtype)[1] + (1 if loop is not None else 0)
                 if loop is not None and y.dim() == 2:  # (y + loop) / count in one pass
                     return self.g.self_loop(y, loop, count.clamp(min=1), divide=True)
-            if loop is not None:
-                y = y + loop
+            # in place: y is this call's own sum, which no backward pass reads
+            if loop is not None and loop_weight is not None:
+                y = y.addcmul_(loop_weight, loop)
+            elif loop is not None:
+                y = y.add_(loop)
             if reduce == "mean":
                 y = y / count.clamp(min=1).view(-1, *[1] * (y.dim() - 1))
             return y
@@ -389,10 +396,10 @@ class _Pass:
         else:
             graph = self.weighted(edges, weight)
         y = SpMM.apply(x, graph, self.g.backend, "sum", self.g.timer)
-        loop = None
-        if edges.tail:
-            loop = x if weight is None else weight[edges.body:].view(-1, 1).to(x.dtype) * x
-        return self.complete(module, key, edges, y, loop, reduce)
+        loop = x if edges.tail else None
+        loop_weight = (weight[edges.body:].view(-1, 1).to(x.dtype)
+                       if edges.tail and weight is not None else None)
+        return self.complete(module, key, edges, y, loop, reduce, loop_weight)
 
     def unweighted(self) -> CSRGraph:
         """The local CSR without the graph's edge weights (made once)."""
@@ -472,10 +479,9 @@ class _Pass:
         e = index.shape[0]
         tail = n if e >= n > 0 and torch.equal(index[e - n:], torch.arange(
             n, device=index.device)) and index.data_ptr() != self.local[1].data_ptr() else 0
-        local = pyg_degree(index[:e - tail], n, dtype).view(-1, 1)
-        out = self.g.exchange.exact(local.to(torch.float64 if dtype is None else dtype
-                                             ).contiguous()).view(-1)
-        return (out + (1 if tail else 0)).to(local.dtype)
+        local = pyg_degree(index[:e - tail], n, dtype)  # of PyG's type for dtype
+        total = self.g.exchange.exact(local.to(torch.float64).view(-1, 1).contiguous())
+        return (total.view(-1) + (1 if tail else 0)).to(local.dtype)
 
     def softmax(self, src, index=None, ptr=None, num_nodes=None, dim=0):
         """PyG's edge ``softmax`` over all clones' in-edges (see the module docstring)."""

@@ -8,8 +8,8 @@ For each model (GCN; GraphSAGE with the gcn and the mean aggregator), hidden ``-
 (:class:`bench.pyg.PyGNet`, from the same initial weights) through
 :func:`distgnn.pyg.distribute` (``pyg``), each trained ``--epochs`` epochs under
 ``distgnn-launch -n P --threads-per-rank T`` on a Libra partition of R-MAT 2^scale x 16
-(128 features), cd-0.  Reported: the median epoch (the first, warm-up, left out) and the
-ratio pyg / nn.  One process (P = 1) uses the whole graph and ``--threads`` threads;
+(128 features), cd-0, ``THP_MEM_ALLOC_ENABLE=1`` (as ``distgnn-train`` sets it).  Reported:
+the median epoch (the first, warm-up, left out) and the ratio pyg / nn.  One process (P = 1) uses the whole graph and ``--threads`` threads;
 ``distgnn-bench epoch --impls numba,pyg,pyg-dist`` gives the one-process figures beside
 plain PyG.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -54,7 +55,9 @@ def measure(source: Path, ranks: int, model: str, impl: str, a) -> list[float]:
         cmd = [str(BIN / "distgnn-launch"), "-n", str(ranks), "--threads-per-rank",
                str(a.threads_per_rank), "--", sys.executable, *job,
                "--threads", str(a.threads_per_rank)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    # huge pages for torch's allocator, as distgnn-train and distgnn-bench have them
+    proc = subprocess.run(cmd, capture_output=True, text=True,
+                          env={**os.environ, "THP_MEM_ALLOC_ENABLE": "1"})
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -69,7 +72,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2, help="threads of the one-process runs")
     p.add_argument("--threads-per-rank", type=int, default=1, help="threads of each rank")
     p.add_argument("--hidden", type=int, default=256, help="hidden width")
-    p.add_argument("--epochs", type=int, default=5, help="epochs per run (the first is warm-up)")
+    p.add_argument("--epochs", type=int, default=8, help="epochs per run (the first is warm-up)")
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated: gcn, sage "
                    "(GraphSAGE-gcn), sage-mean")
     p.add_argument("--work", default="runs/pyg-epochs", help="where the partitions go")
@@ -85,7 +88,7 @@ def main() -> None:
                         "--out", str(parts), "--no-progress"], check=True,
                        stdout=subprocess.DEVNULL)
     rows = []
-    print(f"| model | ranks | distgnn.nn epoch s | PyG through distgnn.pyg epoch s | ratio |\n"
+    print("| model | ranks | distgnn.nn epoch s | PyG through distgnn.pyg epoch s | ratio |\n"
           "|---|---|---|---|---|", flush=True)
     for model in a.models.split(","):
         for ranks, source in ((1, spec), (a.ranks, parts)):

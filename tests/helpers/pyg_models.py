@@ -87,13 +87,81 @@ LAYERS = {
 }
 
 
+class Then(nn.Module):
+    """``second(first(x), edge_index, ...)``: a projection, then a propagation (APPNP,
+    LGConv), or ``second`` given the projection twice (``x`` and ``x_0``: GCN2Conv, FAConv)."""
+
+    def __init__(self, first: nn.Module, second: nn.Module, initial: bool = False):
+        super().__init__()
+        self.first, self.second, self.initial = first, second, initial
+
+    def forward(self, x, edge_index, **edges):
+        h = self.first(x)
+        if self.initial:
+            return self.second(h, h, edge_index, **edges)
+        return self.second(h, edge_index, **edges)
+
+
+class Read(nn.Module):
+    """``lin(conv(x, edge_index, ...))``: a layer whose output is wider than wanted."""
+
+    def __init__(self, conv: nn.Module, lin: nn.Module):
+        super().__init__()
+        self.conv, self.lin = conv, lin
+
+    def forward(self, x, edge_index, **edges):
+        return self.lin(self.conv(x, edge_index, **edges))
+
+
+# PyG layers tried beside LAYERS (python -m tests.test_pyg_models --survey): each is either
+# taken (and exact) or refused by distgnn.pyg.distribute with one line
+CANDIDATES = {
+    "APPNP": (lambda a, b: Then(nn.Linear(a, b), gnn.APPNP(K=2, alpha=0.1)), None),
+    "LGConv": (lambda a, b: Then(nn.Linear(a, b), gnn.LGConv()), None),
+    "GCN2Conv": (lambda a, b: Then(nn.Linear(a, b), gnn.GCN2Conv(b, alpha=0.1, theta=0.5,
+                                                                  layer=1), True), None),
+    "FAConv": (lambda a, b: Then(nn.Linear(a, b), gnn.FAConv(b), True), None),
+    "SSGConv": (lambda a, b: gnn.SSGConv(a, b, alpha=0.1, K=2), None),
+    "MixHopConv": (lambda a, b: Read(gnn.MixHopConv(a, b), nn.Linear(3 * b, b)), None),
+    "ARMAConv": (lambda a, b: gnn.ARMAConv(a, b), None),
+    "ClusterGCNConv": (lambda a, b: gnn.ClusterGCNConv(a, b), None),
+    "EdgeConv": (lambda a, b: gnn.EdgeConv(mlp(2 * a, b), aggr="max"), None),
+    "LEConv": (lambda a, b: gnn.LEConv(a, b), None),
+    "GeneralConv": (lambda a, b: gnn.GeneralConv(a, b), None),
+    "GeneralConv-attention": (lambda a, b: gnn.GeneralConv(a, b, attention=True), None),
+    "MFConv": (lambda a, b: gnn.MFConv(a, b), None),
+    "FiLMConv": (lambda a, b: gnn.FiLMConv(a, b), None),
+    "AGNNConv": (lambda a, b: Then(nn.Linear(a, b), gnn.AGNNConv()), None),
+    "NNConv": (lambda a, b: gnn.NNConv(a, b, nn.Linear(1, a * b), aggr="mean"), "edge_attr"),
+    "CGConv": (lambda a, b: Then(nn.Linear(a, b), gnn.CGConv(b, dim=1)), "edge_attr"),
+    "GatedGraphConv": (lambda a, b: Then(nn.Linear(a, b), gnn.GatedGraphConv(b, 2)), None),
+    "PDNConv": (lambda a, b: gnn.PDNConv(a, b, edge_dim=1, hidden_channels=8), "edge_attr"),
+    "SimpleConv": (lambda a, b: Then(nn.Linear(a, b), gnn.SimpleConv(aggr="mean")), None),
+    "ChebConv": (lambda a, b: gnn.ChebConv(a, b, K=2), None),
+    "GENConv": (lambda a, b: gnn.GENConv(a, b), None),
+    "PNAConv": (lambda a, b: gnn.PNAConv(a, b, ["mean", "max"], ["identity"],
+                                         torch.tensor([0, 10, 10])), None),
+    "EGConv": (lambda a, b: Then(nn.Linear(a, 16), gnn.EGConv(16, 16)), None),
+    "AntiSymmetricConv": (lambda a, b: Then(nn.Linear(a, b), gnn.AntiSymmetricConv(b)), None),
+    "GPSConv": (lambda a, b: Then(nn.Linear(a, b), gnn.GPSConv(b, gnn.GINConv(mlp(b, b)),
+                                                               norm=None)), None),
+    "DirGNNConv": (lambda a, b: gnn.DirGNNConv(gnn.GCNConv(a, b)), None),
+    "models.GCN": (lambda a, b: gnn.models.GCN(a, 16, 2, b, dropout=0.5), None),
+    "models.GraphSAGE": (lambda a, b: gnn.models.GraphSAGE(a, 16, 2, b, dropout=0.5), None),
+    "models.GIN": (lambda a, b: gnn.models.GIN(a, 16, 2, b, dropout=0.5), None),
+    "models.GAT": (lambda a, b: gnn.models.GAT(a, 16, 2, b, dropout=0.5, heads=2), None),
+    "models.GAT-batch-norm": (lambda a, b: gnn.models.GAT(a, 16, 2, b, norm="batch_norm"),
+                              None),
+}
+
+
 class Net(nn.Module):
     """Two ``layer`` layers, dropout ``p`` before each, ReLU between."""
 
     def __init__(self, layer: str, in_channels: int, num_classes: int, hidden: int = 16,
                  p: float = 0.5):
         super().__init__()
-        make, self.edges = LAYERS[layer]
+        make, self.edges = LAYERS[layer] if layer in LAYERS else CANDIDATES[layer]
         self.conv1, self.conv2 = make(in_channels, hidden), make(hidden, num_classes)
         self.p = p
 
