@@ -93,6 +93,11 @@ except ImportError as e:  # pragma: no cover -- the test environment has PyG
 LAYERS = ("GCNConv", "SAGEConv", "GINConv", "GINEConv", "GATConv", "GATv2Conv", "GraphConv",
           "TransformerConv", "ResGatedGraphConv", "SGConv", "TAGConv")
 
+# PyG's other modules taken as they are: per-vertex or per-layer computations and containers
+# (their graph layers are checked one by one)
+MODULES = ("Linear", "Sequential", "MLP", "JumpingKnowledge", "GCN", "GraphSAGE", "GIN",
+           "GAT", "EdgeCNN")
+
 REDUCTIONS = {pyg_aggr.SumAggregation: "sum", pyg_aggr.MeanAggregation: "mean",
               pyg_aggr.MaxAggregation: "max", pyg_aggr.MinAggregation: "min"}
 
@@ -157,8 +162,11 @@ def _problem(m: torch.nn.Module, aggregations: set[int]) -> str | None:
             return (f"self-loops with fill_value={m.fill_value!r} take a vertex's local "
                     "in-edges' attributes; pass a number as fill_value")
         return None
-    if isinstance(m, pyg_aggr.Aggregation) and id(m) not in aggregations:
-        return "pooling over all vertices: a partition holds only some of them"
+    if isinstance(m, pyg_aggr.Aggregation):
+        return (None if id(m) in aggregations
+                else "pooling over all vertices: a partition holds only some of them")
+    if isinstance(m, torch.nn.MultiheadAttention):
+        return "attention over all vertices: a partition holds only some of them"
     if isinstance(m, (torch.nn.modules.batchnorm._BatchNorm,
                       torch.nn.modules.instancenorm._InstanceNorm)):
         return "its statistics run over all vertices, which no rank holds"
@@ -168,6 +176,9 @@ def _problem(m: torch.nn.Module, aggregations: set[int]) -> str | None:
         return "its statistics run over all vertices (or a graph), which no rank holds"
     if module.startswith("torch_geometric.nn.pool"):
         return "pooling over vertices: a partition holds only some of them"
+    if module.startswith("torch_geometric") and type(m).__name__ not in MODULES + LAYERS:
+        return (f"PyG's {type(m).__name__} is not among the modules distgnn distributes "
+                f"({', '.join(LAYERS + MODULES)}, and your own)")
     if isinstance(m, (torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout, torch.nn.Dropout1d,
                       torch.nn.Dropout2d, torch.nn.Dropout3d)):
         return "only torch.nn.Dropout and F.dropout are keyed by vertex; use one of them"
@@ -621,6 +632,8 @@ class _NarrowGCN:
             out = self.original(x, edge_index, edge_weight)
         finally:
             m._modules["lin"], m._parameters["bias"] = lin, bias
+        if getattr(lin, "bias", None) is None:  # the bias in the product: one pass fewer
+            return F.linear(out, lin.weight, bias)
         out = lin(out)
         return out if bias is None else out + bias
 

@@ -6,12 +6,16 @@ written with ``distgnn.nn``, on 1 process and on P ranks.
 For each model (GCN; GraphSAGE with the gcn and the mean aggregator), hidden ``--hidden``,
 2 layers, dropout 0.5: this project's built-in model (``nn``) and PyG's same model
 (:class:`bench.pyg.PyGNet`, from the same initial weights) through
-:func:`distgnn.pyg.distribute` (``pyg``), each trained ``--epochs`` epochs under
-``distgnn-launch -n P --threads-per-rank T`` on a Libra partition of R-MAT 2^scale x 16
-(128 features), cd-0, ``THP_MEM_ALLOC_ENABLE=1`` (as ``distgnn-train`` sets it).  Reported:
-the median epoch (the first, warm-up, left out) and the ratio pyg / nn.  One process (P = 1) uses the whole graph and ``--threads`` threads;
-``distgnn-bench epoch --impls numba,pyg,pyg-dist`` gives the one-process figures beside
-plain PyG.
+:func:`distgnn.pyg.distribute` (``pyg``), both on one ``distgnn.setup`` run and trained in
+turn, epoch by epoch (forward, backward, gradient allreduce, Adam step), so that both meet
+the same machine: one process on R-MAT 2^scale x 16 (128 features) with ``--threads``
+threads, and ``distgnn-launch -n P --threads-per-rank T`` on its Libra partition, cd-0,
+``THP_MEM_ALLOC_ENABLE=1`` (as ``distgnn-train`` sets it).  Reported for wall-clock seconds
+and for CPU seconds (summed over ranks: the work done, which a busy machine's waits do not
+change): the median epoch of each (the first, warm-up, left out) and the median of the
+epoch pairs' ratios pyg / nn.
+``distgnn-bench epoch --impls numba,pyg,pyg-dist`` gives one-process figures beside plain
+PyG (in worker processes of their own, with the trainer's planned memory).
 """
 from __future__ import annotations
 
@@ -21,39 +25,65 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
 MODELS = ("gcn", "sage", "sage-mean")
+IMPLS = ("nn", "pyg")
 
 
-def rank_job(source: str, model: str, impl: str, epochs: int, hidden: int, threads) -> None:
-    """One run (under mpirun for a partition directory); rank 0 prints its epoch times."""
+def rank_job(source: str, model: str, epochs: int, hidden: int, threads: int) -> None:
+    """One job (under mpirun for a partition directory): both models on one ``distgnn.setup``
+    run, from the same initial weights, trained epoch by epoch in turn (so both meet the
+    same machine); rank 0 prints each one's epoch seconds."""
+    import torch
+
     import distgnn
     from bench.epoch import config_of
     from bench.pyg import distributed_factory
+    from distgnn.nn.config import build_model
 
     cfg = config_of(model, hidden, threads, epochs)
-    result = distgnn.train(source, cfg, distributed_factory(cfg) if impl == "pyg" else None,
-                           log=lambda s: None)
-    if not Path(source).is_dir() or _rank() == 0:
-        print(json.dumps([r["epoch_s"] for r in result.history]))
+    run = distgnn.setup(source, cfg, log=lambda s: None)
+    models = {}
+    for impl in IMPLS:
+        torch.manual_seed(cfg.seed)
+        net = (build_model(cfg.network, run.num_features, run.num_classes) if impl == "nn"
+               else distributed_factory(cfg)(run.num_features, run.num_classes))
+        model = run.place(net)
+        models[impl] = (model, torch.optim.Adam(model.parameters(), lr=cfg.lr))
+    times = {impl: [] for impl in IMPLS}
+    cpu = {impl: [] for impl in IMPLS}
+    for epoch in range(epochs):
+        for impl, (model, optimizer) in models.items():
+            run.comm.barrier()
+            start, start_cpu = time.perf_counter(), time.process_time()
+            run.start_epoch(model, epoch)
+            with run.autocast():
+                loss = run.loss(model(run.g, run.x))
+            optimizer.zero_grad()
+            loss.backward()
+            run.sync(model, loss)
+            optimizer.step()
+            used = torch.tensor([time.process_time() - start_cpu], dtype=torch.float64)
+            run.comm.barrier()
+            times[impl].append(time.perf_counter() - start)
+            run.comm.allreduce(used)  # CPU seconds of all ranks: the work, whatever the waits
+            cpu[impl].append(float(used[0]))
+    run.close()
+    if run.rank == 0:
+        print(json.dumps({"wall": times, "cpu": cpu}))
 
 
-def _rank() -> int:
-    from mpi4py import MPI
-
-    return MPI.COMM_WORLD.rank
-
-
-def measure(source: Path, ranks: int, model: str, impl: str, a) -> list[float]:
-    job = [str(Path(__file__).resolve()), "--rank-job", str(source), model, impl,
+def measure(source, ranks: int, model: str, a) -> dict[str, list[float]]:
+    job = [str(Path(__file__).resolve()), "--rank-job", str(source), model,
            "--epochs", str(a.epochs), "--hidden", str(a.hidden)]
     if ranks == 1:
         cmd = [sys.executable, *job, "--threads", str(a.threads)]
     else:
         cmd = [str(BIN / "distgnn-launch"), "-n", str(ranks), "--threads-per-rank",
-               str(a.threads_per_rank), "--", sys.executable, *job,
+               str(a.threads_per_rank), "--", sys.executable, "-m", "mpi4py", *job,
                "--threads", str(a.threads_per_rank)]
     # huge pages for torch's allocator, as distgnn-train and distgnn-bench have them
     proc = subprocess.run(cmd, capture_output=True, text=True,
@@ -65,8 +95,7 @@ def measure(source: Path, ranks: int, model: str, impl: str, a) -> list[float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rank-job", nargs=3, metavar=("SOURCE", "MODEL", "IMPL"),
-                   help=argparse.SUPPRESS)
+    p.add_argument("--rank-job", nargs=2, metavar=("SOURCE", "MODEL"), help=argparse.SUPPRESS)
     p.add_argument("--scale", type=int, default=18, help="R-MAT scale (2^scale vertices)")
     p.add_argument("--ranks", type=int, default=4, help="ranks of the partitioned runs")
     p.add_argument("--threads", type=int, default=2, help="threads of the one-process runs")
@@ -88,15 +117,22 @@ def main() -> None:
                         "--out", str(parts), "--no-progress"], check=True,
                        stdout=subprocess.DEVNULL)
     rows = []
-    print("| model | ranks | distgnn.nn epoch s | PyG through distgnn.pyg epoch s | ratio |\n"
-          "|---|---|---|---|---|", flush=True)
+    print("| model | ranks | distgnn.nn epoch s | PyG through distgnn.pyg epoch s | ratio | "
+          "distgnn.nn CPU s | PyG through distgnn.pyg CPU s | ratio |\n"
+          "|---|---|---|---|---|---|---|---|", flush=True)
     for model in a.models.split(","):
         for ranks, source in ((1, spec), (a.ranks, parts)):
-            times = {impl: measure(source, ranks, model, impl, a) for impl in ("nn", "pyg")}
-            median = {impl: statistics.median(t[1:]) for impl, t in times.items()}
-            rows.append({"model": model, "ranks": ranks, "times": times, "median": median})
-            print(f"| {model} | {ranks} | {median['nn']:.3f} | {median['pyg']:.3f} | "
-                  f"{median['pyg'] / median['nn']:.2f} |", flush=True)
+            times = measure(source, ranks, model, a)
+            row = {"model": model, "ranks": ranks, "times": times}
+            for kind in ("wall", "cpu"):
+                warm = {impl: t[1:] for impl, t in times[kind].items()}  # 1st: warm-up
+                row[kind] = {impl: statistics.median(t) for impl, t in warm.items()}
+                row[f"{kind}_ratio"] = statistics.median(
+                    p / n for n, p in zip(warm["nn"], warm["pyg"]))
+            rows.append(row)
+            print(f"| {model} | {ranks} | {row['wall']['nn']:.3f} | {row['wall']['pyg']:.3f} | "
+                  f"{row['wall_ratio']:.2f} | {row['cpu']['nn']:.3f} | {row['cpu']['pyg']:.3f} "
+                  f"| {row['cpu_ratio']:.2f} |", flush=True)
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps({"scale": a.scale, "ranks": a.ranks,

@@ -146,6 +146,8 @@ CANDIDATES = {
     "GPSConv": (lambda a, b: Then(nn.Linear(a, b), gnn.GPSConv(b, gnn.GINConv(mlp(b, b)),
                                                                norm=None)), None),
     "DirGNNConv": (lambda a, b: gnn.DirGNNConv(gnn.GCNConv(a, b)), None),
+    "nn.Sequential": (lambda a, b: gnn.Sequential("x, edge_index", [
+        (gnn.GCNConv(a, b), "x, edge_index -> x"), nn.ReLU()]), None),
     "models.GCN": (lambda a, b: gnn.models.GCN(a, 16, 2, b, dropout=0.5), None),
     "models.GraphSAGE": (lambda a, b: gnn.models.GraphSAGE(a, 16, 2, b, dropout=0.5), None),
     "models.GIN": (lambda a, b: gnn.models.GIN(a, 16, 2, b, dropout=0.5), None),
