@@ -66,7 +66,7 @@ from distgnn.placement import AGGREGATION_PRECISIONS, PRECISIONS, synchronize
 from distgnn.program import comma_list
 from distgnn.run.memory import process_mib
 
-__all__ = ["pyg_run", "save_npz"]
+__all__ = ["config_of", "pyg_run", "save_npz"]
 
 IMPLS = ("numba", "torch", "triton", "pyg", "pyg-bf16", "pyg-dist")
 # pyg-bf16: PyG under torch.autocast to bf16; pyg-dist: PyG's model in this project's trainer

@@ -45,6 +45,9 @@ from distgnn.nn.models import GCNII, GNN
 from distgnn.nn.widths import layer_widths
 
 
+__all__ = ["PyGNet", "available", "copy_weights", "distributed_factory", "model_name"]
+
+
 def available() -> bool:
     return importlib.util.find_spec("torch_geometric") is not None
 
@@ -183,10 +186,12 @@ def copy_weights(ours: GNN | GCNII, theirs: PyGNet) -> None:
 
 
 def distributed_factory(cfg) -> Callable[[int, int], nn.Module]:
-    """``make_model(in_channels, num_classes)`` for ``cfg``'s model (a
-    :class:`~distgnn.run.config.TrainConfig`) in PyG, from this project's initial weights for
-    the seed the trainer sets, made to train on partitions by :func:`distgnn.pyg.distribute`
-    (GCNII is refused: ``GCN2Conv`` is not among the layers it takes)."""
+    """``make_model(in_channels, num_classes)`` of ``cfg``'s model in PyG, distributed.
+
+    ``cfg`` is a :class:`~distgnn.run.config.TrainConfig`; the model starts from this
+    project's initial weights for the seed the trainer sets and is made to train on
+    partitions by :func:`distgnn.pyg.distribute` (GCNII is refused: this benchmark's GCNII
+    feeds ``GCN2Conv`` a normalised sparse adjacency, not an ``edge_index``)."""
     from distgnn.nn.config import build_model
     from distgnn.pyg import distribute
 

@@ -91,12 +91,15 @@ except ImportError as e:  # pragma: no cover -- the test environment has PyG
 # PyG's layers that distribute() takes: each aggregates through MessagePassing.aggregate
 # and reads degrees or softmax only through the functions replaced below
 LAYERS = ("GCNConv", "SAGEConv", "GINConv", "GINEConv", "GATConv", "GATv2Conv", "GraphConv",
-          "TransformerConv", "ResGatedGraphConv", "SGConv", "TAGConv")
+          "TransformerConv", "ResGatedGraphConv", "SGConv", "TAGConv", "APPNP", "LGConv",
+          "GCN2Conv", "FAConv", "SSGConv", "MixHopConv", "ClusterGCNConv", "EdgeConv",
+          "LEConv", "GeneralConv", "MFConv", "FiLMConv", "AGNNConv", "NNConv", "CGConv",
+          "GatedGraphConv", "PDNConv", "SimpleConv", "AntiSymmetricConv", "DirGNNConv")
 
 # PyG's other modules taken as they are: per-vertex or per-layer computations and containers
 # (their graph layers are checked one by one)
 MODULES = ("Linear", "Sequential", "MLP", "JumpingKnowledge", "GCN", "GraphSAGE", "GIN",
-           "GAT", "EdgeCNN")
+           "GAT", "EdgeCNN", "TrimToLayer")
 
 REDUCTIONS = {pyg_aggr.SumAggregation: "sum", pyg_aggr.MeanAggregation: "mean",
               pyg_aggr.MaxAggregation: "max", pyg_aggr.MinAggregation: "min"}
@@ -146,10 +149,6 @@ def check_model(model: torch.nn.Module) -> None:
 def _problem(m: torch.nn.Module, aggregations: set[int]) -> str | None:
     module = type(m).__module__
     if isinstance(m, MessagePassing):
-        pyg_base = next(c for c in type(m).__mro__ if c.__module__.startswith("torch_geometric"))
-        if pyg_base is not MessagePassing and pyg_base.__name__ not in LAYERS:
-            return (f"PyG's {pyg_base.__name__} is not among the layers distgnn distributes "
-                    f"({', '.join(LAYERS)}, and MessagePassing subclasses of your own)")
         if type(m).aggregate is not MessagePassing.aggregate:
             return "overrides aggregate(), whose partial results distgnn cannot combine"
         if type(m.aggr_module) not in REDUCTIONS:
@@ -161,6 +160,10 @@ def _problem(m: torch.nn.Module, aggregations: set[int]) -> str | None:
                 and isinstance(getattr(m, "fill_value", None), str)):
             return (f"self-loops with fill_value={m.fill_value!r} take a vertex's local "
                     "in-edges' attributes; pass a number as fill_value")
+        pyg_base = next(c for c in type(m).__mro__ if c.__module__.startswith("torch_geometric"))
+        if pyg_base is not MessagePassing and pyg_base.__name__ not in LAYERS:
+            return (f"PyG's {pyg_base.__name__} is not among the layers distgnn distributes "
+                    f"({', '.join(LAYERS)}, and MessagePassing subclasses of your own)")
         return None
     if isinstance(m, pyg_aggr.Aggregation):
         return (None if id(m) in aggregations
@@ -683,10 +686,12 @@ def _dispatch(name: str, original):
 
 
 def _memoised(original):
-    """``original`` (a pure function of edges) outside a distributed forward pass; inside
-    one, its result is kept per call and returned again while the call's tensors are the
-    same objects, so a model that adds self-loops in every forward pass hands its layers
-    the same edges, whose checks and derived graphs are then kept (:meth:`_Pass.edges`)."""
+    """``original`` (a pure function of edges), its results kept in a distributed pass.
+
+    Inside a distributed forward pass its result is kept per call and returned again while
+    the call's tensors are the same objects, so a model that adds self-loops in every
+    forward pass hands its layers the same edges, whose checks and derived graphs are then
+    kept (:meth:`_Pass.edges`); outside one it is ``original``."""
 
     def function(*args, **kwargs):
         pass_ = getattr(_active, "pass_", None)

@@ -1,21 +1,18 @@
 """Epochs of PyTorch Geometric models trained through ``distgnn.pyg`` against the same models
-written with ``distgnn.nn``, on 1 process and on P ranks.
+written with ``distgnn.nn``, on P ranks (and, with ``--one-process``, one process).
 
     python experiments/pyg_epochs.py --scale 18 --ranks 4 --out runs/pyg-epochs.json
 
 For each model (GCN; GraphSAGE with the gcn and the mean aggregator), hidden ``--hidden``,
 2 layers, dropout 0.5: this project's built-in model (``nn``) and PyG's same model
 (:class:`bench.pyg.PyGNet`, from the same initial weights) through
-:func:`distgnn.pyg.distribute` (``pyg``), both on one ``distgnn.setup`` run and trained in
-turn, epoch by epoch (forward, backward, gradient allreduce, Adam step), so that both meet
-the same machine: one process on R-MAT 2^scale x 16 (128 features) with ``--threads``
-threads, and ``distgnn-launch -n P --threads-per-rank T`` on its Libra partition, cd-0,
-``THP_MEM_ALLOC_ENABLE=1`` (as ``distgnn-train`` sets it).  Reported for wall-clock seconds
-and for CPU seconds (summed over ranks: the work done, which a busy machine's waits do not
-change): the median epoch of each (the first, warm-up, left out) and the median of the
-epoch pairs' ratios pyg / nn.
-``distgnn-bench epoch --impls numba,pyg,pyg-dist`` gives one-process figures beside plain
-PyG (in worker processes of their own, with the trainer's planned memory).
+:func:`distgnn.pyg.distribute` (``pyg``), each trained ``--epochs`` epochs by
+``distgnn.train`` under ``distgnn-launch -n P --threads-per-rank T`` on a Libra partition of
+R-MAT 2^scale x 16 (128 features), cd-0, ``THP_MEM_ALLOC_ENABLE=1`` (as ``distgnn-train``
+sets it); ``--rounds`` rounds run the two jobs in turn.  Reported: the median epoch of each
+(first epochs, warm-up, left out) and the median over rounds of the round's ratio pyg / nn.
+``distgnn-bench epoch --impls numba,pyg,pyg-dist`` gives the one-process figures beside
+plain PyG.
 """
 from __future__ import annotations
 
@@ -25,7 +22,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
@@ -33,51 +29,29 @@ MODELS = ("gcn", "sage", "sage-mean")
 IMPLS = ("nn", "pyg")
 
 
-def rank_job(source: str, model: str, epochs: int, hidden: int, threads: int) -> None:
-    """One job (under mpirun for a partition directory): both models on one ``distgnn.setup``
-    run, from the same initial weights, trained epoch by epoch in turn (so both meet the
-    same machine); rank 0 prints each one's epoch seconds."""
-    import torch
-
+def rank_job(source: str, model: str, impl: str, epochs: int, hidden: int,
+             threads: int) -> None:
+    """One run of ``distgnn.train`` (under mpirun for a partition directory); rank 0 prints
+    its epoch seconds."""
     import distgnn
     from bench.epoch import config_of
     from bench.pyg import distributed_factory
-    from distgnn.nn.config import build_model
 
     cfg = config_of(model, hidden, threads, epochs)
-    run = distgnn.setup(source, cfg, log=lambda s: None)
-    models = {}
-    for impl in IMPLS:
-        torch.manual_seed(cfg.seed)
-        net = (build_model(cfg.network, run.num_features, run.num_classes) if impl == "nn"
-               else distributed_factory(cfg)(run.num_features, run.num_classes))
-        model = run.place(net)
-        models[impl] = (model, torch.optim.Adam(model.parameters(), lr=cfg.lr))
-    times = {impl: [] for impl in IMPLS}
-    cpu = {impl: [] for impl in IMPLS}
-    for epoch in range(epochs):
-        for impl, (model, optimizer) in models.items():
-            run.comm.barrier()
-            start, start_cpu = time.perf_counter(), time.process_time()
-            run.start_epoch(model, epoch)
-            with run.autocast():
-                loss = run.loss(model(run.g, run.x))
-            optimizer.zero_grad()
-            loss.backward()
-            run.sync(model, loss)
-            optimizer.step()
-            used = torch.tensor([time.process_time() - start_cpu], dtype=torch.float64)
-            run.comm.barrier()
-            times[impl].append(time.perf_counter() - start)
-            run.comm.allreduce(used)  # CPU seconds of all ranks: the work, whatever the waits
-            cpu[impl].append(float(used[0]))
-    run.close()
-    if run.rank == 0:
-        print(json.dumps({"wall": times, "cpu": cpu}))
+    result = distgnn.train(source, cfg, distributed_factory(cfg) if impl == "pyg" else None,
+                           log=lambda s: None)
+    if not Path(source).is_dir() or _rank() == 0:
+        print(json.dumps([r["epoch_s"] for r in result.history]))
 
 
-def measure(source, ranks: int, model: str, a) -> dict[str, list[float]]:
-    job = [str(Path(__file__).resolve()), "--rank-job", str(source), model,
+def _rank() -> int:
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD.rank
+
+
+def measure(source, ranks: int, model: str, impl: str, a) -> list[float]:
+    job = [str(Path(__file__).resolve()), "--rank-job", str(source), model, impl,
            "--epochs", str(a.epochs), "--hidden", str(a.hidden)]
     if ranks == 1:
         cmd = [sys.executable, *job, "--threads", str(a.threads)]
@@ -95,13 +69,17 @@ def measure(source, ranks: int, model: str, a) -> dict[str, list[float]]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rank-job", nargs=2, metavar=("SOURCE", "MODEL"), help=argparse.SUPPRESS)
+    p.add_argument("--rank-job", nargs=3, metavar=("SOURCE", "MODEL", "IMPL"),
+                   help=argparse.SUPPRESS)
+    p.add_argument("--rounds", type=int, default=2, help="rounds of the two jobs in turn")
+    p.add_argument("--one-process", action="store_true",
+                   help="also time one process on the whole graph")
     p.add_argument("--scale", type=int, default=18, help="R-MAT scale (2^scale vertices)")
     p.add_argument("--ranks", type=int, default=4, help="ranks of the partitioned runs")
     p.add_argument("--threads", type=int, default=2, help="threads of the one-process runs")
     p.add_argument("--threads-per-rank", type=int, default=1, help="threads of each rank")
     p.add_argument("--hidden", type=int, default=256, help="hidden width")
-    p.add_argument("--epochs", type=int, default=8, help="epochs per run (the first is warm-up)")
+    p.add_argument("--epochs", type=int, default=6, help="epochs per run (the first is warm-up)")
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated: gcn, sage "
                    "(GraphSAGE-gcn), sage-mean")
     p.add_argument("--work", default="runs/pyg-epochs", help="where the partitions go")
@@ -117,22 +95,23 @@ def main() -> None:
                         "--out", str(parts), "--no-progress"], check=True,
                        stdout=subprocess.DEVNULL)
     rows = []
-    print("| model | ranks | distgnn.nn epoch s | PyG through distgnn.pyg epoch s | ratio | "
-          "distgnn.nn CPU s | PyG through distgnn.pyg CPU s | ratio |\n"
-          "|---|---|---|---|---|---|---|---|", flush=True)
+    print("| model | ranks | distgnn.nn epoch s | PyG through distgnn.pyg epoch s | ratio |\n"
+          "|---|---|---|---|---|", flush=True)
+    settings = [(1, spec), (a.ranks, parts)] if a.one_process else [(a.ranks, parts)]
     for model in a.models.split(","):
-        for ranks, source in ((1, spec), (a.ranks, parts)):
-            times = measure(source, ranks, model, a)
-            row = {"model": model, "ranks": ranks, "times": times}
-            for kind in ("wall", "cpu"):
-                warm = {impl: t[1:] for impl, t in times[kind].items()}  # 1st: warm-up
-                row[kind] = {impl: statistics.median(t) for impl, t in warm.items()}
-                row[f"{kind}_ratio"] = statistics.median(
-                    p / n for n, p in zip(warm["nn"], warm["pyg"]))
-            rows.append(row)
-            print(f"| {model} | {ranks} | {row['wall']['nn']:.3f} | {row['wall']['pyg']:.3f} | "
-                  f"{row['wall_ratio']:.2f} | {row['cpu']['nn']:.3f} | {row['cpu']['pyg']:.3f} "
-                  f"| {row['cpu_ratio']:.2f} |", flush=True)
+        for ranks, source in settings:
+            times = {impl: [] for impl in IMPLS}
+            ratios = []
+            for _ in range(a.rounds):  # the jobs in turn, so that both meet the same machine
+                got = {impl: measure(source, ranks, model, impl, a)[1:] for impl in IMPLS}
+                for impl in IMPLS:
+                    times[impl] += got[impl]
+                ratios.append(statistics.median(got["pyg"]) / statistics.median(got["nn"]))
+            median = {impl: statistics.median(t) for impl, t in times.items()}
+            rows.append({"model": model, "ranks": ranks, "times": times, "median": median,
+                         "round_ratios": ratios, "ratio": statistics.median(ratios)})
+            print(f"| {model} | {ranks} | {median['nn']:.3f} | {median['pyg']:.3f} | "
+                  f"{statistics.median(ratios):.2f} |", flush=True)
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps({"scale": a.scale, "ranks": a.ranks,

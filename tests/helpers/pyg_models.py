@@ -3,9 +3,11 @@
 
 Every model is ``Net(layer, F, C)``: dropout (``F.dropout``) before each of two layers, ReLU
 between them, ``forward(x, edge_index, edge_weight=None)``; a layer that reads edges gets the
-weights (``edge_weight`` or, as ``edge_attr``, ``[E, 1]``).  ``python -m
-tests.test_pyg_models`` trains them all on partitions and prints how far each run is from one
-process."""
+weights (``edge_weight`` or, as ``edge_attr``, ``[E, 1]``).  :data:`LAYERS` are the most used
+layers and a user's own; :data:`MORE_LAYERS` PyG's others that
+``distribute`` takes; :data:`REFUSED` some it refuses.  ``python -m tests.test_pyg_models``
+trains :data:`LAYERS` on partitions and prints how far each run is from one process;
+``--survey`` does it for the others."""
 from __future__ import annotations
 
 import numpy as np
@@ -113,9 +115,8 @@ class Read(nn.Module):
         return self.lin(self.conv(x, edge_index, **edges))
 
 
-# PyG layers tried beside LAYERS (python -m tests.test_pyg_models --survey): each is either
-# taken (and exact) or refused by distgnn.pyg.distribute with one line
-CANDIDATES = {
+# PyG's other layers and models that distgnn.pyg takes (tested in float64)
+MORE_LAYERS = {
     "APPNP": (lambda a, b: Then(nn.Linear(a, b), gnn.APPNP(K=2, alpha=0.1)), None),
     "LGConv": (lambda a, b: Then(nn.Linear(a, b), gnn.LGConv()), None),
     "GCN2Conv": (lambda a, b: Then(nn.Linear(a, b), gnn.GCN2Conv(b, alpha=0.1, theta=0.5,
@@ -123,7 +124,6 @@ CANDIDATES = {
     "FAConv": (lambda a, b: Then(nn.Linear(a, b), gnn.FAConv(b), True), None),
     "SSGConv": (lambda a, b: gnn.SSGConv(a, b, alpha=0.1, K=2), None),
     "MixHopConv": (lambda a, b: Read(gnn.MixHopConv(a, b), nn.Linear(3 * b, b)), None),
-    "ARMAConv": (lambda a, b: gnn.ARMAConv(a, b), None),
     "ClusterGCNConv": (lambda a, b: gnn.ClusterGCNConv(a, b), None),
     "EdgeConv": (lambda a, b: gnn.EdgeConv(mlp(2 * a, b), aggr="max"), None),
     "LEConv": (lambda a, b: gnn.LEConv(a, b), None),
@@ -137,14 +137,7 @@ CANDIDATES = {
     "GatedGraphConv": (lambda a, b: Then(nn.Linear(a, b), gnn.GatedGraphConv(b, 2)), None),
     "PDNConv": (lambda a, b: gnn.PDNConv(a, b, edge_dim=1, hidden_channels=8), "edge_attr"),
     "SimpleConv": (lambda a, b: Then(nn.Linear(a, b), gnn.SimpleConv(aggr="mean")), None),
-    "ChebConv": (lambda a, b: gnn.ChebConv(a, b, K=2), None),
-    "GENConv": (lambda a, b: gnn.GENConv(a, b), None),
-    "PNAConv": (lambda a, b: gnn.PNAConv(a, b, ["mean", "max"], ["identity"],
-                                         torch.tensor([0, 10, 10])), None),
-    "EGConv": (lambda a, b: Then(nn.Linear(a, 16), gnn.EGConv(16, 16)), None),
     "AntiSymmetricConv": (lambda a, b: Then(nn.Linear(a, b), gnn.AntiSymmetricConv(b)), None),
-    "GPSConv": (lambda a, b: Then(nn.Linear(a, b), gnn.GPSConv(b, gnn.GINConv(mlp(b, b)),
-                                                               norm=None)), None),
     "DirGNNConv": (lambda a, b: gnn.DirGNNConv(gnn.GCNConv(a, b)), None),
     "nn.Sequential": (lambda a, b: gnn.Sequential("x, edge_index", [
         (gnn.GCNConv(a, b), "x, edge_index -> x"), nn.ReLU()]), None),
@@ -152,8 +145,23 @@ CANDIDATES = {
     "models.GraphSAGE": (lambda a, b: gnn.models.GraphSAGE(a, 16, 2, b, dropout=0.5), None),
     "models.GIN": (lambda a, b: gnn.models.GIN(a, 16, 2, b, dropout=0.5), None),
     "models.GAT": (lambda a, b: gnn.models.GAT(a, 16, 2, b, dropout=0.5, heads=2), None),
+}
+
+# PyG layers and models that distgnn.pyg refuses, and a fragment of the line it refuses with
+REFUSED = {
+    "ChebConv": (lambda a, b: gnn.ChebConv(a, b, K=2), "PyG's ChebConv is not among"),
+    "ARMAConv": (lambda a, b: gnn.ARMAConv(a, b), "PyG's ARMAConv is not among"),
+    "GENConv": (lambda a, b: gnn.GENConv(a, b), "aggregation SoftmaxAggregation"),
+    "PNAConv": (lambda a, b: gnn.PNAConv(a, b, ["mean", "max"], ["identity"],
+                                         torch.tensor([0, 10, 10])),
+                "aggregation DegreeScalerAggregation"),
+    "EGConv": (lambda a, b: Then(nn.Linear(a, 16), gnn.EGConv(16, 16)),
+               "overrides aggregate()"),
+    "GPSConv": (lambda a, b: Then(nn.Linear(a, b), gnn.GPSConv(b, gnn.GINConv(mlp(b, b)),
+                                                               norm=None)),
+                "PyG's GPSConv is not among the modules"),
     "models.GAT-batch-norm": (lambda a, b: gnn.models.GAT(a, 16, 2, b, norm="batch_norm"),
-                              None),
+                              "(BatchNorm): its statistics run over all vertices"),
 }
 
 
@@ -163,7 +171,7 @@ class Net(nn.Module):
     def __init__(self, layer: str, in_channels: int, num_classes: int, hidden: int = 16,
                  p: float = 0.5):
         super().__init__()
-        make, self.edges = LAYERS[layer] if layer in LAYERS else CANDIDATES[layer]
+        make, self.edges = {**LAYERS, **MORE_LAYERS}.get(layer) or (REFUSED[layer][0], None)
         self.conv1, self.conv2 = make(in_channels, hidden), make(hidden, num_classes)
         self.p = p
 
