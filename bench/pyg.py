@@ -44,7 +44,6 @@ from distgnn.nn.backends import csr_tensor
 from distgnn.nn.models import GCNII, GNN
 from distgnn.nn.widths import layer_widths
 
-
 __all__ = ["PyGNet", "available", "copy_weights", "distributed_factory", "model_name"]
 
 
