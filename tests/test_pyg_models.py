@@ -8,6 +8,8 @@ layer of :data:`tests.helpers.pyg_models.LAYERS` as a table."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import tempfile
 
 import numpy as np
 import pytest
@@ -328,17 +330,23 @@ def test_own_loop_and_every_algorithm(weighted):
         assert all(np.isfinite(losses)) and losses[-1] < losses[0]
 
 
-def table(dataset: str, epochs: int) -> None:
-    """Print, per layer, ranks and type, the max relative loss difference against one
-    process (cd-0, dropout 0.5, ``epochs`` epochs, ranks on threads)."""
-    import tempfile
-
+@contextlib.contextmanager
+def partitioned(dataset: str):
+    """``(dataset, {1: dataset, 2: DIR, 4: DIR})``: ``dataset`` (``weighted``: the tests'
+    graph) and its Libra partitions into 2 and 4 parts, removed afterwards."""
     ds = weighted_graph() if dataset == "weighted" else distgnn.load(dataset)
     with tempfile.TemporaryDirectory() as root:
         sources = {1: ds}
         for parts in (2, 4):
             write_dir(ds, f"{root}/p{parts}", parts)
             sources[parts] = f"{root}/p{parts}"
+        yield ds, sources
+
+
+def table(dataset: str, epochs: int) -> None:
+    """Print, per layer, ranks and type, the max relative loss difference against one
+    process (cd-0, dropout 0.5, ``epochs`` epochs, ranks on threads)."""
+    with partitioned(dataset) as (ds, sources):
         print(f"| layer | ranks | float32 | float64 |  ({dataset}, {epochs} epochs, cd-0, "
               "dropout 0.5)\n|---|---|---|---|")
         for layer in LAYERS:
@@ -364,14 +372,7 @@ def survey(dataset: str, epochs: int) -> None:
     :data:`~tests.helpers.pyg_models.REFUSED`): refused by ``distribute`` (the line), or
     trained on 2 and 4 ranks in float64 (the max relative loss difference against one
     process)."""
-    import tempfile
-
-    ds = weighted_graph() if dataset == "weighted" else distgnn.load(dataset)
-    with tempfile.TemporaryDirectory() as root:
-        sources = {1: ds}
-        for parts in (2, 4):
-            write_dir(ds, f"{root}/p{parts}", parts)
-            sources[parts] = f"{root}/p{parts}"
+    with partitioned(dataset) as (ds, sources):
         print("| layer | what happens | 2 ranks | 4 ranks |\n|---|---|---|---|")
         for layer in [*MORE_LAYERS, *REFUSED]:
             def make(f, c, layer=layer):
