@@ -112,7 +112,7 @@ class PyGNet(nn.Module):
             for conv in self.convs:
                 x = F.relu(conv(F.dropout(x, self.dropout, self.training), x_0, adj_t))
             return self.lin_out(F.dropout(x, self.dropout, self.training))
-        if self.model == "sage" and not adj_t.is_sparse:  # an edge_index: A + I here
+        if self.model == "sage" and adj_t.layout == torch.strided:  # an edge_index: A + I
             from torch_geometric.utils import add_self_loops
 
             adj_t = add_self_loops(adj_t, num_nodes=x.shape[0])[0]

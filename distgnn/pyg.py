@@ -575,8 +575,8 @@ class _Call:
 
     def __call__(self, edge_index, size=None, **kwargs):
         p = self.pass_
-        if not isinstance(edge_index, torch.Tensor) or edge_index.is_sparse or \
-                edge_index.dim() != 2:
+        if not isinstance(edge_index, torch.Tensor) or edge_index.layout != torch.strided \
+                or edge_index.dim() != 2:
             raise DistGNNError(f"{type(self.module).__name__}: on a partition message "
                                "passing takes an edge_index tensor [2, E]")
         key = p.calls
@@ -617,7 +617,7 @@ class _NarrowSAGE:
 
 
 class _NarrowGCN:
-    """``GCNConv.forward`` aggregating before the projection when that narrows the rows,
+    r"""``GCNConv.forward`` aggregating before the projection when that narrows the rows,
     ``\hat{A} (X W^T) + b = (\hat{A} X) W^T + b`` (the same maths): the layer's own forward
     runs with its ``lin`` and ``bias`` set aside, which are applied after it."""
 
