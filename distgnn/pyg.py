@@ -669,35 +669,14 @@ _OTHER_DROPOUTS = {F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout,
                    torch.feature_alpha_dropout}
 
 
-def _dispatch(name: str, original):
-    """``original`` outside a distributed forward pass, ``_Pass.<name>`` inside one."""
+def _dispatch(original, inside):
+    """``original`` outside a distributed forward pass, ``inside(pass_, ...)`` inside one."""
 
     def function(*args, **kwargs):
         pass_ = getattr(_active, "pass_", None)
         if pass_ is None:
             return original(*args, **kwargs)
-        return getattr(pass_, name)(*args, **kwargs)
-
-    function.__name__ = function.__qualname__ = getattr(original, "__name__", name)
-    function.__doc__ = original.__doc__
-    function.__wrapped__ = original
-    function.distgnn_dispatch = True
-    return function
-
-
-def _memoised(original):
-    """``original`` (a pure function of edges), its results kept in a distributed pass.
-
-    Inside a distributed forward pass its result is kept per call and returned again while
-    the call's tensors are the same objects, so a model that adds self-loops in every
-    forward pass hands its layers the same edges, whose checks and derived graphs are then
-    kept (:meth:`_Pass.edges`); outside one it is ``original``."""
-
-    def function(*args, **kwargs):
-        pass_ = getattr(_active, "pass_", None)
-        if pass_ is None:
-            return original(*args, **kwargs)
-        return pass_.memoised(original, *args, **kwargs)
+        return inside(pass_, *args, **kwargs)
 
     function.__name__ = function.__qualname__ = original.__name__
     function.__doc__ = original.__doc__
@@ -705,9 +684,17 @@ def _memoised(original):
     return function
 
 
-_FUNCTIONS = {pyg_gcn_norm: _dispatch("gcn_norm", pyg_gcn_norm),
-              pyg_degree: _dispatch("degree", pyg_degree),
-              pyg_softmax: _dispatch("softmax", pyg_softmax),
+def _memoised(original):
+    """``original`` (a pure function of edges) with its results kept in a distributed pass:
+    returned again while a call's tensors are the same objects, so that a model adding
+    self-loops in every forward pass hands its layers the same edges, whose checks and
+    derived graphs are then kept (:meth:`_Pass.edges`)."""
+    return _dispatch(original, lambda pass_, *a, **k: pass_.memoised(original, *a, **k))
+
+
+_FUNCTIONS = {pyg_gcn_norm: _dispatch(pyg_gcn_norm, _Pass.gcn_norm),
+              pyg_degree: _dispatch(pyg_degree, _Pass.degree),
+              pyg_softmax: _dispatch(pyg_softmax, _Pass.softmax),
               **{f: _memoised(f) for f in (pyg_add_self_loops, add_remaining_self_loops,
                                            remove_self_loops)}}
 
