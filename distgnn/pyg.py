@@ -685,10 +685,11 @@ def _dispatch(original, inside):
 
 
 def _memoised(original):
-    """``original`` (a pure function of edges) with its results kept in a distributed pass:
-    returned again while a call's tensors are the same objects, so that a model adding
-    self-loops in every forward pass hands its layers the same edges, whose checks and
-    derived graphs are then kept (:meth:`_Pass.edges`)."""
+    """``original`` (a pure function of edges) with its results kept in a distributed pass.
+
+    A result is returned again while a call's tensors are the same objects, so that a model
+    adding self-loops in every forward pass hands its layers the same edges, whose checks
+    and derived graphs are then kept (:meth:`_Pass.edges`)."""
     return _dispatch(original, lambda pass_, *a, **k: pass_.memoised(original, *a, **k))
 
 
