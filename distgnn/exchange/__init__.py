@@ -130,6 +130,9 @@ class Exchange:
         # what checkpoints record of the exchange (a resumed run must match it)
         self.fingerprint = algo + (f" delay {delay}" if algo == "cd-r" else "")
         self.backward_exchange = backward_exchange
+        self.keeps_state = algo == "cd-r"  # between epochs: what a checkpoint carries
+        # a training epoch that runs cd-0's exact sums whatever the algorithm (-1: none)
+        self.exact_at = -1
         self.controller: Controller | None = None
         # what cd-0 in the run's type would have sent for the training exchanges made so far:
         # what the bytes sent are compared to
@@ -183,8 +186,20 @@ class Exchange:
     def __call__(self, y: torch.Tensor, key: int, epoch: int, training: bool) -> torch.Tensor:
         if self.comm.size == 1:
             return y
-        return _SumOverClones.apply(y, self, key if training else None, epoch,
+        exact = not training or epoch == self.exact_at
+        return _SumOverClones.apply(y, self, None if exact else key, epoch,
                                     self.backward_exchange)
+
+    def restart(self, epoch: int, losses: list[float]) -> None:
+        """Continue training at ``epoch`` with nothing kept from earlier epochs (a checkpoint
+        resumed on another layout, whose state is not for these partitions): that epoch is
+        exact, and cd-r's kept remote terms start from it (the default schedule's, refreshed
+        by it) or from zero as at a run's start (bins, the adaptive schedule).  ``losses``:
+        the run's training losses so far (what the default schedule decides by)."""
+        if self.controller is not None:
+            self.controller.restart(epoch, losses)
+        elif self.keeps_state:
+            self.exact_at = epoch
 
     def exact(self, y: torch.Tensor) -> torch.Tensor:
         """cd-0's sum over clones, forward and backward, whatever the algorithm (what must

@@ -9,8 +9,9 @@ Epoch ``e`` is exact when
 .. math::
     e = 0 \quad\lor\quad e \bmod T = 0 \quad\lor\quad L_{e-1} > L_{e-2}
 
-(``T`` = ``EXACT_EVERY``; ``L``: the training loss, the same on every rank): nothing is
-kept before the first epoch, at most ``T - 1`` stale epochs follow each other (with
+(``T`` = ``EXACT_EVERY``; ``L``: the training loss, the same on every rank; ``0`` stands
+for the first epoch of the run, or of a resume on another layout, :meth:`Controller.restart`):
+nothing is kept before the first epoch, at most ``T - 1`` stale epochs follow each other (with
 ``T = 2`` a remote term is never more than one epoch old), and an epoch after one whose
 loss went up is exact, so staleness cannot feed a run of rising losses.  Nothing here
 looks at labels or accuracy.  A stale epoch sends nothing: what it sent would arrive after
@@ -39,18 +40,28 @@ class Controller:
         self.exact_every = exact_every
         self.losses: list[float] = []  # the last two observed, oldest first
         self.decisions: dict[int, bool] = {}  # epoch -> exact, for the epoch record
+        self.first = 0  # the epoch before which nothing is kept
 
     def exact(self, epoch: int) -> bool:
         """Whether epoch ``epoch`` runs exact."""
         if epoch not in self.decisions:
             rose = len(self.losses) == 2 and self.losses[1] > self.losses[0]
-            self.decisions = {epoch: epoch == 0 or epoch % self.exact_every == 0 or rose}
+            self.decisions = {epoch: epoch == self.first or epoch % self.exact_every == 0
+                              or rose}
         return self.decisions[epoch]
 
     def observe(self, epoch: int, loss: float) -> None:
         """Take epoch ``epoch``'s training loss (non-finite losses count as a rise)."""
         value = loss if math.isfinite(loss) else math.inf
         self.losses = [*self.losses, value][-2:]
+
+    def restart(self, epoch: int, losses: list[float]) -> None:
+        """Continue at ``epoch`` with nothing kept (a resume on another layout): that epoch
+        is exact; ``losses`` are the training losses of the epochs before it."""
+        self.first, self.decisions = epoch, {}
+        self.losses = []
+        for e, loss in enumerate(losses[-2:]):
+            self.observe(e, loss)
 
     def state_dict(self) -> dict:
         return {"kind": self.kind, "exact_every": self.exact_every, "losses": self.losses}

@@ -85,6 +85,7 @@ class NoExchange:
 
     combines_clones = False
     fingerprint = "none"  # what checkpoints record of the exchange
+    keeps_state = False
     total_bytes_sent = 0
     exact_bytes = 0
 
@@ -113,6 +114,9 @@ class NoExchange:
 
     def state_dict(self) -> dict:
         return {}
+
+    def restart(self, epoch: int, losses: list[float]) -> None:
+        """Nothing is kept between epochs: nothing to start again."""
 
     def load_state_dict(self, state: dict, device: torch.device | str = "cpu") -> None:
         """Take the empty state :meth:`state_dict` gives; another exchange's is refused."""

@@ -15,8 +15,12 @@ Every file holds torch tensors and plain Python values only and is read with
 under its final name only after every rank's file and the manifest are on disk (written,
 fsync'ed, renamed), so a job killed or a disk filling up mid-write leaves the previous
 checkpoints as they were.  Free space is checked against the exact serialised sizes before
-anything is written.  A resumed run is refused if its fingerprint (rank count, data,
-parameter shapes, exchange algorithm) differs from the checkpoint's.
+anything is written.  A resumed run is refused if its fingerprint (the data's content, the
+options that change the computation, the parameter shapes, the exchange algorithm) differs
+from the checkpoint's.  The rank count and the partitioning (the fingerprint's ``layout``)
+may differ: the model and optimizer are the same on every rank, so a checkpoint of P ranks
+resumes on P' ranks or in one process, every rank then taking rank 0's RNG states and no
+exchange state (:func:`resume`'s ``same_layout``).
 
 Every checkpoint also names its run: a random id drawn when the run starts afresh and kept
 by every resume of it.  A run writes into a directory only while every checkpoint there is
@@ -29,6 +33,7 @@ cluster), since rank 0 assembles and verifies the manifest of all ranks' files.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -55,8 +60,9 @@ from ..storage import (
 FORMAT = "distgnn-checkpoint"
 # 2: the fingerprint holds the options and the content of the data; 3: each rank's exchange
 # state is tagged with its kind; 4: history records count epochs from 1 (older checkpoints
-# are refused, naming their version)
-VERSION = 4
+# are refused, naming their version); 5: the data's identity is its content whatever the
+# partitioning, and the partitioning is the fingerprint's layout
+VERSION = 5
 NAME = re.compile(r"^epoch-(\d{6,})$")
 # Slack over the serialised sizes: the manifest, directory entries, filesystem blocks.
 SPACE_MARGIN = 1 << 20
@@ -349,13 +355,17 @@ def _parameter_difference(theirs: dict, ours: dict) -> str:
 
 def check_fingerprint(path: Path, theirs: dict, ours: dict) -> None:
     """Refuse a checkpoint written by a run this one cannot continue, naming the first
-    difference: rank count, exchange, an option (by its flag), data, parameter shapes."""
+    difference: exchange, an option (by its flag), data, parameter shapes.
+
+    The rank count and layout may differ.  So may the exchange when one side is one process
+    (it has no split vertices: every algorithm computes cd-0's sums there)."""
     def refuse(label: str, detail: str):
         raise CheckpointMismatch(f"{path}: written for another {label} than this run's ({detail})")
 
-    for key, label in (("ranks", "rank count"), ("exchange", "split-vertex exchange")):
-        if theirs.get(key) != ours.get(key):
-            refuse(label, f"{theirs.get(key)} there, {ours.get(key)} here")
+    if theirs.get("ranks") != 1 and ours.get("ranks") != 1 and \
+            theirs.get("exchange") != ours.get("exchange"):
+        refuse("split-vertex exchange", f"{theirs.get('exchange')} there, "
+                                        f"{ours.get('exchange')} here")
     options = theirs.get("options")
     options = options if isinstance(options, dict) else {}
     ours_options = ours.get("options", {})
@@ -383,12 +393,27 @@ def _load_file(path: Path) -> dict:
                               ) from None
 
 
-def resume(directory: str | Path, comm: Communicator, fingerprint: dict,
-           log=print, missing_ok: bool = False) -> tuple[int, dict, dict, str | None] | None:
-    """``(epoch, shared, local, run)`` of the newest usable checkpoint in ``directory``.
+@dataclasses.dataclass
+class Resumed:
+    """The checkpoint a run resumes from: after ``epoch`` epochs, written by ``ranks`` ranks;
+    ``shared`` (state.pt), ``local`` (this rank's file, or rank 0's when not
+    ``same_layout``), ``run`` its run id (on rank 0 only, which writes manifests)."""
 
-    Collective; ``run``, the checkpoint's run id, is given on rank 0 only, which writes
-    manifests.
+    epoch: int
+    shared: dict
+    local: dict
+    run: str | None
+    ranks: int
+    same_layout: bool
+
+
+def resume(directory: str | Path, comm: Communicator, fingerprint: dict,
+           log=print, missing_ok: bool = False) -> Resumed | None:
+    """The newest usable checkpoint in ``directory``.
+
+    Collective.  When it was written on this run's layout (rank count and partitions), each
+    rank reads its own rank file; else every rank reads rank 0's (the RNG states; its
+    exchange state is not for these partitions).
 
     Rank 0 picks it: the newest whose manifest and files verify (a newer broken one is
     reported and skipped) and whose fingerprint matches ``fingerprint``.  A ``directory``
@@ -396,7 +421,7 @@ def resume(directory: str | Path, comm: Communicator, fingerprint: dict,
     ``None`` on every rank: decided once, by rank 0, so that every rank starts alike.
     """
     directory = Path(directory)
-    chosen = torch.zeros(1, dtype=torch.int64)
+    chosen = torch.zeros(3, dtype=torch.int64)  # epoch, ranks, same layout
     picked = {}
 
     def pick():
@@ -425,8 +450,11 @@ def resume(directory: str | Path, comm: Communicator, fingerprint: dict,
                 log(f"warning: skipping {e}")
                 reasons.append(str(e))
                 continue
-            chosen[0], picked["state"], picked["run"] = manifest["epoch"], state, \
-                manifest.get("run")
+            theirs = manifest["fingerprint"]
+            same = (manifest["ranks"] == comm.size
+                    and theirs.get("layout") == fingerprint.get("layout"))
+            chosen[:] = torch.tensor([manifest["epoch"], manifest["ranks"], int(same)])
+            picked["state"], picked["run"] = state, manifest.get("run")
             return
         raise CheckpointError(f"{directory}: none of its {len(found)} checkpoints can be "
                               f"resumed (newest: {reasons[0]})")
@@ -435,8 +463,9 @@ def resume(directory: str | Path, comm: Communicator, fingerprint: dict,
     comm.broadcast(chosen, root=0)
     if chosen[0] < 0:
         return None
-    path = directory / checkpoint_name(int(chosen[0]))
-    shared, local = all_or_none(comm, lambda: (picked.get("state") or
-                                               _load_file(path / "state.pt"),
-                                               _load_file(path / rank_file(comm.rank))))
-    return int(chosen[0]), shared, local, picked.get("run")
+    epoch, ranks, same = (int(v) for v in chosen)
+    path = directory / checkpoint_name(epoch)
+    shared, local = all_or_none(comm, lambda: (
+        picked.get("state") or _load_file(path / "state.pt"),
+        _load_file(path / rank_file(comm.rank if same else 0))))
+    return Resumed(epoch, shared, local, picked.get("run"), ranks, bool(same))

@@ -65,10 +65,11 @@ class Stopped(RankFailed):
 
 def fingerprint(cfg: TrainConfig, model: torch.nn.Module, shard: Shard,
                 comm: Communicator) -> dict:
-    """What a checkpoint must share with the run that resumes it: rank count, exchange,
-    every option that changes the computation (:func:`fingerprinted`), the data (its
-    content) and the parameters."""
+    """What a checkpoint must share with the run that resumes it: the exchange, every option
+    that changes the computation (:func:`fingerprinted`), the data (its content) and the
+    parameters; and what it may differ in: the rank count and layout (the partitions)."""
     return {"ranks": comm.size,
+            "layout": shard.layout,
             "exchange": shard.nbr.exchange.fingerprint,
             "options": fingerprinted(cfg),
             "data": shard.origin,
@@ -115,21 +116,39 @@ class Checkpointer:
             if self.comm.rank == 0:
                 self.log(f"no checkpoint in {directory}: starting a new run")
             return 0, [], {}, 0
-        start, shared, local, self.run = found
+        self.run, start = found.run, found.epoch
         path = f"{directory}/{checkpoint.checkpoint_name(start)}"
-        history, best, since_best = all_or_none(self.comm,
-                                                lambda: self.restore(path, shared, local))
+        history, best, since_best = all_or_none(self.comm, lambda: self.restore(path, found))
         if self.comm.rank == 0:
-            self.log(f"resumed from {directory} after epoch {start}")
+            self.log(f"resumed from {directory} after epoch {start}" + (
+                "" if found.same_layout else f": {self.moved(found.ranks)}"))
         self.last_saved = start
         return start, history, best, since_best
 
-    def restore(self, path: str, shared: dict, local: dict) -> tuple[list, dict, int]:
+    def moved(self, ranks: int) -> str:
+        """What a resume on another layout says: ``checkpoint of 8 ranks resumed on 4``."""
+        def count(p: int) -> str:
+            return "one process" if p == 1 else f"{p} ranks"
+        here = count(self.comm.size) + (" (other partitions)" if ranks == self.comm.size
+                                        else "")
+        restart = (f"; the {self.exchange.fingerprint.split()[0]} exchange starts again with "
+                   "an exact epoch" if self.exchange.keeps_state else "")
+        return f"checkpoint of {count(ranks)} resumed on {here}{restart}"
+
+    def restore(self, path: str, found: checkpoint.Resumed) -> tuple[list, dict, int]:
+        """Load ``found`` into the model, optimizer, RNG and exchange; returns the history,
+        best evaluation and epochs since it.  On another layout the exchange keeps nothing of
+        the checkpoint's and its next epoch is exact
+        (:meth:`distgnn.exchange.Exchange.restart`)."""
+        shared, local = found.shared, found.local
         try:
             self.model.load_state_dict(shared["model"])
             self.optimizer.load_state_dict(shared["optimizer"])
             checkpoint.set_rng_state(local["rng"])
-            self.exchange.load_state_dict(local["exchange"], self.device)
+            if found.same_layout:
+                self.exchange.load_state_dict(local["exchange"], self.device)
+            else:
+                self.exchange.restart(found.epoch, [r["loss"] for r in shared["history"]])
             return shared["history"], shared["best"], shared["since_best"]
         except (KeyError, RuntimeError, ValueError, TypeError, DistGNNError) as e:
             raise checkpoint.CheckpointError(f"{path}: checkpoint does not fit this run "

@@ -149,8 +149,9 @@ class CheckpointConfig:
                        "complete)", type=int, metavar="N")
     resume: str | None = option(
         None, "continue from the newest intact checkpoint in DIR (refused if it comes from "
-        "other data, another model shape, another rank count or exchange); --epochs stays "
-        "the total; new checkpoints go to DIR too unless --checkpoint-dir says otherwise",
+        "other data, another model shape or exchange algorithm; on another rank count or "
+        "partitioning, or one process, the model and optimizer continue exactly and cd-r "
+        "starts again with an exact epoch); --epochs stays the total; new checkpoints go to DIR too unless --checkpoint-dir says otherwise",
         metavar="DIR", exclusive="resume")
     resume_if_present: str | None = option(
         None, "as --resume DIR when DIR holds a checkpoint, else (no DIR, or none in it) a new "

@@ -19,6 +19,7 @@ import torch
 
 from ..comm import Communicator, all_or_none
 from ..data.graph import NodeDataset
+from ..data.identity import digest, partial_lanes
 from ..data.ordering import order_vertices, relabel
 from ..data.partition_checks import check_files
 from ..data.partitions import (
@@ -47,7 +48,9 @@ class Shard:
     ``x`` ``[n, F]`` of the run's ``--dtype``, ``y`` ``[n]`` int64, ``masks`` bool ``[n]``
     per split name (under MPI true at root clones only, so each vertex counts once), ``nbr`` the
     neighbourhood the layers aggregate over (with the split-vertex exchange under MPI),
-    ``origin`` what the data is (a checkpoint of other data is refused); ``owned`` bool
+    ``origin`` what the data is, the same on any partitioning of it (a checkpoint of other
+    data is refused), ``layout`` how it is split over ranks (a checkpoint of another layout
+    resumes with the exchange's state started again); ``owned`` bool
     ``[n]``, the vertices whose results this rank writes (its root clones: each vertex on
     exactly one rank), ``num_vertices`` the whole graph's ``N``, and ``user_ids()`` the
     user's ids of the ``N`` vertices in global order (``None``: ``0..N-1``).
@@ -60,6 +63,7 @@ class Shard:
     nbr: Neighbourhood
     num_classes: int
     origin: str
+    layout: str
     owned: np.ndarray
     num_vertices: int
     user_ids: Callable[[], np.ndarray | None]
@@ -78,6 +82,8 @@ def in_precision(shard: Shard):
     take bf16 rows where they can, float32 elsewhere); nothing under fp32."""
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=shard.precision == "bf16-mixed")
 
+
+WHOLE_GRAPH = "the whole graph in one process"  # the layout of a dataset's shard
 
 # rows normalised per block: bounds the float64 temporaries to 2 x 64 MiB
 _NORM_BLOCK_ELEMENTS = 1 << 23
@@ -129,17 +135,13 @@ def node_tensors(x: np.ndarray, y: np.ndarray, masks: dict[str, np.ndarray], how
             {name: torch.from_numpy(np.array(m, bool)).to(device) for name, m in masks.items()})
 
 
-def content_digest(arrays) -> str:
-    """SHA-256 over the bytes of ``arrays`` (numpy arrays or CPU tensors; ``None`` skipped),
-    each prefixed by its dtype and shape: the identity of the data a run trains on."""
-    h = hashlib.sha256()
-    for a in arrays:
-        if a is None:
-            continue
-        a = np.ascontiguousarray(a.numpy() if isinstance(a, torch.Tensor) else a)
-        h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(memoryview(a).cast("B"))
-    return h.hexdigest()
+def data_origin(num_nodes: int, num_features: int, num_classes: int, lanes: np.ndarray | None
+                ) -> str:
+    """What a run's data is: its sizes and, when ``lanes`` (every rank's
+    :func:`~distgnn.data.identity.partial_lanes` summed) are given, the identity of its
+    content, which is the same on the whole graph and on any partitioning of it."""
+    origin = f"a graph of {num_nodes} vertices, {num_features} features, {num_classes} classes"
+    return origin if lanes is None else f"{origin}, content {digest(lanes)}"
 
 
 def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
@@ -157,12 +159,13 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
     x, y, masks = node_tensors(data.x, data.y, masks, cfg.feature_norm)
     if cfg.feature_norm == "row" and negative_features(data.x):
         log(ROW_NORM_WARNING)
-    origin = (f"dataset {data.name}: {data.num_nodes} nodes, {data.graph.num_edges} edges, "
-              f"{data.num_features} features, {data.num_classes} classes")
     graph = data.graph
-    if cfg.checkpoint_dir or cfg.resume:  # what was trained on, in its own ids (once)
-        origin += ", content sha256 " + content_digest(
-            [graph.indptr, graph.indices, graph.edge_weight, x, y, *masks.values()])[:16]
+    lanes = None
+    if cfg.checkpoint_dir:  # (set when resuming) what is trained on, in its own ids
+        every = np.arange(data.num_nodes)
+        lanes = partial_lanes(graph.indptr, graph.indices, graph.edge_weight, every, every,
+                              data.y, [data.train_mask, data.val_mask, data.test_mask], data.x)
+    origin = data_origin(data.num_nodes, data.num_features, data.num_classes, lanes)
     global_ids = None
     if cfg.reorder != "given":
         started = time.perf_counter()
@@ -179,7 +182,7 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
                         seed=cfg.seed)
     x, y = x.to(device, getattr(torch, cfg.dtype)), y.to(device)
     masks = {name: m.to(device) for name, m in masks.items()}
-    return Shard(data.name, x, y, masks, nbr, data.num_classes, origin,
+    return Shard(data.name, x, y, masks, nbr, data.num_classes, origin, WHOLE_GRAPH,
                  np.ones(data.num_nodes, bool), data.num_nodes, lambda: data.ids, cfg.precision)
 
 
@@ -246,9 +249,18 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                         dtype=getattr(torch, cfg.dtype), seed=cfg.seed)
     x = x.to(dtype=getattr(torch, cfg.dtype))
     name = f"{part.meta.get('dataset', directory.name)} partition {comm.rank}/{comm.size}"
+    owned = np.asarray(part.root_rank) == comm.rank
+    lanes = None
+    if cfg.checkpoint_dir:  # every rank's edges and root clones: the whole graph's content
+        lanes = torch.from_numpy(all_or_none(comm, lambda: partial_lanes(
+            part.graph.indptr, part.graph.indices, part.graph.edge_weight, part.global_ids,
+            np.flatnonzero(owned), part.y, [part.train_mask, part.val_mask, part.test_mask],
+            part.x)))
+        comm.allreduce(lanes)
+        lanes = lanes.numpy()
+    origin = data_origin(int(part.meta["num_nodes"]), part.x.shape[1],
+                         int(part.meta["num_classes"]), lanes)
     files = hashlib.sha256(json.dumps(part.meta["files"], sort_keys=True).encode()).hexdigest()
-    origin = (f"{comm.size} partitions of {part.meta.get('dataset', '?')} "
-              f"(files sha256 {files[:16]})")
-    return Shard(name, x, y, masks, nbr, int(part.meta["num_classes"]), origin,
-                 np.asarray(part.root_rank) == comm.rank, int(part.meta["num_nodes"]),
-                 lambda: read_vertex_ids(directory), cfg.precision)
+    layout = f"{comm.size} partitions (files sha256 {files[:16]})"
+    return Shard(name, x, y, masks, nbr, int(part.meta["num_classes"]), origin, layout, owned,
+                 int(part.meta["num_nodes"]), lambda: read_vertex_ids(directory), cfg.precision)

@@ -39,10 +39,11 @@ def fit_on_threads(directory, ranks: int, cfg: TrainConfig) -> list:
     return on_threads(ranks, lambda comm: fit_rank(directory, cfg, comm))
 
 
-def fit_rank(directory, cfg: TrainConfig, comm, log=lambda s: None):
-    """One rank's shard of ``directory`` trained with ``cfg``, its exchange finished."""
+def fit_rank(directory, cfg: TrainConfig, comm, log=lambda s: None, backend: str = "numba"):
+    """One rank's shard of ``directory`` trained with ``cfg`` on aggregation ``backend``,
+    its exchange finished."""
     timer = PhaseTimer()
-    shard = partition_shard(directory, cfg, comm, timer, torch.device("cpu"), "numba")
+    shard = partition_shard(directory, cfg, comm, timer, torch.device("cpu"), backend)
     try:
         return fit(shard, cfg, comm, timer, log=log)
     finally:
