@@ -19,9 +19,14 @@ The rules, in the order a writer applies them:
 4. **Leave nothing behind** (:func:`remove_leftovers`): the hidden ``.NAME.tmp-PID...`` and
    ``.NAME.old-PID`` entries of a writer that was killed are removed by the next writer of
    ``NAME`` once their process is gone.
+
+Writers that may run at once for one target (jobs of a cluster making the same partition
+directory) take turns with :func:`exclusive`.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -32,7 +37,7 @@ from typing import Callable
 from .errors import DistGNNError
 
 __all__ = ["AtomicStream", "OutputError", "check_distinct_outputs", "check_json_output",
-           "check_output_dir", "check_output_file", "check_replaceable", "file_head",
+           "check_output_dir", "check_output_file", "check_replaceable", "exclusive", "file_head",
            "format_bytes", "free_space_problem", "fsync_path", "pid_alive", "remove_leftovers",
            "temp_path", "user_mode", "write_atomic", "write_failed", "write_json"]
 
@@ -244,6 +249,24 @@ class AtomicStream:
         except OSError:  # the buffer's last flush failed: the file goes anyway
             pass
         self.tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def exclusive(target: str | Path):
+    """Hold the lock of ``target`` (a ``flock`` of the hidden ``.NAME.lock`` beside it, made
+    when missing and kept) while the block runs, waiting for another holder to finish.
+
+    A process that dies releases its lock with its file descriptors, so no holder is ever
+    waited for after it is gone.  Linux takes ``flock`` on NFS as a lock on the server, so
+    jobs on several nodes of a shared filesystem take turns too."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # ---- 4. no leftovers ---------------------------------------------------------------------------

@@ -45,7 +45,7 @@ PROG = "distgnn-launch"
 RUN_ONLY = {"hostfile": "SLURM chooses the nodes", "gpus_per_node": "the script binds no GPUs",
             "timeout": "give the job's --time", "stop_grace": "give --stop-before",
             "start_timeout": "SLURM starts the job on nodes it has checked"}
-SLURM_ONLY = ("nodes", "ranks_per_node", "time", "partition", "account", "job_name",
+SLURM_ONLY = ("nodes", "min_nodes", "ranks_per_node", "partition_from", "time", "partition", "account", "job_name",
               "stop_before", "slurm_launcher", "srun_mpi", "env_setup", "requeue", "mem",
               "activate")
 
@@ -117,9 +117,21 @@ def _slurm_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--nodes", type=int,
                    help="number of nodes, each running the same number of ranks (default: "
                         "P / --ranks-per-node, or as SLURM places the tasks)")
+    g.add_argument("--min-nodes", type=int, metavar="M",
+                   help="let each start (the first, and every requeued one) run on as few "
+                        "as M of the --nodes N nodes, as SLURM has them free (sbatch "
+                        "--nodes=M-N): a start runs R ranks on each node it got, on the "
+                        "partitions of its rank count (put {ranks} in distgnn-train's "
+                        "--partitions path), and resumes the checkpoint of another rank "
+                        "count (default: every start gets the N nodes)")
     g.add_argument("--ranks-per-node", type=int, metavar="R",
                    help="ranks on each node (sbatch --ntasks-per-node; default: P / --nodes, "
                         "or as SLURM places the tasks); with --nodes, R x N must be P")
+    g.add_argument("--partition-from", metavar="DATASET",
+                   help="a start whose --partitions directory (for its rank count) is "
+                        "missing makes it first with distgnn-partition DATASET --parts P "
+                        "--if-missing: jobs that start at once take turns, one partitions "
+                        "(default: the directory must exist)")
     g.add_argument("--time", help=f"wall-clock limit of the job: {TIME_FORMATS}, or "
                                   f"UNLIMITED (default {DEFAULT_TIME})")
     g.add_argument("--mem", metavar="SIZE",

@@ -9,7 +9,13 @@ What the script does, in order:
 1. ``#SBATCH`` options: the ranks (``--ntasks``, and ``--nodes``/``--ntasks-per-node`` when
    the placement is given), T cores per rank (``--cpus-per-task``), the time limit and the
    signal before it (``--signal=B:USR1@S``), ``--requeue`` and ``--open-mode=append`` (a
-   requeued job writes on in the same log).
+   requeued job writes on in the same log).  With a smallest node count (``min_nodes``) the
+   job asks for ``--nodes=M-N`` and R ranks per node: each start runs R ranks on each node
+   SLURM gave it, so a requeued job goes on with the nodes that are free, on the partitions
+   of its new rank count (``{ranks}`` in ``--partitions``), and ``distgnn-train`` resumes
+   the checkpoint of the other rank count.  (SLURM gives a requeued job the node count of
+   its last start; ``scontrol update JobId=J NumNodes=K NumTasks=K*R`` while it waits
+   changes that, and the script says so when it requeues.)
 2. The environment: the Python environment of the ``distgnn-launch`` that wrote it
    (``sys.prefix``: its ``bin/activate``, or its ``bin`` first on ``PATH``; not with
    ``--no-activate``), which must be at the same path on every node (a shared
@@ -22,7 +28,10 @@ What the script does, in order:
    not installed here (an MPI of the nodes only, or a launcher named without a path), the
    script finds its launcher on the nodes' ``PATH`` and the library beside it
    (:func:`_library_lines`), and says in a comment what the nodes need.
-4. The launch, in the background of the batch shell:
+4. This start's rank count ``$ranks``, and with ``partition_from`` the partition directory
+   for it made when missing (``distgnn-partition --if-missing``: jobs starting at once take
+   turns, one partitions, the others use its directory).
+5. The launch, in the background of the batch shell:
 
    * ``mpirun`` (the default): the chosen MPI's own launcher, with the options of
      :func:`launch.mpirun.launcher_options`.  Inside an allocation, Open MPI's ``mpirun``
@@ -34,7 +43,7 @@ What the script does, in order:
      ``pmi2`` each rank would run alone), PMI-2 for MPICH (``pmi2``; the pip wheel refuses
      PMIx), either for Intel MPI.  ``--cpu-bind=cores`` binds each rank to its T cores.
 
-5. Stopping and restarting.  SLURM sends SIGUSR1 to the batch shell alone (``B:``) S seconds
+6. Stopping and restarting.  SLURM sends SIGUSR1 to the batch shell alone (``B:``) S seconds
    before the time limit (or up to about half a minute earlier: slurmctld checks the
    limits periodically).  The
    shell passes it to the launcher, which passes it to every rank; ``distgnn-train``
@@ -93,6 +102,15 @@ MEMORY = re.compile(r"[0-9]+[KMGT]?", re.IGNORECASE)
 NODE_LOCAL = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 # the flags of distgnn-train whose directories every node must see at the same path
 SHARED_PATH_FLAGS = ("--partitions", "--checkpoint-dir", "--resume", "--resume-if-present")
+# in a command's words: the rank count of the start (the script's $ranks)
+RANKS = "{ranks}"
+
+
+def shell_word(word: str) -> str:
+    """``word`` quoted for the script's shell, each :data:`RANKS` in it the start's
+    ``$ranks``."""
+    return '"$ranks"'.join(shlex.quote(piece) if piece else "" for piece in word.split(RANKS)
+                           ) or "''"
 
 
 def is_sbatch_script(path: Path) -> bool:
@@ -196,6 +214,7 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
                   implementation: str | None = None, mpirun: str | None = None,
                   srun_mpi: str | None = None, env_setup: str | None = None,
                   requeue: bool | None = None, mem: str | None = None, activate: bool = True,
+                  min_nodes: int | None = None, partition_from: str | None = None,
                   warn: Callable[[str], None] = lambda line: None) -> str:
     """A bash script for ``sbatch`` that runs ``command`` on ``ranks`` ranks.
 
@@ -224,19 +243,28 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
         As :func:`resumable` takes it.
     mem
         sbatch ``--mem`` (memory per node, :data:`MEMORY`; ``None``: SLURM's default).
+    min_nodes
+        The fewest nodes a start may get (``None``: the ``nodes`` of the placement); the
+        rank count is then ranks-per-node x the nodes of each start, and ``distgnn-train``'s
+        ``--partitions`` must say where each count's partitions are (``{ranks}``).
+    partition_from
+        A dataset (as ``distgnn-partition`` takes it): a start whose ``--partitions``
+        directory is missing makes it from this first.
     warn
         Called with one line for each path of the job on a node's own storage
         (:func:`node_local_warnings`), and for an MPI not installed here.
     """
     command = rank_command(ranks, command, threads_per_rank)
-    check_partitions(ranks, command, missing_ok=True)
     nodes, ranks_per_node = placement(ranks, nodes, ranks_per_node)
+    elastic = _check_elastic(command, nodes, min_nodes, partition_from)
+    check_partitions(ranks, [w.replace(RANKS, str(ranks)) for w in command], missing_ok=True)
     _check_options(stop_before, time, slurm_launcher, srun_mpi, env_setup, mem)
     for line in node_local_warnings(command, activate):
         warn(line)
     command, requeue = resumable(command, requeue)
     lines = ["#!/bin/bash", MARK, *_sbatch_lines({
-        "job-name": job_name, "ntasks": ranks, "nodes": nodes,
+        "job-name": job_name, "ntasks": None if elastic else ranks,
+        "nodes": f"{min_nodes}-{nodes}" if elastic else nodes,
         "ntasks-per-node": ranks_per_node, "cpus-per-task": threads_per_rank, "mem": mem,
         "time": time, "partition": partition, "account": account,
         "signal": f"B:USR1@{stop_before}" if stop_before else None})]
@@ -260,9 +288,54 @@ def sbatch_script(ranks: int, command: list[str], threads_per_rank: int = 1,
         allow = " ".join(f"{k}={v}" for k, v in ROOT_ENV.items())
         lines += ["# Open MPI's mpirun refuses to run as root without these",
                   f'if [ "$(id -u)" -eq 0 ]; then export {allow}; fi']
+    if elastic:
+        lines += [f"# this start's ranks: {ranks_per_node} on each of the nodes it got",
+                  f"ranks=$((SLURM_JOB_NUM_NODES * {ranks_per_node}))"]
+    else:
+        lines.append(f"ranks={ranks}")
+    if partition_from:
+        lines += _partition_lines(command, partition_from)
     launch = _launch_words(slurm_launcher, mpirun, implementation, ranks, threads_per_rank,
                            env, srun_mpi)
-    return "\n".join([*lines, *_run_lines([*launch, *command], requeue)])
+    return "\n".join([*lines, *_run_lines([*launch, *command], requeue,
+                                            ranks_per_node if elastic else None)])
+
+
+def _check_elastic(command: list[str], nodes: int | None, min_nodes: int | None,
+                   partition_from: str | None) -> bool:
+    """Whether the job's starts may get fewer nodes than ``nodes`` (from ``min_nodes``);
+    refuses what cannot work with it or with ``partition_from``."""
+    train = os.path.basename(command[0]) == "distgnn-train"
+    partitions = flag_value(command, "--partitions") if train else None
+    if partition_from is not None and partitions is None:
+        raise LaunchError("--partition-from makes the directory of distgnn-train's "
+                          "--partitions DIR; the command has none")
+    if min_nodes is None:
+        return False
+    if nodes is None:
+        raise LaunchError("--min-nodes needs the placement: give --nodes (the most) and "
+                          "--ranks-per-node, or -n and one of them")
+    if not 1 <= min_nodes <= nodes:
+        raise LaunchError(f"--min-nodes must be from 1 to --nodes {nodes}, got {min_nodes}")
+    if min_nodes == nodes:
+        return False
+    if train and RANKS not in (partitions or ""):
+        raise LaunchError(f"with --min-nodes the rank count of each start varies: give "
+                          f"--partitions a path with {RANKS} for it (e.g. "
+                          f"/shared/cora-{RANKS}), with --partition-from to make each when "
+                          "missing")
+    return True
+
+
+def _partition_lines(command: list[str], dataset: str) -> list[str]:
+    """The lines that make the start's ``--partitions`` directory from ``dataset`` when it
+    is missing, jobs starting at once taking turns (``distgnn-partition --if-missing``)."""
+    here = os.path.dirname(command[0])
+    tool = os.path.join(here, "distgnn-partition") if here else "distgnn-partition"
+    out = flag_value(command, "--partitions")
+    return ["# the partitions of this rank count, made first when missing (one job at a time)",
+            " ".join([shell_word(tool), shell_word(dataset), "--parts", '"$ranks"', "--out",
+                      shell_word(out), "--if-missing", "--no-progress"])]
 
 
 def _check_options(stop_before: int, time: str, slurm_launcher: str, srun_mpi: str | None,
@@ -313,21 +386,25 @@ def _launch_words(slurm_launcher: str, mpirun: str, implementation: str, ranks: 
         if not IMPLEMENTATIONS[implementation].hydra:
             # Open MPI forwards by name (-x) what Hydra forwards by itself
             forwarded.setdefault(LIBMPI_ENV, "found on the node")
-        return [mpirun, *launcher_options(implementation, ranks, threads_per_rank, forwarded)]
+        options = launcher_options(implementation, ranks, threads_per_rank, forwarded)
+        # the options open with the rank count (-n P or -np P): the start's, in the script
+        return [mpirun, options[0], RANKS, *options[2:]]
     # srun does not inherit --cpus-per-task from sbatch (Slurm 22.05 to 23.02), and
     # without it every rank would be bound to a single core.
     return ["srun", f"--mpi={srun_mpi or SRUN_MPI[implementation]}", "--kill-on-bad-exit=1",
             f"--cpus-per-task={threads_per_rank}", "--cpu-bind=cores"]
 
 
-def _run_lines(launch: list[str], requeue: bool) -> list[str]:
+def _run_lines(launch: list[str], requeue: bool, ranks_per_node: int | None) -> list[str]:
     """The script's body: run ``launch`` in the background, pass SLURM's USR1 or TERM on
-    to it, wait for it to end, requeue when stopped early (``requeue``), exit its status."""
+    to it, wait for it to end, requeue when stopped early (``requeue``; saying how to give
+    the waiting job fewer nodes when its rank count follows its nodes, ``ranks_per_node``),
+    exit its status."""
     lines = [
         'stop="" launcher=""',
         """trap 'stop=USR1; kill -USR1 "$launcher" 2>/dev/null || true' USR1""",
         """trap 'stop=TERM; kill -USR1 "$launcher" 2>/dev/null || true' TERM""",
-        shlex.join(launch) + " &",
+        " ".join(map(shell_word, launch)) + " &",
         'launcher=$!',
         '[ -z "$stop" ] || kill -USR1 "$launcher"  # signalled while it started',
         'while :; do  # until the launcher ends: a trapped signal ends a wait early',
@@ -340,6 +417,9 @@ def _run_lines(launch: list[str], requeue: bool) -> list[str]:
             'if [ "$stop" = USR1 ] && [ "$status" -ne 0 ]; then',
             '    echo "distgnn-launch: stopped before the time limit (status $status);'
             ' requeueing" >&2',
+            *([f'    echo "distgnn-launch: it keeps its $SLURM_JOB_NUM_NODES nodes; to restart on '
+               f'K nodes: scontrol update JobId=$SLURM_JOB_ID NumNodes=K NumTasks=K*'
+               f'{ranks_per_node}" >&2'] if ranks_per_node else []),
             '    scontrol requeue "$SLURM_JOB_ID"',
             'fi']
     return [*lines, 'exit "$status"', ""]

@@ -3,7 +3,7 @@
     distgnn-partition DATASET|--dataset DATASET --parts P --out DIR
                       [--method libra|hdrf|random|dbh]
                       [--seed S] [--order degree|random|given] [--roots random|balanced]
-                      [--force]
+                      [--force | --if-missing]
                       [--weights W0,W1,...] [--order-vertices auto|given|degree|rcm]
                       [--symmetrize] [--split-file FILE]
     distgnn-partition inspect DIR [--width D] [--hidden H] [--layers L] [--precision P]
@@ -58,6 +58,7 @@ from distgnn.run.memory import available_bytes
 from distgnn.storage import (
     check_distinct_outputs,
     check_json_output,
+    exclusive,
     format_bytes,
     write_json,
 )
@@ -190,6 +191,11 @@ def partition_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="replace an existing --out if it is a partition directory this tool "
                         "wrote (default: an existing --out is refused)")
+    p.add_argument("--if-missing", action="store_true",
+                   help="write --out only when it is not yet a partition directory of P "
+                        "partitions, else say so and do nothing; jobs that run this at once "
+                        "take turns (a lock file .DIR.lock beside it), so one partitions and "
+                        "the others use its directory (what a batch job's first start runs)")
     p.add_argument("--split", type=int, default=0,
                    help="which of the fixed splits of an .npz holding several to use "
                         "(default 0: the first, or the only one; a streamed edge file has "
@@ -411,6 +417,24 @@ def check_statistics_output(json_path: str | None, out: str) -> None:
 
 
 def partition_main(args) -> int:
+    if not args.if_missing:
+        return write_partitions(args)
+    if args.force:
+        raise PartitionError("--if-missing keeps an existing --out and --force replaces it: "
+                             "give one of the two")
+    with exclusive(args.out):
+        if (Path(args.out) / "meta.json").is_file():
+            parts = read_meta(args.out)["num_parts"]
+            if parts != args.parts:
+                raise PartitionError(f"--out {args.out} holds {parts} partitions, not the "
+                                     f"{args.parts} of --parts")
+            print(f"{args.out} holds {parts} partitions already: nothing to do")
+            return 0
+        return write_partitions(args)
+
+
+def write_partitions(args) -> int:
+    """``distgnn-partition``'s work once its flags are parsed: check, load, cut, write."""
     args.dataset, given_as = dataset_of(args)
     check_distinct_outputs({"--out": args.out, "--json": args.json},
                            {given_as: input_path(args.dataset), "--features": args.features,

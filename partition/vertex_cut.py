@@ -17,23 +17,27 @@ __all__ = ["PartitionError", "vertex_cut"]
 def vertex_cut(graph: CSRGraph, num_parts: int, method: str = "libra", seed: int = 0,
                order: str | None = None, roots: str = "balanced",
                keep_pairs: bool | None = None, progress=None, weights=None,
-               hdrf_lambda: float = HDRF_LAMBDA) -> Layout:
+               hdrf_lambda: float = HDRF_LAMBDA, ranks_per_node: int = 1) -> Layout:
     """Vertex-cut of ``graph`` into ``num_parts`` (see :mod:`partition.assign`).
 
     ``order`` (default: the method's own), ``weights`` (relative capacity of each
     partition, default equal) and ``hdrf_lambda``: see
-    :func:`~partition.assign.assign_edges`.  A cut that leaves a partition without
-    vertices (more partitions than the graph fills) is refused: that rank would have
-    nothing to train on.
+    :func:`~partition.assign.assign_edges`.  With ``ranks_per_node`` K > 1 the cut has two
+    levels (:func:`two_level_parts`): partitions ``n K .. n K + K - 1`` are the ranks of
+    node ``n``.  A cut that leaves a partition without vertices (more partitions than the
+    graph fills) is refused: that rank would have nothing to train on.
     """
     if num_parts < 1:
         raise PartitionError(f"--parts must be at least 1, got {num_parts}")
+    if ranks_per_node < 1 or num_parts % ranks_per_node:
+        raise PartitionError(f"--ranks-per-node {ranks_per_node} does not divide --parts "
+                             f"{num_parts}: every node runs the same number of ranks")
     if num_parts > max(graph.num_edges, 1):
         raise PartitionError(f"--parts {num_parts} is larger than the number of edges "
                              f"({graph.num_edges}): some partitions would be empty")
     try:
-        part = assign_edges(graph.indptr, graph.indices, num_parts, method, seed, order,
-                            keep_pairs, progress, weights, hdrf_lambda)
+        part = two_level_parts(graph, num_parts, ranks_per_node, method, seed, order,
+                               keep_pairs, progress, weights, hdrf_lambda)
         layout = build_layout(graph.indptr, graph.indices, part, num_parts, roots, seed,
                               weights)
     except ValueError as e:
@@ -47,3 +51,37 @@ def vertex_cut(graph: CSRGraph, num_parts: int, method: str = "libra", seed: int
             "vertices); use fewer --parts"
             + (" or less uneven --weights" if weights is not None else ""))
     return layout
+
+
+def two_level_parts(graph: CSRGraph, num_parts: int, ranks_per_node: int, method: str,
+                    seed: int, order: str | None, keep_pairs: bool | None, progress,
+                    weights, hdrf_lambda: float) -> np.ndarray:
+    """The partition of every CSR entry, int32 ``[E]``: a cut across nodes, then one across
+    the ranks of each node.
+
+    With ``K`` = ``ranks_per_node`` and ``N = P / K`` nodes, the edges are first cut into
+    ``N`` node parts (each asked for the summed capacity of its ranks), then each node's
+    edges into its ``K`` ranks; rank ``n K + k`` gets node ``n``'s ``k``-th part.  The first
+    cut minimises the nodes each vertex spans, which is what crosses the links: the
+    node-aware exchange sends one row per vertex and remote node.  ``K = 1`` is the flat
+    cut.  The streaming progress counts every edge twice (once per level).
+    """
+    if ranks_per_node == 1:
+        return assign_edges(graph.indptr, graph.indices, num_parts, method, seed, order,
+                            keep_pairs, progress, weights, hdrf_lambda)
+    nodes = num_parts // ranks_per_node
+    capacity = (None if weights is None
+                else np.asarray(weights, np.float64).reshape(nodes, ranks_per_node))
+    node = assign_edges(graph.indptr, graph.indices, nodes, method, seed, order, keep_pairs,
+                        progress, None if capacity is None else capacity.sum(axis=1),
+                        hdrf_lambda)
+    rows = np.repeat(np.arange(graph.num_nodes), np.diff(graph.indptr))
+    part = np.empty(graph.num_edges, np.int32)
+    for n in range(nodes):
+        mine = np.flatnonzero(node == n)  # CSR order: the node's entries stay in rows
+        indptr = np.zeros(graph.num_nodes + 1, np.int64)
+        np.cumsum(np.bincount(rows[mine], minlength=graph.num_nodes), out=indptr[1:])
+        part[mine] = n * ranks_per_node + assign_edges(
+            indptr, graph.indices[mine], ranks_per_node, method, seed, order, keep_pairs,
+            progress, None if capacity is None else capacity[n], hdrf_lambda)
+    return part

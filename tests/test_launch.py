@@ -303,8 +303,11 @@ def script(fake_mpis, ranks=2, command=("prog",), mpi="openmpi", **kw):
 
 
 def launch_line(text):
-    """The script's line that starts the job (it ends with ``&``)."""
-    return next(line for line in text.splitlines() if line.endswith(" &"))
+    """The script's line that starts the job (it ends with ``&``), the start's rank count
+    (``$ranks``, set by a line ``ranks=P`` of a job of fixed size) written out."""
+    ranks = next(line for line in text.splitlines() if line.startswith("ranks="))[6:]
+    line = next(line for line in text.splitlines() if line.endswith(" &"))
+    return line.replace('"$ranks"', ranks)
 
 
 def test_sbatch_script(fake_mpis):
@@ -1055,3 +1058,41 @@ def test_a_killed_rank_is_named(mpi):
     if mpi != "openmpi":
         assert re.fullmatch(r"distgnn-launch: error: process rank 1 with PID \d+ on node \S+ "
                             r"exited on signal 9 \(Killed\)\n", proc.stderr), proc.stderr
+
+
+def test_sbatch_script_of_a_job_whose_nodes_vary(fake_mpis, tmp_path):
+    """``--min-nodes``: SLURM gives each start 1 to 2 nodes, the start runs R ranks on each
+    (``$ranks``, from the nodes it got), makes the partitions of that count when missing
+    and trains on them; the lines run by bash with 3 nodes make ``DIR/cora-6``."""
+    parts = str(tmp_path / "cora-{ranks}")
+    train = ["distgnn-train", "--partitions", parts, "--checkpoint-dir", "/shared/ck"]
+    s = script(fake_mpis, 4, train, nodes=2, ranks_per_node=2, min_nodes=1,
+               partition_from="cora")
+    lines = s.splitlines()
+    assert "#SBATCH --nodes=1-2" in lines and "#SBATCH --ntasks-per-node=2" in lines
+    assert not any(line.startswith("#SBATCH --ntasks=") for line in lines)
+    assert "ranks=$((SLURM_JOB_NUM_NODES * 2))" in lines
+    make = next(line for line in lines if line.startswith("distgnn-partition "))
+    assert make == (f'distgnn-partition cora --parts "$ranks" --out {tmp_path}/cora-"$ranks" '
+                    "--if-missing --no-progress")
+    start = next(line for line in lines if line.endswith(" &"))
+    assert f' -np "$ranks" ' in start and f'--partitions {tmp_path}/cora-"$ranks" ' in start
+    assert "to restart on K nodes: scontrol update JobId=$SLURM_JOB_ID NumNodes=K " \
+           "NumTasks=K*2" in s
+    shown = subprocess.run(["bash", "-c", "\n".join(["SLURM_JOB_NUM_NODES=3", lines[
+        lines.index("ranks=$((SLURM_JOB_NUM_NODES * 2))")], f"echo {make}"])],
+        capture_output=True, text=True, check=True).stdout
+    assert f"--out {tmp_path}/cora-6 " in shown
+    fixed = script(fake_mpis, 4, train, nodes=2, partition_from="cora")
+    assert "ranks=4" in fixed.splitlines() and "#SBATCH --ntasks=4" in fixed.splitlines()
+
+
+@pytest.mark.parametrize("kw, command, fragment", [
+    ({"nodes": 2, "min_nodes": 1}, ["distgnn-train", "--partitions", "d"], "{ranks}"),
+    ({"nodes": 2, "min_nodes": 3}, ["distgnn-train", "--partitions", "d-{ranks}"],
+     "--min-nodes must be from 1 to --nodes 2"),
+    ({"min_nodes": 1}, ["distgnn-train", "--partitions", "d-{ranks}"], "needs the placement"),
+    ({"partition_from": "cora"}, ["prog"], "has none")])
+def test_sbatch_refuses_what_a_varying_job_cannot_run(fake_mpis, kw, command, fragment):
+    with pytest.raises(LaunchError, match=re.escape(fragment)):
+        script(fake_mpis, 4, command, **kw)

@@ -1,5 +1,8 @@
 """distgnn-partition, inspect and verify on the command line."""
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -369,3 +372,31 @@ def test_help_states_every_default():
             text = formatter._get_help_string(action)
             assert "default" in text.lower(), (parser.prog, action.option_strings, text)
         assert "DATASET" in parser.format_usage() or parser.prog.endswith("inspect")
+
+
+def test_jobs_partitioning_at_once_if_missing_take_turns(tmp_path):
+    """Three ``--if-missing`` runs started together for one directory (the first start of
+    three batch jobs): one writes it, the others wait for its lock and leave it as it is;
+    all end with status 0 and one intact directory."""
+    out = tmp_path / "shared" / "cora-2"
+    argv = [str(Path(sys.executable).parent / "distgnn-partition"), "cora", "--parts", "2", "--out", str(out),
+            "--if-missing", "--no-progress"]
+    jobs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(3)]
+    outputs = [job.communicate(timeout=120) for job in jobs]
+    assert [job.returncode for job in jobs] == [0, 0, 0], outputs
+    said = [stdout for stdout, _ in outputs]
+    assert sum(f"wrote {out}" in s for s in said) == 1, said
+    assert sum("holds 2 partitions already: nothing to do" in s for s in said) == 2, said
+    assert partition.verify(out) == []
+    assert sorted(p.name for p in out.parent.iterdir()) == [".cora-2.lock", "cora-2"]
+
+
+def test_if_missing_refuses_another_count_and_force(tmp_path, capsys):
+    out = tmp_path / "p"
+    assert run_cli([SMALL_RMAT, "--parts", 2, "--out", out, "--no-progress"]) == 0
+    capsys.readouterr()
+    rc = run_cli([SMALL_RMAT, "--parts", 3, "--out", out, "--if-missing", "--no-progress"])
+    assert_one_line_error(rc, capsys.readouterr().err, "holds 2 partitions, not the 3")
+    rc = run_cli([SMALL_RMAT, "--parts", 2, "--out", out, "--if-missing", "--force"])
+    assert_one_line_error(rc, capsys.readouterr().err, "--if-missing", "--force")

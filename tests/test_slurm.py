@@ -2,10 +2,12 @@
 on this host, two nodes of an emulated cluster (tests/helpers/slurm.py).  Every MPI runs
 one job of 2 nodes x 2 ranks under each launcher, and a training job cut by its time limit
 requeues itself and resumes until it is done, with the loss curve and weights of the same
-job never cut.  Skipped, with the reason, where SLURM is not installed or this process is
-not root."""
+job never cut; one whose requeued start gets half the nodes goes on with half the ranks,
+its loss curve continuous.  Skipped, with the reason, where SLURM is not installed or this
+process is not root."""
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,12 +15,14 @@ import torch
 
 from bench.resume import final_state
 from distgnn.data.datasets import load
+from distgnn.run.config import TrainConfig
 from launch import cluster
 from launch.cli import main
 from partition.vertex_cut import vertex_cut
 from partition.write import write_dataset
 from tests.helpers.mpi import installed
 from tests.helpers.slurm import RATE, missing, running_slurm
+from tests.helpers.training import fit_on_threads
 
 BIN = Path(sys.executable).parent
 pytestmark = [pytest.mark.mpi, pytest.mark.cluster,  # the emulated cluster's namespaces
@@ -130,3 +134,57 @@ def time_limit_drill(slurm, tmp_path):
     assert [r["loss"] for r in cut["history"]] == [r["loss"] for r in whole["history"]]
     for name, weights in whole["model"].items():
         assert torch.equal(cut["model"][name], weights), name
+
+
+def test_a_requeued_job_that_gets_half_the_nodes_goes_on_with_half_the_ranks(slurm, tmp_path):
+    """A job that may run on 1 or 2 nodes of 2 ranks, making the partitions of each start's
+    rank count from cora: its first start gets both nodes (4 ranks); after 5 epochs the
+    second node is drained (lost to the job) and the job is signalled as before its time
+    limit; it checkpoints and requeues, is given one node while it waits (as its log says
+    how), and its second start resumes the checkpoint of 4 ranks on 2.  Every epoch's loss
+    is within 1e-5 (relative) of the same run never cut, on 4 ranks: the loss curve runs on
+    across the two allocations."""
+    for i in range(len(slurm.nodes)):
+        cluster.shape(slurm.emulated, i, DRILL_RATE)
+    started = time.monotonic()
+    script = sbatch_script(
+        tmp_path / "elastic.sbatch", 4,
+        [BIN / "distgnn-train", "--partitions", tmp_path / "cora-{ranks}", "--epochs", EPOCHS,
+         "--eval-every", 20, "--checkpoint-every", 5, "--seed", 4, "--no-progress",
+         "--checkpoint-dir", tmp_path / "ck"],
+        "--min-nodes", "1", "--partition-from", "cora", "--time", "10")
+    job = slurm.submit(script, f"--output={tmp_path}/elastic.log")
+    try:
+        while not (tmp_path / "ck" / "epoch-000005").is_dir():
+            assert time.monotonic() - started < JOB_S, slurm.job(job)
+            time.sleep(0.5)
+        assert slurm.job(job)["NumNodes"] == "2", slurm.job(job)
+        slurm.run("scontrol", "update", f"NodeName={slurm.nodes[1]}", "State=DRAIN",
+                  "Reason=drill")
+        slurm.run("scancel", "--batch", "--signal=USR1", str(job))
+        while slurm.job(job)["Restarts"] == "0" or slurm.job(job)["JobState"] != "PENDING":
+            assert time.monotonic() - started < JOB_S, slurm.job(job)
+            time.sleep(0.5)
+        slurm.run("scontrol", "update", f"JobId={job}", "NumNodes=1", "NumTasks=2")
+        end = slurm.wait(job, JOB_S)
+    finally:
+        slurm.run("scontrol", "update", f"NodeName={slurm.nodes[1]}", "State=RESUME",
+                  check=False)
+        for i in range(len(slurm.nodes)):
+            cluster.shape(slurm.emulated, i, RATE)
+    log = (tmp_path / "elastic.log").read_text()
+    assert (end["JobState"], end["ExitCode"]) == ("COMPLETED", "0:0"), log
+    assert end["Restarts"] == "1" and end["NumNodes"] == "1", end
+    assert "to restart on K nodes: scontrol update" in log, log
+    assert "checkpoint of 4 ranks resumed on 2 ranks" in log, log
+    assert (tmp_path / "cora-4" / "meta.json").is_file() and \
+        (tmp_path / "cora-2" / "meta.json").is_file()
+    history = final_state(tmp_path / "ck")["history"]
+    assert [r["epoch"] for r in history] == list(range(1, EPOCHS + 1))
+    whole = fit_on_threads(tmp_path / "cora-4", 4, TrainConfig(
+        epochs=EPOCHS, eval_every=20, seed=4, progress=False, threads=1))[0]
+    cut, uncut = (torch.tensor([r["loss"] for r in h]) for h in (history, whole.history))
+    gap = ((cut - uncut).abs() / uncut).max().item()
+    assert gap <= 1e-5, f"max relative loss difference {gap:.2e}\n{log}"
+    (tmp_path.parent / "elastic-drill.json").write_text(json.dumps(
+        {"losses": cut.tolist(), "uncut": uncut.tolist(), "log": log}))
