@@ -101,7 +101,9 @@ def count(high: int | None = None):
     return parse
 
 
-def _stat_flags(parser: argparse.ArgumentParser) -> None:
+def _stat_flags(parser: argparse.ArgumentParser, cuts: bool = False) -> None:
+    """The flags of the statistics (``cuts``: of the partitioning command, where
+    ``--ranks-per-node`` also shapes the cut)."""
     parser.add_argument("--width", type=count(), default=128,
                         help="feature width for the cd-0 exchange volume (default 128)")
     parser.add_argument("--hidden", type=count(), default=256,
@@ -112,7 +114,12 @@ def _stat_flags(parser: argparse.ArgumentParser) -> None:
                         help="with K > 1, also count the busiest node link's rows per "
                              "alltoallv of cd-0's flat and node-aware exchanges "
                              "(--exchange-topology), ranks 0..K-1 on the first node and so "
-                             "on (up to 62 partitions; default 1)")
+                             "on (up to 62 partitions; default 1)" + (
+                                 "; and cut in two levels: the edges across the P/K nodes "
+                                 "first, then each node's across its K ranks, so that a "
+                                 "vertex's clones gather on few nodes and the node-aware "
+                                 "exchange sends fewer rows over the links (not when "
+                                 "streaming)" if cuts else ""))
     parser.add_argument("--json", metavar="FILE",
                         help="also write the statistics as JSON (default: printed only)")
 
@@ -203,7 +210,7 @@ def partition_parser() -> argparse.ArgumentParser:
     dataset_file_flags(p)
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                    help="progress bars when stderr is a terminal (on large graphs)")
-    _stat_flags(p)
+    _stat_flags(p, cuts=True)
     return p
 
 
@@ -285,7 +292,9 @@ def partition_dataset(data, out, parts: int, *, method: str = "libra", seed: int
     ``out`` is the partition directory; this is what ``distgnn-partition`` does after
     loading (the keywords are its flags).  ``progress`` shows bars on a terminal for large
     graphs; ``width``, ``hidden`` and ``layers`` size the predicted exchange volume and memory
-    of ``stats``, ``ranks_per_node`` its node links."""
+    of ``stats``; ``ranks_per_node`` K > 1 cuts in two levels, across nodes of K consecutive
+    ranks and then within each (:func:`~partition.vertex_cut.two_level_parts`), and adds the
+    node links to ``stats``."""
     weights = check_options(out, parts, seed, weights, force, method, order, keep_pairs)
     shares = None if weights is None else requested_shares(weights)
     started = time.perf_counter()
@@ -294,7 +303,8 @@ def partition_dataset(data, out, parts: int, *, method: str = "libra", seed: int
     with tqdm(total=graph.num_edges, unit="edge", unit_scale=True, disable=not show,
               desc=f"{method} P={parts}", file=sys.stderr) as bar:
         layout = vertex_cut(graph, parts, method, seed, order, roots, keep_pairs,
-                            progress=bar.update, weights=weights)
+                            progress=bar.update, weights=weights,
+                            ranks_per_node=ranks_per_node)
     assigned = time.perf_counter()
     with tqdm(total=parts, unit="part", disable=not show, desc="ordering",
               file=sys.stderr) as bar:
@@ -307,7 +317,8 @@ def partition_dataset(data, out, parts: int, *, method: str = "libra", seed: int
                       hidden=hidden, layers=layers, shares=shares, sets=clone_sets(layout),
                       ranks_per_node=ranks_per_node)
     settings = {"method": method, "seed": seed, "order": stream_order_name(method, order),
-                "roots": roots, **ordering}
+                "roots": roots, **ordering,
+                **({"ranks_per_node": ranks_per_node} if ranks_per_node > 1 else {})}
     if weights is not None:
         settings.update(weights=weights.tolist(), requested_shares=shares.tolist())
     with tqdm(total=parts, unit="part", disable=not show, desc="writing",
@@ -340,7 +351,8 @@ def choose_mode(args) -> tuple[str, str]:
         ("--weights", args.weights is not None), ("--keep-pairs", bool(args.keep_pairs)),
         ("--order-vertices " + args.order_vertices,
          args.order_vertices not in ("auto", "given")),
-        ("--symmetrize", args.symmetrize), (f"--split {args.split}", args.split != 0)) if used]
+        ("--symmetrize", args.symmetrize), (f"--split {args.split}", args.split != 0),
+        (f"--ranks-per-node {args.ranks_per_node}", args.ranks_per_node > 1)) if used]
     if unsupported:
         raise PartitionError(f"streaming ({why}) takes libra in degree order, equal weights, "
                              "the given vertex order, the edges as the file gives them and "

@@ -1076,7 +1076,7 @@ def test_sbatch_script_of_a_job_whose_nodes_vary(fake_mpis, tmp_path):
     assert make == (f'distgnn-partition cora --parts "$ranks" --out {tmp_path}/cora-"$ranks" '
                     "--if-missing --no-progress")
     start = next(line for line in lines if line.endswith(" &"))
-    assert f' -np "$ranks" ' in start and f'--partitions {tmp_path}/cora-"$ranks" ' in start
+    assert ' -np "$ranks" ' in start and f'--partitions {tmp_path}/cora-"$ranks" ' in start
     assert "to restart on K nodes: scontrol update JobId=$SLURM_JOB_ID NumNodes=K " \
            "NumTasks=K*2" in s
     shown = subprocess.run(["bash", "-c", "\n".join(["SLURM_JOB_NUM_NODES=3", lines[

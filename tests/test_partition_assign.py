@@ -391,3 +391,31 @@ def test_libra_default_degree_order_replicates_less_than_random_order(rmat_ds):
     rf = {order: stats_of(vertex_cut(g, 8, "libra", order=order))["replication_factor"]
           for order in ("degree", "random")}
     assert rf["degree"] < rf["random"], rf
+
+
+@pytest.mark.parametrize("nodes, per_node", [(2, 2), (3, 2), (2, 3)])
+def test_a_two_level_cut_cuts_across_nodes_then_within_each(random_graph, nodes, per_node):
+    """Rank ``n K + k`` holds node ``n``'s ``k``-th part: the edges cut into the nodes as
+    a flat cut into N parts would, then each node's edges (its own CSR, rows in order) cut
+    into its K ranks; weights go to the nodes summed and to the ranks as given."""
+    from partition.vertex_cut import two_level_parts
+
+    g, *_ = random_graph(seed=2, n=120, e=900, isolated=0)
+    P = nodes * per_node
+    weights = np.arange(1, P + 1, dtype=float)
+    part = two_level_parts(g, P, per_node, "libra", 3, None, None, None, weights, 1.0)
+    node = assign_edges(g.indptr, g.indices, nodes, "libra", 3,
+                        weights=weights.reshape(nodes, per_node).sum(axis=1))
+    np.testing.assert_array_equal(part // per_node, node)
+    rows = np.repeat(np.arange(g.num_nodes), np.diff(g.indptr))
+    for n in range(nodes):
+        mine = np.flatnonzero(node == n)
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(rows[mine],
+                                                            minlength=g.num_nodes))])
+        np.testing.assert_array_equal(part[mine] % per_node, assign_edges(
+            indptr, g.indices[mine], per_node, "libra", 3,
+            weights=weights[n * per_node:(n + 1) * per_node]))
+    layout = vertex_cut(g, P, "libra", seed=3, ranks_per_node=per_node)
+    assert layout.num_parts == P and layout.edge_counts.sum() == g.num_edges
+    with pytest.raises(PartitionError, match="does not divide --parts"):
+        vertex_cut(g, P + 1, "libra", ranks_per_node=per_node)
