@@ -37,6 +37,7 @@ from ..comm import Communicator
 from ..errors import DistGNNError
 from ..timing import PhaseTimer
 from .adaptive import AdaptiveSum
+from .auto import choice
 from .channel import expect_kind
 from .config import ALGORITHMS, DEFAULT_SCHEDULE_PRECISION, TOPOLOGIES
 from .controller import EXACT_EVERY, Controller
@@ -93,7 +94,8 @@ class Exchange:
         comm (Communicator): the transport.
         timer (PhaseTimer, optional): receives ``exchange_pre`` (gathers, sends started),
             ``exchange_wait`` (blocked in the transport) and ``exchange_post`` seconds.
-        algo (str): ``"cd-0"`` or ``"cd-r"`` (0c exchanges nothing:
+        algo (str): ``"cd-0"``, ``"cd-r"`` or ``"auto"`` (:mod:`.auto`: cd-0 until
+            :meth:`decide` takes cd-r's default schedule or keeps cd-0; 0c exchanges nothing:
             :class:`~distgnn.nn.aggregate.NoExchange`).
         delay (int): ``r`` of cd-r (``TrainConfig.delay_epochs``: ``--delay`` or its
             default; 1 under a ``comm_budget``).
@@ -105,6 +107,8 @@ class Exchange:
         exchange_precision (str): one of ``PRECISIONS``: ``"fp32"`` (the run's own type), or
             a compressed wire with error feedback, for the training exchanges of cd-0 and
             cd-r.
+        exact_precision (str): under ``"auto"``, the wire of its cd-0 epochs
+            (``exchange_precision`` is its cd-r's).
         backward_exchange (bool): exchange gradients in the backward pass.  ``False``
             reproduces DGL's cd-0, whose split-vertex gradients miss the other clones' parts;
             it exists to show that difference, not for training.
@@ -125,12 +129,12 @@ class Exchange:
                  algo: str = "cd-0", delay: int = 0, smoothing: float = 0.0,
                  comm_budget: float | None = None, controlled: bool = False,
                  exchange_precision: str = "fp32", backward_exchange: bool = True,
-                 topology: str = "flat"):
+                 topology: str = "flat", exact_precision: str = "fp32"):
         self.index, self.comm, self.algo, self.delay = index, comm, algo, delay
         # what checkpoints record of the exchange (a resumed run must match it)
         self.fingerprint = algo + (f" delay {delay}" if algo == "cd-r" else "")
         self.backward_exchange = backward_exchange
-        self.keeps_state = algo == "cd-r"  # between epochs: what a checkpoint carries
+        self.keeps_state = algo in ("cd-r", "auto")  # between epochs: what checkpoints carry
         # a training epoch that runs cd-0's exact sums whatever the algorithm (-1: none)
         self.exact_at = -1
         self.controller: Controller | None = None
@@ -149,24 +153,25 @@ class Exchange:
             else None
         # what makes a training layer's exchange, given the width, type and device of its
         # first tensor (so one per layer key and pass, made on first use)
-        if algo == "cd-0" and self.tree is not None and exchange_precision == "fp32":
-            self.make = functools.partial(NodeSum, tree=self.tree)
-        elif algo == "cd-0":
-            self.make = functools.partial(ExactSum, trip=self.trip,
-                                          exchange_precision=exchange_precision)
+        exact_make = self.exact_make(exact_precision if algo == "auto" else exchange_precision)
+        if algo == "cd-0":
+            self.make = exact_make
         elif algo == "cd-r" and comm_budget is not None:
             self.make = functools.partial(AdaptiveSum, index=index, comm=comm, timer=self.timer,
                                           comm_budget=comm_budget,
                                           exchange_precision=exchange_precision)
-        elif algo == "cd-r":
-            self.controller = Controller() if controlled else None
+        elif algo in ("cd-r", "auto"):
+            self.controller = Controller() if controlled or algo == "auto" else None
             self.make = functools.partial(DelayedSum, index=index, comm=comm, timer=self.timer,
                                           delay=delay, smoothing=smoothing,
                                           exchange_precision=exchange_precision,
                                           controller=self.controller)
         else:
             raise ValueError(f"no exchange for algo {algo!r}")
-        self.kind = self.make.func.kind
+        # --algo auto: cd-0 until :meth:`decide` chooses (then the one chosen)
+        self.delayed_make, self.chosen = self.make, None
+        if algo == "auto":
+            self.make = exact_make
         self.layers: dict[tuple[int, str], LayerExchange] = {}
         # per width, type and device; no state
         self.exact_sums: dict[tuple, ExactSum | NodeSum] = {}
@@ -174,9 +179,42 @@ class Exchange:
 
     combines_clones = True  # see distgnn.nn.aggregate.NoExchange
 
+    @property
+    def kind(self) -> str:
+        """The kind of the training layers' exchanges (the tag of their state)."""
+        return self.make.func.kind
+
+    def exact_make(self, exchange_precision: str):
+        """What makes cd-0's training exchange of a layer: within each node first where the
+        topology is ``node`` and the wire fp32, else flat."""
+        if self.tree is not None and exchange_precision == "fp32":
+            return functools.partial(NodeSum, tree=self.tree)
+        return functools.partial(ExactSum, trip=self.trip, exchange_precision=exchange_precision)
+
+    def decide(self, history: list[dict]) -> str | None:
+        """Under ``--algo auto``, once ``history`` (the run's epoch records) holds the measured
+        epochs: take :func:`.auto.choice`'s algorithm from its epoch on and return its line
+        (once; ``None`` before, after, and under any other algorithm).  A resumed run calls
+        this with its checkpoint's history, which holds the choice made (the record of the
+        epoch that made it: ``exchange_choice``), so it continues with that one."""
+        if self.algo != "auto" or self.chosen is not None:
+            return None
+        made = next((r for r in history if "exchange_choice" in r), None)
+        found = choice(history) if made is None else (
+            made["exchange_choice"]["algo"], made["epoch"], made["exchange_choice"]["reason"])
+        if found is None:
+            return None
+        self.chosen, epoch, reason = found
+        if self.chosen == "cd-r":
+            self.make, self.layers = self.delayed_make, {}
+            self.controller.restart(epoch, self.controller.losses)
+        return reason
+
     def describe(self, schedule: str) -> str:
         """``schedule`` (the run's words for the algorithm) with the topology, when the exact
         sums are made within each node first."""
+        if self.chosen is not None:
+            schedule = f"{schedule}: chose {self.chosen}"
         if self.tree is None:
             return schedule
         nodes = max(self.tree.nodes) + 1
@@ -254,8 +292,11 @@ class Exchange:
             self.controller.observe(epoch, loss)
 
     def exact_epoch(self, epoch: int) -> bool | None:
-        """Whether the controller ran epoch ``epoch`` exact (``None``: no controller)."""
-        return None if self.controller is None else self.controller.exact(epoch)
+        """Whether the controller ran epoch ``epoch`` exact (``None``: no controller decides
+        the epochs, as under ``--algo auto`` before it chose cd-r)."""
+        if self.controller is None or self.make is not self.delayed_make:
+            return None
+        return self.controller.exact(epoch)
 
     def state_dict(self) -> dict:
         """``{"kind": kind, "layers": {"key/direction": that LayerExchange's state}}``, and

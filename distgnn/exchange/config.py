@@ -10,7 +10,7 @@ from ..errors import DistGNNError
 from ..options import option
 from .wire import PRECISIONS
 
-ALGORITHMS = ("cd-0", "cd-r", "0c")
+ALGORITHMS = ("cd-0", "cd-r", "0c", "auto")
 TOPOLOGIES = ("auto", "flat", "node")
 DEFAULT_DELAY = 5  # cd-r's delay under --smoothing when no --delay is given
 # the wire of cd-r's default schedule (distgnn.exchange.controller): the narrowest that kept
@@ -26,8 +26,10 @@ class ExchangeConfig:
     away from their defaults are refused there, :meth:`check_single_socket`)."""
 
     algo: str = option("cd-0", "split-vertex exchange: cd-0 exact every layer (forward and "
-                       "backward), cd-r delayed by r epochs and overlapped, 0c none",
-                       choices=ALGORITHMS)
+                       "backward), cd-r delayed by r epochs and overlapped, 0c none; auto: "
+                       "cd-0 for the first epochs, then cd-0 or cd-r's default schedule, "
+                       "whichever the exchange's measured share of those epochs favours "
+                       "(said on the console and in the metrics)", choices=ALGORITHMS)
     delay: int | None = option(
         None, f"r of cd-r: bins of split vertices, each refreshed every r epochs (default "
         f"{DEFAULT_DELAY} with --smoothing). Without --delay, --smoothing and --comm-budget, "
@@ -115,9 +117,14 @@ class ExchangeConfig:
     @property
     def default_schedule(self) -> bool:
         """cd-r without ``--delay``, ``--smoothing`` or ``--comm-budget``: the controlled
-        schedule of :mod:`distgnn.exchange.controller`."""
-        return (self.algo == "cd-r" and self.delay is None and not self.smoothing
+        schedule of :mod:`distgnn.exchange.controller` (also what ``auto`` may take)."""
+        return (self.algo in ("cd-r", "auto") and self.delay is None and not self.smoothing
                 and self.comm_budget is None)
+
+    @property
+    def may_delay(self) -> bool:
+        """Whether training exchanges may be delayed (cd-r, or ``auto``, which may take it)."""
+        return self.algo in ("cd-r", "auto")
 
     @property
     def wire(self) -> str:
@@ -131,7 +138,9 @@ class ExchangeConfig:
     def exchange_schedule(self) -> str:
         """The split-vertex exchange in words, as the run reports it: the algorithm, its
         schedule and its wire."""
-        if self.algo != "cd-r":
+        if self.algo == "auto":
+            words = "auto: cd-0, then cd-0 or cd-r default schedule as measured"
+        elif self.algo != "cd-r":
             words = self.algo
         elif self.comm_budget is not None:
             words = f"cd-r adaptive, budget {self.comm_budget:g}"
@@ -146,8 +155,9 @@ class ExchangeConfig:
     def delay_epochs(self) -> int:
         """``r`` of cd-r (1 under the default schedule and under ``--comm-budget``, whose
         messages arrive the epoch after they are sent; ``DEFAULT_DELAY`` with
-        ``--smoothing`` alone); 0 for the other exchanges."""
-        if self.algo != "cd-r":
+        ``--smoothing`` alone; 1 under ``auto``, which may take the default schedule); 0 for
+        the other exchanges."""
+        if not self.may_delay:
             return 0
         if self.comm_budget is not None or self.default_schedule:
             return 1

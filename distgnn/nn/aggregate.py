@@ -118,6 +118,10 @@ class NoExchange:
     def restart(self, epoch: int, losses: list[float]) -> None:
         """Nothing is kept between epochs: nothing to start again."""
 
+    def decide(self, history: list[dict]) -> None:
+        """No exchange to choose (``--algo auto`` on one process or under 0c)."""
+        return None
+
     def load_state_dict(self, state: dict, device: torch.device | str = "cpu") -> None:
         """Take the empty state :meth:`state_dict` gives; another exchange's is refused."""
         if state:

@@ -145,6 +145,7 @@ class Checkpointer:
             self.model.load_state_dict(shared["model"])
             self.optimizer.load_state_dict(shared["optimizer"])
             checkpoint.set_rng_state(local["rng"])
+            self.exchange.decide(shared["history"])  # --algo auto: its choice, made again
             if found.same_layout:
                 self.exchange.load_state_dict(local["exchange"], self.device)
             else:

@@ -246,14 +246,15 @@ class TrainConfig:
         for flag in PATH_FLAGS:
             if getattr(self, flag.replace("-", "_")) == "":  # "" would read as not given
                 raise DistGNNError(f"--{flag}: the value is empty; give one, or leave it out")
-        if (self.algo == "cd-r" and self.model == "sage"
+        if (self.may_delay and self.model == "sage"
                 and self.aggregator in ("max", "min")):
             raise DistGNNError(f"the {self.aggregator} aggregator is exchanged exactly (cd-0) "
-                               "or not at all (0c); cd-r has no delayed extreme: use --algo "
-                               "cd-0 or 0c")
-        if self.recompute and self.algo == "cd-r":
-            raise DistGNNError("--recompute runs each layer's exchange again in the backward "
-                               "pass, which would advance cd-r's schedule twice: use cd-0 or 0c")
+                               "or not at all (0c); cd-r (which auto may take) has no delayed "
+                               "extreme: use --algo cd-0 or 0c")
+        if self.recompute and self.may_delay:
+            raise DistGNNError(f"--recompute runs each layer's exchange again in the backward "
+                               f"pass, which would advance cd-r's schedule twice (--algo "
+                               f"{self.algo}): use cd-0 or 0c")
         if self.recompute and self.exchange_precision not in (None, "fp32"):
             raise DistGNNError(f"--recompute runs each layer's exchange again in the backward "
                                f"pass, which would apply --exchange-precision "

@@ -111,7 +111,7 @@ def predict(network: ModelConfig, exchange: ExchangeConfig, execution: Execution
     entries on a partition.
     """
     layers = network.layers + (network.model == "gcnii")
-    delayed = exchange.algo == "cd-r" and exchange.comm_budget is None
+    delayed = exchange.may_delay and exchange.comm_budget is None
     value_bytes = 8 if execution.dtype == "float64" else 4
     widths = exchange_widths(num_features, network.hidden, num_classes, layers,
                              network.precompute_first,

@@ -241,7 +241,8 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                               smoothing=cfg.smoothing, comm_budget=cfg.comm_budget,
                               controlled=cfg.default_schedule, exchange_precision=cfg.wire,
                               backward_exchange=cfg.backward_exchange,
-                              topology=cfg.exchange_topology))
+                              topology=cfg.exchange_topology,
+                              exact_precision=cfg.exchange_precision or "fp32"))
     nbr = Neighbourhood(part.graph, get_backend(backend, cfg.gathered_precision,
                                                 cfg.kernel_trial),
                         in_degree=None if cfg.algo == "0c" else part.in_degree, timer=timer,

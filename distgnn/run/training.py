@@ -277,6 +277,11 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                     allreduce_bytes=sync.step_bytes, stop=stop.request(), skipped=bad,
                     page_faults=minor_faults() - faults))
                 exchange.observe(epoch, loss)
+                chose = exchange.decide([*run.history, record])  # --algo auto, once
+                if chose is not None:
+                    record["exchange_choice"] = {"algo": exchange.chosen, "reason": chose}
+                    if comm.rank == 0:
+                        log(chose)
                 if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
                     with in_arena(arena, "eval"):
                         record.update(evaluate(model, shard, comm, cfg.roc_auc))
