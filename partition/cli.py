@@ -124,6 +124,17 @@ def _stat_flags(parser: argparse.ArgumentParser, cuts: bool = False) -> None:
                         help="also write the statistics as JSON (default: printed only)")
 
 
+def parts_count(text: str) -> int | str:
+    """``--parts``: a count (checked with the other options) or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of partitions or auto, got "
+                                         f"{text!r}") from None
+
+
 def weight_list(text: str) -> list[float]:
     """``--weights 1,1,2,4`` -> ``[1.0, 1.0, 2.0, 4.0]`` (count and sign are checked later)."""
     try:
@@ -151,8 +162,14 @@ def partition_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", dest="dataset_flag", metavar="DATASET",
                    help="the same as the positional DATASET: give one of the two")
     # required: "no default" said, or the help formatter would append "(default: none)"
-    p.add_argument("--parts", type=int, required=True,
-                   help="number of partitions P (ranks): required, no default")
+    p.add_argument("--parts", type=parts_count, required=True,
+                   help="number of partitions P (ranks), or auto: the fewest of K, 2K, 4K, "
+                        "... (K: --ranks-per-node) whose predicted memory per rank, times K, "
+                        "fits --node-memory (each tried is cut in memory; the line printed "
+                        "says why): required, no default")
+    p.add_argument("--node-memory", type=float, metavar="GIB",
+                   help="with --parts auto: the memory of a node the ranks may take, in GiB "
+                        "(default: what this machine has available now)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="partition directory to create: required, no default")
     p.add_argument("--method", choices=METHODS, default="libra",
@@ -352,6 +369,7 @@ def choose_mode(args) -> tuple[str, str]:
         ("--order-vertices " + args.order_vertices,
          args.order_vertices not in ("auto", "given")),
         ("--symmetrize", args.symmetrize), (f"--split {args.split}", args.split != 0),
+        ("--parts auto", args.parts == "auto"),
         (f"--ranks-per-node {args.ranks_per_node}", args.ranks_per_node > 1)) if used]
     if unsupported:
         raise PartitionError(f"streaming ({why}) takes libra in degree order, equal weights, "
@@ -437,12 +455,45 @@ def partition_main(args) -> int:
     with exclusive(args.out):
         if (Path(args.out) / "meta.json").is_file():
             parts = read_meta(args.out)["num_parts"]
-            if parts != args.parts:
+            if parts != args.parts and args.parts != "auto":
                 raise PartitionError(f"--out {args.out} holds {parts} partitions, not the "
                                      f"{args.parts} of --parts")
             print(f"{args.out} holds {parts} partitions already: nothing to do")
             return 0
         return write_partitions(args)
+
+
+def fitting_parts(data, args) -> tuple[int, str]:
+    """``(P, line)``: the fewest partitions of K, 2K, 4K, ... (K = ``--ranks-per-node``)
+    whose predicted training memory per rank (``distgnn-partition inspect``'s, for
+    ``--hidden`` and ``--layers``), times K, fits a node (``--node-memory``, or what is
+    available here), and the line that says why."""
+    have = (args.node_memory * 2**30 if args.node_memory is not None
+            else available_bytes("cpu"))
+    per_node, tried = args.ranks_per_node, []
+    parts = per_node
+    while parts <= max(data.graph.num_edges, 1):
+        try:
+            layout = vertex_cut(data.graph, parts, args.method, args.seed, args.order,
+                                args.roots, args.keep_pairs, ranks_per_node=per_node)
+        except PartitionError:  # more partitions than the graph fills: none fits
+            break
+        stats = summarize(counts_from_layout(layout), data.graph.num_nodes,
+                          int(np.count_nonzero(layout.clones() > 1)), width=args.width,
+                          num_features=data.num_features, num_classes=data.num_classes,
+                          hidden=args.hidden, layers=args.layers)
+        need = stats["predicted_memory_bytes"]["max"] * per_node
+        if need <= have:
+            return parts, (
+                f"--parts auto: {parts} partitions ({parts // per_node} node"
+                f"{'s' if parts > per_node else ''} of {per_node} rank"
+                f"{'s' if per_node > 1 else ''}): {format_bytes(need)} predicted per node "
+                f"(hidden {args.hidden}, {args.layers} layers) within {format_bytes(have)}"
+                + (f"; fewer did not fit ({', '.join(tried)})" if tried else ""))
+        tried.append(f"{parts}: {format_bytes(need)}")
+        parts *= 2
+    raise PartitionError(f"--parts auto: no partition count fits {format_bytes(have)} per "
+                         f"node ({', '.join(tried)}); give --parts P, or more --node-memory")
 
 
 def write_partitions(args) -> int:
@@ -452,8 +503,14 @@ def write_partitions(args) -> int:
                            {given_as: input_path(args.dataset), "--features": args.features,
                             "--labels": args.labels, "--split-file": args.split_file})
     check_statistics_output(args.json, args.out)
-    check_options(args.out, args.parts, args.seed, args.weights, args.force, args.method,
-                  args.order, args.keep_pairs)
+    if args.parts == "auto" and args.weights is not None:
+        raise PartitionError("--weights gives one capacity per partition: give --parts P "
+                             "with it, not auto")
+    if args.node_memory is not None and not (args.parts == "auto" and args.node_memory > 0):
+        raise PartitionError("--node-memory sizes --parts auto: give it a number of GiB > 0 "
+                             "with --parts auto")
+    check_options(args.out, 1 if args.parts == "auto" else args.parts, args.seed,
+                  args.weights, args.force, args.method, args.order, args.keep_pairs)
     check_json_output(args.json)
     mode, why = choose_mode(args)
     if mode == "stream":
@@ -464,6 +521,9 @@ def write_partitions(args) -> int:
                         split=args.split, symmetrize=args.symmetrize,
                         split_file=args.split_file)
     print(f"{data.summary()}", flush=True)
+    if args.parts == "auto":
+        args.parts, line = fitting_parts(data, args)
+        print(line, flush=True)
     loaded = time.perf_counter()
     done = partition_dataset(data, args.out, args.parts, method=args.method, seed=args.seed,
                              order=args.order, roots=args.roots, keep_pairs=args.keep_pairs,

@@ -400,3 +400,25 @@ def test_if_missing_refuses_another_count_and_force(tmp_path, capsys):
     assert_one_line_error(rc, capsys.readouterr().err, "holds 2 partitions, not the 3")
     rc = run_cli([SMALL_RMAT, "--parts", 2, "--out", out, "--if-missing", "--force"])
     assert_one_line_error(rc, capsys.readouterr().err, "--if-missing", "--force")
+
+
+def test_parts_auto_takes_the_fewest_partitions_that_fit_a_node(tmp_path, capsys):
+    """cora's predicted memory per rank is 505 MiB in one partition and 486 MiB in two (the
+    model's fixed cost dominates): a node of 0.48 GiB takes two, and the line says why;
+    one of 10 MiB takes none, naming what each count needs."""
+    out = tmp_path / "p"
+    assert run_cli(["cora", "--parts", "auto", "--node-memory", 0.48, "--out", out,
+                    "--no-progress"]) == 0
+    said = capsys.readouterr().out
+    assert "--parts auto: 2 partitions (2 nodes of 1 rank)" in said
+    assert "fewer did not fit (1: 505.4 MiB)" in said
+    assert partition.read_meta(out)["num_parts"] == 2
+    rc = run_cli(["cora", "--parts", "auto", "--node-memory", 0.01, "--out", tmp_path / "q",
+                  "--no-progress"])
+    assert_one_line_error(rc, capsys.readouterr().err, "no partition count fits", "1: 505.4")
+    assert not (tmp_path / "q").exists()
+    for argv, fragment in ((["--parts", "auto", "--weights", "1,2"], "--weights"),
+                           (["--parts", "2", "--node-memory", "1"], "--node-memory"),
+                           (["--parts", "many"], "number of partitions or auto")):
+        rc = run_cli(["cora", *argv, "--out", tmp_path / "r", "--no-progress"])
+        assert_one_line_error(rc, capsys.readouterr().err, fragment)

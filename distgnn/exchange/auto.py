@@ -1,4 +1,4 @@
-"""``--algo auto``: the run measures its exchange, then keeps cd-0 or takes cd-r's default
+r"""``--algo auto``: the run measures its exchange, then keeps cd-0 or takes cd-r's default
 schedule.
 
 The first ``WARMUP + MEASURED`` epochs run cd-0.  From the records of the ``MEASURED`` epochs
