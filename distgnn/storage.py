@@ -253,8 +253,10 @@ class AtomicStream:
 
 @contextlib.contextmanager
 def exclusive(target: str | Path):
-    """Hold the lock of ``target`` (a ``flock`` of the hidden ``.NAME.lock`` beside it, made
-    when missing and kept) while the block runs, waiting for another holder to finish.
+    """Hold the lock of ``target`` while the block runs, waiting for another holder.
+
+    The lock is a ``flock`` of the hidden ``.NAME.lock`` beside ``target``, made when
+    missing and kept.
 
     A process that dies releases its lock with its file descriptors, so no holder is ever
     waited for after it is gone.  Linux takes ``flock`` on NFS as a lock on the server, so

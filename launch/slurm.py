@@ -396,10 +396,11 @@ def _launch_words(slurm_launcher: str, mpirun: str, implementation: str, ranks: 
 
 
 def _run_lines(launch: list[str], requeue: bool, ranks_per_node: int | None) -> list[str]:
-    """The script's body: run ``launch`` in the background, pass SLURM's USR1 or TERM on
-    to it, wait for it to end, requeue when stopped early (``requeue``; saying how to give
-    the waiting job fewer nodes when its rank count follows its nodes, ``ranks_per_node``),
-    exit its status."""
+    """The script's body: run ``launch``, pass signals on, requeue, exit its status.
+
+    ``launch`` runs in the background; SLURM's USR1 or TERM is passed on to it; once it
+    ended, a job stopped early requeues (``requeue``; saying how to give the waiting job
+    fewer nodes when its rank count follows its nodes, ``ranks_per_node``)."""
     lines = [
         'stop="" launcher=""',
         """trap 'stop=USR1; kill -USR1 "$launcher" 2>/dev/null || true' USR1""",

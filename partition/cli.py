@@ -464,10 +464,11 @@ def partition_main(args) -> int:
 
 
 def fitting_parts(data, args) -> tuple[int, str]:
-    """``(P, line)``: the fewest partitions of K, 2K, 4K, ... (K = ``--ranks-per-node``)
-    whose predicted training memory per rank (``distgnn-partition inspect``'s, for
-    ``--hidden`` and ``--layers``), times K, fits a node (``--node-memory``, or what is
-    available here), and the line that says why."""
+    """``(P, line)``: the fewest partitions that fit a node, and why (``--parts auto``).
+
+    P is the first of K, 2K, 4K, ... (K = ``--ranks-per-node``) whose predicted training
+    memory per rank (``distgnn-partition inspect``'s, for ``--hidden`` and ``--layers``),
+    times K, fits a node (``--node-memory``, or what is available here)."""
     have = (args.node_memory * 2**30 if args.node_memory is not None
             else available_bytes("cpu"))
     per_node, tried = args.ranks_per_node, []

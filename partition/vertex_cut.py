@@ -56,8 +56,7 @@ def vertex_cut(graph: CSRGraph, num_parts: int, method: str = "libra", seed: int
 def two_level_parts(graph: CSRGraph, num_parts: int, ranks_per_node: int, method: str,
                     seed: int, order: str | None, keep_pairs: bool | None, progress,
                     weights, hdrf_lambda: float) -> np.ndarray:
-    """The partition of every CSR entry, int32 ``[E]``: a cut across nodes, then one across
-    the ranks of each node.
+    """The partition of every CSR entry, int32 ``[E]``: across nodes, then within each.
 
     With ``K`` = ``ranks_per_node`` and ``N = P / K`` nodes, the edges are first cut into
     ``N`` node parts (each asked for the summed capacity of its ranks), then each node's

@@ -192,9 +192,11 @@ class Exchange:
         return functools.partial(ExactSum, trip=self.trip, exchange_precision=exchange_precision)
 
     def decide(self, history: list[dict]) -> str | None:
-        """Under ``--algo auto``, once ``history`` (the run's epoch records) holds the measured
-        epochs: take :func:`.auto.choice`'s algorithm from its epoch on and return its line
-        (once; ``None`` before, after, and under any other algorithm).  A resumed run calls
+        """Under ``--algo auto``, choose once the measured epochs are in ``history``.
+
+        ``history``: the run's epoch records.  Takes :func:`.auto.choice`'s algorithm from its
+        epoch on and returns its line (once; ``None`` before, after, and under any other
+        algorithm).  A resumed run calls
         this with its checkpoint's history, which holds the choice made (the record of the
         epoch that made it: ``exchange_choice``), so it continues with that one."""
         if self.algo != "auto" or self.chosen is not None:
@@ -229,9 +231,10 @@ class Exchange:
                                     self.backward_exchange)
 
     def restart(self, epoch: int, losses: list[float]) -> None:
-        """Continue training at ``epoch`` with nothing kept from earlier epochs (a checkpoint
-        resumed on another layout, whose state is not for these partitions): that epoch is
-        exact, and cd-r's kept remote terms start from it (the default schedule's, refreshed
+        """Continue training at ``epoch`` with nothing kept from earlier epochs.
+
+        For a checkpoint resumed on another layout, whose state is not for these
+        partitions: that epoch is exact, and cd-r's kept remote terms start from it (the default schedule's, refreshed
         by it) or from zero as at a run's start (bins, the adaptive schedule).  ``losses``:
         the run's training losses so far (what the default schedule decides by)."""
         if self.controller is not None:

@@ -1,5 +1,4 @@
-r"""``--algo auto``: the run measures its exchange, then keeps cd-0 or takes cd-r's default
-schedule.
+r"""``--algo auto``: measure the exchange, then keep cd-0 or take cd-r's default schedule.
 
 The first ``WARMUP + MEASURED`` epochs run cd-0.  From the records of the ``MEASURED`` epochs
 after the warm-up (which compiles and allocates), the exchange's share of the epoch is

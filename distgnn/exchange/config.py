@@ -153,10 +153,11 @@ class ExchangeConfig:
 
     @property
     def delay_epochs(self) -> int:
-        """``r`` of cd-r (1 under the default schedule and under ``--comm-budget``, whose
-        messages arrive the epoch after they are sent; ``DEFAULT_DELAY`` with
-        ``--smoothing`` alone; 1 under ``auto``, which may take the default schedule); 0 for
-        the other exchanges."""
+        """``r`` of cd-r; 0 for the exchanges that delay nothing.
+
+        1 under the default schedule (and under ``auto``, which may take it) and under
+        ``--comm-budget``, whose messages arrive the epoch after they are sent;
+        ``DEFAULT_DELAY`` with ``--smoothing`` alone."""
         if not self.may_delay:
             return 0
         if self.comm_budget is not None or self.default_schedule:

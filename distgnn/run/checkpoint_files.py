@@ -354,8 +354,9 @@ def _parameter_difference(theirs: dict, ours: dict) -> str:
 
 
 def check_fingerprint(path: Path, theirs: dict, ours: dict) -> None:
-    """Refuse a checkpoint written by a run this one cannot continue, naming the first
-    difference: exchange, an option (by its flag), data, parameter shapes.
+    """Refuse a checkpoint written by a run this one cannot continue.
+
+    Names the first difference: exchange, an option (by its flag), data, parameter shapes.
 
     The rank count and layout may differ.  So may the exchange when one side is one process
     (it has no split vertices: every algorithm computes cd-0's sums there)."""

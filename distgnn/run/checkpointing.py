@@ -136,8 +136,9 @@ class Checkpointer:
         return f"checkpoint of {count(ranks)} resumed on {here}{restart}"
 
     def restore(self, path: str, found: checkpoint.Resumed) -> tuple[list, dict, int]:
-        """Load ``found`` into the model, optimizer, RNG and exchange; returns the history,
-        best evaluation and epochs since it.  On another layout the exchange keeps nothing of
+        """Load ``found`` into the model, optimizer, RNG and exchange.
+
+        Returns the history, best evaluation and epochs since it.  On another layout the exchange keeps nothing of
         the checkpoint's and its next epoch is exact
         (:meth:`distgnn.exchange.Exchange.restart`)."""
         shared, local = found.shared, found.local
