@@ -37,7 +37,7 @@ from ..comm import Communicator
 from ..errors import DistGNNError
 from ..timing import PhaseTimer
 from .adaptive import AdaptiveSum
-from .auto import choice
+from .auto import MEASURED, WARMUP, choice, wire_seconds
 from .channel import expect_kind
 from .config import ALGORITHMS, DEFAULT_SCHEDULE_PRECISION, TOPOLOGIES
 from .controller import EXACT_EVERY, Controller
@@ -169,7 +169,7 @@ class Exchange:
         else:
             raise ValueError(f"no exchange for algo {algo!r}")
         # --algo auto: cd-0 until :meth:`decide` chooses (then the one chosen)
-        self.delayed_make, self.chosen = self.make, None
+        self.delayed_make, self.chosen, self.choice_made = self.make, None, None
         if algo == "auto":
             self.make = exact_make
         self.layers: dict[tuple[int, str], LayerExchange] = {}
@@ -202,15 +202,29 @@ class Exchange:
         if self.algo != "auto" or self.chosen is not None:
             return None
         made = next((r for r in history if "exchange_choice" in r), None)
-        found = choice(history) if made is None else (
-            made["exchange_choice"]["algo"], made["epoch"], made["exchange_choice"]["reason"])
-        if found is None:
+        if made is not None:
+            found = (made["exchange_choice"]["algo"], made["epoch"], made["exchange_choice"])
+        elif len(history) < WARMUP + MEASURED:
             return None
-        self.chosen, epoch, reason = found
+        else:
+            found = choice(history, *self.wire_cost())
+        self.chosen, epoch, self.choice_made = found
         if self.chosen == "cd-r":
             self.make, self.layers = self.delayed_make, {}
             self.controller.restart(epoch, self.controller.losses)
-        return reason
+        return self.choice_made["reason"]
+
+    def wire_cost(self) -> tuple[float, float]:
+        """:func:`.auto.wire_seconds` of cd-r's wire on this rank's rows, for the training
+        exchanges made so far; the seconds of the slowest rank (collective)."""
+        precision = self.delayed_make.keywords["exchange_precision"]
+        layers = [(e.width, e.dtype) for e in self.layers.values()]
+        seconds, ratio = wire_seconds(precision, layers,
+                                      len(self.index.leaf_ids) + len(self.index.root_ids))
+        every = torch.zeros(self.comm.size, dtype=torch.float64)
+        every[self.comm.rank] = seconds
+        self.comm.allreduce(every)
+        return float(every.max()), ratio
 
     def describe(self, schedule: str) -> str:
         """``schedule`` (the run's words for the algorithm) with the topology, when the exact

@@ -6,20 +6,32 @@ after the warm-up (which compiles and allocates), the exchange's share of the ep
 .. math::
     s = \operatorname{median}_e \frac{t^{pre}_e + t^{wait}_e + t^{post}_e}{t_e}
 
-(phase seconds and epoch seconds of the slowest rank, the same record on every rank).
-cd-r's default schedule (:mod:`.controller`) runs at most ``1 - 1/EXACT_EVERY`` of its epochs
-stale, sending nothing, so it can save about :math:`s (1 - 1/T)` of an epoch; the run takes
-it when that is at least ``GAIN``, and keeps cd-0 otherwise.  One choice, made once, from
-numbers that a checkpoint's history holds: a resumed run makes the same one
-(:func:`choice` of the same records).
+(phase seconds and epoch seconds of the slowest rank, the same record on every rank).  cd-r's
+default schedule (:mod:`.controller`) runs at least one epoch in ``T = EXACT_EVERY`` exact, on
+its wire (int4 by default: a fraction :math:`\rho` of cd-0's bytes, and :math:`c` seconds to
+encode and decode an exact epoch's rows, measured once on this rank's rows,
+:func:`wire_seconds`, slowest rank), and the others stale, sending nothing.  Taking the whole
+exchange as transfer (which favours cd-r where part of it is waiting for slower ranks), an
+epoch of the schedule saves on average, as a share of cd-0's epoch :math:`t`,
+
+.. math::
+    g = s \left(1 - \frac{\rho}{T}\right) - \frac{c}{T t}
+
+and the run takes it when :math:`g \ge` ``GAIN``, keeping cd-0 otherwise.  One choice, made
+once; its numbers are in the record of the epoch that made it, which a checkpoint's history
+holds, so a resumed run goes on with the same choice.
 """
 from __future__ import annotations
 
 import statistics
+import time
+
+import torch
 
 from .controller import EXACT_EVERY
+from .wire import Wire, row_bytes
 
-__all__ = ["GAIN", "MEASURED", "WARMUP", "choice"]
+__all__ = ["GAIN", "MEASURED", "WARMUP", "choice", "wire_seconds"]
 
 WARMUP = 1  # epochs before the measured ones (the first compiles kernels, allocates)
 MEASURED = 3
@@ -29,23 +41,61 @@ GAIN = 0.05
 EXCHANGE_PHASES = ("exchange_pre", "exchange_wait", "exchange_post")
 
 
-def choice(history: list[dict]) -> tuple[str, int, str] | None:
-    """``(algo, epoch, reason)``: ``"cd-0"`` or ``"cd-r"`` from epoch ``epoch`` (0-based, the
-    epoch after the measured ones) and the one line that says why; ``None`` while
-    ``history`` (the run's epoch records, oldest first) holds too few epochs."""
+def wire_seconds(precision: str, layers: list[tuple[int, torch.dtype]], rows: int
+                 ) -> tuple[float, float]:
+    """``(c, rho)``: seconds to encode and decode, on wire ``precision``, ``rows`` rows of
+    each of ``layers`` (``(width, dtype)`` of every training exchange, each pass), and the
+    wire's bytes over fp32's.
+
+    An exact epoch encodes every row it sends and decodes every row it receives: per layer
+    and pass the leaves and the leaf entries (``rows``) once each.  Timed on random rows,
+    the second of two calls (the first may compile)."""
+    if precision == "fp32" or not layers or not rows:
+        return 0.0, 1.0
+    seconds = 0.0
+    for width, dtype in layers:
+        wire = Wire(precision, dtype, width)
+        values = torch.randn(rows, width, dtype=dtype)
+        out, residual = wire.buffer(rows, width, "cpu"), torch.zeros_like(values)
+        for _ in range(2):
+            started = time.perf_counter()
+            wire.encode(values, out, residual)
+            wire.decode(out)
+            took = time.perf_counter() - started
+        seconds += took
+    ratio = (sum(row_bytes(precision, w, torch.empty(0, dtype=d).element_size())
+                 for w, d in layers)
+             / sum(row_bytes("fp32", w, torch.empty(0, dtype=d).element_size())
+                   for w, d in layers))
+    return seconds, ratio
+
+
+def choice(history: list[dict], wire_s: float = 0.0, ratio: float = 1.0
+           ) -> tuple[str, int, dict] | None:
+    """``(algo, epoch, made)``: ``"cd-0"`` or ``"cd-r"`` from epoch ``epoch`` (0-based, the
+    epoch after the measured ones) and what the choice rests on (``made``: ``reason``, the
+    one line that says why, and the numbers); ``None`` while ``history`` (the run's epoch
+    records, oldest first) holds too few epochs.  ``wire_s`` and ``ratio``:
+    :func:`wire_seconds` of the schedule's wire."""
     if len(history) < WARMUP + MEASURED:
         return None
     measured = history[WARMUP:WARMUP + MEASURED]
     share = statistics.median(sum(r["phases"][k] for k in EXCHANGE_PHASES) / r["epoch_s"]
                               for r in measured)
-    saving = share * (1 - 1 / EXACT_EVERY)
+    epoch_s = statistics.median(r["epoch_s"] for r in measured)
+    gain = share * (1 - ratio / EXACT_EVERY) - wire_s / (EXACT_EVERY * epoch_s)
     epochs = f"epochs {measured[0]['epoch']}-{measured[-1]['epoch']}"
-    if saving >= GAIN:
-        return "cd-r", WARMUP + MEASURED, (
+    cost = (f"; {wire_s:.3f} s per exact epoch on its wire, {ratio:.2f}x the bytes"
+            if wire_s else "")
+    made = {"exchange_share": share, "epoch_s": epoch_s, "wire_s": wire_s,
+            "wire_ratio": ratio, "gain": gain}
+    if gain >= GAIN:
+        return "cd-r", WARMUP + MEASURED, {**made, "reason": (
             f"--algo auto: cd-r's default schedule from epoch {WARMUP + MEASURED + 1}: the "
-            f"exact exchange took {share:.0%} of {epochs}, and the schedule skips it in up to "
-            f"{1 - 1 / EXACT_EVERY:.0%} of epochs (about {saving:.0%} of an epoch saved; "
-            f"{GAIN:.0%} needed)")
-    return "cd-0", WARMUP + MEASURED, (
+            f"exact exchange took {share:.0%} of {epochs}, which the schedule skips in up to "
+            f"{1 - 1 / EXACT_EVERY:.0%} of epochs{cost}: about {gain:.0%} of an epoch saved "
+            f"({GAIN:.0%} needed)")}
+    return "cd-0", WARMUP + MEASURED, {**made, "reason": (
         f"--algo auto: cd-0: the exact exchange took {share:.0%} of {epochs}; cd-r's default "
-        f"schedule would save about {saving:.1%} of an epoch ({GAIN:.0%} needed)")
+        f"schedule would skip it in up to {1 - 1 / EXACT_EVERY:.0%} of epochs{cost}: about "
+        f"{gain:.1%} of an epoch saved ({GAIN:.0%} needed)")}

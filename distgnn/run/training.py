@@ -279,7 +279,8 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                 exchange.observe(epoch, loss)
                 chose = exchange.decide([*run.history, record])  # --algo auto, once
                 if chose is not None:
-                    record["exchange_choice"] = {"algo": exchange.chosen, "reason": chose}
+                    record["exchange_choice"] = {"algo": exchange.chosen,
+                                                 **exchange.choice_made}
                     if comm.rank == 0:
                         log(chose)
                 if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
