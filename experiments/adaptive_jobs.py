@@ -26,7 +26,14 @@ import statistics
 import sys
 from pathlib import Path
 
-from cluster_regimes import BIN, DEFAULT_DATA, MODEL, run, spec, train_point  # beside this
+from cluster_regimes import (  # beside this
+    BIN,
+    DEFAULT_DATA,
+    MODEL,
+    run,
+    spec,
+    train_point,
+)
 
 from distgnn import read_metrics
 from distgnn.exchange.auto import MEASURED, WARMUP
@@ -57,11 +64,12 @@ def auto_table(a) -> list[dict]:
     partitions(source, a.ranks, parts)
     rows = []
     after = WARMUP + MEASURED + 1  # records from here on ran after the choice's first epoch
-    for setting in ("one host", f"{a.ranks} nodes at {a.rate}"):
+    settings = {"host": "one host", "cluster": f"{a.ranks} nodes at {a.rate}"}
+    for setting in (settings[s] for s in a.settings.split(",")):
         c = None if setting == "one host" else cluster.up(a.ranks, a.rate, slots=1, name=NAME)
         try:
-            for label, flags in (("cd-0", ["--algo", "cd-0"]), ("cd-r", ["--algo", "cd-r"]),
-                                 ("auto", ["--algo", "auto"])):
+            for label in a.runs.split(","):
+                flags = ["--algo", label]
                 metrics = a.work / f"auto-{label}.jsonl"
                 if c is None:
                     local_point(parts, a.ranks, flags, a.epochs, metrics)
@@ -128,6 +136,8 @@ def main() -> int:
     p.add_argument("--graphs", default="rmat18,tolokers", help="links: comma-separated")
     p.add_argument("--ranks", type=int, default=4, help="auto: ranks (and emulated nodes)")
     p.add_argument("--rate", default="200mbit", help="auto: the emulated links' tc rate")
+    p.add_argument("--settings", default="host,cluster", help="auto: host, cluster or both")
+    p.add_argument("--runs", default="cd-0,cd-r,auto", help="auto: the --algo of each run")
     p.add_argument("--shapes", default="2x2,4x2", help="links: NxK, comma-separated")
     p.add_argument("--epochs", type=int, help="epochs per run (default: auto 12, links 2)")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared datasets folder")

@@ -281,6 +281,8 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                 if chose is not None:
                     record["exchange_choice"] = {"algo": exchange.chosen,
                                                  **exchange.choice_made}
+                    if arena and exchange.chosen != "cd-0":  # other blocks: plan them anew
+                        arena.release()
                     if comm.rank == 0:
                         log(chose)
                 if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
