@@ -103,6 +103,16 @@ def test_the_delayed_exchange_starts_again_with_an_exact_epoch(jobs, tmp_path):
     assert abs(resumed.history[-1]["test_acc"] - whole.history[-1]["test_acc"]) <= 0.02
 
 
+def test_a_delayed_runs_checkpoint_resumes_exact_in_one_process(jobs, tmp_path):
+    """One process has no split vertices: a cd-r checkpoint resumes there (without the
+    exchange's options, which one process refuses) and the run goes on exact."""
+    killed = jobs.killed(tmp_path / "ck", algo="cd-r")
+    said = []
+    resumed = jobs.run(1, log=said.append, epochs=EPOCHS, resume=str(killed))
+    assert any("checkpoint of 4 ranks resumed on one process" in line for line in said), said
+    assert len(resumed.history) == EPOCHS
+
+
 def test_the_same_layout_still_restores_every_rank_exactly(jobs, tmp_path):
     whole = jobs.run(FROM, epochs=30, algo="cd-r", delay=2)
     killed = jobs.run(FROM, epochs=15, algo="cd-r", delay=2, checkpoint_dir=str(tmp_path),
@@ -149,7 +159,7 @@ def resume_matrix(dataset: str, epochs: int, algo: str) -> None:
                 here = root / f"to-{ranks}-{backend}-{dtype}"
                 shutil.copytree(killed, here)
                 resumed = jobs.run(ranks, backend, epochs=EPOCHS, resume=str(here),
-                                   dtype=dtype, algo=algo)
+                                   dtype=dtype, **({} if ranks == 1 else {"algo": algo}))
                 to = "one process" if ranks == 1 else f"{ranks} ranks"
                 a, b = whole.history[-1]["test_acc"], resumed.history[-1]["test_acc"]
                 shown = (f"{difference(resumed.model, whole.model):.1e}" if exact else

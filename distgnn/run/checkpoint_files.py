@@ -49,6 +49,7 @@ import torch
 
 from ..comm import Communicator, all_or_none
 from ..errors import DistGNNError, one_line
+from ..exchange.config import ExchangeConfig
 from ..storage import (
     OutputError,
     file_head,
@@ -70,6 +71,9 @@ MAX_EPOCH = 10**9  # epochs of a checkpoint name: six digits or more, never absu
 MAX_MANIFEST_BYTES = 1 << 26
 # how many of another run's checkpoints a refusal names
 NAMED = 2
+# the options of the split-vertex exchange, which one process (no split vertices) ignores
+EXCHANGE_FLAGS = frozenset("--" + f.name.replace("_", "-")
+                           for f in dataclasses.fields(ExchangeConfig))
 
 
 class CheckpointError(DistGNNError):
@@ -358,19 +362,21 @@ def check_fingerprint(path: Path, theirs: dict, ours: dict) -> None:
 
     Names the first difference: exchange, an option (by its flag), data, parameter shapes.
 
-    The rank count and layout may differ.  So may the exchange when one side is one process
-    (it has no split vertices: every algorithm computes cd-0's sums there)."""
+    The rank count and layout may differ.  So may the exchange and its options when one side
+    is one process (it has no split vertices: every algorithm computes cd-0's sums there)."""
     def refuse(label: str, detail: str):
         raise CheckpointMismatch(f"{path}: written for another {label} than this run's ({detail})")
 
-    if theirs.get("ranks") != 1 and ours.get("ranks") != 1 and \
-            theirs.get("exchange") != ours.get("exchange"):
+    alone = 1 in (theirs.get("ranks"), ours.get("ranks"))
+    if not alone and theirs.get("exchange") != ours.get("exchange"):
         refuse("split-vertex exchange", f"{theirs.get('exchange')} there, "
                                         f"{ours.get('exchange')} here")
     options = theirs.get("options")
     options = options if isinstance(options, dict) else {}
     ours_options = ours.get("options", {})
     for flag in [*ours_options, *(f for f in options if f not in ours_options)]:
+        if alone and flag in EXCHANGE_FLAGS:
+            continue
         if options.get(flag, "default") != ours_options.get(flag, "default"):
             refuse(flag, f"{options.get(flag, 'default')} there, "
                          f"{ours_options.get(flag, 'default')} here")
