@@ -43,9 +43,10 @@ EXCHANGE_PHASES = ("exchange_pre", "exchange_wait", "exchange_post")
 
 def wire_seconds(precision: str, layers: list[tuple[int, torch.dtype]], rows: int
                  ) -> tuple[float, float]:
-    """``(c, rho)``: seconds to encode and decode, on wire ``precision``, ``rows`` rows of
-    each of ``layers`` (``(width, dtype)`` of every training exchange, each pass), and the
-    wire's bytes over fp32's.
+    """``(c, rho)``: an exact epoch's seconds on wire ``precision``, and its bytes over fp32's.
+
+    ``c`` is the time to encode and decode ``rows`` rows of each of ``layers`` (``(width,
+    dtype)`` of every training exchange, each pass).
 
     An exact epoch encodes every row it sends and decodes every row it receives: per layer
     and pass the leaves and the leaf entries (``rows``) once each.  Timed on random rows,
@@ -72,11 +73,12 @@ def wire_seconds(precision: str, layers: list[tuple[int, torch.dtype]], rows: in
 
 def choice(history: list[dict], wire_s: float = 0.0, ratio: float = 1.0
            ) -> tuple[str, int, dict] | None:
-    """``(algo, epoch, made)``: ``"cd-0"`` or ``"cd-r"`` from epoch ``epoch`` (0-based, the
-    epoch after the measured ones) and what the choice rests on (``made``: ``reason``, the
-    one line that says why, and the numbers); ``None`` while ``history`` (the run's epoch
-    records, oldest first) holds too few epochs.  ``wire_s`` and ``ratio``:
-    :func:`wire_seconds` of the schedule's wire."""
+    """``(algo, epoch, made)``: the exchange from epoch ``epoch`` on, and what it rests on.
+
+    ``algo`` is ``"cd-0"`` or ``"cd-r"``, ``epoch`` 0-based (the epoch after the measured
+    ones), ``made`` the numbers and ``reason``, the one line that says why; ``None`` while
+    ``history`` (the run's epoch records, oldest first) holds too few epochs.  ``wire_s`` and
+    ``ratio``: :func:`wire_seconds` of the schedule's wire."""
     if len(history) < WARMUP + MEASURED:
         return None
     measured = history[WARMUP:WARMUP + MEASURED]
