@@ -26,11 +26,13 @@ directory) take turns with :func:`exclusive`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -38,6 +40,7 @@ from .errors import DistGNNError
 
 __all__ = ["AtomicStream", "OutputError", "check_distinct_outputs", "check_json_output",
            "check_output_dir", "check_output_file", "check_replaceable", "exclusive", "file_head",
+           "file_lock",
            "format_bytes", "free_space_problem", "fsync_path", "pid_alive", "remove_leftovers",
            "temp_path", "user_mode", "write_atomic", "write_failed", "write_json"]
 
@@ -252,23 +255,50 @@ class AtomicStream:
 
 
 @contextlib.contextmanager
+def file_lock(path: str | Path, wait_s: float | None = None):
+    """An exclusive ``flock`` on ``path`` for the block; yields whether it was had.
+
+    ``path`` is made when missing.  The lock is not had when ``path`` cannot be opened, nor
+    after ``wait_s`` seconds of another holder (``None``: wait as long as it holds it).
+
+    A process that dies releases its lock with its file descriptors, so no holder is waited
+    for after it is gone.  Linux takes ``flock`` on NFS as a lock on the server, so processes
+    on several nodes of a shared filesystem take turns too."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        yield False
+        return
+    try:
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES) or (
+                        deadline is not None and time.monotonic() > deadline):
+                    yield False
+                    return
+                time.sleep(0.05)
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def exclusive(target: str | Path):
     """Hold the lock of ``target`` while the block runs, waiting for another holder.
 
-    The lock is a ``flock`` of the hidden ``.NAME.lock`` beside ``target``, made when
-    missing and kept.
-
-    A process that dies releases its lock with its file descriptors, so no holder is ever
-    waited for after it is gone.  Linux takes ``flock`` on NFS as a lock on the server, so
-    jobs on several nodes of a shared filesystem take turns too."""
+    The lock is :func:`file_lock` of the hidden ``.NAME.lock`` beside ``target`` (its folder
+    made when missing; the file kept), for writers of ``target`` that may run at once."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with file_lock(target.parent / f".{target.name}.lock"):
+        yield
 
 
 # ---- 4. no leftovers ---------------------------------------------------------------------------

@@ -25,16 +25,14 @@ Two things would make more than the first process pay:
 """
 from __future__ import annotations
 
-import contextlib
-import errno
-import fcntl
 import os
-import time
 
 import numba
 import numpy as np
 from numba.core import sigutils
 from numba.core.compiler_lock import global_compiler_lock
+
+from ..storage import file_lock
 
 LOCK_WAIT_S = 600.0  # longer than any one compilation; then compile without the lock
 _held = 0  # compilations running under this process's lock (nested ones do not lock again)
@@ -48,33 +46,6 @@ def readonly(a: np.ndarray) -> np.ndarray:
     view = a.view()
     view.flags.writeable = False
     return view
-
-
-@contextlib.contextmanager
-def file_lock(path: str, wait_s: float):
-    """An exclusive ``flock`` on ``path`` for the block; yields whether it was had."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError:
-        yield False
-        return
-    try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as e:
-                if e.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() > deadline:
-                    yield False
-                    return
-                time.sleep(0.05)
-        try:
-            yield True
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
 
 
 def lock_path(dispatcher) -> str | None:

@@ -40,7 +40,8 @@ from pathlib import Path
 
 import torch
 
-from ..kernels.jit import LOCK_WAIT_S, file_lock
+from ..kernels.jit import LOCK_WAIT_S
+from ..storage import file_lock
 from .memory import RETURN_BLOCKS_FROM
 
 SOURCE = Path(__file__).with_name("arena.cpp")
