@@ -59,7 +59,10 @@ CLASSES = {1: "--force / overwrite deletes what it did not write",
            20: "data read with a silent trap",
            21: "the memory check refuses a run that fits",
            22: "launching, signals and leftovers",
-           23: "inference from Python and for own models"}
+           23: "inference from Python and for own models",
+           24: "leftovers and orphans after a signal or a failed start",
+           25: "silently wrong: a flag dropped or a result computed without a word",
+           26: "a traceback or an unclear line where one line would do"}
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
