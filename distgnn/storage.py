@@ -32,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import time
 from pathlib import Path
 from typing import Callable
@@ -254,51 +255,175 @@ class AtomicStream:
         self.tmp.unlink(missing_ok=True)
 
 
-@contextlib.contextmanager
-def file_lock(path: str | Path, wait_s: float | None = None):
-    """An exclusive ``flock`` on ``path`` for the block; yields whether it was had.
+# seconds a waiter for a lock waits before saying, once, who holds it
+LOCK_NOTICE_S = 3.0
 
-    ``path`` is made when missing.  The lock is not had when ``path`` cannot be opened, nor
-    after ``wait_s`` seconds of another holder (``None``: wait as long as it holds it).
 
-    A process that dies releases its lock with its file descriptors, so no holder is waited
-    for after it is gone.  Linux takes ``flock`` on NFS as a lock on the server, so processes
-    on several nodes of a shared filesystem take turns too."""
+def _open_lock(path: str | Path) -> int:
+    """The lock file ``path`` opened for writing, made when missing, never through a
+    symbolic link (``O_NOFOLLOW``: a dangling link would make a file where it points)."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+
+
+def _is_at(fd: int, path: str | Path) -> bool:
+    """Whether the open file ``fd`` is still the one named ``path`` (a holder that is done
+    removes the name: a waiter that then gets the lock of the removed file must retry)."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        there = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock of ``fd``, as its holder recorded it (:func:`_acquire`)."""
+    try:
+        words = os.pread(fd, 256, 0).decode(errors="replace").split()
     except OSError:
-        yield False
-        return
-    try:
-        deadline = None if wait_s is None else time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as e:
-                if e.errno not in (errno.EAGAIN, errno.EACCES) or (
-                        deadline is not None and time.monotonic() > deadline):
-                    yield False
-                    return
-                time.sleep(0.05)
+        words = []
+    if len(words) >= 2 and words[0].isdigit():
+        return f"process {words[0]} on {words[1]}"
+    return "another process (it recorded no process id)"
+
+
+def _acquire(path: Path, wait_s: float | None, waiting: Callable[[str], None] | None,
+             prepare: Callable[[], None] | None = None) -> int | None:
+    """A descriptor of ``path`` holding its exclusive ``flock``, or ``None`` after a wait.
+
+    ``None`` comes after ``wait_s`` seconds of another holder (``None``: wait as long as
+    it holds it).
+    The holder's process id and host go into the file, so that ``waiting``, called once
+    after :data:`LOCK_NOTICE_S` seconds of waiting, can say who holds it.  ``prepare`` is
+    called before each open (to make the folder a previous holder may have removed); the
+    open's ``OSError`` (a directory or a symbolic link in the lock's place) is raised."""
+    started = time.monotonic()
+    said = False
+    while True:
+        if prepare is not None:
+            prepare()
         try:
-            yield True
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            fd = _open_lock(path)
+        except FileNotFoundError:
+            if prepare is None:
+                raise
+            continue  # the folder went with a previous holder's lock: make it again
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as e:
+                    if e.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise
+                waited = time.monotonic() - started
+                if wait_s is not None and waited > wait_s:
+                    os.close(fd)
+                    return None
+                if waiting is not None and not said and waited >= LOCK_NOTICE_S:
+                    waiting(_holder(fd))
+                    said = True
+                time.sleep(0.05)
+            if _is_at(fd, path):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # a previous holder removed this file: lock the one at ``path`` now
+
+
+def _release(fd: int, path: Path | None = None) -> None:
+    """Unlock and close ``fd``; with ``path``, remove the lock file first, while still held
+    (a waiter that then gets the lock of the removed file sees it and takes a new one)."""
+    try:
+        if path is not None and _is_at(fd, path):
+            path.unlink()
+        fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
 
 
 @contextlib.contextmanager
-def exclusive(target: str | Path):
+def file_lock(path: str | Path, wait_s: float | None = None,
+              waiting: Callable[[str], None] | None = None):
+    """An exclusive ``flock`` on ``path`` for the block; yields whether it was had.
+
+    ``path`` is made when missing and kept.  The lock is not had when ``path`` cannot be
+    opened (never through a symbolic link), nor after ``wait_s`` seconds of another holder
+    (``None``: wait as long as it holds it).  ``waiting`` is told once, after
+    :data:`LOCK_NOTICE_S` seconds, who holds it.
+
+    A process that dies releases its lock with its file descriptors, so no holder is waited
+    for after it is gone.  Linux takes ``flock`` on NFS as a lock on the server, so processes
+    on several nodes of a shared filesystem take turns too."""
+    try:
+        fd = _acquire(Path(path), wait_s, waiting)
+    except OSError:
+        fd = None
+    if fd is None:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        _release(fd)
+
+
+def _made_folders(folder: Path) -> list[Path]:
+    """Make ``folder`` and its missing parents; returns those this call made, outermost
+    first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    made = []
+    for path in reversed(missing):
+        try:
+            path.mkdir()
+        except FileExistsError:  # another writer made it meanwhile: not ours to remove
+            continue
+        made.append(path)
+    return made
+
+
+@contextlib.contextmanager
+def exclusive(target: str | Path, waiting: Callable[[str], None] | None = None):
     """Hold the lock of ``target`` while the block runs, waiting for another holder.
 
-    The lock is :func:`file_lock` of the hidden ``.NAME.lock`` beside ``target`` (its folder
-    made when missing; the file kept), for writers of ``target`` that may run at once."""
+    The lock is an exclusive ``flock`` of the hidden ``.NAME.lock`` beside ``target``, for
+    writers of ``target`` that may run at once; ``waiting`` is given one line, once, after
+    :data:`LOCK_NOTICE_S` seconds of waiting: who holds it.  Nothing of the lock is left
+    after the block: the lock file is removed while still held (a waiter on it then takes a
+    new one), and the folders made for it are removed again when the block left them empty.
+    A lock file that cannot be opened (a directory or a symbolic link in its place, a
+    folder that is not writable) is refused with :class:`OutputError`."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(target.parent / f".{target.name}.lock"):
-        yield
+    lock = target.parent / f".{target.name}.lock"
+    made: list[Path] = []
+    notice = None if waiting is None else lambda holder: waiting(
+        f"waiting for the lock {lock}: {holder} holds it while it writes {target}")
+    try:
+        try:
+            fd = _acquire(lock, None, notice, lambda: made.extend(_made_folders(lock.parent)))
+        except OSError as e:
+            kind = ("is a symbolic link" if e.errno == errno.ELOOP
+                    else "is a directory" if e.errno == errno.EISDIR
+                    else f"cannot be opened: {e.strerror or e}")
+            raise OutputError(f"{lock}: the lock file of {target.name} {kind}; writers of "
+                              f"{target} take turns by it: move it away, or give another "
+                              "output path") from None
+        try:
+            yield
+        finally:
+            _release(fd, lock)
+    finally:
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:  # holds an output, or another writer's lock: kept
+                break
 
 
 # ---- 4. no leftovers ---------------------------------------------------------------------------

@@ -67,6 +67,7 @@ from distgnn.data.partitions import (
 )
 from distgnn.kernels import prefetch
 
+HASHED = ("random", "dbh")  # the methods without a stream: each edge goes by a hash
 # a random stream order makes both bitset reads cache misses: hint them this far ahead
 PREFETCH_DISTANCE = 32
 STREAM_CHUNK = 1 << 22  # edges per Numba call, so a progress bar can advance between calls
@@ -441,7 +442,7 @@ def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
     degree = (2 * np.diff(indptr) if rev is not None else
               np.diff(indptr) + np.bincount(indices, minlength=n)).astype(np.int64)
     part = np.empty(num_edges, np.int32)
-    if method in ("random", "dbh"):
+    if method in HASHED:
         cumulative = np.empty(0) if equal else np.cumsum(requested_shares(w))
         if not equal:
             cumulative[-1] = 1.0  # the last bucket ends at 1 whatever the rounding

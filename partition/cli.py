@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import os
 import sys
 import time
@@ -31,7 +32,7 @@ from distgnn.data.datasets import locate
 from distgnn.data.generators import GENERATORS
 from distgnn.data.graph import GraphError
 from distgnn.data.ordering import AUTO_WIDTH, CHOICES
-from distgnn.data.partition_checks import verify
+from distgnn.data.partition_checks import check_files, verify
 from distgnn.data.partition_writing import check_target
 from distgnn.data.partitions import (
     EDGE_ORDERS,
@@ -39,13 +40,15 @@ from distgnn.data.partitions import (
     METHODS,
     ROOTS,
     check_weights,
+    is_partition_directory,
+    is_partition_source,
     load,
     read_meta,
     requested_shares,
     unchecked_fields_note,
 )
 from distgnn.errors import DistGNNError
-from distgnn.nn.config import MAX_LAYERS
+from distgnn.nn.config import MAX_LAYERS, ModelConfig
 from distgnn.placement import PRECISIONS
 from distgnn.program import (
     DefaultsHelpFormatter,
@@ -54,7 +57,7 @@ from distgnn.program import (
     interruptible,
     run_guarded,
 )
-from distgnn.run.memory import available_bytes
+from distgnn.run.memory import available_bytes, memory_rates, saved_activation_bytes
 from distgnn.storage import (
     check_distinct_outputs,
     check_json_output,
@@ -62,25 +65,27 @@ from distgnn.storage import (
     format_bytes,
     write_json,
 )
-from partition.assign import check_seed, stream_order_name
-from partition.layout import order_layout
+from partition.assign import HASHED, check_seed, stream_order_name
+from partition.layout import Layout, order_layout
 from partition.stats import (
     MAX_CLONE_SET_PARTS,
     PartCounts,
     clone_sets,
     clone_sets_of,
     counts_from_layout,
+    estimated_memory,
     format_summary,
+    model_words,
     summarize,
 )
-from partition.stream import Stopped, partition_edge_file, vertex_data
+from partition.stream import Stopped, Writing, partition_edge_file, stop_on_signals, vertex_data
 from partition.vertex_cut import PartitionError, vertex_cut
 from partition.write import write_dataset
 
 PROG = "distgnn-partition"
+RUN = ModelConfig()  # distgnn-train's model, whose memory the statistics predict by default
 PROGRESS_MIN_EDGES = 1_000_000
 MODES = ("auto", "memory", "stream")
-HASHED = ("random", "dbh")  # the methods without a stream: each edge goes by a hash
 # what the in-memory path holds per edge at its peak (the loaded edges, the CSR, its stream
 # order and partition of every entry) and per vertex besides the features
 MEMORY_BYTES_PER_EDGE = 64
@@ -106,10 +111,15 @@ def _stat_flags(parser: argparse.ArgumentParser, cuts: bool = False) -> None:
     ``--ranks-per-node`` also shapes the cut)."""
     parser.add_argument("--width", type=count(), default=128,
                         help="feature width for the cd-0 exchange volume (default 128)")
-    parser.add_argument("--hidden", type=count(), default=256,
-                        help="hidden width for the predicted memory per rank (default 256)")
-    parser.add_argument("--layers", type=count(MAX_LAYERS), default=2,
-                        help="model layers for the predicted memory per rank (default 2)")
+    parser.add_argument("--hidden", type=count(), default=RUN.hidden,
+                        help="the training run's --hidden for the predicted memory per rank "
+                             f"(default {RUN.hidden}, distgnn-train's)")
+    parser.add_argument("--layers", type=count(MAX_LAYERS), default=RUN.layers,
+                        help="the training run's --layers for the predicted memory per rank "
+                             f"(default {RUN.layers}, distgnn-train's)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                        help="the training run's --precision for the predicted memory per rank "
+                             "(bf16-mixed keeps its saved activations in bf16; default fp32)")
     parser.add_argument("--ranks-per-node", type=count(), default=1, metavar="K",
                         help="with K > 1, also count the busiest node link's rows per "
                              "alltoallv of cd-0's flat and node-aware exchanges "
@@ -164,9 +174,10 @@ def partition_parser() -> argparse.ArgumentParser:
     # required: "no default" said, or the help formatter would append "(default: none)"
     p.add_argument("--parts", type=parts_count, required=True,
                    help="number of partitions P (ranks), or auto: the fewest of K, 2K, 4K, "
-                        "... (K: --ranks-per-node) whose predicted memory per rank, times K, "
-                        "fits --node-memory (each tried is cut in memory; the line printed "
-                        "says why): required, no default")
+                        "... (K: --ranks-per-node) whose memory per rank, times K, fits "
+                        "--node-memory, as the memory model estimates it before cutting (for "
+                        "--hidden, --layers, --precision) and checks on the one cut made (the "
+                        "line printed says why): required, no default")
     p.add_argument("--node-memory", type=float, metavar="GIB",
                    help="with --parts auto: the memory of a node the ranks may take, in GiB "
                         "(default: what this machine has available now)")
@@ -216,10 +227,12 @@ def partition_parser() -> argparse.ArgumentParser:
                    help="replace an existing --out if it is a partition directory this tool "
                         "wrote (default: an existing --out is refused)")
     p.add_argument("--if-missing", action="store_true",
-                   help="write --out only when it is not yet a partition directory of P "
-                        "partitions, else say so and do nothing; jobs that run this at once "
-                        "take turns (a lock file .DIR.lock beside it), so one partitions and "
-                        "the others use its directory (what a batch job's first start runs)")
+                   help="write --out only when it does not exist; when it does, check that it "
+                        "is a complete partition directory (every file's checksum) cut from "
+                        "this dataset with these options, say so and do nothing, else refuse; "
+                        "jobs that run this at once take turns (a lock file .DIR.lock beside "
+                        "it, removed after), so one partitions and the others use its "
+                        "directory (what a batch job's first start runs)")
     p.add_argument("--split", type=int, default=0,
                    help="which of the fixed splits of an .npz holding several to use "
                         "(default 0: the first, or the only one; a streamed edge file has "
@@ -237,9 +250,6 @@ def inspect_parser() -> argparse.ArgumentParser:
                       formatter_class=DefaultsHelpFormatter)
     p.add_argument("directory", metavar="DIR", help="partition directory")
     _stat_flags(p)
-    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help="the training run's --precision for the predicted memory per rank "
-                        "(bf16-mixed keeps its saved activations in bf16)")
     return p
 
 
@@ -302,26 +312,31 @@ def partition_dataset(data, out, parts: int, *, method: str = "libra", seed: int
                       order: str | None = None, roots: str = "balanced",
                       keep_pairs: bool | None = None, weights=None,
                       order_vertices: str = "auto", force: bool = False,
-                      progress: bool = False, width: int = 128, hidden: int = 256,
-                      layers: int = 2, ranks_per_node: int = 1) -> Partitioned:
+                      progress: bool = False, width: int = 128, hidden: int = RUN.hidden,
+                      layers: int = RUN.layers, precision: str = "fp32",
+                      ranks_per_node: int = 1, source: dict | None = None,
+                      layout: Layout | None = None) -> Partitioned:
     """Vertex-cut of the NodeDataset ``data`` into ``parts`` partitions, written to ``out``.
 
     ``out`` is the partition directory; this is what ``distgnn-partition`` does after
     loading (the keywords are its flags).  ``progress`` shows bars on a terminal for large
-    graphs; ``width``, ``hidden`` and ``layers`` size the predicted exchange volume and memory
-    of ``stats``; ``ranks_per_node`` K > 1 cuts in two levels, across nodes of K consecutive
-    ranks and then within each (:func:`~partition.vertex_cut.two_level_parts`), and adds the
-    node links to ``stats``."""
+    graphs; ``width``, ``hidden``, ``layers`` and ``precision`` size the predicted exchange
+    volume and memory of ``stats``; ``ranks_per_node`` K > 1 cuts in two levels, across
+    nodes of K consecutive ranks and then within each
+    (:func:`~partition.vertex_cut.two_level_parts`), and adds the node links to ``stats``.
+    ``source`` (:func:`source_identity`) is recorded in ``meta.json``; ``layout``: the cut
+    of these arguments when it is made already (``--parts auto``'s)."""
     weights = check_options(out, parts, seed, weights, force, method, order, keep_pairs)
     shares = None if weights is None else requested_shares(weights)
     started = time.perf_counter()
     graph = data.graph
     show = progress and sys.stderr.isatty() and graph.num_edges >= PROGRESS_MIN_EDGES
-    with tqdm(total=graph.num_edges, unit="edge", unit_scale=True, disable=not show,
-              desc=f"{method} P={parts}", file=sys.stderr) as bar:
-        layout = vertex_cut(graph, parts, method, seed, order, roots, keep_pairs,
-                            progress=bar.update, weights=weights,
-                            ranks_per_node=ranks_per_node)
+    if layout is None:
+        with tqdm(total=graph.num_edges, unit="edge", unit_scale=True, disable=not show,
+                  desc=f"{method} P={parts}", file=sys.stderr) as bar:
+            layout = vertex_cut(graph, parts, method, seed, order, roots, keep_pairs,
+                                progress=bar.update, weights=weights,
+                                ranks_per_node=ranks_per_node)
     assigned = time.perf_counter()
     with tqdm(total=parts, unit="part", disable=not show, desc="ordering",
               file=sys.stderr) as bar:
@@ -332,10 +347,12 @@ def partition_dataset(data, out, parts: int, *, method: str = "libra", seed: int
                       int(np.count_nonzero(layout.clones() > 1)), width=width,
                       num_features=data.num_features, num_classes=data.num_classes,
                       hidden=hidden, layers=layers, shares=shares, sets=clone_sets(layout),
-                      ranks_per_node=ranks_per_node)
+                      ranks_per_node=ranks_per_node, precision=precision)
     settings = {"method": method, "seed": seed, "order": stream_order_name(method, order),
                 "roots": roots, **ordering,
-                **({"ranks_per_node": ranks_per_node} if ranks_per_node > 1 else {})}
+                **({"ranks_per_node": ranks_per_node} if ranks_per_node > 1 else {}),
+                **({"keep_pairs": keep_pairs} if keep_pairs is not None else {}),
+                **({"source": source} if source is not None else {})}
     if weights is not None:
         settings.update(weights=weights.tolist(), requested_shares=shares.tolist())
     with tqdm(total=parts, unit="part", disable=not show, desc="writing",
@@ -380,8 +397,8 @@ def choose_mode(args) -> tuple[str, str]:
 
 
 def stream_main(args, why: str) -> int:
-    """``distgnn-partition`` out of core (:mod:`partition.stream`); a stop signal ends it
-    with one line saying what was removed (status 128 + the signal)."""
+    """``distgnn-partition`` out of core (:mod:`partition.stream`); a stop signal raises
+    :class:`~partition.stream.Stopped`, which says what was removed."""
     # what the stream does where the in-memory path would have chosen (said, not silent)
     print(f"streaming {args.dataset} from disk ({why}): libra in degree order, local vertex "
           "order given" + (" (what --order-vertices auto takes when streaming)"
@@ -390,21 +407,17 @@ def stream_main(args, why: str) -> int:
     data = vertex_data(args.features, args.labels, args.split_file)
     total = 3 * edge_count(args.dataset)
     show = args.progress and sys.stderr.isatty()
-    try:
-        with tqdm(total=total, unit="edge", unit_scale=True, disable=not show,
-                  desc=f"libra P={args.parts} (3 passes)", file=sys.stderr) as bar:
-            meta = partition_edge_file(args.dataset, data, args.out, args.parts,
-                                       seed=args.seed, roots=args.roots, force=args.force,
-                                       log=lambda line: print(line, flush=True),
-                                       progress=bar.update)
-    except Stopped as stop:
-        print(f"{PROG}: {stop}", file=sys.stderr)
-        return 128 + stop.signum
+    with tqdm(total=total, unit="edge", unit_scale=True, disable=not show,
+              desc=f"libra P={args.parts} (3 passes)", file=sys.stderr) as bar:
+        meta = partition_edge_file(args.dataset, data, args.out, args.parts,
+                                   seed=args.seed, roots=args.roots, force=args.force,
+                                   log=lambda line: print(line, flush=True),
+                                   progress=bar.update, source=source_identity(args))
     counts, split, sets = counts_of_directory(args.out)
     stats = summarize(counts, meta["num_nodes"], split, width=args.width,
                       num_features=meta["num_features"], num_classes=meta["num_classes"],
                       hidden=args.hidden, layers=args.layers, sets=sets,
-                      ranks_per_node=args.ranks_per_node)
+                      ranks_per_node=args.ranks_per_node, precision=args.precision)
     _emit(stats, args)
     seconds = meta["seconds"]
     print(f"wrote {args.out} in {sum(seconds.values()):.1f} s (partitioning "
@@ -446,60 +459,233 @@ def check_statistics_output(json_path: str | None, out: str) -> None:
                              "partition files only: write the statistics elsewhere")
 
 
+def check_not_partitions(spec: str, given_as: str) -> None:
+    """Refuse a partition directory given as the dataset: it is this tool's output, read by
+    ``inspect``, ``verify`` and training, not a dataset to cut (it would be taken for an OGB
+    directory, and its error would name files an OGB directory holds)."""
+    path = input_path(spec)
+    if path is not None and is_partition_source(path):
+        raise PartitionError(
+            f"{given_as} {spec} is a partition directory (what distgnn-partition writes), not "
+            f"a dataset: see it with '{PROG} inspect {spec}', check it with '{PROG} verify "
+            f"{spec}', train on it with 'distgnn-train --partitions {spec}', or give the "
+            "dataset it was cut from to cut it again")
+
+
+def _path_identity(path: Path) -> dict:
+    """Where a file or directory read as an input is, and what tells a later change of it:
+    its bytes and latest modification (over the files under a directory)."""
+    files = [path] if not path.is_dir() else [f for f in path.rglob("*") if f.is_file()]
+    stats = [f.stat() for f in files]
+    return {"path": os.path.realpath(path), "bytes": sum(st.st_size for st in stats),
+            "mtime_ns": max((st.st_mtime_ns for st in stats), default=0)}
+
+
+def source_identity(args) -> dict:
+    """What ``meta.json`` records of the data a directory was cut from (``source``).
+
+    The dataset (a generator spec as given; a file or directory by :func:`_path_identity`),
+    the side files that change its features, labels or split, and the flags that change
+    what is loaded, so that ``--if-missing`` can tell a directory cut from these data, as
+    they are now, from any other without loading them."""
+    spec = args.dataset
+    path = input_path(spec)
+    files = {"--features": args.features, "--labels": args.labels,
+             "--split-file": args.split_file}
+    return {"dataset": {"spec": spec} if path is None else _path_identity(path),
+            **{flag: _path_identity(Path(name)) for flag, name in files.items()
+               if name is not None},
+            "split": args.split, "symmetrize": bool(args.symmetrize)}
+
+
+def _requested_settings(args, meta: dict) -> dict:
+    """The fields of ``meta.json`` that these flags would record, by flag, as ``(field,
+    value)``; ``None``: a field recorded only when not the default (``meta``: the
+    directory's, for what a choice made at run time, not asked for, took)."""
+    streamed = bool(meta.get("streamed"))
+    vertex_order = ("given" if streamed and args.order_vertices == "auto"
+                    else args.order_vertices)
+    return {"--parts": ("num_parts", meta["num_parts"] if args.parts == "auto" else args.parts),
+            "--method": ("method", args.method), "--seed": ("seed", args.seed),
+            "--order": ("order", stream_order_name(args.method, args.order)),
+            "--roots": ("roots", args.roots),
+            "--ranks-per-node": ("ranks_per_node",
+                                 args.ranks_per_node if args.ranks_per_node > 1 else None),
+            "--weights": ("weights", None if args.weights is None
+                          else check_weights(args.weights, len(args.weights)).tolist()),
+            "--order-vertices": ("vertex_order_requested", vertex_order),
+            "--keep-pairs": ("keep_pairs", args.keep_pairs)}
+
+
+def existing_partitions(args) -> str:
+    """What ``--if-missing`` says of an existing ``--out``, or why it refuses it.
+
+    The line that it holds the partitions asked for, else :class:`PartitionError` saying
+    what it holds and what to do.
+    Taken as done only when ``--out`` is a partition directory whose ``meta.json`` is
+    intact, whose every file has the size and SHA-256 it records (none missing), and that
+    was cut from the same data (:func:`source_identity`) with the same flags."""
+    out = Path(args.out)
+    again = "give --force to partition it again, or another --out"
+    if not is_partition_directory(out):
+        raise PartitionError(f"--if-missing: --out {out} exists and is not a partition "
+                             "directory written by distgnn-partition; move it away or give "
+                             "another --out")
+    try:
+        meta = read_meta(out)
+    except DistGNNError as e:
+        raise PartitionError(f"--if-missing: --out {out} is a damaged partition directory "
+                             f"({e}); {again}") from None
+    problems = check_files(out, meta)
+    if problems:
+        more = f" and {len(problems) - 1} more problems" if len(problems) > 1 else ""
+        raise PartitionError(f"--if-missing: --out {out} is an incomplete or damaged "
+                             f"partition set ({problems[0]}{more}); {again}")
+    source = source_identity(args)
+    if meta.get("source") != source:
+        was = meta.get("source")
+        what = ("records no source (written by an earlier distgnn-partition)" if was is None
+                else f"was cut from {_source_words(was)}")
+        raise PartitionError(f"--if-missing: --out {out} {what}, not from "
+                             f"{_source_words(source)} as asked; {again}")
+    differ = [(flag, meta.get(field), wanted)
+              for flag, (field, wanted) in _requested_settings(args, meta).items()
+              if meta.get(field) != wanted
+              # another method has another default order: the method says it
+              and not (flag == "--order" and args.order is None
+                       and meta.get("method") != args.method)]
+    if differ:
+        raise PartitionError(
+            f"--if-missing: --out {out} was partitioned with "
+            + ", ".join(f"{flag} {_flag_value(flag, there)}" for flag, there, _ in differ)
+            + ", not " + ", ".join(f"{flag} {_flag_value(flag, wanted)}"
+                                   for flag, _, wanted in differ)
+            + f" as asked; {again}")
+    return (f"{out} holds the {meta['num_parts']} partitions asked for already, cut from these "
+            "data with these options (every file's checksum checked): nothing to do")
+
+
+def _flag_value(flag: str, value) -> str:
+    """A recorded setting as ``flag`` would be given (``None``: not recorded, the
+    default)."""
+    if value is None:
+        return {"--ranks-per-node": "1", "--weights": "(equal shares)"}.get(flag, "(default)")
+    if isinstance(value, list):
+        return ",".join(f"{v:g}" for v in value)
+    return str(value)
+
+
+def _source_words(source: dict) -> str:
+    """A recorded :func:`source_identity` in words: the dataset and what else differs from
+    the plain load."""
+    dataset = source.get("dataset", {})
+    words = dataset.get("spec") or (f"{dataset.get('path')} ({dataset.get('bytes', 0):,} "
+                                    f"bytes, modified {_when(dataset.get('mtime_ns', 0))})")
+    extra = [f"{flag} {source[flag]['path']}" for flag in ("--features", "--labels",
+                                                             "--split-file") if flag in source]
+    extra += [f"--split {source['split']}"] if source.get("split") else []
+    extra += ["--symmetrize"] if source.get("symmetrize") else []
+    return words + (f" with {', '.join(extra)}" if extra else "")
+
+
+def _when(ns: int) -> str:
+    return datetime.datetime.fromtimestamp(ns / 1e9).isoformat(sep=" ", timespec="seconds")
+
+
 def partition_main(args) -> int:
-    if not args.if_missing:
-        return write_partitions(args)
-    if args.force:
-        raise PartitionError("--if-missing keeps an existing --out and --force replaces it: "
-                             "give one of the two")
-    with exclusive(args.out):
-        if (Path(args.out) / "meta.json").is_file():
-            parts = read_meta(args.out)["num_parts"]
-            if parts != args.parts and args.parts != "auto":
-                raise PartitionError(f"--out {args.out} holds {parts} partitions, not the "
-                                     f"{args.parts} of --parts")
-            print(f"{args.out} holds {parts} partitions already: nothing to do")
-            return 0
-        return write_partitions(args)
+    """``distgnn-partition DATASET``: a stop signal (SIGTERM, Ctrl-C) ends it, whatever it
+    was doing, with one line saying what was removed (nothing is left of the run: no
+    temporary directory, no lock file, no folder it made) and status 128 + the signal."""
+    args.dataset, given_as = dataset_of(args)
+    try:
+        with stop_on_signals(args.out, "partitioning") as writing:
+            if not args.if_missing:
+                return write_partitions(args, given_as, writing)
+            if args.force:
+                raise PartitionError("--if-missing keeps an existing --out and --force "
+                                     "replaces it: give one of the two")
+            check_not_partitions(args.dataset, given_as)
+            with exclusive(args.out, lambda line: print(f"{PROG}: {line}", file=sys.stderr,
+                                                        flush=True)):
+                if os.path.lexists(args.out):
+                    print(existing_partitions(args))
+                    return 0
+                return write_partitions(args, given_as, writing)
+    except Stopped as stop:
+        print(f"{PROG}: {stop}", file=sys.stderr)
+        return 128 + stop.signum
 
 
-def fitting_parts(data, args) -> tuple[int, str]:
-    """``(P, line)``: the fewest partitions that fit a node, and why (``--parts auto``).
+def fitting_parts(data, args) -> tuple[int, Layout, str]:
+    """``(P, cut, line)`` of ``--parts auto``: the fewest partitions that fit a node.
 
-    P is the first of K, 2K, 4K, ... (K = ``--ranks-per-node``) whose predicted training
-    memory per rank (``distgnn-partition inspect``'s, for ``--hidden`` and ``--layers``),
-    times K, fits a node (``--node-memory``, or what is available here)."""
+    The cut is theirs, the line says why.
+    P is the first of K, 2K, 4K, ... (K = ``--ranks-per-node``) whose memory per rank for
+    the run's ``--hidden``, ``--layers`` and ``--precision``, times K, fits a node
+    (``--node-memory``, or what is available here).  The memory model decides before
+    anything is cut (:func:`~partition.stats.estimated_memory`): a node that the fixed part
+    of K ranks fills already is refused at once, and P is the first count whose estimate
+    fits.  P is then cut once, and the cut's own prediction (the one ``inspect`` prints)
+    checked; a cut over the estimate is followed by the next count (said in the line)."""
     have = (args.node_memory * 2**30 if args.node_memory is not None
             else available_bytes("cpu"))
-    per_node, tried = args.ranks_per_node, []
-    parts = per_node
-    while parts <= max(data.graph.num_edges, 1):
-        try:
-            layout = vertex_cut(data.graph, parts, args.method, args.seed, args.order,
-                                args.roots, args.keep_pairs, ranks_per_node=per_node)
-        except PartitionError:  # more partitions than the graph fills: none fits
-            break
-        stats = summarize(counts_from_layout(layout), data.graph.num_nodes,
+    per_node = args.ranks_per_node
+    graph = data.graph
+    model = dict(num_features=data.num_features, num_classes=data.num_classes,
+                 hidden=args.hidden, layers=args.layers, precision=args.precision)
+    words = model_words(model)
+    rates = memory_rates(data.num_features, data.num_classes, args.hidden, args.layers,
+                         saved_bytes=saved_activation_bytes(args.precision))
+    if rates["fixed"] * per_node > have:
+        raise PartitionError(
+            f"--parts auto: the fixed part of a rank alone, {format_bytes(rates['fixed'])} "
+            f"(the runtime {format_bytes(rates['runtime'])} and the model; {words}), times "
+            f"{per_node} rank{'s' if per_node > 1 else ''} per node is over the "
+            f"{format_bytes(have)} of a node, whatever the partition count; give more "
+            "--node-memory" + (" or fewer --ranks-per-node" if per_node > 1 else ""))
+    estimate = estimated_memory(graph.indptr, graph.indices, rates)
+    counts = [per_node << i for i in range(max(graph.num_edges, 1).bit_length())
+              if per_node << i <= max(graph.num_edges, 1)]
+    over = [p for p in counts if estimate(p)[0] * per_node > have]
+    fitting = [p for p in counts if p not in over]
+    if not fitting:
+        raise PartitionError(
+            f"--parts auto: no partition count fits {format_bytes(have)} per node "
+            f"({words}): at {counts[-1]}, the most the {graph.num_edges:,} edges fill, a "
+            f"rank is estimated at {format_bytes(estimate(counts[-1])[0])}; give more "
+            "--node-memory")
+    tried = []
+    for parts in fitting:
+        guess, replication = estimate(parts)
+        layout = vertex_cut(graph, parts, args.method, args.seed, args.order, args.roots,
+                            args.keep_pairs, ranks_per_node=per_node)
+        stats = summarize(counts_from_layout(layout), graph.num_nodes,
                           int(np.count_nonzero(layout.clones() > 1)), width=args.width,
-                          num_features=data.num_features, num_classes=data.num_classes,
-                          hidden=args.hidden, layers=args.layers)
+                          **model)
         need = stats["predicted_memory_bytes"]["max"] * per_node
         if need <= have:
-            return parts, (
+            return parts, layout, (
                 f"--parts auto: {parts} partitions ({parts // per_node} node"
                 f"{'s' if parts > per_node else ''} of {per_node} rank"
-                f"{'s' if per_node > 1 else ''}): {format_bytes(need)} predicted per node "
-                f"(hidden {args.hidden}, {args.layers} layers) within {format_bytes(have)}"
-                + (f"; fewer did not fit ({', '.join(tried)})" if tried else ""))
+                f"{'s' if per_node > 1 else ''}) for {words}: the cut's ranks need "
+                f"{format_bytes(need)} per node (a rank at most "
+                f"{format_bytes(need / per_node)}, {format_bytes(rates['fixed'])} of it "
+                f"fixed) within {format_bytes(have)}; estimated before cutting "
+                f"{format_bytes(guess * per_node)} (replication {replication:.2f}, the cut's "
+                f"{stats['replication_factor']:.2f})"
+                + (f"; fewer estimated over it ({', '.join(f'{p}: {format_bytes(estimate(p)[0] * per_node)}' for p in over if p < parts)})"
+                   if over and over[0] < parts else "")
+                + (f"; cut and over it: {', '.join(tried)}" if tried else ""))
         tried.append(f"{parts}: {format_bytes(need)}")
-        parts *= 2
     raise PartitionError(f"--parts auto: no partition count fits {format_bytes(have)} per "
-                         f"node ({', '.join(tried)}); give --parts P, or more --node-memory")
+                         f"node ({words}; cut and over it: {', '.join(tried)}); give "
+                         "--parts P, or more --node-memory")
 
 
-def write_partitions(args) -> int:
-    """``distgnn-partition``'s work once its flags are parsed: check, load, cut, write."""
-    args.dataset, given_as = dataset_of(args)
+def write_partitions(args, given_as: str, writing: Writing) -> int:
+    """``distgnn-partition``'s work once its flags are parsed: check, load, cut, write
+    (``writing``: marked when the directory is being written, for a stop signal's line)."""
+    check_not_partitions(args.dataset, given_as)
     check_distinct_outputs({"--out": args.out, "--json": args.json},
                            {given_as: input_path(args.dataset), "--features": args.features,
                             "--labels": args.labels, "--split-file": args.split_file})
@@ -514,7 +700,7 @@ def write_partitions(args) -> int:
                   args.weights, args.force, args.method, args.order, args.keep_pairs)
     check_json_output(args.json)
     mode, why = choose_mode(args)
-    if mode == "stream":
+    if mode == "stream":  # which says itself what a stop signal left
         return stream_main(args, why)
     print(f"partitioning in memory ({why})", flush=True)
     started = time.perf_counter()
@@ -522,16 +708,19 @@ def write_partitions(args) -> int:
                         split=args.split, symmetrize=args.symmetrize,
                         split_file=args.split_file)
     print(f"{data.summary()}", flush=True)
+    layout = None
     if args.parts == "auto":
-        args.parts, line = fitting_parts(data, args)
+        args.parts, layout, line = fitting_parts(data, args)
         print(line, flush=True)
     loaded = time.perf_counter()
+    writing.started = True
     done = partition_dataset(data, args.out, args.parts, method=args.method, seed=args.seed,
                              order=args.order, roots=args.roots, keep_pairs=args.keep_pairs,
                              weights=args.weights, order_vertices=args.order_vertices,
                              force=args.force, progress=args.progress, width=args.width,
-                             hidden=args.hidden, layers=args.layers,
-                             ranks_per_node=args.ranks_per_node)
+                             hidden=args.hidden, layers=args.layers, precision=args.precision,
+                             ranks_per_node=args.ranks_per_node,
+                             source=source_identity(args), layout=layout)
     _emit(done.stats, args)
     seconds, ordering = done.seconds, done.ordering
     trial = ordering.get("vertex_order_trial")
@@ -577,8 +766,7 @@ def inspect_main(args) -> int:
                       width=args.width, num_features=meta.get("num_features", 0),
                       num_classes=meta.get("num_classes", 0), hidden=args.hidden,
                       layers=args.layers, shares=shares, sets=sets,
-                      ranks_per_node=args.ranks_per_node,
-                      saved_bytes=2 if args.precision == "bf16-mixed" else None)
+                      ranks_per_node=args.ranks_per_node, precision=args.precision)
     print(f"{args.directory}: {meta.get('method')} partitions of {meta.get('dataset')} "
           f"(seed {meta.get('seed')}, vertex order {meta.get('vertex_order', 'given')}, "
           f"format version {meta['format_version']})")

@@ -25,7 +25,8 @@ elsewhere) and ``L_p`` leaf entries (copies elsewhere of roots held here) on par
   per alltoallv of the flat and the node-aware exchange (:func:`node_links`);
 - predicted peak memory of rank ``p``: :func:`training_memory` of its ``n_p`` vertices,
   ``E_p`` edges and ``l_p + L_p`` split entries, for GraphSAGE-gcn (or GCN) of the given
-  hidden width and layers.
+  hidden width, layers and precision; of it, the fixed part (runtime and model, the same on
+  every rank and for any cut: :func:`~distgnn.run.memory.memory_rates`) on its own.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ import dataclasses
 
 import numpy as np
 
-from distgnn.run.memory import training_memory
+from distgnn.run.memory import memory_rates, saved_activation_bytes, training_memory
 
 __all__ = ["clone_sets", "counts_from_layout", "node_rows", "summarize"]
 
@@ -140,13 +141,14 @@ def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
               width: int = 128, num_features: int = 0, num_classes: int = 0,
               hidden: int = 256, layers: int = 2, shares=None,
               sets: list[list[int]] | None = None, ranks_per_node: int = 1,
-              saved_bytes: int | None = None) -> dict:
+              precision: str = "fp32") -> dict:
     """The statistics of the module docstring as a JSON-ready dict (per-rank lists too).
 
     ``shares``: the requested edge share of each partition (default equal); ``sets``: the
     :func:`clone_sets` of the cut, when known (written as ``clone_sets``, and with
-    ``ranks_per_node`` > 1 its :func:`node_links` as ``node_links``); ``saved_bytes``: of a
-    saved activation's element in the predicted memory (2 under bf16-mixed; default 4).
+    ``ranks_per_node`` > 1 its :func:`node_links` as ``node_links``); ``precision``: the
+    training run's, for the predicted memory (bf16-mixed keeps its saved activations in
+    bf16).
     """
     P = len(counts)
     edges = np.array([c.edges for c in counts], np.float64)
@@ -163,10 +165,13 @@ def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
         edge_balance = float((achieved / requested).max())
     roots = np.array([c.roots for c in counts], np.float64)
     exchange = [width * (c.leaves + c.leaf_entries) for c in counts]
+    saved_bytes = saved_activation_bytes(precision)
     memory = [training_memory(c.vertices, c.edges, num_features, num_classes, hidden, layers,
                               split_entries=c.leaves + c.leaf_entries,
                               saved_bytes=saved_bytes)["total"]
               for c in counts]
+    fixed = memory_rates(num_features, num_classes, hidden, layers,
+                         saved_bytes=saved_bytes)["fixed"]
     return {
         "num_parts": P,
         "num_nodes": num_nodes,
@@ -182,10 +187,11 @@ def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
         "exchange_width": width,
         "exchange_floats_per_layer": {"max": max(exchange, default=0),
                                       "mean": float(np.mean(exchange)) if P else 0.0},
-        "memory_model": {"hidden": hidden, "layers": layers, "num_features": num_features,
-                         "num_classes": num_classes},
+        "memory_model": {"hidden": hidden, "layers": layers, "precision": precision,
+                         "num_features": num_features, "num_classes": num_classes},
         "predicted_memory_bytes": {"max": max(memory, default=0),
-                                   "mean": float(np.mean(memory)) if P else 0.0},
+                                   "mean": float(np.mean(memory)) if P else 0.0,
+                                   "fixed": fixed},
         "per_rank": [{"vertices": c.vertices, "edges": c.edges, "roots": c.roots,
                       "leaves": c.leaves, "leaf_entries": c.leaf_entries,
                       "exchange_floats_per_layer": x, "predicted_memory_bytes": m,
@@ -197,6 +203,44 @@ def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
         **({"node_links": node_links(sets, P, ranks_per_node)}
            if sets is not None and ranks_per_node > 1 else {}),
     }
+
+
+def estimated_memory(indptr: np.ndarray, indices: np.ndarray, rates: dict[str, int]):
+    """The busiest rank's memory for ``P`` partitions, before any cut: ``P -> (bytes, r)``.
+
+    For a cut of the CSR ``indptr``, ``indices``.
+    ``rates``: :func:`~distgnn.run.memory.memory_rates` of the run.  The replication ``r`` is
+    what hashing every edge into one of ``P`` partitions gives in expectation, a vertex of
+    ``m`` edges (a pair of directions counted once on a symmetric graph) having
+    ``P (1 - (1 - 1/P)^m)`` clones, at least one: the random method's own figure, and above
+    what Libra, HDRF and DBH replicate on the graphs measured (docs/partitioning.md).  A
+    rank then holds ``r N / P`` vertices, ``E / P`` edges and ``2 (r - 1) N / P`` split
+    entries (every clone beyond the first is a leaf on its rank and a leaf entry at its
+    root's).  The busiest rank of a real cut holds a little more than this mean (its
+    balance): the cut's own prediction is the one that decides."""
+    from partition.assign import reverse_positions
+
+    n, e = len(indptr) - 1, len(indices)
+    edges = np.diff(indptr)
+    if reverse_positions(indptr, indices) is None:  # directed: a vertex's in and out edges
+        edges = edges + np.bincount(indices, minlength=n)
+    degree, vertices = np.unique(edges, return_counts=True)
+
+    def estimate(parts: int) -> tuple[int, float]:
+        clones = np.maximum(1.0, parts * -np.expm1(degree * np.log1p(-1 / parts))
+                            if parts > 1 else 1.0)
+        r = float((clones * vertices).sum() / max(n, 1))
+        share = n / parts
+        total = (rates["fixed"] + rates["vertex"] * r * share + rates["edge"] * e / parts
+                 + rates["split_entry"] * 2 * (r - 1) * share)
+        return int(np.ceil(total)), r
+    return estimate
+
+
+def model_words(model: dict) -> str:
+    """The model a memory prediction is for, in words: ``hidden 16, 2 layers, fp32``."""
+    return (f"hidden {model['hidden']}, {model['layers']} layers, "
+            f"{model.get('precision', 'fp32')}")
 
 
 def format_summary(stats: dict) -> str:
@@ -211,9 +255,11 @@ def format_summary(stats: dict) -> str:
         f"root balance {stats['root_balance']:.3f}   max share error "
         f"{100 * stats['max_share_error']:.2f} %",
         f"  cd-0 exchange per layer at d={stats['exchange_width']}: max "
-        f"{stats['exchange_floats_per_layer']['max']:,} floats/rank   predicted memory max "
-        f"{stats['predicted_memory_bytes']['max'] / mib:,.1f} MiB/rank "
-        f"(hidden {stats['memory_model']['hidden']}, {stats['memory_model']['layers']} layers)",
+        f"{stats['exchange_floats_per_layer']['max']:,} floats/rank",
+        f"  predicted memory max {stats['predicted_memory_bytes']['max'] / mib:,.1f} MiB/rank "
+        f"for {model_words(stats['memory_model'])}, of which "
+        f"{stats['predicted_memory_bytes']['fixed'] / mib:,.1f} MiB is fixed (runtime and "
+        "model, whatever the cut)",
         *([] if "node_links" not in stats else [
             f"  busiest node link per alltoallv ({stats['node_links']['ranks_per_node']} "
             f"consecutive ranks per node): flat exchange {stats['node_links']['flat_rows']:,} "

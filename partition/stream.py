@@ -88,10 +88,15 @@ class Stopped(BaseException):
         self.work: Path | None = None  # the work folder it went through, and its size
         self.work_bytes = 0
         self.message = f"{signal.Signals(signum).name} received"
+        self.explained = False
 
-    def explain(self, out: Path, written: bool, writing: bool) -> None:
+    def explain(self, out: Path, written: bool, writing: bool, doing: str) -> None:
         """Say what was removed, and whether ``out`` was ``written`` before the signal came
-        (or, ``writing``, its copy was being written)."""
+        (or, ``writing``, its copy was being written) while ``doing`` it; the first call
+        says it (the innermost :func:`stop_on_signals`, which knows most)."""
+        if self.explained:
+            return
+        self.explained = True
         name = signal.Signals(self.signum).name
         work = (f"its work folder {self.work} ({format_bytes(self.work_bytes)} of bucket and "
                 f"partition files)" if self.work is not None else "")
@@ -101,7 +106,7 @@ class Stopped(BaseException):
             return
         removed = " and ".join(filter(None, (
             work, f"any partly written copy of {out} beside it" if writing else "")))
-        self.message = (f"{name} received: stopped streaming"
+        self.message = (f"{name} received: stopped {doing}"
                         + (f", removed {removed}" if removed else "")
                         + f"; nothing was written to {out}")
 
@@ -346,10 +351,13 @@ def remove_stale_work(out: Path) -> list[Path]:
 
 @contextlib.contextmanager
 def _stopped_by_signals():
-    """SIGTERM and SIGINT raise :class:`Stopped` here: the first does, later ones are
-    ignored, so that the clean-up the first started runs to its end.  Outside the main
-    thread, where Python takes no signals, nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
+    """SIGTERM and SIGINT raise :class:`Stopped` in the block: the first does.
+
+    Later ones are ignored, so that the clean-up the first started runs to its end (inside
+    another such block, the outer one's handler stays).  Outside the main thread, where Python takes no
+    signals, nothing changes."""
+    if (threading.current_thread() is not threading.main_thread()
+            or getattr(signal.getsignal(STOP_SIGNALS[0]), "raises_stopped", False)):
         yield
         return
     received = []
@@ -359,12 +367,43 @@ def _stopped_by_signals():
             received.append(signum)
             raise Stopped(signum)
 
+    stop.raises_stopped = True
     previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
     try:
         yield
     finally:
         for s, handler in previous.items():
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
+
+
+@dataclasses.dataclass
+class Writing:
+    """Whether the block of :func:`stop_on_signals` has begun writing the output."""
+
+    started: bool = False
+
+
+@contextlib.contextmanager
+def stop_on_signals(out: str | Path, doing: str):
+    """SIGTERM and SIGINT raise :class:`Stopped` in the block, which says what it left.
+
+    The block does its work (``doing``) for the output ``out`` (the signals as
+    :func:`_stopped_by_signals` takes them), and is given a :class:`Writing` to mark when
+    it begins writing ``out``.  A directory replaced by then has the rest of the old one
+    (``.NAME.old-PID``) removed; whatever the block wrote beside ``out`` its own writers
+    remove as the exception passes."""
+    out = Path(out)
+    before = _identity(out)
+    writing = Writing()
+    with _stopped_by_signals():
+        try:
+            yield writing
+        except Stopped as stop:
+            written = _identity(out) != before
+            if written:  # the rest of the directory it replaced, if the signal cut that short
+                shutil.rmtree(temp_path(out, "old"), ignore_errors=True)
+            stop.explain(out, written, writing.started, doing)
+            raise
 
 
 def vertex_data(features: str | Path, labels: str | Path, split_file: str | Path | None
@@ -423,7 +462,8 @@ def _mapped(path: str | Path, what: str, ndim: int) -> np.ndarray:
 
 def partition_edge_file(edges: str | Path, data: VertexData, out: str | Path, parts: int, *,
                         seed: int = 0, roots: str = "balanced", force: bool = False,
-                        log: Callable[[str], None] = print, progress=None) -> dict:
+                        log: Callable[[str], None] = print, progress=None,
+                        source: dict | None = None) -> dict:
     """Libra (``degree`` order) of the edge file ``edges`` into ``out``, out of core.
 
     The edges, with the vertices' ``data``, go into the partition directory ``out`` (see the
@@ -435,46 +475,38 @@ def partition_edge_file(edges: str | Path, data: VertexData, out: str | Path, pa
     :func:`~distgnn.storage.remove_leftovers`) is removed first, each said through ``log``.
     SIGTERM or SIGINT (in the main thread) stops it: the work folder and any partly written
     copy of ``out`` are removed, an ``out`` being replaced (``force``) is kept, and
-    :class:`Stopped` says what was removed.
+    :class:`Stopped` says what was removed.  ``source``: what ``meta.json`` records of the
+    input (``partition.cli.source_identity``).
     """
     out = Path(out)
-    before = _identity(out)
-    writing = False
-    with _stopped_by_signals():
-        try:
-            for path in remove_stale_work(out) + remove_leftovers(out):
-                log(f"removed {path}: left by an earlier run that was killed")
-            # the bucket and partition files (each edge twice at most, as in the edge file) and
-            # the partitions' local indices and feature rows (more exactly checked before
-            # writing them)
-            need = 2 * Path(edges).stat().st_size + 4 * edge_count(edges) + 2 * data.x.nbytes
-            problem = free_space_problem(out.absolute().parent, need)
-            if problem:
-                raise GraphError(f"streaming it {problem}", out)
-            started = time.perf_counter()
-            with work_folder(out) as work:
-                layout, spill, in_degree, multigraph = stream_partition(
-                    edges, len(data.y), parts, work, seed, roots, log, progress)
-                assigned = time.perf_counter()
-                labelled = data.y[data.y != UNLABELLED]
-                settings = {"method": "libra", "seed": seed, "order": "degree",
-                            "roots": roots, "vertex_order": "given",
-                            "vertex_order_requested": "given", "vertex_order_seconds": 0.0,
-                            "streamed": True}
-                meta, counts = layout_meta(layout, settings, Path(edges).stem,
-                                           int(in_degree.sum()), data.x.shape[1],
-                                           int(labelled.max()) + 1 if len(labelled) else 0,
-                                           multigraph)
-                writing = True
-                write_partitions(out, streamed_part_arrays(layout, spill, data, in_degree),
-                                 meta, force, None, partition_bytes(
-                                     counts, data.x.shape[1], data.x.dtype.itemsize))
-        except Stopped as stop:
-            written = _identity(out) != before
-            if written:  # the rest of the directory it replaced, if the signal cut that short
-                shutil.rmtree(temp_path(out, "old"), ignore_errors=True)
-            stop.explain(out, written, writing)
-            raise
+    with stop_on_signals(out, "streaming") as writing:
+        for path in remove_stale_work(out) + remove_leftovers(out):
+            log(f"removed {path}: left by an earlier run that was killed")
+        # the bucket and partition files (each edge twice at most, as in the edge file) and
+        # the partitions' local indices and feature rows (more exactly checked before
+        # writing them)
+        need = 2 * Path(edges).stat().st_size + 4 * edge_count(edges) + 2 * data.x.nbytes
+        problem = free_space_problem(out.absolute().parent, need)
+        if problem:
+            raise GraphError(f"streaming it {problem}", out)
+        started = time.perf_counter()
+        with work_folder(out) as work:
+            layout, spill, in_degree, multigraph = stream_partition(
+                edges, len(data.y), parts, work, seed, roots, log, progress)
+            assigned = time.perf_counter()
+            labelled = data.y[data.y != UNLABELLED]
+            settings = {"method": "libra", "seed": seed, "order": "degree",
+                        "roots": roots, "vertex_order": "given",
+                        "vertex_order_requested": "given", "vertex_order_seconds": 0.0,
+                        "streamed": True, **({"source": source} if source else {})}
+            meta, counts = layout_meta(layout, settings, Path(edges).stem,
+                                       int(in_degree.sum()), data.x.shape[1],
+                                       int(labelled.max()) + 1 if len(labelled) else 0,
+                                       multigraph)
+            writing.started = True
+            write_partitions(out, streamed_part_arrays(layout, spill, data, in_degree),
+                             meta, force, None, partition_bytes(
+                                 counts, data.x.shape[1], data.x.dtype.itemsize))
     meta["seconds"] = {"partitioning": assigned - started,
                        "writing": time.perf_counter() - assigned}
     return meta

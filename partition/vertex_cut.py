@@ -8,10 +8,12 @@ import numpy as np
 
 from distgnn.data.graph import CSRGraph
 from distgnn.data.partitions import PartitionError
-from partition.assign import HDRF_LAMBDA, assign_edges
+from partition.assign import HASHED, HDRF_LAMBDA, assign_edges
 from partition.layout import Layout, build_layout
 
 __all__ = ["PartitionError", "vertex_cut"]
+
+SECOND_LEVEL_SEED = 0x5DEECE66D  # XORed into the seed of a hash's second level (< 2^63)
 
 
 def vertex_cut(graph: CSRGraph, num_parts: int, method: str = "libra", seed: int = 0,
@@ -62,7 +64,8 @@ def two_level_parts(graph: CSRGraph, num_parts: int, ranks_per_node: int, method
     ``N`` node parts (each asked for the summed capacity of its ranks), then each node's
     edges into its ``K`` ranks; rank ``n K + k`` gets node ``n``'s ``k``-th part.  The first
     cut minimises the nodes each vertex spans, which is what crosses the links: the
-    node-aware exchange sends one row per vertex and remote node.  ``K = 1`` is the flat
+    node-aware exchange sends one row per vertex and remote node.  Random and DBH hash the
+    second level with another seed than the first, independent of it.  ``K = 1`` is the flat
     cut.  The streaming progress counts every edge twice (once per level).
     """
     if ranks_per_node == 1:
@@ -74,6 +77,10 @@ def two_level_parts(graph: CSRGraph, num_parts: int, ranks_per_node: int, method
     node = assign_edges(graph.indptr, graph.indices, nodes, method, seed, order, keep_pairs,
                         progress, None if capacity is None else capacity.sum(axis=1),
                         hdrf_lambda)
+    # a hash of the first level's seed would split each node's edges by bits the first level
+    # has fixed already (one rank of the node would get them all): the hashing methods
+    # hash again with a seed of the second level's own
+    inner_seed = seed ^ SECOND_LEVEL_SEED if method in HASHED else seed
     rows = np.repeat(np.arange(graph.num_nodes), np.diff(graph.indptr))
     part = np.empty(graph.num_edges, np.int32)
     for n in range(nodes):
@@ -81,6 +88,6 @@ def two_level_parts(graph: CSRGraph, num_parts: int, ranks_per_node: int, method
         indptr = np.zeros(graph.num_nodes + 1, np.int64)
         np.cumsum(np.bincount(rows[mine], minlength=graph.num_nodes), out=indptr[1:])
         part[mine] = n * ranks_per_node + assign_edges(
-            indptr, graph.indices[mine], ranks_per_node, method, seed, order, keep_pairs,
+            indptr, graph.indices[mine], ranks_per_node, method, inner_seed, order, keep_pairs,
             progress, None if capacity is None else capacity[n], hdrf_lambda)
     return part

@@ -181,3 +181,20 @@ print(process_mib("VmRSS") - before)
         held[mode] = float(out)
     assert held["default"] > 64, held  # the freed blocks stayed resident
     assert held["fixed"] < 16, held
+
+
+def test_the_rates_add_up_to_the_prediction_of_any_share_of_the_graph():
+    """``memory_rates`` is ``training_memory`` split into a fixed part and rates per vertex,
+    edge and split entry: they give its total exactly for any sizes, and the fixed part is
+    the runtime and the model, which no cut changes."""
+    from distgnn.run.memory import RUNTIME_BYTES, memory_rates
+
+    options = dict(saved_bytes=2, delayed_widths=(16,), delay=2)
+    rates = memory_rates(128, 7, 64, 3, **options)
+    for n, e, s in ((1, 0, 0), (2708, 10556, 0), (10**6, 3 * 10**7, 4 * 10**5)):
+        total = estimate(n, e, 128, 7, 64, 3, split_entries=s, **options)["total"]
+        assert total == (rates["fixed"] + rates["vertex"] * n + rates["edge"] * e
+                         + rates["split_entry"] * s)
+    parts = estimate(0, 0, 128, 7, 64, 3, **options)
+    assert rates["fixed"] == parts["runtime"] + parts["model"] + parts["delayed exchange"]
+    assert rates["runtime"] == RUNTIME_BYTES and rates["vertex"] > rates["edge"] > 0

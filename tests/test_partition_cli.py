@@ -377,7 +377,7 @@ def test_help_states_every_default():
 def test_jobs_partitioning_at_once_if_missing_take_turns(tmp_path):
     """Three ``--if-missing`` runs started together for one directory (the first start of
     three batch jobs): one writes it, the others wait for its lock and leave it as it is;
-    all end with status 0 and one intact directory."""
+    all end with status 0 and one intact directory, and no lock file is left."""
     out = tmp_path / "shared" / "cora-2"
     argv = [str(Path(sys.executable).parent / "distgnn-partition"), "cora", "--parts", "2", "--out", str(out),
             "--if-missing", "--no-progress"]
@@ -387,9 +387,9 @@ def test_jobs_partitioning_at_once_if_missing_take_turns(tmp_path):
     assert [job.returncode for job in jobs] == [0, 0, 0], outputs
     said = [stdout for stdout, _ in outputs]
     assert sum(f"wrote {out}" in s for s in said) == 1, said
-    assert sum("holds 2 partitions already: nothing to do" in s for s in said) == 2, said
+    assert sum("holds the 2 partitions asked for already" in s for s in said) == 2, said
     assert partition.verify(out) == []
-    assert sorted(p.name for p in out.parent.iterdir()) == [".cora-2.lock", "cora-2"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["cora-2"]
 
 
 def test_if_missing_refuses_another_count_and_force(tmp_path, capsys):
@@ -397,28 +397,59 @@ def test_if_missing_refuses_another_count_and_force(tmp_path, capsys):
     assert run_cli([SMALL_RMAT, "--parts", 2, "--out", out, "--no-progress"]) == 0
     capsys.readouterr()
     rc = run_cli([SMALL_RMAT, "--parts", 3, "--out", out, "--if-missing", "--no-progress"])
-    assert_one_line_error(rc, capsys.readouterr().err, "holds 2 partitions, not the 3")
+    assert_one_line_error(rc, capsys.readouterr().err, "was partitioned with --parts 2, not "
+                          "--parts 3 as asked")
     rc = run_cli([SMALL_RMAT, "--parts", 2, "--out", out, "--if-missing", "--force"])
     assert_one_line_error(rc, capsys.readouterr().err, "--if-missing", "--force")
 
 
 def test_parts_auto_takes_the_fewest_partitions_that_fit_a_node(tmp_path, capsys):
-    """cora's predicted memory per rank is 505 MiB in one partition and 486 MiB in two (the
-    model's fixed cost dominates): a node of 0.48 GiB takes two, and the line says why;
-    one of 10 MiB takes none, naming what each count needs."""
+    """The memory model picks the count before cutting and the one cut confirms it: a node
+    that the fixed part of a rank (runtime and model) fills is refused at once, whatever
+    the count; one that the estimate for two partitions fits, but not that of the whole
+    graph, takes two, and the line names the model and the cut's figures."""
+    from distgnn.run.memory import memory_rates
+    from partition.stats import estimated_memory
+
+    data = load_dataset("cora")
+    rates = memory_rates(data.num_features, data.num_classes, 16, 2)
+    node = estimated_memory(data.graph.indptr, data.graph.indices, rates)(2)[0] / 2**30
     out = tmp_path / "p"
-    assert run_cli(["cora", "--parts", "auto", "--node-memory", 0.48, "--out", out,
+    assert run_cli(["cora", "--parts", "auto", "--node-memory", node, "--out", out,
                     "--no-progress"]) == 0
     said = capsys.readouterr().out
-    assert "--parts auto: 2 partitions (2 nodes of 1 rank)" in said
-    assert "fewer did not fit (1: 505.4 MiB)" in said
+    assert "--parts auto: 2 partitions (2 nodes of 1 rank) for hidden 16, 2 layers, fp32" \
+        in said
+    assert "fewer estimated over it (1: " in said
     assert partition.read_meta(out)["num_parts"] == 2
-    rc = run_cli(["cora", "--parts", "auto", "--node-memory", 0.01, "--out", tmp_path / "q",
-                  "--no-progress"])
-    assert_one_line_error(rc, capsys.readouterr().err, "no partition count fits", "1: 505.4")
+    rc = run_cli(["cora", "--parts", "auto", "--node-memory", rates["fixed"] / 2**30 * 0.99,
+                  "--out", tmp_path / "q", "--no-progress"])
+    assert_one_line_error(rc, capsys.readouterr().err, "the fixed part of a rank alone",
+                          "whatever the partition count")
     assert not (tmp_path / "q").exists()
     for argv, fragment in ((["--parts", "auto", "--weights", "1,2"], "--weights"),
                            (["--parts", "2", "--node-memory", "1"], "--node-memory"),
                            (["--parts", "many"], "number of partitions or auto")):
         rc = run_cli(["cora", *argv, "--out", tmp_path / "r", "--no-progress"])
         assert_one_line_error(rc, capsys.readouterr().err, fragment)
+
+
+def test_parts_auto_estimates_random_hashing_exactly_and_libra_from_above():
+    """The estimate before cutting is random hashing's expected replication: what the
+    random method's cut gives (within 1 %), and above Libra's, so the count it picks fits."""
+    from distgnn.run.memory import memory_rates
+    from partition.stats import estimated_memory
+
+    data = load_dataset(SMALL_RMAT)
+    graph = data.graph
+    estimate = estimated_memory(graph.indptr, graph.indices,
+                                memory_rates(data.num_features, data.num_classes, 16, 2))
+    for parts in (2, 8):
+        _, replication = estimate(parts)
+        for method in ("random", "libra"):
+            cut = vertex_cut(graph, parts, method)
+            actual = cut.clones().mean()
+            if method == "random":
+                assert abs(replication - actual) < 0.01 * actual, (parts, replication, actual)
+            else:
+                assert replication > actual, (parts, replication, actual)

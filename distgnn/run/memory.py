@@ -126,7 +126,14 @@ def predict(network: ModelConfig, exchange: ExchangeConfig, execution: Execution
         network.hidden if network.model == "gin" else 0, split_entries, widths,
         exchange.delay_epochs if delayed else 0,
         (lambda w: row_bytes(exchange.wire, w, value_bytes)) if compressed else None,
-        execution.recompute, 2 if execution.precision == "bf16-mixed" else None)
+        execution.recompute, saved_activation_bytes(execution.precision))
+
+
+def saved_activation_bytes(precision: str) -> int | None:
+    """Bytes of a saved activation's element under ``--precision`` (``training_memory``'s
+    ``saved_bytes``): 2 under bf16-mixed, whose products keep their bf16 operands; ``None``
+    (the run's value type) otherwise."""
+    return 2 if precision == "bf16-mixed" else None
 
 
 def _refusal(where: str, need: dict, have: int, device, ranks: int = 1) -> DistGNNError:
@@ -303,3 +310,23 @@ def delayed_exchange_bytes(width: int, split_entries: int, delay: int, value_byt
     compressed = wire_row_bytes is not None
     return (DELAY_BIN_BYTES * delay
             + split_entries * (3 * values + wire + compressed * (values + wire)))
+
+
+def memory_rates(num_features: int, num_classes: int, hidden: int, layers: int,
+                 **options) -> dict[str, int]:
+    """:func:`training_memory` as a fixed part and a rate per vertex, edge and split entry.
+
+    The prediction is linear in a process's vertices ``N``, edges ``E`` and split entries
+    ``S`` (the model's widths held fixed), so ``total = fixed + vertex N + edge E +
+    split_entry S`` exactly; ``fixed`` is what a rank holds whatever its share of the
+    graph (the runtime, the model, cd-r's bins), ``runtime`` the part of it that is
+    :data:`RUNTIME_BYTES`.  For sizing a job before any cut exists
+    (``distgnn-partition --parts auto``); ``options`` are :func:`training_memory`'s
+    keywords other than ``split_entries``."""
+    def total(n: int, e: int, s: int) -> int:
+        return training_memory(n, e, num_features, num_classes, hidden, layers,
+                               split_entries=s, **options)["total"]
+
+    fixed = total(0, 0, 0)
+    return {"fixed": fixed, "runtime": RUNTIME_BYTES, "vertex": total(1, 0, 0) - fixed,
+            "edge": total(0, 1, 0) - fixed, "split_entry": total(0, 0, 1) - fixed}

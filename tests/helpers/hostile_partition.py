@@ -342,3 +342,154 @@ add(Case(22, "stream: a hand-made folder like a work folder is left alone",
 add(Case(22, "stream: a live run's work folder is left alone",
          tool(*STREAM, "--out", "{tmp}/p"), both(edge_files, work_folder_like(True)),
          status=0, keep=(".p.stream-0123456789abcdef",)))
+
+
+# 24. leftovers and orphans after a signal or a failed start
+# ``distgnn-partition`` (its argv) held while it writes the second partition of an in-memory
+# cut (its temporary directory and lock file exist), after saying "held" on stdout
+HELD_WRITE = ("import sys, time\nfrom partition import write\nfrom partition.cli import main\n"
+              "parts = write.partition_arrays\n"
+              "def held(*args, **kw):\n"
+              "    for k, item in enumerate(parts(*args, **kw)):\n"
+              "        if k == 1:\n"
+              "            print('held', flush=True)\n"
+              "            time.sleep(600)\n"
+              "        yield item\n"
+              "write.partition_arrays = held\n"
+              "sys.exit(main(sys.argv[1:]))\n")
+
+
+def terminated_while_writing(out: str, *extra):
+    """An in-memory cut into ``{tmp}/OUT`` that gets SIGTERM while it writes the
+    partitions."""
+    def go(tmp, run):
+        from tests.helpers.partitions import start_held
+
+        argv = [tmp / "d.npz", "--parts", 2, "--out", tmp / out, "--no-progress", *extra]
+        proc = start_held(run.code_command(HELD_WRITE, argv), run.env())
+        proc.send_signal(signal.SIGTERM)
+        said, err = proc.communicate(timeout=120)
+        return Outcome(proc.returncode, said, err)
+    return go
+
+
+def only_the_inputs(tmp, outcome):
+    left = sorted(str(f.relative_to(tmp)) for f in tmp.rglob("*")
+                  if f.name not in ("d.npz", "e.npz"))
+    assert not left, f"left behind: {left}"
+
+
+def no_lock_left(tmp, outcome):
+    left = [f.name for f in tmp.iterdir() if f.name.endswith(".lock")]
+    assert not left, f"lock file left: {left}"
+
+
+add(Case(24, "--if-missing: SIGTERM while writing", terminated_while_writing(
+    "sub/p", "--if-missing"),
+         data(), status=128 + signal.SIGTERM, says="nothing was written to",
+         check=only_the_inputs))
+add(Case(24, "SIGTERM while writing in memory", terminated_while_writing("p"), data(),
+         status=128 + signal.SIGTERM, says="removed any partly written copy",
+         check=only_the_inputs))
+add(Case(24, "--if-missing: a missing input leaves no folder and no lock",
+         tool("partition", "{tmp}/absent.npz", "--parts", 2, "--out", "{tmp}/a/b/p",
+              "--if-missing"), data(), says="absent.npz", check=only_the_inputs))
+add(Case(24, "--if-missing: the lock file goes with the run",
+         tool("partition", "{tmp}/d.npz", "--parts", 2, "--out", "{tmp}/p", "--if-missing",
+              "--no-progress"), data(), status=0, check=no_lock_left))
+
+
+# 25. silently wrong: a flag dropped or a result computed without a word
+def seeded(seed):
+    return lambda tmp, run: partition(run, tmp / "d.npz", 2, tmp / "p", "--seed", seed)
+
+
+def part_removed(tmp, run):
+    import shutil
+
+    partition(run, tmp / "d.npz", 2, tmp / "p")
+    shutil.rmtree(tmp / "p" / "part-00001")
+
+
+def balanced(tmp, outcome):
+    meta = json.loads((tmp / "p" / "meta.json").read_text())
+    assert meta["edge_balance"] < 1.25, f"edge balance {meta['edge_balance']:.3f}"
+
+
+def dangling_lock(tmp, run):
+    (tmp / ".p.lock").symlink_to(tmp / "elsewhere" / "file")
+
+
+def nothing_where_it_points(tmp, outcome):
+    assert not (tmp / "elsewhere").exists(), "the lock followed the link"
+    no_partitions(tmp, outcome)
+
+
+IF_MISSING = ("partition", "{tmp}/d.npz", "--parts", 2, "--out", "{tmp}/p", "--if-missing",
+              "--no-progress")
+add(Case(25, "--if-missing takes another dataset's partitions as done", tool(*IF_MISSING),
+         both(data(), data("e.npz", seed=1), lambda tmp, run: partition(
+             run, tmp / "e.npz", 2, tmp / "p")), says="was cut from", keep=("p",)))
+add(Case(25, "--if-missing takes partitions without part-00001 as done", tool(*IF_MISSING),
+         both(data(), part_removed), says="incomplete or damaged", keep=("p",)))
+add(Case(25, "--if-missing takes another --seed's partitions as done", tool(*IF_MISSING),
+         both(data(), seeded(7)), says="--seed 7, not --seed 0", keep=("p",)))
+add(Case(25, "--ranks-per-node 2 --method dbh unbalanced", tool(
+    "partition", "rmat:scale=10,edge_factor=8", "--parts", 4, "--ranks-per-node", 2,
+    "--method", "dbh", "--out", "{tmp}/p", "--no-progress"), status=0, check=balanced))
+add(Case(25, "a lock file that is a dangling symbolic link", tool(*IF_MISSING),
+         both(data(), dangling_lock), says="is a symbolic link", check=nothing_where_it_points))
+add(Case(25, "a directory in the lock file's place", tool(*IF_MISSING),
+         both(data(), lambda tmp, run: (tmp / ".p.lock").mkdir()), says="is a directory",
+         keep=(".p.lock",), check=no_partitions))
+
+
+def predicts_for_the_training_default(tmp, outcome):
+    assert "MiB/rank for hidden 16, 2 layers, fp32" in outcome.stdout, outcome.stdout
+    assert "MiB is fixed (runtime and model" in outcome.stdout, outcome.stdout
+
+
+add(Case(25, "inspect predicts the memory of another model than distgnn-train's",
+         tool("partition", "inspect", "{tmp}/p"), PARTITIONED, status=0,
+         check=predicts_for_the_training_default))
+
+
+# 26. a traceback or an unclear line where one line would do
+add(Case(26, "--ranks-per-node 2 --method random refused with a wrong hint", tool(
+    "partition", "{tmp}/d.npz", "--parts", 4, "--ranks-per-node", 2, "--method", "random",
+    "--out", "{tmp}/p", "--no-progress"), data(n=200), status=0, check=balanced))
+add(Case(26, "a partition directory given as DATASET", tool(
+    "partition", "{tmp}/p", "--parts", 2, "--out", "{tmp}/q"), PARTITIONED,
+    says="is a partition directory", keep=("p",)))
+add(Case(26, "--parts auto on a node its ranks' fixed part fills", tool(
+    "partition", "rmat:scale=12,edge_factor=16", "--parts", "auto", "--node-memory", 0.6,
+    "--ranks-per-node", 2, "--out", "{tmp}/p", "--no-progress"),
+    says="the fixed part of a rank alone", check=no_partitions))
+
+
+def behind_a_holder(tmp, run):
+    """``--if-missing`` started while another process holds the lock for 5 s."""
+    import subprocess
+
+    holder = subprocess.Popen(run.code_command(
+        "import time\nfrom distgnn.storage import exclusive\n"
+        f"with exclusive({str(tmp / 'p')!r}):\n"
+        "    print('held', flush=True)\n"
+        "    time.sleep(5)\n"), env=run.env(), text=True, stdout=subprocess.PIPE)
+    assert holder.stdout.readline() == "held\n"
+    try:
+        outcome = run("partition", [a.replace("{tmp}", str(tmp)) for a in map(str, IF_MISSING[1:])])
+    finally:
+        holder.wait(timeout=60)
+    outcome.holder = holder.pid
+    return outcome
+
+
+def said_who_holds_it(tmp, outcome):
+    said = outcome.error_lines()
+    assert len(said) == 1 and "waiting for the lock" in said[0], said
+    assert f"process {outcome.holder} on" in said[0], said
+
+
+add(Case(26, "a waiter behind a long holder says nothing", behind_a_holder, data(),
+         status=0, check=said_who_holds_it, slow=True))
