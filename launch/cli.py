@@ -25,7 +25,13 @@ from distgnn.program import (
 )
 from distgnn.storage import check_output_file, check_replaceable, write_atomic
 from launch import cluster
-from launch.job import DEFAULT_START_TIMEOUT_S, DEFAULT_STOP_GRACE_S, check_times, run
+from launch.job import (
+    DEFAULT_START_TIMEOUT_S,
+    DEFAULT_STOP_GRACE_S,
+    PROBE_S,
+    check_times,
+    run,
+)
 from launch.mpirun import IMPLEMENTATIONS, MPI_HOME, LaunchError, count_gpus, plan
 from launch.slurm import (
     DEFAULT_STOP_BEFORE_S,
@@ -87,7 +93,8 @@ def parser() -> argparse.ArgumentParser:
                         "like SIGTERM to distgnn-launch, this first asks distgnn-train to "
                         "checkpoint and exit (see --stop-grace)")
     p.add_argument("--stop-grace", type=float, metavar="SECONDS",
-                   help="on --timeout, SIGTERM, SIGUSR1 or Ctrl-C: how long the ranks get, "
+                   help="on --timeout, SIGTERM, SIGUSR1, SIGHUP or Ctrl-C: how long the "
+                        "ranks get, "
                         "after SIGUSR1 (forwarded by mpirun), to finish the epoch, write a "
                         "checkpoint and exit before they are killed (0: kill at once; a "
                         f"second Ctrl-C kills them at once too; default "
@@ -95,7 +102,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--start-timeout", type=float, metavar="SECONDS",
                    help="end the job when its ranks have not all started after this long, "
                         "naming the nodes that did not answer, or at once when the remote "
-                        "shell of a node says it cannot reach it (0: wait for ever; default "
+                        "shell of a node says it cannot reach it or its connection to the "
+                        f"node has no answer for {PROBE_S:g} s (0: wait for ever; default "
                         f"{DEFAULT_START_TIMEOUT_S:g})")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true",
@@ -123,7 +131,8 @@ def _slurm_arguments(p: argparse.ArgumentParser) -> None:
                         "--nodes=M-N): a start runs R ranks on each node it got, on the "
                         "partitions of its rank count (put {ranks} in distgnn-train's "
                         "--partitions path), and resumes the checkpoint of another rank "
-                        "count (default: every start gets the N nodes)")
+                        "count (so its --checkpoint-dir, one for every start, holds no "
+                        "{ranks}; default: every start gets the N nodes)")
     g.add_argument("--ranks-per-node", type=int, metavar="R",
                    help="ranks on each node (sbatch --ntasks-per-node; default: P / --nodes, "
                         "or as SLURM places the tasks); with --nodes, R x N must be P")

@@ -2,13 +2,17 @@
 
 :func:`run` starts the :class:`~launch.mpirun.LaunchPlan`'s command line, copies the
 launcher's stderr while noting what it tells (:class:`StderrCopy`: ranks started, nodes lost
-or unreachable, the checkpoint stopped ranks wrote), passes stop requests on to the ranks,
-ends a job whose ranks do not start, and reports how a stopped job continues.
+or unreachable, the checkpoint stopped ranks wrote), watches the connections its remote
+shells open (:class:`Connecting`: a node that does not answer), passes stop requests on to
+the ranks, ends a job whose ranks do not start, and reports how a stopped job continues.
+The launcher dies with ``distgnn-launch``, killed outright included
+(:func:`dying_with_this_process`).
 """
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import ctypes
 import math
 import os
 import re
@@ -46,8 +50,9 @@ KILL_GRACE_S = 10
 START_KILL_GRACE_S = 2
 
 
-# Stop requests distgnn-launch passes on to its ranks as SIGUSR1 (docs/reliability.md)
-FORWARDED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+# Stop requests distgnn-launch passes on to its ranks as SIGUSR1 (docs/reliability.md);
+# SIGHUP is what a closed terminal sends, whose job would otherwise run on unwatched
+FORWARDED = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT, signal.SIGHUP)
 
 
 TIMED_OUT = 0  # what stopped a job at its --timeout (no signal has number 0)
@@ -62,7 +67,12 @@ DEFAULT_START_TIMEOUT_S = 120.0
 POLL_S = 0.05  # how often run() looks at the job, its signals and its clock
 
 
-PROBE_S = 3.0  # how long a node that did not start may take to answer on ssh's port
+# how long a node that did not start may take to answer on ssh's port, and a connection
+# of the job's remote shells to a node (TCP has sent its SYN twice more by then)
+PROBE_S = 3.0
+
+
+CONNECT_SCAN_S = 0.5  # how often run() looks at the connections of the job's processes
 
 
 SSH_PORT = 22
@@ -102,22 +112,26 @@ def run(plan: LaunchPlan, timeout: float | None = None,
     A ``distgnn-train --partitions DIR`` of another partition count is refused before
     anything starts (:func:`check_partitions`).
 
-    Stop requests -- SIGTERM (what SLURM sends at the time limit), SIGUSR1 and Ctrl-C
-    (SIGINT) to this process, and ``timeout`` -- stop the job in steps: SIGUSR1 to the
-    launcher, which forwards it to every rank (``distgnn-train`` then finishes its epoch,
-    writes a checkpoint and exits; Open MPI would answer a SIGTERM by killing the ranks at
-    once); after ``stop_grace`` seconds, or at a second Ctrl-C, the launcher is ended
-    (:func:`_end`).  Once the job has ended, :class:`JobStopped` says what stopped it, the
-    checkpoint the ranks said they wrote (:data:`distgnn.signals.STOPPED_CHECKPOINT`) and
-    the command that continues (``relaunch``: the ``distgnn-launch`` words before the
-    command; ``None``: the ``--resume`` to add).  A job that ended with status 0 meanwhile
-    had finished: its status is returned.
+    Stop requests -- SIGTERM (what SLURM sends at the time limit), SIGUSR1, Ctrl-C
+    (SIGINT) and SIGHUP (a closed terminal) to this process, and ``timeout`` -- stop the job
+    in steps: SIGUSR1 to the launcher, which forwards it to every rank (``distgnn-train``
+    then finishes its epoch, writes a checkpoint and exits; Open MPI would answer a SIGTERM
+    by killing the ranks at once); after ``stop_grace`` seconds, or at a second Ctrl-C,
+    the launcher is ended (:func:`_end`).  Once the job has ended, :class:`JobStopped` says
+    what stopped it, the checkpoint the ranks said they wrote
+    (:data:`distgnn.signals.STOPPED_CHECKPOINT`) and the command that continues
+    (``relaunch``: the ``distgnn-launch`` words before the command; ``None``: the
+    ``--resume`` to add).  A job that ended with status 0 meanwhile had finished: its
+    status is returned.
 
     Start-up: every rank must say that it started (:mod:`launch.rank`) within
-    ``start_timeout`` seconds (0: no limit) and before a node's remote shell says that it
-    cannot reach the node; otherwise the job is ended, with a :class:`LaunchError` naming
-    the nodes.  A launcher that ends by itself before every rank started is an error too:
-    with status 0, the job did not run; with another, it could not start.
+    ``start_timeout`` seconds (0: no limit), before a node's remote shell says that it
+    cannot reach the node, and before a connection of the job's processes to a node has
+    gone unanswered for :data:`PROBE_S` seconds (:class:`Connecting`); otherwise the job is
+    ended, with a :class:`LaunchError` naming the nodes.  A launcher that ends by itself
+    before every rank started is an error too: with status 0, the job did not run; with
+    another, it could not start.  Should this process die, killed outright included, the
+    launcher gets the plan's ``orphan_signal`` (:func:`dying_with_this_process`).
     """
     check_times(timeout, stop_grace, start_timeout)
     check_partitions(plan.ranks, plan.command, missing_ok=False)
@@ -129,14 +143,17 @@ def run(plan: LaunchPlan, timeout: float | None = None,
     proc = None
     try:
         proc = subprocess.Popen(plan.argv, env={**os.environ, **plan.env},
-                                start_new_session=True, stderr=subprocess.PIPE)
+                                start_new_session=True, stderr=subprocess.PIPE,
+                                preexec_fn=dying_with_this_process(plan.orphan_signal))
         copy = StderrCopy(proc.stderr, plan.ranks)
         copy.start()
+        connecting = Connecting(proc.pid)
         began, why, deadline, failed, ended = time.monotonic(), None, 0.0, None, None
         while proc.poll() is None:
             now = time.monotonic()
             if why is None and copy.started < plan.ranks:
-                failed = _start_failure(plan, copy, now - began, start_timeout)
+                failed = _start_failure(plan, copy, now - began, start_timeout,
+                                        connecting.unanswered(now, plan.hostfile))
                 if failed is not None:
                     copy.muted = True  # what the launcher says as it is ended: ours says why
                     _end(proc, START_KILL_GRACE_S)  # no rank has work to save
@@ -191,11 +208,12 @@ def run(plan: LaunchPlan, timeout: float | None = None,
 
 
 def _start_failure(plan: LaunchPlan, copy: "StderrCopy", elapsed: float,
-                   start_timeout: float) -> str | None:
+                   start_timeout: float, unanswered: dict[str, str]) -> str | None:
     """Why the job could not start (``None``: it may yet): a node that a remote shell said
-    it cannot reach, or ranks that did not all start within ``start_timeout`` seconds."""
+    it cannot reach or that did not answer its connection (``unanswered``: host -> what
+    was seen), or ranks that did not all start within ``start_timeout`` seconds."""
     launcher = Path(plan.argv[0]).name
-    unreachable = dict(copy.unreachable)
+    unreachable = {**unanswered, **copy.unreachable}
     if unreachable:
         return (f"{launcher} could not reach {', '.join(unreachable)} "
                 f"({next(iter(unreachable.values()))}); {copy.started} of the {plan.ranks} "
@@ -282,24 +300,31 @@ def _is_local(info: tuple) -> bool:
 
 
 def _end(proc: subprocess.Popen, grace: float = KILL_GRACE_S) -> None:
-    """End the launcher and every process of its session.
+    """End the launcher and every process of its job (:func:`job_pids`).
 
     SIGTERM first, which the launcher answers by taking its ranks down; after ``grace``
-    seconds SIGKILL to every process of its session (its ranks and remote shells each run in
-    a process group of their own, and outlive a killed launcher); then a wait of up to
+    seconds SIGKILL to every process of the job, those seen before the SIGTERM included
+    (its ranks and remote shells each run in a process group of their own, some in a
+    session of their own, and outlive a killed launcher); then a wait of up to
     :data:`KILLED_WAIT_S` until they are gone, as SIGKILL takes effect asynchronously."""
+    # taken while the launcher lives: once it is gone, its children in sessions of their
+    # own are no one's descendants
+    known = job_pids(proc.pid)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         pass
-    for pid in session_pids(proc.pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    left = {**known, **job_pids(proc.pid)}
+    for pid, started in left.items():
+        if _alive(pid, started):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     proc.wait()
     deadline = time.monotonic() + KILLED_WAIT_S
-    while session_pids(proc.pid) and time.monotonic() < deadline:
+    while any(_alive(pid, started) for pid, started in left.items()) and \
+            time.monotonic() < deadline:
         time.sleep(0.01)
 
 
@@ -307,22 +332,172 @@ def _end(proc: subprocess.Popen, grace: float = KILL_GRACE_S) -> None:
 KILLED_WAIT_S = 2.0
 
 
-def session_pids(session: int) -> list[int]:
-    """The live processes of session ``session`` (from ``/proc``; zombies, dead and waiting
-    to be reaped, are not)."""
-    found = []
+def job_pids(launcher: int) -> dict[int, str]:
+    """The live processes of the job of ``launcher``, as ``{pid: start time}``.
+
+    ``launcher`` leads a session of its own; the job is that session's processes and their
+    descendants, which a launcher may put in sessions of their own (Hydra's remote
+    shells).  The start time tells a process from a later one given the same PID.
+    Zombies, dead and waiting to be reaped, are not counted."""
+    table = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdecimal():
-            continue
+        if entry.isdecimal() and (fields := _stat(int(entry))) is not None:
+            table[int(entry)] = fields
+    children: dict[int, list[int]] = {}
+    for pid, fields in table.items():
+        children.setdefault(int(fields[1]), []).append(pid)
+    found = {pid for pid, fields in table.items() if int(fields[3]) == launcher}
+    todo = list(found)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return {pid: table[pid][19] for pid in found if table[pid][0] != "Z"}
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, pgrp,
+    session, ..., start time at index 19); ``None`` for a process that is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # "pid (comm) state ppid pgrp session ...": comm may hold spaces
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int, started: str) -> bool:
+    """Whether process ``pid`` that started at ``started`` (:func:`job_pids`) still runs."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z" and fields[19] == started
+
+
+# prctl(2)'s option that has the kernel signal a process once its parent dies
+PR_SET_PDEATHSIG = 1
+
+
+def dying_with_this_process(sig: int):
+    """A ``preexec_fn`` under which the child gets ``sig`` once this process is gone.
+
+    A ``distgnn-launch`` killed outright (SIGKILL, the OOM killer) ends before it can end
+    its launcher, which would run on, re-parented to init, with its ranks; the kernel sends
+    ``sig`` instead (``prctl(PR_SET_PDEATHSIG)``, kept across the launcher's ``exec``), and
+    the launcher answers it by ending its ranks.  The child signals itself where this
+    process died before the request was made.  ``None`` (nothing done) where there is no
+    ``prctl`` (not Linux)."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not after fork
+    except AttributeError:
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong]
+    parent = os.getpid()
+
+    def request() -> None:
+        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), sig)
+    return request
+
+
+class Connecting:
+    """The connections that the job's processes are still opening.
+
+    The job is that of ``launcher`` (:func:`job_pids`).  A remote shell (ssh) to a node
+    that does not answer says so only when TCP gives up, after about two minutes, and the
+    launcher then waits on; the socket shows it at once: its SYN sent, no answer
+    (``SYN_SENT`` in ``/proc/PID/net/tcp``).  :meth:`unanswered` names the nodes of the
+    hostfile whose connections have gone unanswered for :data:`PROBE_S` seconds; other
+    addresses (a server a rank asks for its data) are not the job's nodes.  A node that
+    refuses the connection, or that answers at all, is not named: a remote shell says what
+    went wrong there."""
+
+    def __init__(self, launcher: int):
+        self.launcher = launcher
+        self.first_seen: dict[tuple[int, int], float] = {}  # (pid, socket inode) -> when
+        self.scanned = -math.inf
+        self.names: dict[str, str] | None = None  # address -> hostfile host, once needed
+        self.found: dict[str, str] = {}
+
+    def unanswered(self, now: float, hostfile: str | None) -> dict[str, str]:
+        """``{host: what was seen}`` of the nodes that have not answered a connection.
+
+        A connection to a host of ``hostfile`` (``None``: there are none) counts once
+        unanswered for :data:`PROBE_S` seconds (the processes are looked at every
+        :data:`CONNECT_SCAN_S`); the host is named as ``hostfile`` names it."""
+        if hostfile is None or now - self.scanned < CONNECT_SCAN_S:
+            return self.found
+        self.scanned = now
+        opening = {(pid, inode): peer for pid in job_pids(self.launcher)
+                   for inode, peer in syn_sent(pid).items()}
+        self.first_seen = {key: self.first_seen.get(key, now) for key in opening}
+        late = dict.fromkeys(opening[key] for key, since in self.first_seen.items()
+                             if now - since >= PROBE_S)
+        if late and self.names is None:  # resolved once, and only then: it may take a while
+            self.names = _addresses_of(hostfile)
+        self.found = {self.names[address]:
+                      f"no answer to a connection to its port {port} within {PROBE_S:g} s"
+                      for address, port in late if address in self.names}
+        return self.found
+
+
+def syn_sent(pid: int) -> dict[int, tuple[str, int]]:
+    """``{socket inode: (address, port)}`` of the TCP connections process ``pid`` has asked
+    for and not had answered (state ``SYN_SENT``; an IPv4 address mapped into IPv6 written
+    as IPv4); empty for a process that is gone."""
+    try:
+        inodes = {int(link[8:-1]) for fd in os.listdir(f"/proc/{pid}/fd")
+                  if (link := _readlink(f"/proc/{pid}/fd/{fd}")).startswith("socket:[")}
+    except OSError:
+        return {}
+    found = {}
+    for table in ("tcp", "tcp6"):
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                # "pid (comm) state ppid pgrp session ...": comm may hold spaces
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            with open(f"/proc/{pid}/net/{table}") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
             continue
-        if int(fields[3]) == session and fields[0] != "Z":
-            found.append(int(entry))
+        for row in rows:
+            # "sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ..."
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "02" and int(fields[9]) in inodes:
+                address, port = fields[2].split(":")
+                found[int(fields[9])] = (proc_address(address), int(port, 16))
     return found
+
+
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:  # closed since it was listed
+        return ""
+
+
+def proc_address(text: str) -> str:
+    """An address as ``/proc/net/tcp*`` writes it (hex, each 32-bit word in this machine's
+    byte order) in the usual notation."""
+    raw = bytes.fromhex(text)
+    if sys.byteorder == "little":
+        raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    if len(raw) == 16 and raw[:12] == bytes(10) + b"\xff\xff":  # ::ffff:a.b.c.d
+        raw = raw[12:]
+    return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
+
+
+def _addresses_of(hostfile: str) -> dict[str, str]:
+    """``{address: host}`` of the hosts of ``hostfile`` that resolve (asked all at once)."""
+    def resolve(host: str) -> list[str]:
+        try:
+            return [info[4][0] for info in socket.getaddrinfo(host, SSH_PORT,
+                                                              type=socket.SOCK_STREAM)]
+        except OSError:
+            return []
+
+    hosts = list(dict.fromkeys(hostfile_hosts(hostfile)))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(64, len(hosts) or 1)) as pool:
+        return {address: host for host, addresses in zip(hosts, pool.map(resolve, hosts))
+                for address in addresses}
 
 
 # Open MPI 5.0's prterun exits 0 after it loses a node's daemon (a crashed node) and takes
@@ -334,11 +509,14 @@ LOST_DAEMON = re.compile(rb"Remote daemon: \S+ on node (\S+)")
 SETPGID_RACE = re.compile(rb"\[[^\]\n]*\] plm:ssh: Warning: setpgid\([^\n]*\n")
 
 
-# what a remote shell says when it cannot reach a node: ssh's words, and the emulated
-# cluster's agent's (launch/cluster.py)
+# what a remote shell says when it cannot reach a node: ssh's words, the emulated
+# cluster's agent's (launch/cluster.py), and Intel MPI's mpiexec's once its ssh failed
 UNREACHABLE = re.compile(rb"ssh: connect to host (\S+) port \d+: .*|ssh: Could not resolve "
                          rb"hostname (\S+?): .*|distgnn cluster agent: (?:node )?(\S+) "
-                         rb"(?:unreachable|is not a node).*")
+                         rb"(?:unreachable|is not a node).*|\[mpiexec@[^\]]*\] Error: Unable "
+                         rb"to run bstrap_proxy on (\S+?)(?::\d+)? \(.*")
+# how the lines of UNREACHABLE start
+UNREACHABLE_STARTS = (b"ssh: ", b"distgnn cluster agent: ", b"[mpiexec@")
 
 
 # how long the copy of mpirun's stderr may go on after mpirun has ended
@@ -348,13 +526,14 @@ STDERR_DRAIN_S = 5.0
 class StderrCopy(threading.Thread):
     """A thread that copies the launcher's stderr to ours and notes what it tells.
 
-    It copies as the text comes (a partial line too: no progress display is held back;
-    nothing once ``muted``), counting and removing the ranks' :data:`STARTED` lines and
-    Open MPI's :data:`SETPGID_RACE` warning, and noting the nodes whose daemon it lost
-    (``lost``), those a remote shell could not reach
-    (``unreachable``: host -> what it said) and the last checkpoint a stopped rank named
-    (``checkpoint``: epoch, path, directory).  A node not reached before all ``ranks``
-    started mutes the rest: the launcher's account of a job that could not start, which
+    It copies as the text comes (a partial line too, so that no progress display is held
+    back, unless it starts as a line of :data:`UNREACHABLE` does; nothing once ``muted``),
+    counting and removing the ranks' :data:`STARTED` lines and Open MPI's
+    :data:`SETPGID_RACE` warning, and noting the nodes whose daemon it lost (``lost``),
+    those a remote shell could not reach (``unreachable``: host -> what it said) and the
+    last checkpoint a stopped rank named (``checkpoint``: epoch, path, directory).  A node
+    not reached before all ``ranks`` started mutes the rest, the remote shell's line that
+    says so included: the launcher's account of a job that could not start, which
     :func:`run` gives in one line."""
 
     def __init__(self, stream, ranks: int = 0):
@@ -372,19 +551,32 @@ class StderrCopy(threading.Thread):
             cut = data.rfind(STARTED[:1])
             unfinished = cut >= 0 and len(data) - cut < len(STARTED)
             held = data[cut:] if unfinished and STARTED.startswith(data[cut:]) else b""
+            # ... and so does the start of a line that may say a node cannot be reached,
+            # which mutes the copy once it ends
+            last = data[data.rfind(b"\n") + 1:]
+            if not held and 0 < len(last) < 4096 and any(
+                    start.startswith(last[:len(start)]) for start in UNREACHABLE_STARTS):
+                held = last
             data = data[:len(data) - len(held)]
             self.started += data.count(STARTED)
             data = SETPGID_RACE.sub(b"", data.replace(STARTED, b""))
-            if not self.muted:
-                sys.stderr.buffer.write(data)
-                sys.stderr.buffer.flush()
             lines = (tail + data).split(b"\n")
             tail = lines.pop()[-4096:]  # an unfinished line: searched once it ends
-            for line in lines:
+            for line in lines:  # first: the line that mutes the copy is not passed on
                 self.note(line)
-        if held and not self.muted:  # the launcher ended within what looked like a STARTED line
-            sys.stderr.buffer.write(held)
+            self.write(data)
+        self.write(held)  # the launcher ended within a line held back
+
+    def write(self, data: bytes) -> None:
+        """``data`` on our stderr, unless ``muted``; a stderr that cannot be written (the
+        terminal closed) mutes the copy, which reads on, or the launcher would block."""
+        if self.muted or not data:
+            return
+        try:
+            sys.stderr.buffer.write(data)
             sys.stderr.buffer.flush()
+        except OSError:
+            self.muted = True
 
     def note(self, line: bytes) -> None:
         """What ``line`` of the launcher's stderr tells (see the class docstring)."""

