@@ -419,11 +419,29 @@ def exclusive(target: str | Path, waiting: Callable[[str], None] | None = None):
         finally:
             _release(fd, lock)
     finally:
-        for folder in reversed(made):
-            try:
-                folder.rmdir()
-            except OSError:  # holds an output, or another writer's lock: kept
-                break
+        _remove_empty(made)
+
+
+def _remove_empty(made: list[Path]) -> None:
+    """Remove the folders of ``made`` (outermost first) from the innermost out, while they
+    are empty."""
+    for folder in reversed(made):
+        try:
+            folder.rmdir()
+        except OSError:  # holds an output, or another writer's lock: kept
+            break
+
+
+@contextlib.contextmanager
+def made_folders(folder: str | Path):
+    """Make ``folder`` and its missing parents for the block; afterwards remove those this
+    call made that the block left empty, so that a write that failed or was stopped leaves
+    no folder of its own behind."""
+    made = _made_folders(Path(folder))
+    try:
+        yield
+    finally:
+        _remove_empty(made)
 
 
 # ---- 4. no leftovers ---------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from ..storage import (
     check_output_dir,
     check_replaceable,
     free_space_problem,
+    made_folders,
     remove_leftovers,
     temp_path,
     user_mode,
@@ -57,7 +58,16 @@ def write_partitions(out: str | Path, parts: Iterable[tuple[int, dict[str, np.nd
     out = check_target(out, force)
     _check_free_space(out, expected_bytes)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
+        with made_folders(out.parent):
+            return _write(out, parts, meta, progress, vertex_ids)
+    except OSError as e:  # the parent folders could not be made
+        raise PartitionFormatError(f"{out}: cannot create a temporary directory beside it: "
+                                   f"{e.strerror or e}") from None
+
+
+def _write(out: Path, parts, meta: dict, progress, vertex_ids) -> Path:
+    """:func:`write_partitions` once ``out``'s folder exists."""
+    try:
         remove_leftovers(out)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
         tmp.chmod(user_mode(directory=True))  # mkdtemp makes it 0700
