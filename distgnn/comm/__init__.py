@@ -156,7 +156,8 @@ def all_or_none(comm: Communicator, step: Callable[[], T]) -> T:
     rank waits forever in a later collective).
 
     The error names every distinct message once, with the ranks that raised it (one line
-    each), and is the same on every rank (so rank 0 alone reports it).
+    each), and is the same on every rank (so rank 0 alone reports it); it is raised alone,
+    not chained to the local error, which it says in full.
     """
     try:
         result, error = step(), None
@@ -168,7 +169,7 @@ def all_or_none(comm: Communicator, step: Callable[[], T]) -> T:
     if failed.any():
         messages = gather_messages(comm, None if error is None else str(error))
         raise RankFailed("\n".join(text if comm.size == 1 else f"{rank_ranges(ranks)}: {text}"
-                                    for text, ranks in messages.items())) from error
+                                    for text, ranks in messages.items())) from None
     return result
 
 

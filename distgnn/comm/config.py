@@ -7,7 +7,7 @@ import numbers
 
 from ..errors import DistGNNError
 from ..options import option
-from .watchdog import DEFAULT_TIMEOUT_S
+from .watchdog import DEFAULT_TIMEOUT_S, SLOW_WAIT_FACTOR
 
 COMMUNICATORS = ("auto", "mpi", "gloo", "nccl", "ccl")
 # how the mpi communicator's blocking calls wait (comm/mpi.py); auto: resolve_wait
@@ -33,8 +33,11 @@ class CommConfig:
         "else poll", choices=WAITS)
     comm_timeout: float = option(
         DEFAULT_TIMEOUT_S, "with --partitions: abort the job when a rank waits longer than S "
-        "seconds in one collective (a peer died or hangs); armed after the first epoch; 0 "
-        "disables", type=float, metavar="S")
+        "seconds in one collective for a peer that stopped sending heartbeats (it died, is "
+        "stopped, or its node cannot be reached); while every peer still sends them (a slow "
+        f"rank, e.g. on a loaded host), the wait goes on up to {SLOW_WAIT_FACTOR} times the "
+        "longer of S and the slowest epoch so far; armed after the first epoch; 0 disables",
+        type=float, metavar="S")
 
     def __post_init__(self):
         for flag, choices in (("comm", COMMUNICATORS), ("comm-wait", WAITS)):

@@ -3,12 +3,16 @@
 When a rank dies, the MPI launcher usually notices and takes the job down (Open MPI's
 ``mpirun`` within a second).  When it does not (a rank that hangs, a node that stops
 answering, a launcher that waits), every other rank would block forever in its next
-collective.  :class:`Watchdog` wraps a communicator: each blocking call (and each
-``wait()`` of a non-blocking one) sets a deadline ``timeout`` seconds ahead, and a daemon
-thread that finds a deadline passed prints which rank waited in which operation, and, given
-a :class:`~distgnn.comm.heartbeat.Heartbeat`, which peers (on which hosts) it stopped
-hearing from, and calls the communicator's ``abort`` (``MPI_Abort`` ends every rank of
-the job), falling back to ``os._exit`` if the abort itself does not return promptly.
+collective.  :class:`Watchdog` wraps a communicator and a daemon thread watches each
+blocking call (and each ``wait()`` of a non-blocking one).  A wait past ``timeout``
+seconds ends the job when a peer fell silent (given a
+:class:`~distgnn.comm.heartbeat.Heartbeat`; without one, always): the thread prints which
+rank waited in which operation and which peers (on which hosts) it stopped hearing from,
+and calls the communicator's ``abort`` (``MPI_Abort`` ends every rank of the job), falling
+back to ``os._exit`` if the abort itself does not return promptly.  While every peer still
+beats, the wait is slowness (a loaded host, a long kernel), not death: it goes on, up to
+``SLOW_WAIT_FACTOR`` times the longer of ``timeout`` and the slowest epoch so far
+(:meth:`Watchdog.limit`), and rank 0 says so once.
 """
 from __future__ import annotations
 
@@ -23,6 +27,10 @@ DEFAULT_TIMEOUT_S = 20.0
 ABORT_STATUS = 3
 # How long MPI_Abort may take before the process ends itself.
 ABORT_GRACE_S = 5.0
+# A wait on peers that all still beat may last this many times the longer of the timeout
+# and the slowest epoch so far: a slow rank arrives within about an epoch, or a stall of a
+# few timeouts (a long kernel, a compilation, swapping), a hung one never.
+SLOW_WAIT_FACTOR = 10
 
 
 class _WatchedHandle:
@@ -35,7 +43,7 @@ class _WatchedHandle:
 
 
 class Watchdog:
-    """``comm`` with a deadline of ``timeout`` seconds on every blocking call once armed.
+    """``comm`` with a deadline on every blocking call once armed (see the module docstring).
 
     Disarmed until :meth:`arm` (set-up steps and the first, JIT-compiling, epoch may
     legitimately keep peers waiting for long); ``timeout`` ``None`` or ``0`` never arms.
@@ -47,16 +55,33 @@ class Watchdog:
         self.heartbeat = heartbeat
         self.name, self.rank, self.size, self.device = comm.name, comm.rank, comm.size, comm.device
         self.armed = False
+        self.slowest_epoch = 0.0
+        self._epochs = 0  # measured by arm()
+        self._told = False  # rank 0 said that a wait on live peers passed the timeout
         self._lock = threading.Condition()
-        self._waiting: tuple[str, float] | None = None  # (operation, deadline)
+        self._waiting: tuple[str, float] | None = None  # (operation, when it began)
         self._thread: threading.Thread | None = None
 
-    def arm(self) -> None:
+    def arm(self, epoch_seconds: float = 0.0) -> None:
+        """Watch the blocking calls from now on, and count an epoch's time.
+
+        ``epoch_seconds``, an epoch just measured (its slowest rank's time), raises
+        :meth:`limit` if it is the slowest so far.  The first epoch compiles kernels: its
+        time stands for the epochs only until a second is measured, so that a hang is not
+        given ten compilations' time."""
+        self.slowest_epoch = (epoch_seconds if self._epochs == 1
+                              else max(self.slowest_epoch, epoch_seconds))
+        self._epochs += 1
         if self.timeout is None or self.armed:
             return
         self.armed = True
         self._thread = threading.Thread(target=self._watch, name="comm-watchdog", daemon=True)
         self._thread.start()
+
+    def limit(self) -> float:
+        """How long a wait may last while every peer still beats: ``SLOW_WAIT_FACTOR``
+        times the longer of the timeout and the slowest epoch so far."""
+        return SLOW_WAIT_FACTOR * max(self.timeout, self.slowest_epoch)
 
     @contextmanager
     def guard(self, op: str):
@@ -64,7 +89,7 @@ class Watchdog:
             yield
             return
         with self._lock:
-            self._waiting = (op, time.monotonic() + self.timeout)
+            self._waiting = (op, time.monotonic())
             self._lock.notify()
         try:
             yield
@@ -72,23 +97,60 @@ class Watchdog:
             with self._lock:
                 self._waiting = None
 
+    def overdue(self, op: str, waited: float) -> str | None:
+        """The error line that ends the job after a wait past the timeout, or ``None``.
+
+        ``waited``: the seconds (at least the timeout) of the wait in ``op``.  ``None``
+        while the wait may go on: every peer still beats and the wait is within
+        :meth:`limit` (then rank 0 says so, once a run, so that a slow job is seen as one).
+        """
+        if self.heartbeat is None:
+            return self._error(op, self.timeout, "one of them died or hangs")
+        if self.heartbeat.silent():
+            return self._error(op, self.timeout, self.heartbeat.describe_silent())
+        limit = self.limit()
+        if waited >= limit:
+            return self._error(
+                op, limit, "every other rank still answers heartbeats, so one of them hangs",
+                f"the limit while they do: {SLOW_WAIT_FACTOR} times the longer of "
+                f"--comm-timeout and the slowest epoch so far, {self.slowest_epoch:.3g} s")
+        if self.rank == 0 and not self._told:
+            self._told = True
+            print(f"{self.prog}: warning: rank 0: {op} has waited {self.timeout:g} s "
+                  "(--comm-timeout) for the other ranks, which all still send heartbeats: "
+                  f"one is slow, not dead; waiting up to {limit:.0f} s ({SLOW_WAIT_FACTOR} "
+                  "times the longer of --comm-timeout and the slowest epoch so far)",
+                  file=sys.stderr, flush=True)
+        return None
+
+    def _error(self, op: str, seconds: float, why: str,
+               limit: str = "--comm-timeout sets the limit") -> str:
+        return (f"{self.prog}: error: rank {self.rank}: {op} waited more than {seconds:g} s "
+                f"for the other ranks; {why}; aborting the job ({limit})")
+
     def _watch(self) -> None:
         with self._lock:
             while True:
                 if self._waiting is None:
                     self._lock.wait()
                     continue
-                op, deadline = self._waiting
-                left = deadline - time.monotonic()
-                if left > 0:
-                    self._lock.wait(left)
+                op, began = self._waiting
+                if self.heartbeat is not None:  # a stop of this rank (SIGSTOP) is no wait
+                    began = max(began, self.heartbeat.stopped_at())
+                waited = time.monotonic() - began
+                if waited < self.timeout:
+                    self._lock.wait(self.timeout - waited)
                     continue
-                break
-        why = ("one of them died or hangs" if self.heartbeat is None
-               else self.heartbeat.describe_silent())
-        print(f"{self.prog}: error: rank {self.rank}: {op} waited more than {self.timeout:g} s "
-              f"for the other ranks; {why}; aborting the job (--comm-timeout sets the limit)",
-              file=sys.stderr, flush=True)
+                line = self.overdue(op, waited)
+                if line is not None:
+                    break
+                # look again a heartbeat later: a peer that falls silent meanwhile ends it
+                self._lock.wait(min(self.heartbeat.interval, self.limit() - waited))
+        self._abort(line)
+
+    def _abort(self, line: str) -> None:
+        """Print ``line`` and end the whole job (this process even if the abort hangs)."""
+        print(line, file=sys.stderr, flush=True)
         threading.Timer(ABORT_GRACE_S, os._exit, (ABORT_STATUS,)).start()
         self.comm.abort(ABORT_STATUS)
         os._exit(ABORT_STATUS)
