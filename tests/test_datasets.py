@@ -133,6 +133,15 @@ def test_corrupt_npz_member(tmp_path):
     raises(path, "unreadable .npz archive", source=path)
 
 
+def test_npz_edge_weights_are_read_and_other_members_named(tmp_path):
+    weights = np.array([0.5, 2.0, 1.0, 3.0], np.float32)
+    ds = load(write_npz(tmp_path / "w.npz", edge_weight=weights, edge_wieght=weights))
+    np.testing.assert_array_equal(ds.graph.edge_weight, weights)
+    assert ds.note == "members not read: edge_wieght"
+    raises(write_npz(tmp_path / "short.npz", edge_weight=weights[:3]), "edge_weight has shape")
+    assert load(write_npz(tmp_path / "plain.npz")).graph.edge_weight is None
+
+
 def test_npz_missing_key(tmp_path):
     path = write_npz(tmp_path / "nolabels.npz", y=None, val_mask=None)
     raises(path, "missing key(s) y, val_mask", source=path)

@@ -148,8 +148,12 @@ def load_npz(path: str | Path, split: int = 0) -> NodeDataset:
     if missing:
         raise GraphError(f"missing key(s) {', '.join(missing)}", path)
     masks, note = select_split(arrays, split, path)
-    graph = CSRGraph(arrays["indptr"], arrays["indices"], source=path)
-    ds = NodeDataset(graph, arrays["x"], arrays["y"], *masks, name=path.stem, split_note=note)
+    graph = CSRGraph(arrays["indptr"], arrays["indices"], edge_weight=arrays.get("edge_weight"),
+                     source=path)
+    # a member of another name is not read: said, so that a misspelt key is not lost unseen
+    unread = sorted(set(arrays) - {*_NPZ_KEYS, *(f"{m}s" for m in MASK_KEYS), "edge_weight"})
+    ds = NodeDataset(graph, arrays["x"], arrays["y"], *masks, name=path.stem, split_note=note,
+                     note=f"members not read: {', '.join(unread)}" if unread else "")
     check_classes(ds.y, path)
     return ds
 
