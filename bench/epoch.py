@@ -114,9 +114,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="relabel each dataset once in this locality order before timing "
                         "(every implementation, PyG included, trains on the reordered graph): "
                         "degree, rcm, auto (timed trial) or given (default: as loaded)")
-    p.add_argument("--aggregation-precision", choices=AGGREGATION_PRECISIONS, default="fp32",
+    p.add_argument("--aggregation-precision", choices=AGGREGATION_PRECISIONS,
                    help="this project's sum/mean aggregations gather fp32 rows or bf16 ones "
-                        "(accumulating in fp32); PyG runs in fp32 either way")
+                        "(accumulating in fp32); PyG runs in fp32 either way (default: bf16 "
+                        "under --precision bf16-mixed, else fp32)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="this project's side: fp32, or bf16-mixed (bf16 matrix products and "
                         "rows, fp32 weights: distgnn-train --precision); PyG runs in fp32 "

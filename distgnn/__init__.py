@@ -9,9 +9,13 @@ written by hand (:mod:`distgnn.api`); ``distgnn.load_model(path)`` and
 (``build_model``); ``distgnn.pyg.distribute(model)`` makes a PyTorch Geometric model train on
 partitions as it is (:mod:`distgnn.pyg`).  Names are imported on first use, so that the
 command-line tools that need none of them start without loading torch.
+
+A :class:`~distgnn.errors.DistGNNError` that ends a script is printed as the command-line
+tools print it, ``PROG: error: MESSAGE``, without a traceback (:func:`excepthook`).
 """
 import importlib
 import importlib.abc
+import os
 import sys
 
 __version__ = "0.1.0"
@@ -81,6 +85,44 @@ class MovedModules(importlib.abc.MetaPathFinder):
 
 if not any(isinstance(f, MovedModules) for f in sys.meta_path):
     sys.meta_path.append(MovedModules())
+
+
+def excepthook(kind, error, traceback) -> None:
+    """``sys.excepthook`` while distgnn is imported: the library's errors as one line.
+
+    A :class:`~distgnn.errors.DistGNNError` (a user's error, never a bug) that ends a script
+    is one line per line of its message, ``PROG: error: MESSAGE``; any other exception goes
+    to the hook that was there before.
+
+    Under MPI (``mpirun -np P python -m mpi4py script.py``), an error every rank raised
+    together at start-up (:class:`distgnn.comm.RankFailed`, the same message on every rank)
+    is printed by rank 0 alone, and the job ends as a failed program does, without
+    ``MPI_Abort``: no rank waits for another, so none needs killing (mpi4py's runner would
+    abort the job on any exception).  An error of one rank is printed with its rank, and
+    the runner aborts the job, since the others may wait for it."""
+    errors = sys.modules.get("distgnn.errors")
+    if errors is None or not isinstance(error, errors.DistGNNError):
+        return _previous_excepthook(kind, error, traceback)
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    mpi = sys.modules.get("mpi4py.MPI")
+    world = (mpi.COMM_WORLD if mpi is not None and mpi.Is_initialized()
+             and not mpi.Is_finalized() else None)
+    rank, size = (world.Get_rank(), world.Get_size()) if world is not None else (0, 1)
+    comm = sys.modules.get("distgnn.comm")
+    together = size == 1 or (comm is not None and isinstance(error, comm.RankFailed))
+    if rank == 0 or not together:
+        where = "" if together else f"rank {rank}: "
+        for line in str(error).splitlines() or [type(error).__name__]:
+            print(f"{prog}: error: {where}{line}", file=sys.stderr)
+    sys.stderr.flush()
+    if world is not None and together and hasattr(mpi, "_set_abort_status"):
+        mpi._set_abort_status(0)  # finalize at exit, as after any failed program
+    return None
+
+
+_previous_excepthook = getattr(sys.excepthook, "previous", sys.excepthook)
+excepthook.previous = _previous_excepthook
+sys.excepthook = excepthook
 
 
 def __getattr__(name: str):

@@ -18,9 +18,12 @@ the vertices it is the root clone of and divides by the global count,
 
 and the gradients are summed over ranks before every step, so the replicas stay one model.
 Errors raise :class:`~distgnn.errors.DistGNNError`: set-up errors on every rank together,
-with the same message.  The library never aborts the MPI job itself; run your own script
-as ``python -m mpi4py script.py`` so that an exception on one rank ends the job instead of
-leaving the other ranks waiting (the watchdog, ``comm_timeout``, ends them otherwise).
+with the same message, raised alone (not chained to what found them).  A script they end
+prints one line, ``script.py: error: ...`` (:func:`distgnn.excepthook`).  The library never
+aborts the MPI job itself; run your own script as ``python -m mpi4py script.py`` so that an
+exception on one rank ends the job instead of leaving the other ranks waiting (the
+watchdog, ``comm_timeout``, ends them otherwise); a set-up error of every rank ends it
+without ``MPI_Abort``, printed once.
 """
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ from .run.distributed import open_partitions, train_partitions
 from .run.evaluation import check_logits
 from .run.replicas import ReplicaSync
 from .run.shard import Shard, dataset_shard, in_precision
-from .run.training import ModelFactory, TrainResult, configure_threads
+from .run.training import ModelFactory, TrainResult, checked_model, configure_threads
 from .run.training import train as train_whole
 from .timing import PhaseTimer
 
@@ -120,10 +123,14 @@ class Run:
         self.syncs: dict[int, ReplicaSync] = {}
 
     def place(self, model: torch.nn.Module) -> torch.nn.Module:
-        """``model`` on this rank's device and floating type, with rank 0's initial weights
-        on every rank, its layers and dropouts keyed (:func:`distgnn.nn.prepare.prepare`, which
-        also refuses torch's own dropout on partitions).  Collective."""
-        model = model.to(self.x.device, self.x.dtype)
+        """``model`` placed on this rank, made ready to train.  Collective.
+
+        That is ``model`` on this rank's device and floating type, with rank 0's initial
+        weights on every rank, its layers and dropouts keyed
+        (:func:`distgnn.nn.prepare.prepare`, which also refuses torch's own dropout on
+        partitions); a PyTorch Geometric model not wrapped by ``distgnn.pyg.distribute`` is
+        refused."""
+        model = checked_model(model, "run.place").to(self.x.device, self.x.dtype)
         prepare(model, self.g, self.config.bf16_aggregation)
         sync = ReplicaSync(model, self.comm)
         sync.broadcast_parameters()

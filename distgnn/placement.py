@@ -112,10 +112,22 @@ def synchronize(device: torch.device | str) -> None:
 
 
 def placement(rank: int, device: str, backend: str, rank_devices: str | None = None,
-              rank_backends: str | None = None) -> tuple[torch.device, str]:
-    """``(device, backend name)`` of ``rank`` under the flags of ``distgnn-train``."""
-    d = parse_per_rank(rank_devices, "--rank-devices", DEVICES).get(rank, device)
-    b = parse_per_rank(rank_backends, "--rank-backends", BACKEND_CHOICES).get(rank, backend)
+              rank_backends: str | None = None, ranks: int | None = None
+              ) -> tuple[torch.device, str]:
+    """``(device, backend name)`` of ``rank`` under the flags of ``distgnn-train``, in a job
+    of ``ranks`` ranks (``None``: not checked), where a rank named by ``--rank-devices`` or
+    ``--rank-backends`` must exist: a choice for no rank would be dropped without a word."""
+    devices = parse_per_rank(rank_devices, "--rank-devices", DEVICES)
+    backends = parse_per_rank(rank_backends, "--rank-backends", BACKEND_CHOICES)
+    for flag, named in (("--rank-devices", devices), ("--rank-backends", backends)):
+        absent = sorted(r for r in named if ranks is not None and r >= ranks)
+        if absent:
+            job = ("one process (rank 0)" if ranks == 1
+                   else f"{ranks} ranks (0-{ranks - 1})")
+            raise DistGNNError(f"{flag} names rank {', '.join(map(str, absent))}, but the run "
+                               f"has {job}: name ranks that exist")
+    d = devices.get(rank, device)
+    b = backends.get(rank, backend)
     if d == "auto" and b == "numba":  # the Numba kernels run on CPUs: auto means the CPU
         d = "cpu"
     d = rank_device(d, rank)
@@ -148,11 +160,12 @@ class ExecutionConfig:
     dtype: str = option("float32", "floating-point type of features, weights, activations "
                         "and the exchanged partials; float64 is for checking results against "
                         "a reference (about 2x the memory and time)", choices=DTYPES)
-    aggregation_precision: str = option(
-        "fp32", "what sum/mean aggregations gather, forward and backward: fp32, or bf16 "
+    aggregation_precision: str | None = option(
+        None, "what sum/mean aggregations gather, forward and backward: fp32, or bf16 "
         "(features and gradients rounded to bf16, accumulated in fp32: half the bytes the "
         "Numba kernels move; max/min stay fp32; the activations kept for the backward pass "
-        "are stored in bf16 too)", choices=AGGREGATION_PRECISIONS)
+        "are stored in bf16 too) (default: bf16 under --precision bf16-mixed, else fp32)",
+        choices=AGGREGATION_PRECISIONS)
     precision: str = option(
         "fp32", "bf16-mixed: every matrix product of the model in bf16 (torch's CPU kernels "
         "use the CPU's bf16 units: AVX512-BF16 or AMX), sum/mean aggregations gathering bf16 "
@@ -181,7 +194,7 @@ class ExecutionConfig:
                               ("dtype", DTYPES), ("precision", PRECISIONS),
                               ("aggregation-precision", AGGREGATION_PRECISIONS)):
             value = getattr(self, flag.replace("-", "_"))
-            if value not in choices:
+            if value not in choices and not (flag == "aggregation-precision" and value is None):
                 raise DistGNNError(f"--{flag} must be one of {', '.join(choices)}, got "
                                    f"{value!r}")
         if self.threads is not None and not (
@@ -202,11 +215,17 @@ class ExecutionConfig:
             raise DistGNNError("--precision bf16-mixed computes in bf16 beside float32 "
                                "weights; --dtype float64 is for exact checks: use one or "
                                "the other")
+        if self.precision == "bf16-mixed" and self.aggregation_precision == "fp32":
+            raise DistGNNError("--precision bf16-mixed gathers bf16 rows in its aggregations "
+                               "and keeps bf16 activations; --aggregation-precision fp32 "
+                               "cannot apply under it: leave that flag out, or use "
+                               "--precision fp32")
 
     @property
     def bf16_aggregation(self) -> bool:
         """Whether sum/mean aggregations gather bf16 rows (and activations are kept in bf16):
-        ``--aggregation-precision bf16``, or ``--precision bf16-mixed``, which implies it."""
+        ``--aggregation-precision bf16``, or ``--precision bf16-mixed``, which implies it
+        (and refuses ``fp32`` given with it)."""
         return self.aggregation_precision == "bf16" or self.precision == "bf16-mixed"
 
     @property

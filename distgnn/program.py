@@ -5,7 +5,7 @@ default, the dataset flags.
 
 User errors (bad files, bad flags, mismatched checkpoints) end with one line on stderr,
 ``PROG: error: ...``, and exit status 2 (or the error's own); Ctrl-C anywhere ends with one
-line and 130; no traceback.
+line and 130, SIGTERM outside training's epochs with one line and 143; no traceback.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import sys
 import threading
 
 from .errors import DistGNNError
-from .signals import EARLY_INTERRUPTS
+from .signals import EARLY_INTERRUPTS, Terminated, stop_now, stopping
 
 __all__ = ["DefaultsHelpFormatter", "OneLineParser", "check_outputs_spare_inputs", "comma_list",
            "dataset_file_flags", "fail", "interruptible", "load_dataset", "peak_memory_line",
@@ -61,15 +61,22 @@ def use_huge_pages() -> None:
 
 
 def interruptible(prog: str):
-    """Decorate a command-line entry point so that Ctrl-C ends it cleanly.
+    """Decorate a command-line entry point so that Ctrl-C and SIGTERM end it cleanly.
 
-    Ctrl-C anywhere in it (parsing, imports, loading) ends with one line and status 130
-    instead of a traceback.  Ctrl-C is recorded as it arrives, because a C extension being
-    imported (numba's) turns the interrupt into an ``ImportError`` and other libraries may
-    swallow it (training then stops before its first epoch:
-    :data:`distgnn.signals.EARLY_INTERRUPTS`).  Inside an import the interrupt waits until
-    the import is done (it is asked again every :data:`IMPORT_RETRY_S`): raised inside
-    torch's initialisation, it aborts the process (SIGABRT)."""
+    Ctrl-C anywhere in it (parsing, imports, loading, writing) ends with one line and
+    status 130 instead of a traceback, SIGTERM with one line and 143 instead of an
+    immediate end: each raises where the process is (``KeyboardInterrupt``,
+    :class:`distgnn.signals.Terminated`), so every writer on the way out removes what it
+    made beside its target.  Training takes both over while it runs its epochs
+    (:class:`distgnn.signals.StopRequests`).  A stop signal is recorded as it arrives,
+    because a C extension being imported (numba's) turns the interrupt into an
+    ``ImportError`` and other libraries may swallow it (training then stops before its
+    first epoch: :data:`distgnn.signals.EARLY_INTERRUPTS`).  Inside an import the stop
+    waits until the import is done (it is asked again every :data:`IMPORT_RETRY_S`):
+    raised inside torch's initialisation, it aborts the process (SIGABRT).  Once a stop is
+    on its way out, further ones are not raised (:func:`distgnn.signals.stopping`), and
+    from its last line on the process ignores Ctrl-C: it is ending, and a second Ctrl-C
+    must not turn its end into a traceback."""
     def wrap(main):
         @functools.wraps(main)
         def entry(argv: list[str] | None = None) -> int:
@@ -78,34 +85,53 @@ def interruptible(prog: str):
 
             def record(signum, frame):
                 pressed.append(signum)
+                if stopping():  # one is on its way out: its clean-ups and line go on
+                    return
                 if _importing(frame):
-                    later = threading.Timer(IMPORT_RETRY_S, ask_again)
+                    later = threading.Timer(IMPORT_RETRY_S, ask_again, (signum,))
                     later.daemon = True
                     later.start()
                     return
-                signal.default_int_handler(signum, frame)
+                stop_now(signum)
 
-            def ask_again():
-                if signal.getsignal(signal.SIGINT) is record:  # still this entry point's
-                    os.kill(os.getpid(), signal.SIGINT)
+            def ask_again(signum):
+                if signal.getsignal(signum) is record:  # still this entry point's
+                    os.kill(os.getpid(), signum)
 
-            installed = signal.getsignal(signal.SIGINT) is signal.default_int_handler
-            if installed:
-                signal.signal(signal.SIGINT, record)
+            installed = [s for s, default in STOP_DEFAULTS.items()
+                         if signal.getsignal(s) == default]
+            for s in installed:
+                signal.signal(s, record)
+            ended = False
             try:
                 return main(argv)
-            except (KeyboardInterrupt, ImportError) as e:
+            except (KeyboardInterrupt, Terminated, ImportError) as e:
                 if isinstance(e, ImportError) and not pressed:
                     raise
-                print(f"{prog}: interrupted (Ctrl-C); nothing more was written",
-                      file=sys.stderr)
-                return 128 + signal.SIGINT
+                signum = (e.signum if isinstance(e, Terminated) else pressed[0]
+                          if isinstance(e, ImportError) else signal.SIGINT)
+                ended = True
+                for s in installed:  # from here on the program only ends
+                    signal.signal(s, signal.SIG_IGN)
+                print(f"{prog}: {STOP_WORDS.get(signum, signal.Signals(signum).name)}; "
+                      "nothing more was written", file=sys.stderr)
+                return 128 + signum
             finally:
                 pressed.clear()
-                if installed and signal.getsignal(signal.SIGINT) is record:
-                    signal.signal(signal.SIGINT, signal.default_int_handler)
+                for s in installed:
+                    if ended and s == signal.SIGINT:
+                        continue  # ignored until the process exits, which is all it does now
+                    if ended or signal.getsignal(s) is record:
+                        signal.signal(s, STOP_DEFAULTS[s])
         return entry
     return wrap
+
+
+# the stop signals an entry point takes over while it runs, with the handler each has when
+# nobody took it (an embedding program's own handler is left alone)
+STOP_DEFAULTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+# what an entry point's last line says of each
+STOP_WORDS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "stopped by SIGTERM"}
 
 
 # how often a Ctrl-C that came during an import is asked again, until the import is done

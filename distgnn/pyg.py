@@ -46,8 +46,11 @@ What cannot be made exact is refused by :func:`distribute`, in one line naming t
 layers whose statistics run over all vertices (batch, instance and graph normalisation,
 pooling), aggregations other than sum, mean, max and min, a layer that overrides
 ``aggregate``, and the PyG layers not listed in :data:`LAYERS` (a user's own
-``MessagePassing`` subclass is taken under the rules above).  Other dropout functions than
-``F.dropout`` are refused where they are called.
+``MessagePassing`` subclass is taken under the rules above); a normalisation over all
+vertices is refused with what to use instead (a per-vertex one).  Other dropout functions
+than ``F.dropout`` are refused where they are called, and, at the end of the first training
+pass on partitions, any other draw from torch's generator and buffers that differ between
+ranks (:func:`distgnn.nn.prepare.prepare`, as for every model).
 
 The weights are the wrapped model's: ``PyGModel.state_dict()`` is the plain model's (its
 keys and tensors), so a model file or checkpoint of a trained :class:`PyGModel` loads into
@@ -61,6 +64,7 @@ import sys
 import threading
 
 import torch
+import torch.fx
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
@@ -101,6 +105,10 @@ LAYERS = ("GCNConv", "SAGEConv", "GINConv", "GINEConv", "GATConv", "GATv2Conv", 
 MODULES = ("Linear", "Sequential", "MLP", "JumpingKnowledge", "GCN", "GraphSAGE", "GIN",
            "GAT", "EdgeCNN", "TrimToLayer")
 
+# what a refused normalisation can be replaced with: one that reads each vertex's own row
+PER_VERTEX_NORM = ("normalise each vertex alone instead (torch.nn.LayerNorm, or "
+                   "torch_geometric.nn.LayerNorm with mode='node')")
+
 REDUCTIONS = {pyg_aggr.SumAggregation: "sum", pyg_aggr.MeanAggregation: "mean",
               pyg_aggr.MaxAggregation: "max", pyg_aggr.MinAggregation: "min"}
 
@@ -125,12 +133,24 @@ def distribute(model: torch.nn.Module, *, edge_weight: str | None = "edge_weight
             :class:`~distgnn.errors.DistGNNError` naming it (see the module docstring).
         edge_weight (str, optional): the keyword of ``model.forward`` that receives the
             graph's edge weights ``[E]`` (when the graph has them); ``None``: never passed.
+            The default is passed only to a ``forward`` that names it; another name that
+            ``forward`` does not take is refused, as are other arguments ``forward`` needs
+            (only ``x``, ``edge_index`` and the weights are passed).
+
+    A model distributed already, or made heterogeneous by PyG's ``to_hetero``, is refused.
 
     Returns the :class:`PyGModel` to give :func:`distgnn.train` (from ``make_model``),
     ``run.place`` or :func:`distgnn.load_model`; it shares ``model``'s parameters.
     """
     if not isinstance(model, torch.nn.Module):
         raise DistGNNError(f"distribute takes a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(model, PyGModel):
+        raise DistGNNError("distribute: the model is distributed already (a "
+                           "distgnn.pyg.PyGModel); give it to distgnn as it is")
+    if isinstance(model, torch.fx.GraphModule) and "to_hetero" in model.code:
+        raise DistGNNError("distribute: the model is heterogeneous (made by PyG's to_hetero), "
+                           "and distgnn trains graphs of one vertex and edge type: give it the "
+                           "homogeneous model, on data converted by HeteroData.to_homogeneous()")
     check_model(model)
     return PyGModel(model, edge_weight)
 
@@ -172,11 +192,12 @@ def _problem(m: torch.nn.Module, aggregations: set[int]) -> str | None:
         return "attention over all vertices: a partition holds only some of them"
     if isinstance(m, (torch.nn.modules.batchnorm._BatchNorm,
                       torch.nn.modules.instancenorm._InstanceNorm)):
-        return "its statistics run over all vertices, which no rank holds"
+        return f"its statistics run over all vertices, which no rank holds: {PER_VERTEX_NORM}"
     if module.startswith("torch_geometric.nn.norm"):
         if type(m).__name__ == "MessageNorm" or getattr(m, "mode", None) == "node":
             return None
-        return "its statistics run over all vertices (or a graph), which no rank holds"
+        return ("its statistics run over all vertices (or a graph), which no rank holds: "
+                f"{PER_VERTEX_NORM}")
     if module.startswith("torch_geometric.nn.pool"):
         return "pooling over vertices: a partition holds only some of them"
     if module.startswith("torch_geometric") and type(m).__name__ not in MODULES + LAYERS:
@@ -205,14 +226,20 @@ class PyGModel(torch.nn.Module):
     def __init__(self, module: torch.nn.Module, edge_weight: str | None = "edge_weight"):
         super().__init__()
         self.module = module
-        params = inspect.signature(module.forward).parameters
-        self.edge_weight = edge_weight if edge_weight in params else None
+        self.edge_weight, self.needs_weights = _weight_argument(module, edge_weight)
+        # asked for (the default) but taken by no argument: said when the graph has weights
+        self.unused_weights = edge_weight is not None and self.edge_weight is None
 
     def forward(self, g: Neighbourhood, x: torch.Tensor):
         edge_index = _local_edge_index(g, x.device)
         kwargs = {}
         if self.edge_weight and g.graph.edge_weight is not None:
             kwargs[self.edge_weight] = _local_edge_weight(g, x)
+        elif self.needs_weights:
+            raise DistGNNError(f"{type(self.module).__name__}.forward needs "
+                               f"{self.edge_weight}, and the graph has no edge weights: give "
+                               f"{self.edge_weight} a default (None) or train on a weighted "
+                               "graph")
         with _Pass(self, g, edge_index):
             return self.module(x, edge_index, **kwargs)
 
@@ -221,6 +248,46 @@ class PyGModel(torch.nn.Module):
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+
+def _weight_argument(module: torch.nn.Module, edge_weight: str | None
+                     ) -> tuple[str | None, bool]:
+    """``(argument, required)``: where ``module.forward`` takes the graph's edge weights.
+
+    ``argument`` is the argument that receives them (``None``: none; a ``forward`` without
+    ``edge_weight`` takes none when it is the default name; another name is passed to a
+    ``forward`` taking ``**kwargs``), ``required`` whether ``forward`` cannot run without it.
+
+    Refuses, in one line, a ``forward`` that is not ``forward(x, edge_index, ...)``, a name
+    ``edge_weight`` that ``forward`` does not take, and any other argument ``forward`` needs
+    (distgnn passes only ``x``, ``edge_index`` and the weights)."""
+    name = type(module).__name__
+    params = list(inspect.signature(module.forward).parameters.values())
+    flexible = any(p.kind == p.VAR_KEYWORD for p in params)
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 2 and not any(p.kind == p.VAR_POSITIONAL for p in params):
+        raise DistGNNError(f"distribute: {name}.forward takes "
+                           f"({', '.join(p.name for p in params)}); a PyG model takes "
+                           "(x, edge_index, ...)")
+    named = [p for p in params[2:] if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    choices = ", ".join(repr(p.name) for p in named) or "none"
+    if edge_weight is not None and edge_weight not in {p.name for p in named}:
+        if edge_weight == "edge_weight":  # the default: passed only where forward names it
+            edge_weight = None
+        elif not flexible:
+            raise DistGNNError(f"distribute(edge_weight={edge_weight!r}): {name}.forward has "
+                               f"no such argument after x and edge_index (it has {choices}); "
+                               "name one of them, or pass edge_weight=None")
+    needed = [p.name for p in named if p.default is p.empty and p.name != edge_weight]
+    if needed:
+        raise DistGNNError(f"distribute: {name}.forward needs {', '.join(needed)}, which "
+                           "distgnn does not pass (it passes x, edge_index and the graph's "
+                           "edge weights [E] as distribute's edge_weight names): give "
+                           f"{needed[0]} a default (None), or edge_weight={needed[0]!r} to "
+                           "receive the weights there")
+    required = edge_weight is not None and any(
+        p.name == edge_weight and p.default is p.empty for p in named)
+    return edge_weight, required
 
 
 def _local_edge_index(g: Neighbourhood, device) -> torch.Tensor:

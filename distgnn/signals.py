@@ -9,6 +9,12 @@ the ranks agree on it at the end of the epoch (any rank's request stops all of t
 the state is consistent enough to checkpoint.  Ctrl-C (SIGINT) is a stop request too; a
 second Ctrl-C stops at once, without a checkpoint.
 
+Outside training's epochs (start-up, the results written at the end, distgnn-predict) a
+SIGTERM stops at once, as Ctrl-C does: it raises :class:`Terminated` where the process is,
+so that every writer on the way out removes what it made beside its target (SIGTERM's
+default would end the process there and then).  Once a stop is on its way out, further
+stop signals are not raised again (:func:`stopping`): they would cut its clean-up short.
+
 One request needs no signal: the launcher going away.  pip's Open MPI ``mpirun`` is a
 wrapper that starts ``prterun``, which starts the ranks; a SIGTERM to that wrapper ends it
 alone, and the job would run on with nobody waiting for it.  Under MPI each rank therefore
@@ -20,11 +26,12 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import threading
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
-# Ctrl-Cs the command-line entry points saw before training took the signals over.  A
-# library can swallow the KeyboardInterrupt one raises (an import's bare ``except:``), so
+# Ctrl-Cs and SIGTERMs the command-line entry points saw before training took the signals
+# over.  A library can swallow the exception one raises (an import's bare ``except:``), so
 # training checks here before it starts.
 EARLY_INTERRUPTS: list[int] = []
 # what the first Ctrl-C of a training run answers at once, on stderr
@@ -33,6 +40,33 @@ ACKNOWLEDGED_INTERRUPT = "Ctrl-C: stopping after this epoch (Ctrl-C again stops 
 # reads it from its ranks' output to say what they wrote and how to continue)
 STOPPED_CHECKPOINT = re.compile(r"stopped after epoch (\d+); checkpoint (.+); "
                                 r"continue with --resume (.+)$")
+
+
+class Terminated(BaseException):
+    """SIGTERM (``signum``) outside training's epochs: raised where the process is, so that
+    the clean-ups on the way out run.  A ``BaseException``, as ``KeyboardInterrupt`` is, so
+    that no ``except Exception`` on the way stops it."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def stop_now(signum: int):
+    """Raise the stop of ``signum``: ``KeyboardInterrupt`` for Ctrl-C, else
+    :class:`Terminated`."""
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+def stopping() -> bool:
+    """Whether a stop (``KeyboardInterrupt``, :class:`Terminated`) is on its way out already.
+
+    That is, being handled or passing through ``finally`` blocks in the code that runs now.
+    A stop signal then is not raised again: it would cut short the clean-up (a temporary
+    file removed, a staging folder) or the last line the first one started."""
+    return isinstance(sys.exception(), (KeyboardInterrupt, Terminated))
 
 
 def stopped_line(why: str, done: int, checkpoint: str | None, directory: str | None) -> str:
@@ -72,6 +106,8 @@ class StopRequests:
                 self._launcher = (parent, launcher)
 
     def _note(self, signum, frame) -> None:
+        if stopping():  # a second Ctrl-C's stop is on its way out: let it end in order
+            return
         if signum == signal.SIGINT and self.received == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: stop now, without a checkpoint
         first = not self.received
@@ -89,8 +125,8 @@ class StopRequests:
         return int(self.received or 0)
 
     def __enter__(self) -> "StopRequests":
-        if EARLY_INTERRUPTS:  # a Ctrl-C during start-up that did not end it
-            raise KeyboardInterrupt
+        if EARLY_INTERRUPTS:  # a Ctrl-C or SIGTERM during start-up that did not end it
+            stop_now(EARLY_INTERRUPTS[0])
         if threading.current_thread() is threading.main_thread():  # Python's rule for handlers
             for s in STOP_SIGNALS:
                 self._previous[s] = signal.signal(s, self._note)

@@ -15,7 +15,8 @@ The rules, in the order a writer applies them:
 3. **Write beside, then rename** (:func:`write_atomic`, :class:`AtomicStream`): data goes
    to ``.NAME.tmp-PID`` in the target's directory, is fsync'ed and renamed over ``NAME``
    (then the directory is fsync'ed), so a reader sees the old file or the new one, never a
-   half-written one.  The temporary file takes the user's umask.
+   half-written one.  The temporary file takes the user's umask; a failed write, or a stop
+   on the way (Ctrl-C, or SIGTERM: :mod:`distgnn.signals`), removes it.
 4. **Leave nothing behind** (:func:`remove_leftovers`): the hidden ``.NAME.tmp-PID...`` and
    ``.NAME.old-PID`` entries of a writer that was killed are removed by the next writer of
    ``NAME`` once their process is gone.
@@ -246,6 +247,9 @@ class AtomicStream:
         except OSError as e:
             self.discard()
             raise write_failed(self.path, e, self.existed) from None
+        except BaseException:  # a stop (Ctrl-C, SIGTERM) on the way: no temporary is left
+            self.discard()
+            raise
 
     def discard(self) -> None:
         try:

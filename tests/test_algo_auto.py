@@ -24,9 +24,13 @@ def test_the_choice_waits_for_the_measured_epochs_then_says_why():
     algo, epoch, made = auto.choice(records([0.9, 0.4, 0.5, 0.6]))
     reason = made["reason"]
     assert (algo, epoch) == ("cd-r", first)
-    assert "took 50% of epochs 2-4" in reason and "cd-r's default schedule from epoch 5" in reason
+    assert "took 50 % of epochs 2-4" in reason and "cd-r's default schedule from epoch 5" in reason
+    assert reason.startswith("--algo auto: cd-r saves about 25 % of an epoch here: switching")
     algo, _, made = auto.choice(records([0.9, 0.02, 0.03, 0.01]))
-    assert algo == "cd-0" and "took 2% of epochs 2-4" in made["reason"]
+    assert algo == "cd-0" and "took 2 % of epochs 2-4" in made["reason"]
+    assert made["reason"].startswith("--algo auto: cd-r would save only 1 % of an epoch here, "
+                                     "less than the 5 % that pays for its stale epochs: "
+                                     "keeping cd-0")
     # the warm-up epoch does not count, later epochs neither: the same records, the same choice
     assert auto.choice(records([0.0, 0.4, 0.5, 0.6, 0.0, 0.0]))[0] == "cd-r"
     edge = 2 * auto.GAIN  # the schedule skips at most half the exact epochs' exchanges
@@ -44,8 +48,11 @@ def test_the_wire_of_the_schedule_counts_against_it():
     shares = records([0, 0.4, 0.4, 0.4])
     algo, _, made = auto.choice(shares, 0.5, 0.14)
     assert algo == "cd-r" and made["gain"] == pytest.approx(0.4 * 0.93 - 0.25)
-    assert "0.500 s per exact epoch on its wire, 0.14x the bytes" in made["reason"]
-    assert auto.choice(shares, 0.7, 0.14)[0] == "cd-0"
+    assert "its wire sends 0.14x cd-0's bytes for 500 ms of encoding and decoding per " \
+        "exact epoch" in made["reason"]
+    algo, _, made = auto.choice(shares, 0.9, 0.14)  # g = 0.372 - 0.45: cd-r slower by 8 %
+    assert algo == "cd-0"
+    assert made["reason"].startswith("--algo auto: cd-r would be 8 % slower here: keeping cd-0")
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,13 @@ def names(directory):
     return [p.name for p in checkpoints(directory)]
 
 
+def written(directory) -> dict:
+    """Every path under ``directory`` with its modification time, but the lock a run takes
+    there (its holder writes itself into it, a run that fails later too)."""
+    return {p: p.stat().st_mtime_ns for p in Path(directory).rglob("*")
+            if p.name != checkpoint.LOCK}
+
+
 @pytest.mark.parametrize("model", ["gcn", "sage"])
 def test_resume_continues_exactly(cora, tmp_path, model):
     whole = run(cora, model=model, epochs=12, seed=1)
@@ -180,13 +187,13 @@ class Exploit:
 
 def test_too_little_free_space_is_refused_before_writing(cora, tmp_path, monkeypatch):
     run(cora, epochs=2, checkpoint_dir=str(tmp_path), checkpoint_every=1, keep=5)
-    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    before = written(tmp_path)
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(shutil, "disk_usage",
                         lambda path: usage._replace(free=4096))
     with pytest.raises(DistGNNError, match="filesystem has only 4.0 KiB free"):
         run(cora, epochs=4, resume=str(tmp_path), checkpoint_every=1, keep=5)
-    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before
+    assert written(tmp_path) == before
 
 
 def test_disk_full_mid_write_leaves_previous_checkpoints_intact(cora, tmp_path):
@@ -282,7 +289,7 @@ def test_a_new_run_refuses_a_directory_of_another_runs_checkpoints(cora, tmp_pat
     Nothing is removed; the run's own restarts go on there."""
     ck = tmp_path / "ck"
     run(cora, epochs=2, hidden=8, checkpoint_dir=str(ck))
-    before = {p: p.stat().st_mtime_ns for p in ck.rglob("*")}
+    before = written(ck)
     refusal = re.escape(f"{ck} holds checkpoints of another run (epoch-000002): continue "
                         f"that run with --resume {ck}, or give another --checkpoint-dir "
                         "(nothing was removed)")
@@ -293,7 +300,7 @@ def test_a_new_run_refuses_a_directory_of_another_runs_checkpoints(cora, tmp_pat
     run(cora, epochs=1, hidden=8, checkpoint_dir=str(other))
     with pytest.raises(DistGNNError, match="other holds checkpoints of another run"):
         run(cora, epochs=4, hidden=8, resume=str(ck), checkpoint_dir=str(other))
-    assert {p: p.stat().st_mtime_ns for p in ck.rglob("*")} == before
+    assert written(ck) == before
     run(cora, epochs=5, hidden=8, checkpoint_every=2, resume_if_present=str(ck))
     assert names(ck) == ["epoch-000005", "epoch-000004"]
     ids = {manifest(ck, e)["run"] for e in (4, 5)}
@@ -313,3 +320,45 @@ def test_a_checkpoint_without_a_run_id_resumes_as_one_run(cora, tmp_path):
     assert "run" not in manifest(tmp_path, 6)
     with pytest.raises(DistGNNError, match="holds checkpoints of another run"):
         run(cora, epochs=2, checkpoint_dir=str(tmp_path))
+
+
+def test_a_run_holds_its_checkpoint_directory_for_its_life(cora, tmp_path):
+    """While a run writes into D it holds D/.lock: another run on D, new or resumed, is
+    refused before its first epoch, naming the holder; once the holder is done (refused,
+    failed or finished), D is free again."""
+    import socket
+
+    from distgnn.storage import file_lock
+
+    ck = tmp_path / "ck"
+    run(cora, epochs=2, checkpoint_dir=str(ck))
+    holder = re.escape(f"{ck} is in use by another run (process {os.getpid()} on "
+                       f"{socket.gethostname()} holds {ck / checkpoint.LOCK}): wait for it to "
+                       "end, or give another --checkpoint-dir")
+    with file_lock(ck / checkpoint.LOCK) as held:  # what a run of another process holds
+        assert held
+        for kw in (dict(resume=str(ck)), dict(resume_if_present=str(ck))):
+            with pytest.raises(DistGNNError, match=holder):
+                run(cora, epochs=4, **kw)
+    assert names(ck) == ["epoch-000002"]
+    with pytest.raises(DistGNNError, match="nothing is left to train"):
+        run(cora, epochs=2, resume=str(ck))  # refused after the lock: it is released
+    run(cora, epochs=4, resume=str(ck))
+    assert names(ck) == ["epoch-000004", "epoch-000002"]
+
+
+def test_a_filesystem_that_cannot_lock_is_said_once_and_the_run_goes_on(cora, tmp_path,
+                                                                         monkeypatch):
+    """A lock refused with no holder recorded (flock unsupported: no process can hold it)
+    is a warning, not a refusal."""
+    import contextlib
+
+    monkeypatch.setattr(checkpoint, "file_lock", contextlib.contextmanager(
+        lambda path, wait_s=None: (yield False)))
+    monkeypatch.setattr(checkpoint, "HOLDER_WAIT_S", 0.0)
+    logged = []
+    run(cora, epochs=2, checkpoint_dir=str(tmp_path / "ck"), log=logged.append)
+    assert [line for line in logged if "cannot be locked" in line] == [
+        f"warning: {tmp_path / 'ck' / checkpoint.LOCK} cannot be locked on this filesystem: a "
+        f"second run started on {tmp_path / 'ck'} meanwhile would not be refused"]
+    assert names(tmp_path / "ck") == ["epoch-000002"]

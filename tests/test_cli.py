@@ -175,3 +175,37 @@ def test_a_swallowed_ctrl_c_during_start_up_still_ends_the_run(capsys):
         signal.signal(signal.SIGINT, previous)
     assert "prog: interrupted (Ctrl-C)" in capsys.readouterr().err
     assert not EARLY_INTERRUPTS  # cleared for the next call
+
+
+def test_a_sigterm_ends_an_entry_point_with_one_line_after_its_clean_ups(tmp_path, capsys):
+    """SIGTERM outside training's epochs raises where the process is: the ``finally`` of a
+    writer runs (what it made beside its target goes), a second SIGTERM meanwhile does not
+    cut that short, the entry point ends with one line and 143, and SIGTERM's default is
+    back afterwards."""
+    import os
+    import signal
+    import time
+
+    from distgnn.program import interruptible
+
+    cleaned = []
+
+    @interruptible("prog")
+    def main(argv):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the stop comes here
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)  # a second one, during the clean-up
+            time.sleep(0.1)
+            cleaned.append(True)
+        return 0
+
+    # as in a fresh process (a test runner's worker may have a handler of its own)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        assert main([]) == 128 + signal.SIGTERM and cleaned == [True]
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert capsys.readouterr().err == "prog: stopped by SIGTERM; nothing more was written\n"

@@ -369,6 +369,68 @@ def test_torch_dropout_is_refused_on_a_partition_and_allowed_on_one_socket(graph
         assert allowed.train()(g, x).shape == (N, 3)
 
 
+class RandomRows(torch.nn.Module):
+    """A GCN that masks rows with ``torch.rand`` in training, as a hand-written dropout."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = GCNConv(6, 3)
+
+    def forward(self, g, x):
+        if self.training:
+            x = x * (torch.rand(x.shape[0], 1) > 0.5)
+        return self.conv(g, x)
+
+
+def test_random_draws_are_refused_at_the_end_of_the_first_training_pass(graph):
+    """On a partition a model drawing from torch's generator in training is refused once
+    its first training pass ends, naming KeyedDropout; in evaluation, and on one socket, it
+    runs."""
+    from distgnn.errors import DistGNNError
+    from distgnn.nn import prepare
+
+    x = torch.rand(N, 6)
+    part = Neighbourhood(graph[0], BACKENDS[0], exchange=Identity())
+    model = RandomRows()
+    prepare(model, part)
+    part.set_epoch(0, training=False)
+    model.eval()(part, x)
+    part.set_epoch(0)
+    with pytest.raises(DistGNNError, match="random number generator.*KeyedDropout"):
+        model.train()(part, x)
+    whole = Neighbourhood(graph[0], BACKENDS[0])
+    model = RandomRows()
+    prepare(model, whole)
+    whole.set_epoch(0)
+    assert model.train()(whole, x).shape == (N, 3)
+
+
+def test_layers_models_and_weights_checked_before_they_run(graph, capsys):
+    """A layer called without the graph, GCNII's alpha NaN or theta 0, and a model with
+    nothing to train end in one line; GAT on a weighted graph says once that the weights are
+    not read, GCN does not."""
+    from distgnn.errors import DistGNNError
+    from distgnn.nn import prepare
+
+    x = torch.rand(N, 6)
+    for call in (lambda: GCNConv(6, 3)(None, x), lambda: GCNConv(6, 3)(x)):
+        with pytest.raises(GraphError, match=r"called as conv\(g, h, ...\)"):
+            call()
+    for kwargs, message in (({"alpha": float("nan")}, "alpha must be in"),
+                            ({"theta": 0.0}, "theta must be a finite number > 0"),
+                            ({"layer": 0}, "layer must be an integer >= 1")):
+        with pytest.raises(GraphError, match=message):
+            GCN2Conv(6, **{"alpha": 0.1, "theta": 0.5, "layer": 1, **kwargs})
+    nbr = Neighbourhood(graph[0], BACKENDS[0])
+    with pytest.raises(DistGNNError, match="nothing to train"):
+        prepare(torch.nn.Sequential(torch.nn.Identity()), nbr)
+    weighted = type(graph[0])(graph[0].indptr, graph[0].indices, N,
+                              np.ones(graph[0].num_edges, np.float32))
+    for model, said in ((GNN("gat", 6, 8, 3, heads=2), 1), (GNN("gcn", 6, 8, 3), 0)):
+        prepare(model, Neighbourhood(weighted, BACKENDS[0]))
+        assert capsys.readouterr().err.count("GAT has no edge-weight term") == said
+
+
 def test_relu_keeps_a_mask_and_gives_torchs_gradient():
     """distgnn.nn.graph_layer.relu: the same output and gradient as torch.relu, bit for bit
     (zeros and negative zeros included), with only a bool mask saved for the backward pass."""

@@ -213,7 +213,21 @@ def _refused():
         (nn.ModuleList([g.GATConv(4, 4, edge_dim=1)]), "fill_value='mean'"),
         (nn.ModuleList([nn.AlphaDropout(0.5)]), "0 (AlphaDropout)"),
         (nn.ModuleList([g.GCNConv(4, 4, decomposed_layers=2)]), "decomposed_layers"),
+        (dpyg.distribute(Net("GCNConv", 4, 3)), "the model is distributed already"),
+        (NeedsAttr(), "needs edge_attr, which distgnn does not pass"),
+        (nn.Linear(4, 3), "Linear.forward takes (input); a PyG model takes (x, edge_index"),
     ]
+
+
+class NeedsAttr(nn.Module):
+    """A model whose forward cannot run without an argument distgnn does not pass."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch_geometric.nn.GINEConv(nn.Linear(4, 4), edge_dim=1)
+
+    def forward(self, x, edge_index, edge_attr):
+        return self.conv(x, edge_index, edge_attr.view(-1, 1))
 
 
 @pytest.mark.parametrize("model,message", _refused())
@@ -221,6 +235,89 @@ def test_what_cannot_be_exact_is_refused_naming_the_module(model, message):
     with pytest.raises(DistGNNError, match=None) as e:
         dpyg.distribute(model)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_edge_weights_argument_is_checked_and_passed(weighted):
+    """``edge_weight=`` naming no argument of ``forward`` is refused with the choices; naming
+    ``edge_attr`` hands the weights there; a ``forward`` that needs its weights on a graph
+    without them, and a model made heterogeneous by ``to_hetero``, end in one line."""
+    with pytest.raises(DistGNNError, match=r"edge_weight='w'\): NeedsAttr.forward has no "
+                                           r"such argument .* \(it has 'edge_attr'\)"):
+        dpyg.distribute(NeedsAttr(), edge_weight="w")
+    ds, _ = weighted
+    run = distgnn.setup(ds, quiet(), log=lambda s: None)
+    features = run.num_features
+
+    class Takes(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(features, 2)
+
+        def forward(self, x, edge_index, edge_attr):
+            return self.lin(x) * edge_attr.sum()
+
+    model = run.place(dpyg.distribute(Takes(), edge_weight="edge_attr"))
+    run.start_epoch(model, 0, training=False)
+    weights = torch.from_numpy(run.g.graph.edge_weight).to(run.x.dtype)
+    torch.testing.assert_close(model(run.g, run.x), model.module.lin(run.x) * weights.sum())
+    bare = distgnn.setup(distgnn.NodeDataset(
+        distgnn.CSRGraph(ds.graph.indptr, ds.graph.indices, ds.graph.num_nodes), ds.x, ds.y,
+        ds.train_mask, ds.val_mask, ds.test_mask), quiet(), log=lambda s: None)
+    model = bare.place(dpyg.distribute(Takes(), edge_weight="edge_attr"))
+    with pytest.raises(DistGNNError, match="needs edge_attr, and the graph has no edge weights"):
+        model(bare.g, bare.x)
+    hetero = torch_geometric.nn.to_hetero(
+        Net("SAGEConv-mean", 4, 3), (["a"], [("a", "to", "a")]))
+    with pytest.raises(DistGNNError, match="heterogeneous .*to_homogeneous"):
+        dpyg.distribute(hetero)
+
+
+class Noisy(nn.Module):
+    """A GCN whose training pass draws from torch's generator: noise on the features, PyG's
+    ``dropout_edge``, or nothing (and a step counter, the same on every rank), or a buffer
+    of this rank's mean features (``centre``)."""
+
+    def __init__(self, f: int, c: int, how: str):
+        super().__init__()
+        self.conv, self.how = torch_geometric.nn.GCNConv(f, c), how
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+        self.register_buffer("centre", torch.zeros(f))
+
+    def forward(self, x, edge_index, edge_weight=None):
+        if self.training:
+            self.steps += 1
+            if self.how == "noise":
+                x = x + 0.1 * torch.randn_like(x)
+            elif self.how == "dropout_edge":
+                edge_index, keep = torch_geometric.utils.dropout_edge(edge_index, p=0.2)
+                edge_weight = edge_weight[keep]
+            elif self.how == "centre":
+                self.centre = x.mean(0)
+        return self.conv(x - self.centre, edge_index, edge_weight)
+
+
+@pytest.mark.parametrize("how,message", [
+    ("noise", "random number generator .* in place of dropout_edge"),
+    ("dropout_edge", "random number generator"),
+    ("centre", "buffer centre differs between ranks"),
+    ("nothing", None)])
+def test_what_would_differ_between_ranks_is_refused_in_the_first_pass(how, message, weighted):
+    """On 2 ranks (threads), a training pass that draws from torch's generator, or a buffer
+    that ends the first pass different on the ranks, is refused on every rank with the same
+    line; a buffer that changes alike on every rank trains.  One process trains them all."""
+    ds, sources = weighted
+    cfg = quiet(epochs=2, eval_every=2)
+
+    def make(f, c):
+        return dpyg.distribute(Noisy(f, c, how))
+
+    assert len(train_on_ranks(ds, 1, cfg, make)[0].history) == 2
+    if message is None:
+        for result in train_on_ranks(sources[2], 2, cfg, make):
+            assert int(result.model.module.steps) == 2
+        return
+    with pytest.raises(DistGNNError, match=message):
+        train_on_ranks(sources[2], 2, cfg, make)
 
 
 def test_what_cannot_be_keyed_is_refused_where_it_is_called(weighted):

@@ -233,3 +233,17 @@ def test_string_ids_undirected_lines_unlabelled_vertices_and_a_split_file(tmp_pa
         rows = list(csv.DictReader(f))
     assert sorted(r["vertex"] for r in rows) == names
     assert all(0 <= int(r["predicted_class"]) < 3 for r in rows)
+
+
+def test_a_model_file_of_bf16_mixed_from_when_fp32_was_the_default_reads_as_trained():
+    """Model files once recorded ``--aggregation-precision fp32`` (then the default, which
+    ``--precision bf16-mixed`` overrode) beside bf16-mixed: they are read as trained, with
+    bf16 rows gathered, not refused as the contradiction the flags now are."""
+    from distgnn.run.config import TrainConfig
+    from distgnn.run.prediction import saved_config
+
+    old = {"config": {**TrainConfig().options(), "precision": "bf16-mixed",
+                      "aggregation_precision": "fp32"}}
+    assert saved_config(old).gathered_precision == "bf16"
+    with pytest.raises(DistGNNError, match="--aggregation-precision fp32 cannot apply"):
+        TrainConfig(precision="bf16-mixed", aggregation_precision="fp32")

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from distgnn.errors import DistGNNError
+from distgnn.placement import cpu_has_bf16
 from distgnn.run import training
 from distgnn.run.config import TrainConfig
 from distgnn.run.epoch_log import PHASES, read_metrics
@@ -163,7 +164,8 @@ def test_the_package_exports_the_api_and_train_takes_a_name_or_a_dataset():
     assert isinstance(by_name, distgnn.TrainResult) and by_name.best["epoch"] <= 3
     with pytest.raises(distgnn.DistGNNError, match="must be a distgnn.TrainConfig, got dict"):
         distgnn.train("cora", {"epochs": 3}, **quiet)
-    with pytest.raises(distgnn.DistGNNError, match="returned a NoneType, not a torch.nn.Module"):
+    with pytest.raises(distgnn.DistGNNError, match=r"returned None \(NoneType\), not a "
+                                                   "torch.nn.Module"):
         distgnn.train("cora", cfg, lambda features, classes: None, **quiet)
 
 
@@ -171,3 +173,26 @@ def test_gat_hidden_width_defaults_to_eight_channels_per_head():
     assert TrainConfig().hidden == 16 and TrainConfig(model="gat").hidden == 64
     assert TrainConfig(model="gat", heads=4).hidden == 32
     assert TrainConfig(model="gat", hidden=16, heads=2).hidden == 16
+
+
+@pytest.mark.skipif(not cpu_has_bf16(),
+                    reason="needs a CPU with bf16 units (--precision bf16-mixed refuses others)")
+def test_bf16_mixed_trains_on_the_torch_backend_as_on_numba(cora):
+    """Under --precision bf16-mixed the products hand the aggregation bf16 rows: the torch
+    backend sums them in float32 outside autocast (torch.sparse has no bf16 CPU product),
+    as the Numba kernels do, so both backends give one loss curve but for the order of
+    their sums; backward included (the losses of later epochs follow the gradients)."""
+    import torch
+
+    from distgnn.nn.backends import NumbaBackend, TorchSparseBackend
+
+    bf16 = dict(epochs=4, seed=2, precision="bf16-mixed")
+    ours, theirs = (losses(run(cora, backend=b, **bf16)) for b in ("torch", "numba"))
+    assert ours == pytest.approx(theirs, rel=1e-4)
+    x = torch.randn(cora.num_nodes, 5).to(torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for reduce in ("sum", "mean", "max"):
+            got, _ = TorchSparseBackend("bf16").spmm(cora.graph, x, reduce)
+            want, _ = NumbaBackend("bf16").spmm(cora.graph, x, reduce)
+            assert got.dtype == want.dtype == torch.float32
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -56,35 +56,89 @@ def predict_parser() -> argparse.ArgumentParser:
 
 
 def model_factory(spec: str):
-    """The function ``MODULE:FUNCTION`` names (``--model-factory``): ``MODULE`` imported as
-    Python imports it, from the current directory too, or a ``.py`` file by its path."""
+    """The function ``MODULE:FUNCTION`` names (``--model-factory``), checked where it is called.
+
+    ``MODULE`` is imported as Python imports it, from the current directory too, or a
+    ``.py`` file by its path, imported as ``python path/to/models.py`` would run it (its
+    folder first on ``sys.path``, so that it imports the modules beside it).  Whatever goes
+    wrong in the user's code (the import fails, the function raises, returns no model or
+    ends the program with ``sys.exit``) is one line naming ``--model-factory`` and the
+    cause (:class:`~distgnn.errors.DistGNNError`), never a traceback, nor a prediction
+    that silently does not happen."""
     import importlib
     import importlib.util
+    import inspect
     import sys
 
-    from ..errors import DistGNNError
+    from ..errors import DistGNNError, one_line
 
+    flag = f"--model-factory {spec}"
     module, sep, name = spec.rpartition(":")
     if not sep or not module or not name.isidentifier():
-        raise DistGNNError(f"--model-factory {spec}: give MODULE:FUNCTION, e.g. "
-                           "my_models:make_model or path/to/models.py:make_model")
+        raise DistGNNError(f"{flag}: give MODULE:FUNCTION, e.g. my_models:make_model or "
+                           "path/to/models.py:make_model")
     try:
         if module.endswith(".py"):
-            found = importlib.util.spec_from_file_location(Path(module).stem, module)
-            if found is None or not Path(module).is_file():
-                raise DistGNNError(f"--model-factory {spec}: no file {module}")
+            path = Path(module)
+            found = importlib.util.spec_from_file_location(path.stem, path)
+            if found is None or not path.is_file():
+                raise DistGNNError(f"{flag}: no file {module}")
+            folder = str(path.resolve().parent)
+            if folder not in sys.path:
+                sys.path.insert(0, folder)  # as `python models.py` has it
             loaded = importlib.util.module_from_spec(found)
-            found.loader.exec_module(loaded)
+            # registered under its name (what dataclasses and pickle look it up by), unless
+            # that names another module already (a models.py beside one's json.py)
+            named = found.name not in sys.modules
+            if named:
+                sys.modules[found.name] = loaded
+            try:
+                found.loader.exec_module(loaded)
+            except BaseException:
+                if named:
+                    sys.modules.pop(found.name, None)
+                raise
         else:
             if "" not in sys.path and os.getcwd() not in sys.path:
                 sys.path.insert(0, os.getcwd())  # as `python -m` would find it
             loaded = importlib.import_module(module)
+    except DistGNNError:
+        raise
     except ImportError as e:
-        raise DistGNNError(f"--model-factory {spec}: cannot import {module} ({e})") from None
+        raise DistGNNError(f"{flag}: cannot import {module} ({e})") from None
+    except SystemExit as e:
+        raise DistGNNError(f"{flag}: importing {module} called sys.exit({e.code!r}); a module "
+                           "that builds models must not end the program") from None
+    except Exception as e:  # noqa: BLE001 -- any error in the user's module is theirs to fix
+        where = f" at line {e.lineno}" if isinstance(e, SyntaxError) and e.lineno else ""
+        raise DistGNNError(f"{flag}: cannot import {module}: {type(e).__name__}{where}: "
+                           f"{one_line(e)}") from None
     factory = getattr(loaded, name, None)
     if not callable(factory):
-        raise DistGNNError(f"--model-factory {spec}: {module} has no function {name}")
-    return factory
+        raise DistGNNError(f"{flag}: {module} has no function {name}")
+    try:
+        inspect.signature(factory).bind(0, 0)
+    except TypeError:
+        raise DistGNNError(f"{flag}: {name}{inspect.signature(factory)} cannot be called as "
+                           f"{name}(in_channels, num_classes)") from None
+    except ValueError:  # a builtin without a signature: its call will tell
+        pass
+
+    def make_model(in_channels: int, num_classes: int):
+        from ..run.training import checked_model
+
+        try:
+            model = factory(in_channels, num_classes)
+        except SystemExit as e:
+            raise DistGNNError(f"{flag}: {name}({in_channels}, {num_classes}) called "
+                               f"sys.exit({e.code!r}) instead of returning a model; nothing "
+                               "was predicted") from None
+        except Exception as e:  # noqa: BLE001 -- the user's function: its error, one line
+            raise DistGNNError(f"{flag}: {name}({in_channels}, {num_classes}) raised "
+                               f"{type(e).__name__}: {one_line(e)}") from None
+        return checked_model(model, flag)
+
+    return make_model
 
 
 @interruptible("distgnn-predict")

@@ -117,13 +117,19 @@ def train_main(argv: list[str] | None = None) -> int:
 
 
 def report(result) -> None:
-    """The run's summary lines: median epoch and phases, best test accuracy."""
-    times = [r["epoch_s"] for r in result.history]
-    phases = {k: statistics.median(r["phases"][k] for r in result.history)
-              for k in result.history[0]["phases"]}
-    print(f"median epoch {statistics.median(times) * 1e3:.1f} ms  ("
-          + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in phases.items() if v) + " ms)")
-    sent = statistics.median(r["bytes_sent_max"] for r in result.history)
+    """The run's summary lines: median epoch and phases, best test accuracy.
+
+    Times and bytes are the median of this run's epochs: a resumed run's history holds the
+    earlier run's too, which may have run on another rank count."""
+    resumed = result.summary.get("resumed_after", 0)
+    own = result.history[resumed:]
+    phases = {k: statistics.median(r["phases"][k] for r in own) for k in own[0]["phases"]}
+    which = (f"this run's {len(own)} epochs (resumed after epoch {resumed})" if resumed
+             else f"{len(own)} epochs")
+    print(f"median epoch {statistics.median(r['epoch_s'] for r in own) * 1e3:.1f} ms over "
+          f"{which}  (" + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in phases.items() if v)
+          + " ms)")
+    sent = statistics.median(r["bytes_sent_max"] for r in own)
     exchange = result.summary.get("exchange")
     if exchange is not None:
         line = (f"split-vertex exchange ({exchange['schedule']}): {sent / 1e6:.2f} MB sent per "

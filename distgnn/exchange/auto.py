@@ -86,18 +86,26 @@ def choice(history: list[dict], wire_s: float = 0.0, ratio: float = 1.0
                               for r in measured)
     epoch_s = statistics.median(r["epoch_s"] for r in measured)
     gain = share * (1 - ratio / EXACT_EVERY) - wire_s / (EXACT_EVERY * epoch_s)
-    epochs = f"epochs {measured[0]['epoch']}-{measured[-1]['epoch']}"
-    cost = (f"; {wire_s:.3f} s per exact epoch on its wire, {ratio:.2f}x the bytes"
-            if wire_s else "")
     made = {"exchange_share": share, "epoch_s": epoch_s, "wire_s": wire_s,
             "wire_ratio": ratio, "gain": gain}
+    # what the choice rests on, as measured: the exchange's share, and the schedule's wire
+    basis = (f"the exact exchange took {_percent(share)} of epochs {measured[0]['epoch']}-"
+             f"{measured[-1]['epoch']}; cd-r's default schedule skips it in up to "
+             f"{_percent(1 - 1 / EXACT_EVERY)} of epochs" + (
+                 f" and its wire sends {ratio:.2f}x cd-0's bytes for {wire_s * 1e3:.0f} ms "
+                 "of encoding and decoding per exact epoch" if wire_s else ""))
     if gain >= GAIN:
         return "cd-r", WARMUP + MEASURED, {**made, "reason": (
-            f"--algo auto: cd-r's default schedule from epoch {WARMUP + MEASURED + 1}: the "
-            f"exact exchange took {share:.0%} of {epochs}, which the schedule skips in up to "
-            f"{1 - 1 / EXACT_EVERY:.0%} of epochs{cost}: about {gain:.0%} of an epoch saved "
-            f"({GAIN:.0%} needed)")}
+            f"--algo auto: cd-r saves about {_percent(gain)} of an epoch here: switching to "
+            f"cd-r's default schedule from epoch {WARMUP + MEASURED + 1} ({basis})")}
+    verdict = ("cd-r would be no faster here" if round(gain * 100) == 0
+               else f"cd-r would save only {_percent(gain)} of an epoch here, less than the "
+                    f"{_percent(GAIN)} that pays for its stale epochs" if gain > 0
+               else f"cd-r would be {_percent(-gain)} slower here")
     return "cd-0", WARMUP + MEASURED, {**made, "reason": (
-        f"--algo auto: cd-0: the exact exchange took {share:.0%} of {epochs}; cd-r's default "
-        f"schedule would skip it in up to {1 - 1 / EXACT_EVERY:.0%} of epochs{cost}: about "
-        f"{gain:.1%} of an epoch saved ({GAIN:.0%} needed)")}
+        f"--algo auto: {verdict}: keeping cd-0 ({basis})")}
+
+
+def _percent(share: float) -> str:
+    """``share`` as a user reads it: ``0.184`` as ``18 %``."""
+    return f"{share * 100:.0f} %"

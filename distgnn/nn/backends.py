@@ -221,11 +221,21 @@ class TorchSparseBackend:
             }
         return graph.cache[key]
 
+    @staticmethod
+    def sparse_product(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``a @ x`` for the sparse ``a`` in ``x``'s dtype, outside autocast: under
+        ``--precision bf16-mixed`` autocast would run it in bf16, which ``torch.sparse`` has
+        no CPU kernel for (the aggregation's precision is the backend's to set)."""
+        with torch.autocast(x.device.type, enabled=False):
+            return torch.sparse.mm(a.to(x.dtype), x)
+
     def spmm(self, graph, x, reduce):
         check_operand(graph, x, reduce)
+        if x.dtype == torch.bfloat16:  # bf16 rows (a product's output under bf16-mixed):
+            x = x.float()  # summed in float32 and returned so, as the Numba kernels do
         t = self.tensors(graph, x.device)
         if reduce in LINEAR:
-            y = torch.sparse.mm(t["A"].to(x.dtype), self.rounded(x, reduce))
+            y = self.sparse_product(t["A"], self.rounded(x, reduce))
             return (y * t["inv_deg"].to(x.dtype) if reduce == "mean" else y), None
         src, dst = t["src"], t["dst"]
         msg = x[src] * t["weight"].to(x.dtype).unsqueeze(1)
@@ -246,7 +256,7 @@ class TorchSparseBackend:
         if reduce in LINEAR:
             if reduce == "mean":
                 grad_y = grad_y * t["inv_deg"].to(grad_y.dtype)
-            return torch.sparse.mm(t["AT"].to(grad_y.dtype), self.rounded(grad_y, reduce))
+            return self.sparse_product(t["AT"], self.rounded(grad_y, reduce))
         weight = None if graph.edge_weight is None else t["weight"]
         return scatter_argreduce_grad(grad_y, arg, t["src"], weight, graph.num_nodes)
 

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 from torch import nn
 
+from ..data.graph import GraphError
 from .aggregate import Neighbourhood
 from .gcn_conv import GCNConv
 from .graph_layer import GraphLayer, glorot
@@ -43,6 +45,15 @@ class GCN2Conv(GraphLayer):
         super().__init__()
         if (theta is None) != (layer is None):
             raise ValueError("give theta and layer together (or neither)")
+        # as --alpha and --theta (distgnn.nn.config): NaN would train to NaN, and theta 0
+        # makes beta 0, a layer whose weights never act
+        if not (isinstance(alpha, numbers.Real) and 0 <= alpha <= 1):
+            raise GraphError(f"GCN2Conv alpha must be in [0, 1], got {alpha!r}")
+        if theta is not None and not (isinstance(theta, numbers.Real) and math.isfinite(theta)
+                                      and theta > 0):
+            raise GraphError(f"GCN2Conv theta must be a finite number > 0, got {theta!r}")
+        if layer is not None and not (isinstance(layer, numbers.Integral) and layer >= 1):
+            raise GraphError(f"GCN2Conv layer must be an integer >= 1, got {layer!r}")
         self.channels, self.alpha, self.theta, self.layer = channels, alpha, theta, layer
         self.beta = 1.0 if theta is None else math.log(theta / layer + 1)
         self.weight1 = nn.Parameter(torch.empty(channels, channels))

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..data.graph import GraphError
 from .aggregate import Neighbourhood
 
 
@@ -31,6 +32,18 @@ class GraphLayer(nn.Module):
     """
 
     key: int | None = None
+
+    def __call__(self, *args, **kwargs):
+        """The module's call, once the graph is known to be one: a layer called as
+        ``conv(h)``, ``conv(None, h)`` or ``conv(h, g)`` is refused in one line naming the
+        call it takes."""
+        g = args[0] if args else kwargs.get("g")
+        if not isinstance(g, Neighbourhood):
+            raise GraphError(f"{type(self).__name__} is called as conv(g, h, ...) with g the "
+                             "graph (a distgnn.Neighbourhood: run.g, or the g that a model's "
+                             f"forward(g, x) receives); its first argument is a "
+                             f"{type(g).__name__}")
+        return super().__call__(*args, **kwargs)
 
 
 def add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

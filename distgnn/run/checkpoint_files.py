@@ -9,6 +9,7 @@ Layout of ``--checkpoint-dir D``::
                                  the replicas are identical)
         rank-00000.pt ...        each rank's RNG states and in-flight cd-r exchange state
     D/.partial-epoch-000045/     a checkpoint being written; never read, removed on failure
+    D/.lock                      locked by the run that writes into D (in_use)
 
 Every file holds torch tensors and plain Python values only and is read with
 ``torch.load(weights_only=True)``, which executes no pickled code.  A checkpoint appears
@@ -33,6 +34,7 @@ cluster), since rank 0 assembles and verifies the manifest of all ranks' files.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -42,6 +44,8 @@ import random
 import re
 import secrets
 import shutil
+import socket
+import time
 from pathlib import Path
 
 import numpy as np
@@ -53,8 +57,10 @@ from ..exchange.config import ExchangeConfig
 from ..storage import (
     OutputError,
     file_head,
+    file_lock,
     free_space_problem,
     fsync_path,
+    pid_alive,
     write_atomic,
 )
 
@@ -71,6 +77,11 @@ MAX_EPOCH = 10**9  # epochs of a checkpoint name: six digits or more, never absu
 MAX_MANIFEST_BYTES = 1 << 26
 # how many of another run's checkpoints a refusal names
 NAMED = 2
+# the file in a checkpoint directory whose lock the run writing into it holds (in_use)
+LOCK = ".lock"
+# how long a run refused the lock waits for its holder to record itself, before it takes
+# the refusal for a filesystem that cannot lock files
+HOLDER_WAIT_S = 0.2
 # the options of the split-vertex exchange, which one process (no split vertices) ignores
 EXCHANGE_FLAGS = frozenset("--" + f.name.replace("_", "-")
                            for f in dataclasses.fields(ExchangeConfig))
@@ -205,7 +216,7 @@ def save(directory: str | Path, epoch: int, comm: Communicator, fingerprint: dic
         all_or_none(comm, write_files)
         digests = _gather_digests(comm, local_bytes)
         all_or_none(comm, publish)
-    except DistGNNError:
+    except BaseException:  # an error, or a stop (a second Ctrl-C) while it was written
         if lead:
             shutil.rmtree(partial, ignore_errors=True)
         raise
@@ -262,6 +273,57 @@ def claim(directory: str | Path, comm: Communicator, run: str | None) -> None:
                                   "another --checkpoint-dir (nothing was removed)")
 
     all_or_none(comm, check)
+
+
+@contextlib.contextmanager
+def in_use(directory: str | Path, comm: Communicator, log=print):
+    """Hold ``directory`` for this run while the block runs (refused while another holds it).
+
+    Collective: refused on every rank.  Two runs checkpointing into one directory at once
+    would remove and half-write each other's checkpoints (they share the
+    ``.partial-epoch-*`` folders).  Rank 0 holds the exclusive
+    :func:`~distgnn.storage.file_lock` of ``DIR/.lock`` (the directory made when missing)
+    for the run's life; a process that ends, or dies, releases it.  Where the lock is
+    refused but the lock file names no holder, or one of this host that is gone, the
+    filesystem cannot lock files: the run goes on after a warning."""
+    directory = Path(directory)
+    lock = directory / LOCK
+    with contextlib.ExitStack() as held:
+        def take():
+            if comm.rank != 0:
+                return
+            directory.mkdir(parents=True, exist_ok=True)
+            if held.enter_context(file_lock(lock, wait_s=0)):
+                return
+            holder = _lock_holder(lock)
+            if holder is None:
+                time.sleep(HOLDER_WAIT_S)  # a holder that has just taken it records itself
+                holder = _lock_holder(lock)
+            if holder is not None:
+                raise CheckpointError(f"{directory} is in use by another run ({holder} holds "
+                                      f"{lock}): wait for it to end, or give another "
+                                      "--checkpoint-dir")
+            log(f"warning: {lock} cannot be locked on this filesystem: a second run started "
+                f"on {directory} meanwhile would not be refused")
+
+        all_or_none(comm, take)
+        yield
+
+
+def _lock_holder(lock: Path) -> str | None:
+    """Who holds ``lock``, as :func:`~distgnn.storage.file_lock`'s holder recorded it (``PID
+    HOST``); ``None`` when none is recorded, or when that is a process of this host that is
+    gone (it holds nothing)."""
+    try:
+        words = lock.read_text(errors="replace").split()
+    except OSError:
+        words = []
+    if len(words) < 2 or not words[0].isdigit():
+        return None
+    pid, host = int(words[0]), words[1]
+    if host == socket.gethostname() and not pid_alive(pid):
+        return None
+    return f"process {pid} on {host}"
 
 
 def _manifest_problem(manifest, path: Path) -> str | None:

@@ -10,6 +10,7 @@ state) or skip the step (``--nan-policy skip``).
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 from typing import Callable
 
@@ -48,6 +49,8 @@ def fingerprinted(cfg: TrainConfig) -> dict:
     options.pop("--exchange-precision", None)
     if cfg.wire != "fp32":
         options["--exchange-precision"] = cfg.wire
+    if options.get("--aggregation-precision") == "fp32":  # given, as it was the default once
+        del options["--aggregation-precision"]
     return options
 
 
@@ -92,6 +95,22 @@ class Checkpointer:
         self.run: str | None = checkpoint.new_run()
         self.last_saved: int | None = None
 
+    @contextlib.contextmanager
+    def in_use(self):
+        """The checkpoint directory, held for this run while the block runs.
+
+        Refused while another run holds it (:func:`distgnn.run.checkpoint_files.in_use`);
+        nothing to hold without one.  Taken after :meth:`resume`'s refusals, which only
+        read the directory, so that a refused run leaves it as it was; claimed again once
+        held, for a run that checkpointed there in between."""
+        directory = self.cfg.checkpoint_dir
+        if not directory:
+            yield
+            return
+        with checkpoint.in_use(directory, self.comm, self.log):
+            checkpoint.claim(directory, self.comm, self.run)
+            yield
+
     def resume(self) -> tuple[int, list, dict, int]:
         """``(start, history, best, since_best)`` of a new or resumed run.
 
@@ -117,6 +136,7 @@ class Checkpointer:
                 self.log(f"no checkpoint in {directory}: starting a new run")
             return 0, [], {}, 0
         self.run, start = found.run, found.epoch
+        all_or_none(self.comm, lambda: self.check_epochs(directory, start))
         path = f"{directory}/{checkpoint.checkpoint_name(start)}"
         history, best, since_best = all_or_none(self.comm, lambda: self.restore(path, found))
         if self.comm.rank == 0:
@@ -124,6 +144,15 @@ class Checkpointer:
                 "" if found.same_layout else f": {self.moved(found.ranks)}"))
         self.last_saved = start
         return start, history, best, since_best
+
+    def check_epochs(self, directory: str, done: int) -> None:
+        """Refuse to resume a checkpoint after ``done`` epochs that ``--epochs`` (the total,
+        the earlier epochs counted) leaves nothing to train after: the run would end at once
+        and give the checkpoint's model as its result."""
+        if done >= self.cfg.epochs:
+            raise DistGNNError(f"{directory}: its newest checkpoint is after epoch {done}, and "
+                               f"--epochs {self.cfg.epochs} counts the earlier epochs: nothing "
+                               f"is left to train; give --epochs above {done} to go on")
 
     def moved(self, ranks: int) -> str:
         """What a resume on another layout says: ``checkpoint of 8 ranks resumed on 4``."""

@@ -102,8 +102,10 @@ class OutputConfig:
                             "otherwise)", action=True)
     save_model: str | None = option(
         None, "the trained model: weights and the configuration that rebuilds them, one file "
-        "torch.load(FILE, weights_only=True) reads; distgnn.load_model(FILE) rebuilds the "
-        "module, distgnn-predict applies it", metavar="FILE")
+        "torch.load(FILE, weights_only=True) reads as a dict, not a bare state_dict: "
+        "distgnn.load_model(FILE) rebuilds the module, model.load_state_dict(torch.load(FILE, "
+        "weights_only=True)[\"state_dict\"]) loads the weights into one's own, "
+        "distgnn-predict applies it", metavar="FILE")
     final_weights: str = option("best", "which weights the model file, predictions and "
                                 "embeddings come from: best (the evaluation of best "
                                 "validation accuracy, whose test accuracy is reported) or "
@@ -266,6 +268,15 @@ class TrainConfig:
         """Refuse, with one line naming the flag, an output that cannot be written or would
         replace what this tool did not write, and a directory to resume from that is none:
         what a run checks at start-up, before any data is read."""
+        # first the directory to resume from: it is the checkpoint directory too unless
+        # --checkpoint-dir is given, and a file there is the flag the user wrote it with
+        if self.resume and not Path(self.resume).is_dir():
+            raise DistGNNError(f"--resume {self.resume}: not a directory of checkpoints (give "
+                               "the directory the run checkpointed into, not a file in it)")
+        if self.resume_if_present and Path(self.resume_if_present).exists() \
+                and not Path(self.resume_if_present).is_dir():
+            raise DistGNNError(f"--resume-if-present {self.resume_if_present}: exists and is "
+                               "not a directory")
         if self.metrics_out:
             check_replaceable(check_output_file(self.metrics_out, "--metrics-out"),
                               is_metrics_file, "a metrics file written by distgnn-train")
@@ -273,14 +284,32 @@ class TrainConfig:
             check_output_dir(self.checkpoint_dir, "--checkpoint-dir")
         check_model_output(self.save_model)
         check_outputs(self.predictions_out, self.embeddings_out)
-        if self.resume and not Path(self.resume).is_dir():
-            raise DistGNNError(f"--resume {self.resume}: not a directory of checkpoints")
-        if self.resume_if_present and Path(self.resume_if_present).exists() \
-                and not Path(self.resume_if_present).is_dir():
-            raise DistGNNError(f"--resume-if-present {self.resume_if_present}: exists and is "
-                               "not a directory")
 
     def check_single_socket(self) -> None:
         """Refuse, for a run on one socket (no partitions, so no split vertices), every
         exchange option away from its default: it would change nothing."""
         self.exchange.check_single_socket()
+
+
+def _document_options() -> None:
+    """Give :class:`TrainConfig` the signature and the list of options its ``**given``
+    hides from ``help()`` and editors: every option keyword-only with its default, then each
+    part, generated from the parts' fields so that neither goes stale."""
+    import inspect
+    import textwrap
+
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    options = [inspect.Parameter(name, keyword, default=default)
+               for name, default in DEFAULTS.items()]
+    parts = [inspect.Parameter(name, keyword, default=None) for name in PARTS]
+    TrainConfig.__signature__ = inspect.Signature(options + parts)
+    listing = "\n".join(
+        textwrap.fill(f"{name} ({cls.__name__}): " + ", ".join(
+            f"{f.name}={f.default!r}" for f in dataclasses.fields(cls)),
+            width=88, initial_indent="    ", subsequent_indent="        ")
+        for name, cls in PARTS.items())
+    TrainConfig.__doc__ = (inspect.cleandoc(TrainConfig.__doc__)
+                           + "\n\nThe options with their defaults, by part:\n\n" + listing)
+
+
+_document_options()

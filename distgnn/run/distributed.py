@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import sys
 import traceback
 from typing import Callable
@@ -28,6 +29,7 @@ from ..comm.watchdog import Watchdog
 from ..errors import DistGNNError
 from ..nn.backends import BACKENDS
 from ..placement import local_size, placement
+from ..signals import Terminated
 from ..timing import PhaseTimer
 from .config import TrainConfig
 from .shard import Shard, partition_shard
@@ -71,7 +73,7 @@ def open_partitions(directory: str, config: TrainConfig | Callable[[], TrainConf
     threads = cfg.threads or threads_per_rank(world)
     configure_threads(threads)
     device, backend = all_or_none(world, lambda: placement(
-        world.rank, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends))
+        world.rank, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends, world.size))
     wait = resolve_wait(cfg.comm_wait, threads, world.host_ranks())
     comm = all_or_none(world, lambda: get_communicator(cfg.comm, device, wait))
     timer = PhaseTimer()
@@ -107,7 +109,8 @@ def run_rank(prog: str, main: Callable[[], int], comm: Communicator | None = Non
 
     ``comm`` is the MPI job by default.  An error all ranks agreed on ends every rank with
     one line and its exit status (2, or 128 + N after stop signal N); any other exception
-    (one rank only, mid-run) is printed and aborts the whole MPI job.
+    (one rank only, mid-run) is printed and aborts the whole MPI job (a stop signal that
+    reached this rank outside the epochs in one line, with status 128 + N).
     """
     comm = comm if comm is not None else MPICommunicator()
     try:
@@ -118,11 +121,17 @@ def run_rank(prog: str, main: Callable[[], int], comm: Communicator | None = Non
                 print(f"{prog}: error: {line}", file=sys.stderr, flush=True)
         return e.exit_status
     except BaseException as e:  # noqa: B036 -- KeyboardInterrupt must also release the peers
+        stop = (signal.SIGINT if isinstance(e, KeyboardInterrupt)
+                else e.signum if isinstance(e, Terminated) else None)
         if isinstance(e, (DistGNNError, OSError)):
             print(f"{prog}: error: rank {comm.rank}: {e}", file=sys.stderr, flush=True)
+        elif stop is not None:  # a stop signal to this rank, outside the epochs
+            print(f"{prog}: rank {comm.rank}: {signal.Signals(stop).name} received; aborting "
+                  "the job", file=sys.stderr, flush=True)
         else:
             print(f"{prog}: rank {comm.rank} failed; aborting the job", file=sys.stderr)
             traceback.print_exc()
             sys.stderr.flush()
-        comm.abort(2 if isinstance(e, (DistGNNError, OSError)) else 1)
+        comm.abort(2 if isinstance(e, (DistGNNError, OSError))
+                   else 1 if stop is None else 128 + stop)
         raise

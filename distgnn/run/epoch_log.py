@@ -20,8 +20,9 @@ MPI's algorithm: once per step with 2 ranks), and ``skipped_step`` for a step sk
 beside its path while the run goes on and replaces it only when the run ends in order
 (:class:`~distgnn.storage.AtomicStream`). The best evaluation is the one with the highest
 validation accuracy (ties: lower validation loss). A run that ends in order appends one
-summary record, ``{"summary": true, "epochs", "best_epoch", "train_acc", "val_acc",
-"test_acc", "longest_loss_rise", "weights", "saved"}``: the epochs run, the best
+summary record, ``{"summary": true, "epochs", "resumed_after", "best_epoch", "train_acc",
+"val_acc", "test_acc", "longest_loss_rise", "weights", "saved"}``: the epochs run, the
+epochs of the checkpoint the run resumed from (0 for a new run: its own epochs follow), the best
 evaluation's epoch and accuracies, the most consecutive epochs whose training loss went up,
 which weights the results come from and ``{what: path}`` of the model, predictions and
 embeddings written; with split vertices also ``"exchange"``: :func:`exchange_summary`.
@@ -235,7 +236,7 @@ class EpochLog:
         without one)."""
         best = self.best
         self.summary = {"summary": True, "epochs": self.history[-1]["epoch"],
-                        "best_epoch": best.get("epoch"),
+                        "resumed_after": self.start, "best_epoch": best.get("epoch"),
                         **{k: best.get(k) for k in ("train_acc", "val_acc", "test_acc")},
                         "longest_loss_rise": longest_rise([r["loss"] for r in self.history]),
                         "weights": weights, "saved": saved}

@@ -57,6 +57,10 @@ def check_logits(logits, shard: Shard, classes: int | None = None) -> None:
                            f"[{', '.join(map(str, logits.shape))}], expected [{want[0]}, "
                            f"{want[1]}]: a row per vertex and a column per class (make_model "
                            f"gets the number of classes, {want[1]}, as its second argument)")
+    if not logits.is_floating_point():  # no gradient flows through integers
+        raise DistGNNError(f"the model returned logits of type {logits.dtype}: they must be "
+                           "floating point scores, through which the loss has a gradient "
+                           "(return the last layer's output before any rounding or argmax)")
 
 
 @torch.no_grad()

@@ -38,7 +38,7 @@ from .memory import process_mib
 from .replicas import rank_statistics
 from .saved_model import read_model_file
 from .shard import Shard, dataset_shard
-from .training import ModelFactory, configure_threads
+from .training import ModelFactory, checked_model, configure_threads
 
 # a training run's choices that inference does not make its own: it exchanges exactly, in
 # fp32, once per layer, runs where this process is told to, and times no SpMM plans (one
@@ -53,6 +53,9 @@ def saved_config(saved: dict, **overrides) -> TrainConfig:
     """The :class:`TrainConfig` a model file (:func:`~distgnn.run.saved_model.read_model_file`'s
     dict) was trained with, with ``overrides``."""
     fields = {k: v for k, v in saved["config"].items() if k in OWNER}
+    if fields.get("precision") == "bf16-mixed" and fields.get("aggregation_precision") == "fp32":
+        # a file written when fp32 was the default, which bf16-mixed overrode: as trained
+        fields["aggregation_precision"] = None
     try:
         return TrainConfig(**{**fields, **overrides})
     except TypeError as e:
@@ -67,7 +70,7 @@ def _build(path: str | Path, saved: dict, cfg: TrainConfig,
                            "(distgnn-predict --model-factory MODULE:FUNCTION)")
     f, c = int(saved["num_features"]), int(saved["num_classes"])
     torch.manual_seed(cfg.seed)  # buffers a factory draws; the weights are overwritten
-    model = (make_model(f, c) if make_model is not None
+    model = (checked_model(make_model(f, c)) if make_model is not None
              else build_model(cfg.network, f, c, cfg.recompute))
     model = model.to(getattr(torch, cfg.dtype))
     try:
@@ -91,7 +94,9 @@ def load_model(path: str | Path, make_model: ModelFactory | None = None) -> torc
     configuration; a user's model needs its factory again:
     ``make_model(in_channels, num_classes)``, as given to :func:`distgnn.train`.  Call it as
     ``model(g, x)`` with features normalised as the file's ``config["feature_norm"]`` says,
-    or let :func:`predict` do both.
+    or let :func:`predict` do both.  (The file is a dict of the weights and what rebuilds
+    them, :mod:`distgnn.run.saved_model`: a module built by hand takes
+    ``torch.load(path, weights_only=True)["state_dict"]``, not the whole file.)
     """
     saved = read_model_file(path)
     return _build(path, saved, saved_config(saved, **INFERENCE), make_model)

@@ -149,7 +149,8 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
     """The whole graph of ``data`` as the single rank's shard, on its device; with
     ``cfg.reorder``, relabelled in that locality order (logged), its global ids being
     ``data``'s."""
-    device, backend = placement(0, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends)
+    device, backend = placement(0, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends,
+                                ranks=1)
     check_precision(cfg.precision, device)
     memory.return_freed_blocks()
     memory.require(cfg.network, cfg.exchange, cfg.execution, data.num_nodes,

@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import inspect
+import reprlib
 import time
 from typing import Callable
 
@@ -52,8 +54,8 @@ from .replicas import ReplicaSync
 from .saved_model import save_model
 from .shard import Shard, dataset_shard, in_precision
 
-__all__ = ["ModelFactory", "TrainResult", "configure_threads", "fit", "model_and_optimizer",
-           "train"]
+__all__ = ["ModelFactory", "TrainResult", "checked_model", "configure_threads", "fit",
+           "model_and_optimizer", "train"]
 
 
 @dataclasses.dataclass
@@ -103,13 +105,32 @@ def place_model(cfg: TrainConfig, shard: Shard, make_model: ModelFactory | None 
                 ) -> torch.nn.Module:
     """The model alone (see :func:`model_and_optimizer`)."""
     torch.manual_seed(cfg.seed)
-    make = make_model or (lambda f, c: build_model(cfg.network, f, c, cfg.recompute))
-    model = make(shard.num_features, shard.num_classes)
-    if not isinstance(model, torch.nn.Module):
-        raise DistGNNError(f"make_model returned a {type(model).__name__}, not a "
-                           "torch.nn.Module")
+    if make_model is None:
+        model = build_model(cfg.network, shard.num_features, shard.num_classes, cfg.recompute)
+    else:
+        model = checked_model(make_model(shard.num_features, shard.num_classes))
     model = model.to(shard.x.device, shard.x.dtype)
     prepare(model, shard.nbr, cfg.bf16_aggregation)
+    return model
+
+
+def checked_model(model, who: str = "make_model") -> torch.nn.Module:
+    """``model``, what the model factory ``who`` returned, if distgnn can call it.
+
+    That is, as ``model(g, x)``; else one line naming ``who``: not a ``torch.nn.Module``
+    (``None``, a number), or a PyTorch Geometric model as it is, whose ``forward`` takes
+    ``edge_index`` (:func:`distgnn.distribute` makes one callable as ``model(g, x)``)."""
+    if not isinstance(model, torch.nn.Module):
+        raise DistGNNError(f"{who} returned {reprlib.repr(model)} ({type(model).__name__}), "
+                           "not a torch.nn.Module")
+    try:
+        takes = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # a forward without a signature: its call will tell
+        takes = {}
+    if "edge_index" in takes:
+        raise DistGNNError(f"{who} returned a {type(model).__name__} whose forward takes "
+                           "edge_index, as a PyTorch Geometric model does; distgnn calls "
+                           "model(g, x): return distgnn.distribute(model)")
     return model
 
 
@@ -244,73 +265,74 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
     sync = ReplicaSync(model, comm)
     sync.broadcast_parameters()
     checkpoints = Checkpointer(cfg, comm, model, optimizer, shard, log)
-    run = EpochLog(cfg.epochs, *checkpoints.resume(), lead=comm.rank == 0,
-                   metrics_out=cfg.metrics_out, progress=cfg.progress, patience=cfg.patience,
-                   log=log)
-    num_train = training_vertices(shard, comm)
-    exchange, ended = shard.nbr.exchange, False
-    arena = epoch_arena(cfg, shard, comm, log)
-    all_or_none(comm, run.open)
-    try:
-        with StopRequests(watch_launcher=comm.size > 1) as stop:
-            for epoch in range(run.start, cfg.epochs):
-                timer.reset()
-                started, faults = time.perf_counter(), minor_faults()
-                sent, exact = exchange.total_bytes_sent, exchange.exact_bytes
-                with in_arena(arena, "train"):
-                    loss, bad = step(model, optimizer, shard, sync, num_train, epoch, timer)
-                    if checkpoints.step_allowed(bad, epoch, run):
-                        with timer("optimizer"):
-                            optimizer.step()
-                if arena and epoch == run.start:
-                    keep_freed_blocks()  # what malloc still serves, reused from now on
-                    planned = arena.stats()
-                    if comm.rank == 0:
-                        log(f"memory arena: {format_bytes(planned.slab_bytes)} planned for "
-                            f"{planned.planned} of the epoch's {planned.blocks} large blocks")
-                synchronize(shard.x.device)
-                record, signum = epoch_record(comm, EpochStats(
-                    epoch=epoch, loss=loss, seconds=time.perf_counter() - started,
-                    phases=phase_seconds(timer), bytes_sent=exchange.total_bytes_sent - sent,
-                    exact_bytes=exchange.exact_bytes - exact,
-                    exact_exchange=exchange.exact_epoch(epoch),
-                    allreduce_bytes=sync.step_bytes, stop=stop.request(), skipped=bad,
-                    page_faults=minor_faults() - faults))
-                exchange.observe(epoch, loss)
-                chose = exchange.decide([*run.history, record])  # --algo auto, once
-                if chose is not None:
-                    record["exchange_choice"] = {"algo": exchange.chosen,
-                                                 **exchange.choice_made}
-                    if arena and exchange.chosen != "cd-0":  # other blocks: plan them anew
-                        arena.release()
-                    if comm.rank == 0:
-                        log(chose)
-                if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
-                    with in_arena(arena, "eval"):
-                        record.update(evaluate(model, shard, comm, cfg.roc_auc))
-                run.add(record, model)
-                if watchdog is not None:
-                    watchdog.arm()
-                checkpoints.after_epoch(epoch + 1, signum, run)
-                if run.stalled:
-                    if comm.rank == 0:
-                        log(f"early stop at epoch {epoch + 1}: no validation improvement in "
-                            f"{cfg.patience} evaluations")
-                    break
-        run.summarize(cfg.final_weights,
-                      write_results(cfg, model, shard, comm, run, make_model is not None),
-                      exchange.describe(cfg.exchange_schedule)
-                      if exchange.combines_clones else None)
-        ended = True
-    except (Stopped, NonFiniteLoss):
-        ended = True
-        raise
-    finally:
-        exchange.finish()
-        run.close(ended)
-        if arena:  # the slab is this run's: the process may go on to other work
-            arena.release()
-    return TrainResult(run.history, run.best, model, run.summary)
+    resumed = checkpoints.resume()
+    with checkpoints.in_use():  # refused while another run writes there
+        run = EpochLog(cfg.epochs, *resumed, lead=comm.rank == 0, metrics_out=cfg.metrics_out,
+                       progress=cfg.progress, patience=cfg.patience, log=log)
+        num_train = training_vertices(shard, comm)
+        exchange, ended = shard.nbr.exchange, False
+        arena = epoch_arena(cfg, shard, comm, log)
+        all_or_none(comm, run.open)
+        try:
+            with StopRequests(watch_launcher=comm.size > 1) as stop:
+                for epoch in range(run.start, cfg.epochs):
+                    timer.reset()
+                    started, faults = time.perf_counter(), minor_faults()
+                    sent, exact = exchange.total_bytes_sent, exchange.exact_bytes
+                    with in_arena(arena, "train"):
+                        loss, bad = step(model, optimizer, shard, sync, num_train, epoch, timer)
+                        if checkpoints.step_allowed(bad, epoch, run):
+                            with timer("optimizer"):
+                                optimizer.step()
+                    if arena and epoch == run.start:
+                        keep_freed_blocks()  # what malloc still serves, reused from now on
+                        planned = arena.stats()
+                        if comm.rank == 0:
+                            log(f"memory arena: {format_bytes(planned.slab_bytes)} planned for "
+                                f"{planned.planned} of the epoch's {planned.blocks} large blocks")
+                    synchronize(shard.x.device)
+                    record, signum = epoch_record(comm, EpochStats(
+                        epoch=epoch, loss=loss, seconds=time.perf_counter() - started,
+                        phases=phase_seconds(timer), bytes_sent=exchange.total_bytes_sent - sent,
+                        exact_bytes=exchange.exact_bytes - exact,
+                        exact_exchange=exchange.exact_epoch(epoch),
+                        allreduce_bytes=sync.step_bytes, stop=stop.request(), skipped=bad,
+                        page_faults=minor_faults() - faults))
+                    exchange.observe(epoch, loss)
+                    chose = exchange.decide([*run.history, record])  # --algo auto, once
+                    if chose is not None:
+                        record["exchange_choice"] = {"algo": exchange.chosen,
+                                                     **exchange.choice_made}
+                        if arena and exchange.chosen != "cd-0":  # other blocks: plan them anew
+                            arena.release()
+                        if comm.rank == 0:
+                            log(chose)
+                    if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
+                        with in_arena(arena, "eval"):
+                            record.update(evaluate(model, shard, comm, cfg.roc_auc))
+                    run.add(record, model)
+                    if watchdog is not None:  # its limit on slow ranks follows the epochs
+                        watchdog.arm(record["epoch_s"])
+                    checkpoints.after_epoch(epoch + 1, signum, run)
+                    if run.stalled:
+                        if comm.rank == 0:
+                            log(f"early stop at epoch {epoch + 1}: no validation improvement in "
+                                f"{cfg.patience} evaluations")
+                        break
+            run.summarize(cfg.final_weights,
+                          write_results(cfg, model, shard, comm, run, make_model is not None),
+                          exchange.describe(cfg.exchange_schedule)
+                          if exchange.combines_clones else None)
+            ended = True
+        except (Stopped, NonFiniteLoss):
+            ended = True
+            raise
+        finally:
+            exchange.finish()
+            run.close(ended)
+            if arena:  # the slab is this run's: the process may go on to other work
+                arena.release()
+        return TrainResult(run.history, run.best, model, run.summary)
 
 
 def train(data: NodeDataset, cfg: TrainConfig, log: Callable[[str], None] = print,

@@ -8,13 +8,24 @@ or a Numba error shows as itself: each fails a case that expects status 2.
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.helpers.hostile import Case, both, data, partition, user_file, write_npz
+from tests.helpers.hostile import (
+    Case,
+    Outcome,
+    both,
+    data,
+    partition,
+    tool,
+    user_file,
+    write_npz,
+)
 
 PRELUDE = """\
 import sys
@@ -24,7 +35,7 @@ from distgnn.nn.aggregate import Neighbourhood
 from distgnn.nn.backends import get_backend
 from distgnn.errors import DistGNNError
 from distgnn.data.graph import CSRGraph
-from distgnn.nn import MLP, GATConv, GCNConv, GINConv, KeyedDropout
+from distgnn.nn import MLP, GATConv, GCN2Conv, GCNConv, GINConv, KeyedDropout
 
 rng = np.random.default_rng(0)
 
@@ -357,3 +368,246 @@ def model_and_partitions(tmp, run):
 add(Case(23, "distgnn.predict on partitions returns each vertex on one rank",
          on_ranks(2, PREDICT_ON_RANKS, "{tmp}/m.pt", "{tmp}/p"), model_and_partitions,
          status=0))
+
+
+# 25. silently wrong: a model trained on partitions whose ranks compute differently, an
+# argument dropped, edge weights unread without a word
+PYG_ON_RANKS = """\
+import sys
+import torch
+import torch.nn.functional as F
+from torch import nn
+import torch_geometric.nn as gnn
+from torch_geometric.utils import dropout_edge
+import distgnn
+import distgnn.pyg
+from distgnn.run.distributed import run_rank
+from distgnn.nn import GCNConv
+
+
+class Noisy(nn.Module):
+    def __init__(self, features, classes):
+        super().__init__()
+        self.conv = gnn.GCNConv(features, classes)
+
+    def forward(self, x, edge_index):
+        if self.training:
+            x = x + 0.1 * torch.randn_like(x)
+        return self.conv(x, edge_index)
+
+
+class DropEdge(Noisy):
+    def forward(self, x, edge_index):
+        edge_index, _ = dropout_edge(edge_index, p=0.3, training=self.training)
+        return self.conv(x, edge_index)
+
+
+class Centred(Noisy):
+    def __init__(self, features, classes):
+        super().__init__(features, classes)
+        self.register_buffer("centre", torch.zeros(features))
+
+    def forward(self, x, edge_index):
+        if self.training:
+            self.centre = x.mean(0)  # of this rank's vertices only
+        return self.conv(x - self.centre, edge_index)
+
+
+class RowMask(nn.Module):
+    def __init__(self, features, classes):
+        super().__init__()
+        self.conv = GCNConv(features, classes)
+
+    def forward(self, g, x):
+        keep = (torch.rand(x.shape[0], 1) > 0.2).to(x.dtype)
+        return self.conv(g, x * keep)
+
+
+model = {"Noisy": Noisy, "DropEdge": DropEdge, "Centred": Centred}.get(sys.argv[2])
+make = (lambda f, c: distgnn.pyg.distribute(model(f, c))) if model else RowMask
+config = distgnn.TrainConfig(epochs=2, threads=1, progress=False)
+sys.exit(run_rank("pyg", lambda: distgnn.train(sys.argv[1], config, make) and 0))
+"""
+for name, model, says in [
+        ("a PyG model adding torch.randn_like noise", "Noisy", "random number generator"),
+        ("a PyG model calling dropout_edge", "DropEdge", "in place of dropout_edge"),
+        ("a model of one's own masking rows with torch.rand", "RowMask", "KeyedDropout"),
+        ("a PyG model keeping its rank's mean features in a buffer", "Centred",
+         "buffer centre differs between ranks")]:
+    add(Case(25, f"{name}, on 2 ranks", on_ranks(2, PYG_ON_RANKS, "{tmp}/p", model),
+             both(data(n=200), lambda t, r: partition(r, t / "d.npz", 2, t / "p")),
+             says=says, lines=2))
+
+PYG_MODELS = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+import torch_geometric.nn as gnn
+import distgnn.pyg
+
+
+class Net(nn.Module):
+    def __init__(self, f=8, c=3):
+        super().__init__()
+        self.conv = gnn.GCNConv(f, c)
+
+    def forward(self, x, edge_index, edge_weight=None):
+        return self.conv(x, edge_index, edge_weight)
+
+
+class NeedsAttr(nn.Module):
+    def __init__(self, f=8, c=3):
+        super().__init__()
+        self.conv = gnn.GINEConv(nn.Linear(f, c), edge_dim=1)
+
+    def forward(self, x, edge_index, edge_attr):
+        return self.conv(x, edge_index, edge_attr)
+"""
+
+
+def pyg_api(body: str):
+    """``body`` after :data:`PYG_MODELS`, in :func:`python_api`'s program."""
+    return python_api(PYG_MODELS + textwrap.dedent(body).strip() + "\n")
+
+
+add(Case(25, "distribute(edge_weight=) naming no argument of forward", pyg_api("""
+             distgnn.pyg.distribute(Net(), edge_weight="nonexistent")
+             """), says="edge_weight='nonexistent'"))
+
+
+def says_once(text: str):
+    def check(tmp, outcome):
+        said = (outcome.stdout + outcome.stderr).count(text)
+        assert said == 1, f"{text!r} said {said} times"
+    return check
+
+
+add(Case(25, "model gat on a graph with edge weights", python_api("""
+             import torch
+             from torch_geometric.data import Data
+             from tests.helpers.pyg_models import weighted_graph
+             gat = distgnn.TrainConfig(model="gat", epochs=1, progress=False, threads=1)
+             distgnn.train(weighted_graph(n=60, e=300), gat, log=quiet)
+             """), status=0, check=says_once("GAT has no edge-weight term")))
+add(Case(25, "GCN2Conv with alpha NaN",
+         api("out = GCN2Conv(8, alpha=float('nan'), theta=0.5, layer=1)(nbr, torch.rand(30, 8), "
+             "torch.rand(30, 8))\n"), says="alpha must be in [0, 1]"))
+add(Case(25, "GCN2Conv with theta 0 (beta 0: weights that never act)",
+         api("out = GCN2Conv(8, alpha=0.1, theta=0.0, layer=1)(nbr, torch.rand(30, 8), "
+             "torch.rand(30, 8))\n"), says="theta must be a finite number > 0"))
+
+
+# 26. a traceback or an unclear line: the Python API and PyG models
+for name, body, says in [
+        ("distribute(distribute(model))", "distgnn.pyg.distribute(distgnn.pyg.distribute(Net()))",
+         "distributed already"),
+        ("a to_hetero model", """
+         from torch_geometric.nn import SAGEConv, to_hetero
+         class Plain(nn.Module):
+             def __init__(self):
+                 super().__init__()
+                 self.conv = SAGEConv((-1, -1), 4)
+             def forward(self, x, edge_index):
+                 return self.conv(x, edge_index)
+         distgnn.pyg.distribute(to_hetero(Plain(), (["a"], [("a", "to", "a")])))
+         """, "to_hetero"),
+        ("a PyG model whose forward needs edge_attr", "distgnn.pyg.distribute(NeedsAttr())",
+         "edge_weight='edge_attr'"),
+        ("a plain PyG model given to distgnn.train",
+         "distgnn.train('cora', cfg, lambda f, c: Net(f, c), log=quiet)",
+         "distribute(model)"),
+        ("a plain PyG model given to run.place", """
+         run = distgnn.setup('cora', cfg, log=quiet)
+         run.place(Net(run.num_features, run.num_classes))
+         """, "distribute(model)"),
+        ("make_model giving int logits", """
+         class Rounded(nn.Module):
+             def __init__(self, f, c):
+                 super().__init__()
+                 self.conv = distgnn.nn.GCNConv(f, c)
+             def forward(self, g, x):
+                 return self.conv(g, x).round().long()
+         import distgnn.nn
+         distgnn.train('cora', cfg, Rounded, log=quiet)
+         """, "logits of type torch.int64"),
+        ("make_model giving a model without parameters", """
+         class Slice(nn.Module):
+             def __init__(self, f, c):
+                 super().__init__()
+                 self.c = c
+             def forward(self, g, x):
+                 return x[:, :self.c]
+         distgnn.train('cora', cfg, Slice, log=quiet)
+         """, "nothing to train")]:
+    add(Case(26, name, pyg_api(body), says=says))
+
+for name, body, says in [
+        ("num_nodes a dict", "distgnn.from_pyg(Data(edge_index=ei, num_nodes={'a': 2}))",
+         "num_nodes is a dict"),
+        ("x on the meta device",
+         "distgnn.from_pyg(Data(edge_index=ei, x=torch.ones(2, 3, device='meta')))",
+         "meta device"),
+        ("a sparse x", "distgnn.from_pyg(Data(edge_index=ei, x=torch.ones(2, 3).to_sparse()))",
+         "x.to_dense()")]:
+    add(Case(26, f"distgnn.from_pyg with {name}", python_api(f"""
+             import torch
+             from torch_geometric.data import Data
+             ei = torch.tensor([[0, 1], [1, 0]])
+             {body}
+             """), says=says))
+add(Case(26, "GCNConv called with None for the graph",
+         api("out = GCNConv(8, 4)(None, torch.rand(30, 8))\n"), says="conv(g, h, ...)"))
+
+BATCH_NORM = """\
+import sys
+from torch import nn
+import torch_geometric.nn as gnn
+import distgnn
+import distgnn.pyg
+
+
+class Normed(nn.Module):
+    def __init__(self, features, classes):
+        super().__init__()
+        self.conv, self.norm = gnn.GCNConv(features, classes), nn.BatchNorm1d(classes)
+
+    def forward(self, x, edge_index):
+        return self.norm(self.conv(x, edge_index))
+
+
+config = distgnn.TrainConfig(epochs=2, threads=1, progress=False)
+distgnn.train(sys.argv[1], config, lambda f, c: distgnn.pyg.distribute(Normed(f, c)))
+"""
+
+
+def script(tmp: Path, run, code: str, *argv) -> list[str]:
+    """``code`` written as ``tmp/script.py``; the command that runs it with ``argv``."""
+    path = tmp / "script.py"
+    path.write_text(run.prelude + code)
+    return [sys.executable, str(path), *map(str, argv)]
+
+
+def as_process(tmp, run, command) -> Outcome:
+    proc = subprocess.run(command, env=run.env(), capture_output=True, text=True, timeout=300,
+                          cwd=run.root)
+    return Outcome(proc.returncode, proc.stdout, proc.stderr)
+
+
+# a user's script ending in the library's refusal: one line, in one process and on 2 ranks
+# under mpi4py's runner (which aborts the job on any exception)
+add(Case(26, "a PyG model with BatchNorm, a script in one process",
+         lambda tmp, run: as_process(tmp, run, script(tmp, run, BATCH_NORM, tmp / "d.npz")),
+         data(n=200), status=1, says="script.py: error: norm (BatchNorm1d)"))
+add(Case(26, "a PyG model with BatchNorm, a script on 2 ranks under python -m mpi4py",
+         lambda tmp, run: run.mpi_command(2, [
+             sys.executable, "-m", "mpi4py", *script(tmp, run, BATCH_NORM, tmp / "p")[1:]]),
+         both(data(n=200), lambda t, r: partition(r, t / "d.npz", 2, t / "p")),
+         status=1, says="torch.nn.LayerNorm"))
+add(Case(26, "help(distgnn.TrainConfig) names no option", python_api("""
+             import inspect
+             signature = inspect.signature(distgnn.TrainConfig)
+             for name in ("hidden", "lr", "algo", "save_model", "network"):
+                 assert name in signature.parameters, name
+             assert signature.parameters["epochs"].default == 200
+             assert "epochs=200" in distgnn.TrainConfig.__doc__
+             """), status=0))

@@ -17,11 +17,14 @@ from tests.helpers.hostile import (
     Case,
     Outcome,
     both,
+    checkpoint_run,
     data,
+    interrupt,
     mpi_train,
     partition,
     resume_case,
     tool,
+    user_file,
     write_npz,
 )
 
@@ -287,3 +290,230 @@ add(Case(19, "distgnn-predict with a model of fewer classes than the labels",
          tool("predict", "{tmp}/m.pt", "--dataset", "{tmp}/five.npz"),
          both(trained_model(), data("five.npz", y=np.arange(60) % 5)), status=0,
          check=warned_of_classes))
+
+
+# 24. leftovers after a signal: a stop removes what the writer made beside its target
+def signalled(tool_name: str, argv: tuple, hook: str, signals: tuple = (signal.SIGTERM,),
+              after: bool = True):
+    """``tool_name`` with ``argv`` as a process whose function ``hook`` (``module:name``)
+    sends it ``signals``, in turn, once the real function returned (``after``) or before
+    it runs: a signal that lands while a writer is in the middle of its work, every time.
+    SIGINT is a foreground process's (Python's handler), whatever the suite's shell did."""
+    module, name = hook.split(":")
+    entry_module, entry = ENTRY[tool_name]
+
+    def go(tmp, run):
+        code = (run.prelude + "import importlib, os, time\n"
+                f"target = importlib.import_module({module!r})\n"
+                f"real = getattr(target, {name!r})\n"
+                "def hooked(*args, **kwargs):\n"
+                f"    out = real(*args, **kwargs) if {after} else None\n"
+                f"    for s in {[int(s) for s in signals]}:\n"
+                "        os.kill(os.getpid(), s)\n"
+                "        time.sleep(0.2)\n"
+                "    time.sleep(5)  # a stop's exception comes here\n"
+                f"    return out if {after} else real(*args, **kwargs)\n"
+                f"setattr(target, {name!r}, hooked)\n"
+                f"from {entry_module} import {entry}; sys.exit({entry}(sys.argv[1:]))")
+        proc = subprocess.run([sys.executable, "-c", code,
+                               *[str(a).replace("{tmp}", str(tmp)) for a in argv]],
+                              env=run.env(), capture_output=True, text=True, timeout=300,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        return Outcome(proc.returncode, proc.stdout, proc.stderr)
+    return go
+
+
+def nothing_hidden_in(*folders):
+    """A check that no hidden file or folder (a writer's ``.NAME.tmp-PID...``, a checkpoint
+    being written) is left in ``folders`` (relative to the case's directory)."""
+    def check(tmp, outcome):
+        left = [str(p.relative_to(tmp)) for folder in folders
+                for p in (tmp / folder).glob(".*") if not p.name.endswith(".lock")]
+        assert not left, f"left behind: {left}"
+    return check
+
+
+SIGTERM_143 = dict(status=128 + signal.SIGTERM, says="stopped by SIGTERM")
+add(Case(24, "SIGTERM while distgnn-predict writes a .csv",
+         signalled("predict", ("{tmp}/m.pt", "--dataset", "{tmp}/d.npz", "--predictions-out",
+                               "{tmp}/p.csv"), "distgnn.run.vertex_outputs:_write_csv"),
+         trained_model(), check=nothing_hidden_in("."), **SIGTERM_143))
+add(Case(24, "SIGTERM while distgnn-predict writes an .npz",
+         signalled("predict", ("{tmp}/m.pt", "--dataset", "{tmp}/d.npz", "--predictions-out",
+                               "{tmp}/p.npz"), "distgnn.run.vertex_outputs:_write_npz"),
+         trained_model(), check=nothing_hidden_in("."), **SIGTERM_143))
+add(Case(24, "SIGTERM while distgnn-train writes its predictions",
+         signalled("train", ("--dataset", "{tmp}/d.npz", "--predictions-out", "{tmp}/p.csv",
+                             *TRAIN_QUICK), "distgnn.run.vertex_outputs:_write_csv"),
+         data(), check=nothing_hidden_in("."), **SIGTERM_143))
+add(Case(24, "SIGTERM while the model file is written",
+         signalled("train", ("--dataset", "{tmp}/d.npz", "--save-model", "{tmp}/m.pt",
+                             *TRAIN_QUICK), "distgnn.storage:_commit", after=False),
+         data(), check=nothing_hidden_in("."), keep=("m.pt",), **SIGTERM_143))
+add(Case(24, "Ctrl-C twice while a checkpoint is written",
+         signalled("train", ("--dataset", "{tmp}/d.npz", "--checkpoint-dir", "{tmp}/ck",
+                             *TRAIN_QUICK), "distgnn.run.checkpoint_files:write_atomic",
+                   (signal.SIGINT, signal.SIGINT)),
+         data(), status=130, says="interrupted (Ctrl-C)", check=nothing_hidden_in("ck"),
+         lines=2))  # the first Ctrl-C's answer, then the last line
+
+
+def subprocess_outcome(run, code: str, argv: list) -> Outcome:
+    """``code`` as a program of this tree, a foreground process for SIGINT."""
+    proc = subprocess.run(run.code_command(code, argv), env=run.env(), capture_output=True,
+                          text=True, timeout=300,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return Outcome(proc.returncode, proc.stdout, proc.stderr)
+
+
+# 7. Ctrl-C: a second one while the program ends is ignored, never a traceback
+add(Case(7, "Ctrl-C again while the last line is printed", lambda tmp, run: subprocess_outcome(
+    run, "import os, signal, time\n"
+         "import distgnn.cli.train as cli\n"
+         "class Pressed:  # stderr, where each line written brings a Ctrl-C\n"
+         "    def write(self, text):\n"
+         "        os.kill(os.getpid(), signal.SIGINT)\n"
+         "        time.sleep(0.2)\n"
+         "        return sys.__stderr__.write(text)\n"
+         "    def flush(self):\n"
+         "        sys.__stderr__.flush()\n"
+         "def load(*args, **kwargs):  # the first Ctrl-C, while the data is read\n"
+         "    sys.stderr = Pressed()\n"
+         "    os.kill(os.getpid(), signal.SIGINT)\n"
+         "    time.sleep(5)\n"
+         "cli.load_dataset = load\n"
+         "sys.exit(cli.train_main(sys.argv[1:]))\n",
+    ["--dataset", "cora", *TRAIN_QUICK]), status=130, says="interrupted (Ctrl-C)"))
+add(Case(7, "Ctrl-C twice at once while starting up",
+         interrupt([signal.SIGINT, signal.SIGINT], False, wait_epochs=0), status=130,
+         says="interrupted"))
+
+
+# 18. a second run into the checkpoint directory a run is writing into, refused at once
+def second_run_into_one_checkpoint_dir(tmp, run):
+    write_npz(tmp / "d.npz")
+    first = run.popen("train", ["--dataset", tmp / "d.npz", "--epochs", 10**6, "--threads", 1,
+                                "--no-progress", "--checkpoint-dir", tmp / "ck",
+                                "--checkpoint-every", 10**6])
+    try:
+        while (line := first.stdout.readline()) and not line.startswith("epoch "):
+            pass
+        return run("train", ["--dataset", tmp / "d.npz", "--checkpoint-dir", tmp / "ck",
+                             *TRAIN_QUICK])
+    finally:
+        first.kill()
+        first.communicate(timeout=60)
+
+
+add(Case(18, "two runs into one checkpoint directory at once",
+         second_run_into_one_checkpoint_dir, says="is in use by another run (process"))
+
+
+# 25. silently wrong: a flag dropped, or a result given without a word
+add(Case(25, "--resume of a checkpoint past --epochs",
+         tool("train", "--dataset", "{tmp}/d.npz", "--resume", "{tmp}/ck", "--epochs", 2,
+              "--no-progress", "--threads", 1),
+         lambda tmp, run: checkpoint_run(run, tmp, 4), says="give --epochs above 4"))
+add(Case(25, "--resume of a checkpoint at --epochs",
+         tool("train", "--dataset", "{tmp}/d.npz", "--resume-if-present", "{tmp}/ck",
+              "--epochs", 4, "--no-progress", "--threads", 1),
+         lambda tmp, run: checkpoint_run(run, tmp, 4), says="nothing is left to train"))
+add(Case(25, "--aggregation-precision fp32 under --precision bf16-mixed",
+         tool("train", "--dataset", "{tmp}/d.npz", "--precision", "bf16-mixed",
+              "--aggregation-precision", "fp32", *TRAIN_QUICK), data(),
+         says="--aggregation-precision fp32 cannot apply"))
+add(Case(25, "--rank-backends naming a rank of a one-process run",
+         tool("train", "--dataset", "{tmp}/d.npz", "--rank-backends", "1:torch", *TRAIN_QUICK),
+         data(), says="--rank-backends names rank 1, but the run has one process"))
+add(Case(25, "--rank-devices for a rank the job lacks",
+         mpi_train("--partitions", "{tmp}/p", "--rank-devices", "5:cpu", *TRAIN_QUICK),
+         partitions(), says="--rank-devices names rank 5, but the run has 2 ranks"))
+
+
+def median_of_this_run(tmp, outcome):
+    """The summary's median epoch is the resumed run's own epochs' (5 and 6), and says so."""
+    from distgnn.run.epoch_log import read_metrics
+
+    records, _ = read_metrics(tmp / "m.jsonl")
+    own = sorted(r["epoch_s"] for r in records if r["epoch"] > 4)
+    line = next(line for line in outcome.stdout.splitlines() if line.startswith("median"))
+    assert line.startswith(f"median epoch {(own[0] + own[1]) / 2 * 1e3:.1f} ms over this "
+                           "run's 2 epochs (resumed after epoch 4)"), line
+
+
+add(Case(25, "the summary of a resumed run",
+         tool("train", "--dataset", "{tmp}/d.npz", "--resume", "{tmp}/ck", "--epochs", 6,
+              "--metrics-out", "{tmp}/m.jsonl", "--no-progress", "--threads", 1),
+         lambda tmp, run: checkpoint_run(run, tmp, 4), status=0, check=median_of_this_run))
+
+
+def wrote_file(rel: str):
+    """A check that the run wrote ``rel``."""
+    def check(tmp, outcome):
+        assert (tmp / rel).is_file(), f"no {rel}"
+    return check
+
+def factory(rel: str, text: str):
+    """A model file trained on ``d.npz`` and the user's factory module ``rel``."""
+    return both(trained_model(), user_file(rel, text))
+
+
+def predict_with(spec: str, *more):
+    return tool("predict", "{tmp}/m.pt", "--dataset", "{tmp}/d.npz", "--model-factory",
+                spec, *more)
+
+
+BUILT_IN = ("from distgnn.nn.config import ModelConfig, build_model\n\n\n"
+            "def make(f, c):\n    return build_model(ModelConfig(), f, c)\n")
+add(Case(25, "--model-factory that calls sys.exit(0)",
+         predict_with("{tmp}/exits.py:make", "--predictions-out", "{tmp}/p.csv"),
+         factory("exits.py", "import sys\n\n\ndef make(f, c):\n    sys.exit(0)\n"),
+         says="called sys.exit(0) instead of returning a model", check=nothing_at("p.csv")))
+
+# 26. one line where a traceback or an unclear line was
+add(Case(26, "--resume given a file of a checkpoint",
+         tool("train", "--dataset", "{tmp}/d.npz", "--resume",
+              "{tmp}/ck/epoch-000002/manifest.json", "--epochs", 4, "--no-progress",
+              "--threads", 1),
+         lambda tmp, run: checkpoint_run(run, tmp, 2), says="--resume "))
+add(Case(26, "--model-factory a .py path that imports a module beside it",
+         predict_with("{tmp}/beside.py:make", "--predictions-out", "{tmp}/p.csv"),
+         both(factory("beside.py", "from beside_helper import make  # noqa: F401\n"),
+              user_file("beside_helper.py", BUILT_IN)), status=0, check=wrote_file("p.csv")))
+for name, rel, text, says in [
+        ("that raises", "raises.py", "def make(f, c):\n    raise ValueError('no such width')\n",
+         "make(8, 3) raised ValueError: no such width"),
+        ("that returns None", "none.py", "def make(f, c):\n    pass\n", "returned None"),
+        ("that returns an int", "number.py", "def make(f, c):\n    return 3\n",
+         "returned 3 (int)"),
+        ("of the wrong signature", "signature.py", "def make(f):\n    return None\n",
+         "cannot be called as make(in_channels, num_classes)"),
+        ("with a syntax error", "syntax.py", "def make(f, c)\n    return None\n",
+         "SyntaxError at line 1"),
+        ("whose import fails", "imports.py", "import no_such_package_of_models\n",
+         "cannot import"),
+        ("whose module raises", "module_raises.py", "raise RuntimeError('config missing')\n",
+         "RuntimeError: config missing"),
+        ("returning a PyG model as it is", "plain_pyg.py",
+         "from torch_geometric.nn import GCN\n\n\ndef make(f, c):\n"
+         "    return GCN(f, 16, 2, c)\n", "return distgnn.distribute(model)")]:
+    add(Case(26, f"--model-factory {name}", predict_with(f"{{tmp}}/{rel}:make"),
+             factory(rel, text), says=says))
+
+
+def on_bf16_cpus(inner):
+    """``inner``, on a CPU with bf16 units (``--precision bf16-mixed`` refuses others)."""
+    def go(tmp, run):
+        import pytest
+
+        from distgnn.placement import cpu_has_bf16
+
+        if not cpu_has_bf16():
+            pytest.skip("needs a CPU with bf16 units")
+        return inner(tmp, run)
+    return go
+
+
+add(Case(26, "--precision bf16-mixed on the torch backend", on_bf16_cpus(
+    tool("train", "--dataset", "{tmp}/d.npz", "--precision", "bf16-mixed", "--backend",
+         "torch", *TRAIN_QUICK)), data(), status=0))
