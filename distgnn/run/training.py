@@ -119,7 +119,7 @@ def checked_model(model, who: str = "make_model") -> torch.nn.Module:
 
     That is, as ``model(g, x)``; else one line naming ``who``: not a ``torch.nn.Module``
     (``None``, a number), or a PyTorch Geometric model as it is, whose ``forward`` takes
-    ``edge_index`` (:func:`distgnn.distribute` makes one callable as ``model(g, x)``)."""
+    ``edge_index`` (:func:`distgnn.pyg.distribute` makes one callable as ``model(g, x)``)."""
     if not isinstance(model, torch.nn.Module):
         raise DistGNNError(f"{who} returned {reprlib.repr(model)} ({type(model).__name__}), "
                            "not a torch.nn.Module")
@@ -130,7 +130,7 @@ def checked_model(model, who: str = "make_model") -> torch.nn.Module:
     if "edge_index" in takes:
         raise DistGNNError(f"{who} returned a {type(model).__name__} whose forward takes "
                            "edge_index, as a PyTorch Geometric model does; distgnn calls "
-                           "model(g, x): return distgnn.distribute(model)")
+                           "model(g, x): return distgnn.pyg.distribute(model)")
     return model
 
 

@@ -496,7 +496,7 @@ for name, rel, text, says in [
          "RuntimeError: config missing"),
         ("returning a PyG model as it is", "plain_pyg.py",
          "from torch_geometric.nn import GCN\n\n\ndef make(f, c):\n"
-         "    return GCN(f, 16, 2, c)\n", "return distgnn.distribute(model)")]:
+         "    return GCN(f, 16, 2, c)\n", "return distgnn.pyg.distribute(model)")]:
     add(Case(26, f"--model-factory {name}", predict_with(f"{{tmp}}/{rel}:make"),
              factory(rel, text), says=says))
 
