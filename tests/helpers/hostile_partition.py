@@ -345,28 +345,20 @@ add(Case(22, "stream: a live run's work folder is left alone",
 
 
 # 24. leftovers and orphans after a signal or a failed start
-# ``distgnn-partition`` (its argv) held while it writes the second partition of an in-memory
-# cut (its temporary directory and lock file exist), after saying "held" on stdout
-HELD_WRITE = ("import sys, time\nfrom partition import write\nfrom partition.cli import main\n"
-              "parts = write.partition_arrays\n"
-              "def held(*args, **kw):\n"
-              "    for k, item in enumerate(parts(*args, **kw)):\n"
-              "        if k == 1:\n"
-              "            print('held', flush=True)\n"
-              "            time.sleep(600)\n"
-              "        yield item\n"
-              "write.partition_arrays = held\n"
-              "sys.exit(main(sys.argv[1:]))\n")
 
 
 def terminated_while_writing(out: str, *extra):
     """An in-memory cut into ``{tmp}/OUT`` that gets SIGTERM while it writes the
     partitions."""
     def go(tmp, run):
-        from tests.helpers.partitions import start_held
+        from tests.helpers.partitions import held_second_item, start_held
 
+        # held while it writes the second partition of an in-memory cut (its temporary
+        # directory and lock file exist)
+        held = ("import sys, time\nfrom partition import write\nfrom partition.cli import main\n"
+                + held_second_item("write.partition_arrays") + "sys.exit(main(sys.argv[1:]))\n")
         argv = [tmp / "d.npz", "--parts", 2, "--out", tmp / out, "--no-progress", *extra]
-        proc = start_held(run.code_command(HELD_WRITE, argv), run.env())
+        proc = start_held(run.code_command(held, argv), run.env())
         proc.send_signal(signal.SIGTERM)
         said, err = proc.communicate(timeout=120)
         return Outcome(proc.returncode, said, err)

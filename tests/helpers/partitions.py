@@ -19,6 +19,19 @@ from partition.stats import counts_from_layout, summarize
 from partition.vertex_cut import vertex_cut
 from partition.write import write_dataset
 
+def held_second_item(generator: str) -> str:
+    """Python lines that replace the generator function ``generator`` (``module.name``) by
+    one that says "held" on stdout and waits before its second item."""
+    return (f"parts = {generator}\n"
+            "def held(*args, **kw):\n"
+            "    for k, item in enumerate(parts(*args, **kw)):\n"
+            "        if k == 1:\n"
+            "            print('held', flush=True)\n"
+            "            time.sleep(600)\n"
+            "        yield item\n"
+            f"{generator} = held\n")
+
+
 # A program running ``distgnn-partition`` (its argv) that stops where the stream is held: in
 # pass 3 ("assign"), after the first partition was written ("write"), or once the directory
 # is in place ("written"), says "held" on stdout and waits there, so that a signal arrives
@@ -34,14 +47,7 @@ HELD_STREAM = {
               "    print('held', flush=True)\n"
               "    time.sleep(600)\n"
               "stream.GreedyStream.assign = held\n",
-    "write": "parts = stream.streamed_part_arrays\n"
-             "def held(*args, **kw):\n"
-             "    for k, item in enumerate(parts(*args, **kw)):\n"
-             "        if k == 1:\n"
-             "            print('held', flush=True)\n"
-             "            time.sleep(600)\n"
-             "        yield item\n"
-             "stream.streamed_part_arrays = held\n"}
+    "write": held_second_item("stream.streamed_part_arrays")}
 
 
 def held_stream_code(at: str) -> str:
