@@ -95,7 +95,8 @@ def train(source: Source, config: Config = None, make_model: ModelFactory | None
         return train_partitions(str(source), config if callable(config) else _config(config),
                                 make_model, log)
     cfg = _config(config)
-    cfg.check_paths()  # before the data is read
+    cfg.check_single_socket()  # before the data is read
+    cfg.check_paths()
     return train_whole(_dataset(source, cfg), cfg, log, make_model)
 
 

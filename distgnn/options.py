@@ -31,6 +31,25 @@ def flag_of(field: dataclasses.Field) -> str:
     return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
 
 
+def changed_options(part, only: tuple[str, ...] | None = None) -> list[str]:
+    """The options of the dataclass instance ``part`` (those named in ``only``, if given)
+    away from their defaults, each as a command line gives it (``--delay 3``,
+    ``--no-backward-exchange``): what a refusal of options that would change nothing names."""
+    given = []
+    for field in dataclasses.fields(part):
+        value = getattr(part, field.name)
+        if only is not None and field.name not in only or value == field.default:
+            continue
+        flag = flag_of(field)
+        if field.metadata.get("action") is True:  # a switch with a --no- form
+            given.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, bool):  # a one-way switch: its flag is the change
+            given.append(flag)
+        else:
+            given.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+    return given
+
+
 def add_options(group, cls, only: tuple[str, ...] | None = None, defaults=None) -> None:
     """Add to ``group`` (a parser or an argument group) the flag of every field of the
     dataclass ``cls`` (those named in ``only``, if given), defaulting to ``defaults``'s

@@ -111,6 +111,19 @@ def synchronize(device: torch.device | str) -> None:
         torch.cuda.synchronize(device)
 
 
+def check_ranks_named(devices: dict[int, str], backends: dict[int, str], ranks: int) -> None:
+    """Refuse a rank that ``--rank-devices`` or ``--rank-backends`` (parsed:
+    :func:`parse_per_rank`) names but a run of ``ranks`` ranks lacks: a choice for no rank
+    would be dropped without a word."""
+    for flag, named in (("--rank-devices", devices), ("--rank-backends", backends)):
+        absent = sorted(r for r in named if r >= ranks)
+        if absent:
+            job = ("one process (rank 0)" if ranks == 1
+                   else f"{ranks} ranks (0-{ranks - 1})")
+            raise DistGNNError(f"{flag} names rank {', '.join(map(str, absent))}, but the run "
+                               f"has {job}: name ranks that exist")
+
+
 def placement(rank: int, device: str, backend: str, rank_devices: str | None = None,
               rank_backends: str | None = None, ranks: int | None = None
               ) -> tuple[torch.device, str]:
@@ -119,13 +132,8 @@ def placement(rank: int, device: str, backend: str, rank_devices: str | None = N
     ``--rank-backends`` must exist: a choice for no rank would be dropped without a word."""
     devices = parse_per_rank(rank_devices, "--rank-devices", DEVICES)
     backends = parse_per_rank(rank_backends, "--rank-backends", BACKEND_CHOICES)
-    for flag, named in (("--rank-devices", devices), ("--rank-backends", backends)):
-        absent = sorted(r for r in named if ranks is not None and r >= ranks)
-        if absent:
-            job = ("one process (rank 0)" if ranks == 1
-                   else f"{ranks} ranks (0-{ranks - 1})")
-            raise DistGNNError(f"{flag} names rank {', '.join(map(str, absent))}, but the run "
-                               f"has {job}: name ranks that exist")
+    if ranks is not None:
+        check_ranks_named(devices, backends, ranks)
     d = devices.get(rank, device)
     b = backends.get(rank, backend)
     if d == "auto" and b == "numba":  # the Numba kernels run on CPUs: auto means the CPU
@@ -220,6 +228,14 @@ class ExecutionConfig:
                                "and keeps bf16 activations; --aggregation-precision fp32 "
                                "cannot apply under it: leave that flag out, or use "
                                "--precision fp32")
+
+    def check_single_socket(self) -> None:
+        """Refuse, for a run on one socket (one process: rank 0), a per-rank choice for a rank
+        other than 0.  Rank 0's is that process's, as it would be in a job (``--rank-devices
+        0:cpu`` keeps it on the CPU where ``auto`` would take a GPU), so it stays allowed."""
+        check_ranks_named(parse_per_rank(self.rank_devices, "--rank-devices", DEVICES),
+                          parse_per_rank(self.rank_backends, "--rank-backends",
+                                         BACKEND_CHOICES), 1)
 
     @property
     def bf16_aggregation(self) -> bool:

@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import types
@@ -18,6 +19,18 @@ from tests.helpers import fuzz_report
 
 # The suite's own imports (torch and the rest) come with the fixtures and test modules that
 # use them: the controller of a parallel run (-n) imports only this file and starts at once.
+
+
+@pytest.fixture(autouse=True)
+def stop_signal_handlers():
+    """SIGINT's and SIGTERM's handlers as they were before each test: an entry point run in
+    this process that ended on a stop leaves SIGINT ignored (the process is meant to exit),
+    and children started later would inherit that."""
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in handlers.items():
+        if handler is not None and signal.getsignal(s) is not handler:
+            signal.signal(s, handler)
 
 
 @pytest.fixture(scope="session")

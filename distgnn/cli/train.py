@@ -85,6 +85,8 @@ def train_main(argv: list[str] | None = None) -> int:
         check_outputs_spare_inputs(args, {f"--{flag}": getattr(args, flag.replace("-", "_"))
                                           for flag in OUTPUT_FLAGS})
         cfg = TrainConfig(**{name: getattr(args, name) for name in OWNER})
+        if not args.partitions:  # before the data is read
+            cfg.check_single_socket()
         cfg.check_paths()
         return cfg
 

@@ -6,7 +6,7 @@ import dataclasses
 import numbers
 
 from ..errors import DistGNNError
-from ..options import option
+from ..options import changed_options, option
 from .watchdog import DEFAULT_TIMEOUT_S, SLOW_WAIT_FACTOR
 
 COMMUNICATORS = ("auto", "mpi", "gloo", "nccl", "ccl")
@@ -18,7 +18,8 @@ MAX_COMM_TIMEOUT_S = 365 * 24 * 3600
 
 @dataclasses.dataclass
 class CommConfig:
-    """The communicator of a run on partitions."""
+    """The communicator of a run on partitions (one socket has none: its options away from
+    their defaults are refused there, :meth:`check_single_socket`)."""
 
     comm: str = option("auto", "communicator: mpi (mpi4py on host buffers; GPU tensors are "
                        "staged through pinned memory), gloo, nccl (every rank on a GPU) or ccl "
@@ -52,3 +53,11 @@ class CommConfig:
         if self.comm_wait == "sleep" and self.comm not in ("auto", "mpi"):
             raise DistGNNError(f"--comm-wait sleep applies to the mpi communicator; {self.comm} "
                                "waits in torch.distributed's own way")
+
+    def check_single_socket(self) -> None:
+        """Refuse, for a run on one socket (one process, no peer to talk to or wait for),
+        every option away from its default: it would change nothing."""
+        given = changed_options(self)
+        if given:
+            raise DistGNNError(f"{given[0]} applies to --partitions (the communicator between "
+                               "ranks); one socket has no other rank to communicate with")

@@ -6,7 +6,7 @@ import dataclasses
 import numbers
 
 from ..errors import DistGNNError
-from ..options import option
+from ..options import changed_options, option
 from .ordering import CHOICES as ORDER_CHOICES
 
 FEATURE_NORMS = ("row", "none")
@@ -41,3 +41,11 @@ class DataConfig:
         if (not isinstance(self.split, numbers.Integral) or isinstance(self.split, bool)
                 or self.split < 0):
             raise DistGNNError(f"--split must be an integer >= 0, got {self.split!r}")
+
+    def check_single_socket(self) -> None:
+        """Refuse, for a run on one socket, ``--no-verify``: it skips the checks of partition
+        files, and a dataset has none (it would change nothing)."""
+        given = changed_options(self, only=("verify",))
+        if given:
+            raise DistGNNError(f"{given[0]} applies to --partitions (the checksums of each "
+                               "rank's files); a dataset has none to verify")

@@ -7,7 +7,7 @@ import math
 import numbers
 
 from ..errors import DistGNNError
-from ..options import option
+from ..options import changed_options, option
 from .wire import PRECISIONS
 
 ALGORITHMS = ("cd-0", "cd-r", "0c", "auto")
@@ -105,14 +105,10 @@ class ExchangeConfig:
     def check_single_socket(self) -> None:
         """Refuse, for a run on one socket (no partitions, so no split vertices), every
         option away from its default: it would change nothing."""
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if value != field.default:
-                flag = "--" + field.name.replace("_", "-")
-                shown = f"{flag} {value}" if not isinstance(value, bool) else (
-                    flag if value else f"--no-{flag[2:]}")
-                raise DistGNNError(f"{shown} applies to --partitions (split vertices "
-                                   "exchange partials); one socket has none to exchange")
+        given = changed_options(self)
+        if given:
+            raise DistGNNError(f"{given[0]} applies to --partitions (split vertices exchange "
+                               "partials); one socket has none to exchange")
 
     @property
     def default_schedule(self) -> bool:

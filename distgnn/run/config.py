@@ -34,7 +34,7 @@ from ..data.config import DataConfig
 from ..errors import DistGNNError
 from ..exchange.config import ExchangeConfig
 from ..nn.config import ModelConfig
-from ..options import option
+from ..options import changed_options, option
 from ..placement import ExecutionConfig
 from ..storage import (
     check_distinct_outputs,
@@ -131,6 +131,13 @@ class OutputConfig:
         if self.final_weights not in FINAL_WEIGHTS:
             raise DistGNNError(f"--final-weights must be one of {', '.join(FINAL_WEIGHTS)}, "
                                f"got {self.final_weights!r}")
+        if self.final_weights != "best" and all(  # ("" is refused as empty, validate())
+                path is None for path in (self.save_model, self.predictions_out,
+                                          self.embeddings_out)):
+            raise DistGNNError(f"--final-weights {self.final_weights} chooses the weights "
+                               "--save-model, --predictions-out and --embeddings-out write "
+                               "(the test accuracy reported is the best evaluation's "
+                               "anyway); without one of them it would change nothing")
         if self.embeddings_layer != -1 and not self.embeddings_out:
             raise DistGNNError("--embeddings-layer chooses what --embeddings-out writes; "
                                "without --embeddings-out it would change nothing")
@@ -170,6 +177,12 @@ class CheckpointConfig:
         resumed = self.resume or self.resume_if_present
         if resumed and not self.checkpoint_dir:  # a resumed run goes on checkpointing
             self.checkpoint_dir = resumed
+        given = changed_options(self, only=("checkpoint_every", "keep"))
+        if given and self.checkpoint_dir is None:  # ("" is refused as empty, validate())
+            raise DistGNNError(f"{given[0]} applies to checkpoints, and without "
+                               "--checkpoint-dir (or --resume, --resume-if-present, which "
+                               "checkpoint into their directory) the run writes none: give "
+                               "one, or leave the flag out")
 
 
 # name -> the part's class, in the order of --help's groups
@@ -286,9 +299,11 @@ class TrainConfig:
         check_outputs(self.predictions_out, self.embeddings_out)
 
     def check_single_socket(self) -> None:
-        """Refuse, for a run on one socket (no partitions, so no split vertices), every
-        exchange option away from its default: it would change nothing."""
-        self.exchange.check_single_socket()
+        """Refuse, for a run on one socket (no partitions: no split vertices, no other rank,
+        no partition files), every option that applies only on partitions, each part its
+        own: it would change nothing."""
+        for part in ("exchange", "communication", "data", "execution"):
+            self.parts[part].check_single_socket()
 
 
 def _document_options() -> None:

@@ -52,7 +52,10 @@ INFERENCE = {"kernel_trial": False, "algo": "cd-0", "delay": None, "smoothing": 
 def saved_config(saved: dict, **overrides) -> TrainConfig:
     """The :class:`TrainConfig` a model file (:func:`~distgnn.run.saved_model.read_model_file`'s
     dict) was trained with, with ``overrides``."""
-    fields = {k: v for k, v in saved["config"].items() if k in OWNER}
+    # what the training run wrote and checkpointed is its own (the paths are not in the
+    # file, and what chose among them, e.g. --final-weights, would apply to nothing here)
+    fields = {k: v for k, v in saved["config"].items()
+              if k in OWNER and OWNER[k] not in ("outputs", "checkpoints")}
     if fields.get("precision") == "bf16-mixed" and fields.get("aggregation_precision") == "fp32":
         # a file written when fp32 was the default, which bf16-mixed overrode: as trained
         fields["aggregation_precision"] = None
