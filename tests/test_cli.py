@@ -71,6 +71,24 @@ def test_reorder_is_for_a_dataset_and_takes_a_known_order(tmp_path):
     assert_one_line_error(train("--reorder", "metis"), "--reorder")
 
 
+def test_options_of_partitions_and_of_checkpoints_are_refused_before_the_data_is_read(
+        tmp_path):
+    """On a dataset, the communicator's, verify's and a second rank's options are refused
+    before the dataset is read (the missing file is not what is said), as are the checkpoint
+    options without a checkpoint directory; rank 0's own choice is taken (the run goes on to
+    the missing file)."""
+    missing = tmp_path / "nope.npz"
+    for flags, said in [(("--comm-timeout", 5), "--comm-timeout 5 applies to --partitions"),
+                        (("--comm-wait", "sleep"), "--comm-wait sleep applies to --partitions"),
+                        (("--no-verify",), "--no-verify applies to --partitions"),
+                        (("--rank-backends", "1:torch"), "--rank-backends names rank 1"),
+                        (("--keep", 3), "--keep 3 applies to checkpoints")]:
+        assert_one_line_error(train("--dataset", missing, *flags), said)
+    assert_one_line_error(train("--dataset", missing, "--rank-devices", "0:cpu"), str(missing))
+    assert_one_line_error(train("--dataset", missing, "--keep", 3, "--resume-if-present",
+                                tmp_path / "ck"), str(missing))
+
+
 def test_missing_checkpoint(tmp_path):
     assert_one_line_error(train("--epochs", 1, "--resume", tmp_path / "x"),
                           "--resume", "not a directory of checkpoints")

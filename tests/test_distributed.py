@@ -604,22 +604,23 @@ def test_a_checkpoint_of_four_open_mpi_ranks_resumes_on_two_mpich_ranks_and_one_
     """Killed (ended) after 10 of 20 epochs on 4 ranks under the default MPI, resumed on 2
     ranks under MPICH and in one process: the final weights are the uninterrupted run's
     (1e-5 relative, float32), and each resume says what it accepted."""
-    common = ["--epochs", "20", "--threads", "1", "--no-progress", "--final-weights", "last"]
+    common = ["--epochs", "20", "--threads", "1", "--no-progress"]
+    last = ["--final-weights", "last", "--save-model"]  # the model file of the last epoch
 
     def weights(name):
         saved = torch.load(tmp_path / f"{name}.pt", weights_only=True)["state_dict"]
         return torch.cat([v.flatten() for v in saved.values()])
 
-    whole, _ = mpirun(4, [TRAIN, "--partitions", cora_dirs[4], *common,
-                          "--save-model", tmp_path / "whole.pt"])
+    whole, _ = mpirun(4, [TRAIN, "--partitions", cora_dirs[4], *common, *last,
+                          tmp_path / "whole.pt"])
     assert whole.returncode == 0, whole.stdout + whole.stderr
     first, _ = mpirun(4, [TRAIN, "--partitions", cora_dirs[4], *common, "--epochs", "10",
                           "--checkpoint-dir", tmp_path / "ck"])
     assert first.returncode == 0, first.stdout + first.stderr
     shutil.copytree(tmp_path / "ck", tmp_path / "ck1")
-    two, _ = mpirun(2, [TRAIN, "--partitions", cora_dirs[2], *common, "--save-model",
+    two, _ = mpirun(2, [TRAIN, "--partitions", cora_dirs[2], *common, *last,
                         tmp_path / "two.pt", "--resume", tmp_path / "ck"], mpi=mpi)
-    one, _ = run_command([TRAIN, "--dataset", "cora", *common, "--save-model",
+    one, _ = run_command([TRAIN, "--dataset", "cora", *common, *last,
                           tmp_path / "one.pt", "--resume", tmp_path / "ck1"])
     for proc, said in ((two, "checkpoint of 4 ranks resumed on 2 ranks"),
                        (one, "checkpoint of 4 ranks resumed on one process")):

@@ -110,11 +110,49 @@ def test_roc_auc_is_the_share_of_correctly_ordered_pairs(seed):
     (dict(algo="cd-r", delay=3), "--algo cd-r applies to --partitions"),
     (dict(exchange_precision="bf16"), "--exchange-precision bf16 applies to --partitions"),
     (dict(backward_exchange=False), "--no-backward-exchange applies to --partitions"),
+    (dict(comm_timeout=5), "--comm-timeout 5 applies to --partitions"),
+    (dict(comm_timeout=0.5), "--comm-timeout 0.5 applies to --partitions"),
+    (dict(comm="mpi"), "--comm mpi applies to --partitions"),
+    (dict(comm_wait="sleep"), "--comm-wait sleep applies to --partitions"),
+    (dict(verify=False), "--no-verify applies to --partitions"),
+    (dict(rank_devices="0:cpu,1:cpu"), "--rank-devices names rank 1, but the run has one"),
+    (dict(checkpoint_every=5), "--checkpoint-every 5 applies to checkpoints, and without "
+                               "--checkpoint-dir"),
+    (dict(checkpoint_every=0), "--checkpoint-every 0 applies to checkpoints"),
+    (dict(keep=3), "--keep 3 applies to checkpoints"),
+    (dict(final_weights="last"), "--final-weights last chooses the weights --save-model"),
 ])
 def test_model_flags_that_cannot_make_a_run_are_refused(cora, flags, message):
     """Each refused with one line naming the flag, before any training."""
     with pytest.raises(DistGNNError, match=message):
         run(cora, epochs=1, **flags)
+
+
+def test_options_of_partitions_are_refused_on_one_socket_before_the_data_is_read(tmp_path):
+    """``distgnn.train`` and ``distgnn.setup`` on a dataset path refuse a communicator option
+    before reading it: the path does not exist, and the refusal names the flag, not it."""
+    import distgnn
+
+    for call in (distgnn.train, distgnn.setup):
+        with pytest.raises(DistGNNError, match="--comm-timeout 5 applies to --partitions"):
+            call(str(tmp_path / "absent.npz"), TrainConfig(comm_timeout=5), log=lambda s: None)
+
+
+def test_what_applies_as_given_is_kept(cora, tmp_path):
+    """The defaults given explicitly, rank 0's own device and backend on one process (it is
+    that process's, and moves it: here onto the torch backend), and the checkpoint and
+    output options with what they apply to, are accepted."""
+    from distgnn.run.shard import dataset_shard
+    from distgnn.timing import PhaseTimer
+
+    cfg = TrainConfig(comm="auto", comm_timeout=20, verify=True, rank_devices="0:cpu",
+                      rank_backends="0:torch", progress=False)
+    cfg.check_single_socket()
+    shard = dataset_shard(cora, cfg, PhaseTimer(), log=lambda s: None)
+    assert shard.nbr.backend.name == "torch" and shard.x.device.type == "cpu"
+    resumed = TrainConfig(resume_if_present=str(tmp_path / "ck"), checkpoint_every=3, keep=4)
+    assert resumed.checkpoint_dir == str(tmp_path / "ck")
+    assert TrainConfig(final_weights="last", predictions_out=str(tmp_path / "p.csv"))
 
 
 @pytest.mark.parametrize("flags", [{}, {"model": "gat", "heads": 2, "hidden": 8}])

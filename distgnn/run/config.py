@@ -153,9 +153,10 @@ class CheckpointConfig:
         "non-finite step stops the run. Under MPI it must be one directory every rank sees",
         metavar="DIR")
     checkpoint_every: int = option(10, "epochs between checkpoints (0: only at the end and on "
-                                   "a stop)", type=int, metavar="K")
+                                   "a stop); with a checkpoint directory only", type=int,
+                                   metavar="K")
     keep: int = option(2, "checkpoints to keep (older ones are removed after a new one is "
-                       "complete)", type=int, metavar="N")
+                       "complete); with a checkpoint directory only", type=int, metavar="N")
     resume: str | None = option(
         None, "continue from the newest intact checkpoint in DIR (refused if it comes from "
         "other data, another model shape or exchange algorithm; on another rank count or "

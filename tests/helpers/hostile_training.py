@@ -4,10 +4,13 @@ under MPI, huge values reaching arithmetic."""
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import resource
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -267,6 +270,41 @@ add(Case(19, "an empty metrics path from Python", lambda tmp, run: run.python(
     says="--metrics-out: the value is empty"))
 
 
+
+def nothing_read(tmp, outcome):
+    """A check that the refusal came before the data was read (no summary of it printed)."""
+    assert not outcome.stdout.strip(), outcome.stdout
+
+
+# what applies only on partitions, refused on one process by the part that knows it; what
+# applies only to checkpoints or outputs, refused without them
+for name, flags, says in [
+        ("--comm-timeout on one process", ("--comm-timeout", 5),
+         "--comm-timeout 5 applies to --partitions"),
+        ("--comm mpi on one process", ("--comm", "mpi"), "--comm mpi applies to --partitions"),
+        ("--comm-wait sleep on one process", ("--comm-wait", "sleep"),
+         "--comm-wait sleep applies to --partitions"),
+        ("--no-verify on one process", ("--no-verify",), "--no-verify applies to --partitions"),
+        ("--checkpoint-every without a checkpoint directory", ("--checkpoint-every", 5),
+         "--checkpoint-every 5 applies to checkpoints, and without --checkpoint-dir"),
+        ("--keep without a checkpoint directory", ("--keep", 3),
+         "--keep 3 applies to checkpoints, and without --checkpoint-dir"),
+        ("--final-weights last without an output", ("--final-weights", "last"),
+         "--final-weights last chooses the weights --save-model")]:
+    add(Case(19, name, tool("train", "--dataset", "{tmp}/d.npz", *flags, *TRAIN_QUICK), data(),
+             says=says, check=nothing_read))
+add(Case(19, "--comm-timeout on one process from Python", lambda tmp, run: run.python(
+    "import sys\nimport distgnn\n"
+    "try:\n    distgnn.train('cora', distgnn.TrainConfig(epochs=1, comm_timeout=5))\n"
+    "except distgnn.DistGNNError as e:\n    print(e, file=sys.stderr); sys.exit(2)\n"),
+    says="--comm-timeout 5 applies to --partitions", check=nothing_read))
+add(Case(19, "distgnn-predict of a model trained with --final-weights last and checkpoints",
+         tool("predict", "{tmp}/m.pt", "--dataset", "{tmp}/d.npz"),
+         both(data(), tool("train", "--dataset", "{tmp}/d.npz", "--save-model", "{tmp}/m.pt",
+                           "--final-weights", "last", "--checkpoint-dir", "{tmp}/ck",
+                           "--checkpoint-every", 1, "--keep", 1, *TRAIN_QUICK)), status=0))
+
+
 def nan_weights(tmp, run):
     import torch
 
@@ -356,6 +394,106 @@ add(Case(24, "Ctrl-C twice while a checkpoint is written",
                    (signal.SIGINT, signal.SIGINT)),
          data(), status=130, says="interrupted (Ctrl-C)", check=nothing_hidden_in("ck"),
          lines=2))  # the first Ctrl-C's answer, then the last line
+
+
+def _proc_text(pid: int, name: str) -> str:
+    """``/proc/PID/NAME`` with NULs as spaces ("" once the process is gone or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _identity(pid: int) -> tuple[int, str] | None:
+    """``(pid, start time)``: a process, not a number the kernel may give another later;
+    ``None`` once it is gone or a zombie (dead, only not yet reaped)."""
+    stat = _proc_text(pid, "stat")
+    if not stat:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else (pid, fields[19])
+
+
+def _children(pid: int) -> list[int]:
+    """The children of every thread of ``pid``."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    return [int(c) for t in tasks for c in _proc_text(pid, f"task/{t}/children").split()]
+
+
+def _job_ranks(marker: str) -> dict[int, int]:
+    """``{rank: pid}`` of the processes started by mpirun whose command line holds
+    ``marker``."""
+    ranks = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and marker in _proc_text(int(entry), "cmdline"):
+            found = re.search(r"(?:^| )OMPI_COMM_WORLD_RANK=(\d+)",
+                              _proc_text(int(entry), "environ"))
+            if found:
+                ranks[int(found.group(1))] = int(entry)
+    return ranks
+
+
+def kill_9_of_one_rank(tmp, run):
+    """``kill -9`` of rank 1 of a 2-rank job after its second epoch (the watchdog is armed
+    after the first): the job must end within 30 s and leave nothing of it running: no rank
+    and no heartbeat process.  The heartbeat runs ``python -I -S -c`` with an empty
+    environment and nothing of the job's paths in its arguments, so it is found before the
+    kill as a child of a rank (whose command line holds the case's partition directory).
+    Every process found is ended here by its pid (and start time) whatever the outcome."""
+    write_npz(tmp / "d.npz", n=400)
+    partition(run, tmp / "d.npz", 2, tmp / "p")
+    marker = str(tmp / "p")
+    proc = run.mpi_popen(run.job_line(2, run.command(
+        "train", ["--partitions", marker, "--epochs", 10**6, "--threads", 1, "--no-progress"])))
+    notes, seen, found = [], 0, {}
+    try:
+        while seen < 2 and (line := proc.stdout.readline()):
+            seen += line.startswith("epoch ")
+        ranks = _job_ranks(marker)
+        beaters = [c for pid in ranks.values() for c in _children(pid)
+                   if "distgnn heartbeat" in _proc_text(c, "cmdline")]
+        found = {i: why for pid, why in [*((p, f"rank {r}") for r, p in ranks.items()),
+                                         *((b, "heartbeat") for b in beaters)]
+                 if (i := _identity(pid))}
+        notes.append(f"found {sorted(ranks)} ranks, {len(beaters)} heartbeats")
+        if 1 in ranks:
+            started = time.monotonic()
+            os.kill(ranks[1], signal.SIGKILL)
+            try:
+                proc.wait(timeout=30)
+                notes.append(f"ended after {time.monotonic() - started:.1f} s")
+            except subprocess.TimeoutExpired:
+                notes.append("the job still ran 30 s after the kill")
+        deadline = time.monotonic() + 5  # what the job does after mpirun has answered
+        while any(_identity(i[0]) == i for i in found) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        notes += [f"left behind: {why} (pid {i[0]})" for i, why in found.items()
+                  if _identity(i[0]) == i]
+    finally:
+        for pid, start in found:
+            if _identity(pid) == (pid, start):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+        out, err = proc.communicate(timeout=60)
+    return Outcome(proc.returncode, out + "".join(f"{n}\n" for n in notes), err)
+
+
+def nothing_of_the_job_left(tmp, outcome):
+    notes = [line for line in outcome.stdout.splitlines()
+             if line.startswith(("found", "ended", "the job", "left behind"))]
+    assert "found [0, 1] ranks, 2 heartbeats" in notes, "; ".join(notes)
+    assert any(n.startswith("ended after") for n in notes), "; ".join(notes)
+    left = [n for n in notes if n.startswith("left behind")]
+    assert not left, "; ".join(left)
+
+
+add(Case(24, "kill -9 of one rank of a 2-rank job", kill_9_of_one_rank, status=None,
+         check=nothing_of_the_job_left, slow=True))
 
 
 def subprocess_outcome(run, code: str, argv: list) -> Outcome:
