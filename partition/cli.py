@@ -557,22 +557,27 @@ def existing_partitions(args) -> str:
     if differ:
         raise PartitionError(
             f"--if-missing: --out {out} was partitioned with "
-            + ", ".join(f"{flag} {_flag_value(flag, there)}" for flag, there, _ in differ)
-            + ", not " + ", ".join(f"{flag} {_flag_value(flag, wanted)}"
-                                   for flag, _, wanted in differ)
+            + ", ".join(_as_given(flag, there) for flag, there, _ in differ)
+            + ", not " + ", ".join(_as_given(flag, wanted) for flag, _, wanted in differ)
             + f" as asked; {again}")
     return (f"{out} holds the {meta['num_parts']} partitions asked for already, cut from these "
             "data with these options (every file's checksum checked): nothing to do")
 
 
-def _flag_value(flag: str, value) -> str:
-    """A recorded setting as ``flag`` would be given (``None``: not recorded, the
-    default)."""
+def _as_given(flag: str, value) -> str:
+    """A recorded setting of ``flag`` as a user gives it on the command line (``--seed 3``,
+    ``--no-keep-pairs``, ``--weights 1,1,2``); ``None``, not recorded, is the default,
+    said with the flag that would change it."""
     if value is None:
-        return {"--ranks-per-node": "1", "--weights": "(equal shares)"}.get(flag, "(default)")
+        return {"--ranks-per-node": "--ranks-per-node 1",
+                "--weights": "equal shares (no --weights)",
+                "--keep-pairs": "the default (no --keep-pairs or --no-keep-pairs)"}.get(
+                    flag, f"the default (no {flag})")
+    if isinstance(value, bool):
+        return flag if value else "--no-" + flag.removeprefix("--")
     if isinstance(value, list):
-        return ",".join(f"{v:g}" for v in value)
-    return str(value)
+        return f"{flag} " + ",".join(f"{v:g}" for v in value)
+    return f"{flag} {value}"
 
 
 def _source_words(source: dict) -> str:

@@ -63,6 +63,39 @@ def test_one_line_per_undirected_edge_doubles_with_symmetrize(tmp_path):
     assert ds.graph.unreciprocated_edges() == 0
 
 
+def weighted_edges(graph) -> dict:
+    """``{(src, dst): weight}`` of every stored edge of ``graph``."""
+    src, dst = graph.edges()
+    return dict(zip(zip(src.tolist(), dst.tolist()), graph.edge_weight.tolist()))
+
+
+def test_symmetrize_keeps_the_weights(tmp_path):
+    """Each edge keeps its weight, the reverse added takes the weight of the edge it reverses,
+    a pair given both ways keeps both its weights, and the note that recommends
+    --symmetrize says the weights go along."""
+    edges = write(tmp_path / "g.txt", "0 1 5\n1 2 0.5\n2 0 3\n0 2 1\n3 3 2\n")
+    assert "each with the weight of the edge it reverses" in load(edges).note
+    graph = load(edges, symmetrize=True).graph
+    assert weighted_edges(graph) == {(0, 1): 5, (1, 0): 5, (1, 2): 0.5, (2, 1): 0.5,
+                                     (2, 0): 3, (0, 2): 1, (3, 3): 2}
+    assert graph.num_edges == 7 and graph.unreciprocated_edges() == 0
+    unweighted = load(write(tmp_path / "u.txt", "0 1\n1 2\n"))
+    assert "--symmetrize" in unweighted.note and "weight" not in unweighted.note
+
+
+def test_symmetrize_keeps_a_repeated_edge_once_and_refuses_two_weights(tmp_path):
+    same = write(tmp_path / "same.txt", "a b 2\nb c 1\na b 2\n")
+    assert weighted_edges(load(same, symmetrize=True).graph) == {
+        (0, 1): 2, (1, 0): 2, (1, 2): 1, (2, 1): 1}
+    assert load(same).graph.num_edges == 3  # without --symmetrize, kept as given
+    two = write(tmp_path / "two.txt", "a b 2\nb c 1\nb a 4\na b 3\n")
+    with pytest.raises(GraphError) as e:
+        load(two, symmetrize=True)
+    assert str(e.value) == (f"{two}: edge 'a' -> 'b' is given more than once, with the weights "
+                            "2 and 3, and --symmetrize keeps each edge once: give it once, "
+                            "with the weight meant")
+
+
 # ---- vertex ids -------------------------------------------------------------------------------
 def test_string_ids_with_keyed_features_and_labels(tmp_path):
     edges = write(tmp_path / "g.txt", "# users\nbob,alice\ncarol,bob\nalice,dave\n")
@@ -425,6 +458,38 @@ def test_split_file_npz_and_plain_ids(tmp_path):
     assert masks(load("cora", split_file=text)) == [[5], [], [7]]
     with pytest.raises(GraphError, match=f"unknown vertex '{n}'"):
         load("cora", split_file=write(tmp_path / "bad.txt", f"{n} train\n"))
+
+
+def test_an_empty_side_file_is_one_line_naming_its_flag(tmp_path):
+    """A split file that puts no vertex in any mask (empty, comments only, masks all false)
+    is refused when read, and every side file's error names it after its flag."""
+    edges = write(tmp_path / "g.txt", "0 1\n1 2\n2 0\n")
+    named = write(tmp_path / "n.txt", "a b\nb c\nc a\n")
+    labels = write(tmp_path / "y.txt", "0\n1\n0\n")
+    empty, comments = write(tmp_path / "e", ""), write(tmp_path / "c", "# nothing yet\n")
+    none = tmp_path / "none.npz"
+    np.savez(none, **{f"{m}_mask": np.zeros(3, bool) for m in ("train", "val", "test")})
+    for split in (empty, comments, none):
+        with pytest.raises(GraphError) as e:
+            load(edges, labels=labels, split_file=split)
+        assert str(e.value).startswith(f"--split-file {split}: puts no vertex in train, val "
+                                       "or test") and e.value.source == str(split)
+    for flag, files, problem in [
+            ("--labels", dict(labels=empty), "0 labels, but g.txt's largest vertex id is 2"),
+            ("--features", dict(features=empty), "0 feature rows, but g.txt's largest"),
+            ("--labels", dict(labels=comments), "0 labels"),
+            ("--labels", dict(labels=empty, spec=named), "holds no 'vertex label' line"),
+            ("--features", dict(features=empty, spec=named),
+             "holds no 'vertex feature...' line")]:
+        with pytest.raises(GraphError) as e:
+            load(files.pop("spec", edges), **files)
+        source = next(iter(files.values()))
+        assert str(e.value).startswith(f"{flag} {source}: {problem}"), str(e.value)
+        assert (e.value.source, e.value.flag) == (str(source), flag)
+    # the edge list's own error names no flag
+    with pytest.raises(GraphError) as e:
+        load(write(tmp_path / "bad.txt", "0 1\n1 2 3 4\n"), labels=labels)
+    assert e.value.flag is None and str(e.value).startswith(f"{tmp_path / 'bad.txt'}: line 2")
 
 
 def test_split_notes():

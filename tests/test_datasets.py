@@ -1,6 +1,7 @@
 """Dataset loading (npz, OGB layout, edge lists, names) and the synthetic generators."""
 import gzip
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 
 from distgnn.data.datasets import load
 from distgnn.data.edge_lists import read_edge_list
-from distgnn.data.generators import rmat, rmat_edges, sbm
+from distgnn.data.generators import GENERATORS, rmat, rmat_edges, sbm
 from distgnn.data.graph import GraphError
 from tests.helpers.datasets import Payload, make_ogb, tiny_arrays, write_gz
 from tests.helpers.graphs import dedup, is_symmetric
@@ -23,14 +24,17 @@ def shared(name):
     return path
 
 
-def raises(spec_or_call, *fragments, source=None):
-    """Assert a one-line GraphError naming ``source`` and containing every fragment."""
+def raises(spec_or_call, *fragments, source=None, flag=None):
+    """Assert a one-line GraphError naming ``source``, after ``flag`` (the flag of a side
+    file) if given, and containing every fragment."""
     with pytest.raises(GraphError) as info:
         spec_or_call() if callable(spec_or_call) else load(spec_or_call)
     message = str(info.value)
     assert "\n" not in message
     if source is not None:
-        assert message.startswith(f"{source}: ") and info.value.source == str(source)
+        named = f"{flag} {source}" if flag else str(source)
+        assert message.startswith(f"{named}: ") and info.value.source == str(source)
+        assert info.value.flag == flag
     for fragment in fragments:
         assert fragment in message
     return message
@@ -264,19 +268,21 @@ def test_edge_list_side_file_errors(tmp_path):
     labels.write_text("0\n1\n0\n")
     # the short side file is wrong, not the edge list
     raises(lambda: load(edges, labels=labels), "3 labels, but g.txt's largest vertex id is 5",
-           "one label per vertex", source=labels)
+           "one label per vertex", source=labels, flag="--labels")
     features = tmp_path / "x.npy"
     np.save(features, np.ones((6, 2)))
-    raises(lambda: load(edges, features=features, labels=labels), "3 labels", source=labels)
+    raises(lambda: load(edges, features=features, labels=labels), "3 labels", source=labels,
+           flag="--labels")
     float_labels = tmp_path / "y.npy"
     np.save(float_labels, np.zeros(6))
-    raises(lambda: load(edges, labels=float_labels), "dtype float64", source=float_labels)
+    raises(lambda: load(edges, labels=float_labels), "dtype float64", source=float_labels,
+           flag="--labels")
     text_labels = tmp_path / "y2.txt"
     text_labels.write_text("0\nfoo\n")
     raises(lambda: load(edges, labels=text_labels), "line 2: label 'foo' is a name",
-           source=text_labels)
+           source=text_labels, flag="--labels")
     raises(lambda: load(edges, features=tmp_path / "missing.npy"), "cannot read",
-           source=tmp_path / "missing.npy")
+           source=tmp_path / "missing.npy", flag="--features")
 
 
 def test_options_only_where_they_apply(tmp_path):
@@ -347,8 +353,8 @@ def test_generator_specs():
     ("sbm:nodes", ["'nodes' needs an integer"]),
     ("rmat:scale=0", ["scale must lie in 1..31"]),
     ("rmat:scale=4,a=0.9", ["a + b + c <= 1"]),
-    ("rmat:scale=4,classes=0", ["num_classes must be >= 1"]),
-    ("sbm:nodes=100,blocks=8,features=4", ["num_features must be >= num_blocks"]),
+    ("rmat:scale=4,classes=0", ["rmat:scale=4,classes=0: classes must be >= 1"]),
+    ("sbm:nodes=100,blocks=8,features=4", ["features must be >= blocks"]),
     ("sbm:nodes=100,p_in=1.5", ["p_in must lie in [0, 1]"]),
     ("sbm:nodes=100,p_in=nan", ["p_in must lie in [0, 1]"]),
     ("sbm:nodes=100,degree_exponent=1", ["degree_exponent must be > 1"]),
@@ -358,10 +364,10 @@ def test_generator_specs():
     ("sbm:nodes=100, seed=1, nodes=100", ["key 'nodes' is given twice"]),
     ("sbm:nodes=500,avg_degree=1000", ["avg_degree must lie in (0, 499] for 500 nodes"]),
     ("sbm:nodes=100,avg_degree=nan", ["avg_degree must lie in (0, 99]"]),
-    ("sbm:nodes=1", ["num_nodes must be >= 2"]),
-    ("sbm:nodes=50,blocks=80,features=80", ["num_blocks must lie in 1..50"]),
+    ("sbm:nodes=1", ["sbm:nodes=1: nodes must be >= 2"]),
+    ("sbm:nodes=50,blocks=80,features=80", ["blocks must lie in 1..50 (nodes)"]),
     ("sbm:blocks=1,p_in=0.5", ["key 'p_in' does nothing with blocks=1"]),
-    ("rmat:scale=3,edge_factor=2,classes=16", ["num_classes must lie in 1..8 for scale 3"]),
+    ("rmat:scale=3,edge_factor=2,classes=16", ["classes must lie in 1..8 for scale 3"]),
     ("rmat:scale=4", ["edge_factor must lie in 1..7 for scale 4", "at most 120 undirected",
                       "edge_factor * 2^scale = 256"]),
     ("rmat:scale=1,edge_factor=1", ["scale must be >= 2"]),
@@ -370,11 +376,32 @@ def test_bad_generator_specs(spec, fragments):
     raises(spec, *fragments)
 
 
+# A value of each key of each generator that the generator refuses.
+_REFUSED = {"rmat": {"scale": 0, "edge_factor": 0, "features": 0, "classes": 0, "a": -1,
+                     "b": -1, "c": -1, "seed": -1},
+            "sbm": {"nodes": 1, "blocks": 0, "avg_degree": 0, "p_in": 2,
+                    "degree_exponent": 1, "features": 0, "noise": -1, "seed": -1}}
+
+
+def test_every_generator_error_names_the_spec_and_its_key():
+    """A refused value of each key of every generator is said with the spec and that key as
+    the spec writes it, never the Python keyword behind it (``blocks``, not ``num_blocks``)."""
+    assert {kind: set(keys) for kind, (_, keys) in GENERATORS.items()} == \
+        {kind: set(values) for kind, values in _REFUSED.items()}  # every key has a case
+    for kind, (_, keys) in GENERATORS.items():
+        keywords = {keyword for key, (keyword, _, _) in keys.items() if keyword != key}
+        for key, value in _REFUSED[kind].items():
+            spec = f"{kind}:{key}={value}"
+            problem = raises(spec, source=spec).removeprefix(f"{spec}: ")
+            assert re.search(rf"\b{key}\b", problem), (spec, problem)
+            assert not any(re.search(rf"\b{k}\b", problem) for k in keywords), (spec, problem)
+
+
 def test_generators_say_when_repeated_draws_merge_most_edges():
     dense = load("sbm:nodes=500,avg_degree=400,features=8")  # 100,000 draws on 500 vertices
     assert dense.graph.num_edges < 100_000
     assert f"{dense.graph.num_edges // 2:,} undirected edges" in dense.note
-    assert "under half the num_nodes * avg_degree / 2 = 100,000 drawn" in dense.note
+    assert "under half the nodes * avg_degree / 2 = 100,000 drawn" in dense.note
     assert load("sbm:nodes=2000,avg_degree=10,features=8").note == ""
     small = load("rmat:scale=4,edge_factor=7,features=2,classes=2")
     assert "under half the edge_factor * 2^scale = 112 drawn" in small.note

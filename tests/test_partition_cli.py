@@ -403,6 +403,32 @@ def test_if_missing_refuses_another_count_and_force(tmp_path, capsys):
     assert_one_line_error(rc, capsys.readouterr().err, "--if-missing", "--force")
 
 
+def test_if_missing_says_each_setting_as_it_is_given():
+    """Every setting ``--if-missing`` compares is said as a command line gives it: the words
+    said for a value, given to distgnn-partition, ask for that value again (``--no-keep-pairs``
+    for False, ``--weights 1,3`` for a list); a setting not recorded is the default, said
+    with its flag."""
+    import shlex
+
+    from partition.cli import _as_given, _requested_settings, partition_parser
+
+    base = ["d.npz", "--parts", "2", "--out", "p"]
+    meta = {"num_parts": 2}
+    given = {"--parts": 3, "--method": "hdrf", "--seed": 5, "--order": "random",
+             "--roots": "random", "--ranks-per-node": 2, "--weights": [1.0, 3.0],
+             "--order-vertices": "rcm", "--keep-pairs": True}
+    settings = _requested_settings(partition_parser().parse_args(base), meta)
+    assert set(settings) == set(given)  # every setting has a value below
+    for flag, value in [*given.items(), ("--keep-pairs", False)]:
+        words = _as_given(flag, value)
+        asked = _requested_settings(partition_parser().parse_args(base + shlex.split(words)),
+                                    meta)
+        assert asked[flag][1] == value, (flag, value, words)
+    assert _as_given("--keep-pairs", False) == "--no-keep-pairs"
+    for flag in given:
+        assert flag in _as_given(flag, None) and "False" not in _as_given(flag, None)
+
+
 def test_parts_auto_takes_the_fewest_partitions_that_fit_a_node(tmp_path, capsys):
     """The memory model picks the count before cutting and the one cut confirms it: a node
     that the fixed part of a rank (runtime and model) fills is refused at once, whatever

@@ -61,37 +61,55 @@ def load(spec: str | Path, *, features: str | Path | None = None,
 
     ``features``/``labels`` apply to edge lists only and ``split > 0`` to ``.npz`` files with
     several splits.  ``symmetrize`` adds the reverse of every edge of a file-based graph
-    (generated graphs are symmetric already); without it, an edge list's (or OGB
-    directory's) :attr:`~distgnn.data.graph.NodeDataset.note` counts the edges that have no
-    reverse.  ``split_file`` replaces the split (:func:`~distgnn.data.side_files.read_split_file`).
+    that has none, with its weight on a weighted graph, and keeps each edge once
+    (:meth:`~distgnn.data.graph.CSRGraph.symmetrize`; generated graphs are symmetric
+    already); without it, an edge list's (or OGB directory's)
+    :attr:`~distgnn.data.graph.NodeDataset.note` counts the edges that have no reverse.
+    ``split_file`` replaces the split (:func:`~distgnn.data.side_files.read_split_file`).
+    An error of a side file names the flag it is given by (``--labels FILE: ...``).
     """
     text = str(spec)
-    if text.partition(":")[0] in GENERATORS:
-        _check_options("generator", text, split, features, labels)
-        ds = generate(text)
-        kind = "generator"
-    else:
-        with locate(text) as path:
-            kind = "ogb" if path.is_dir() else "npz" if path.suffix == ".npz" else "edges"
-            if kind != "ogb":
-                required(path)  # a FIFO or a device would block or never end
-            _check_options(kind, text, split, features, labels)
-            if kind == "ogb":
-                ds = load_ogb(path)
-            elif kind == "npz":
-                ds = load_npz(path, split=split)
-            else:
-                ds = load_edge_list(path, features=features, labels=labels)
-    if symmetrize:
-        ds.graph = ds.graph.symmetrize()
-    elif kind in ("edges", "ogb"):
-        ds.note = joined_notes(ds.note, _reverse_note(ds.graph))
-    if split_file is not None:
-        masks, header = split_file_masks(Path(split_file), ds)
-        ds = dataclasses.replace(ds, **dict(zip(MASK_KEYS, masks)),
-                                 split_note=f"split: from {split_file}"
-                                 + (f" ({header})" if header else ""))
+    with _named_by_flags(features=features, labels=labels, split_file=split_file):
+        if text.partition(":")[0] in GENERATORS:
+            _check_options("generator", text, split, features, labels)
+            ds = generate(text)
+            kind = "generator"
+        else:
+            with locate(text) as path:
+                kind = "ogb" if path.is_dir() else "npz" if path.suffix == ".npz" else "edges"
+                if kind != "ogb":
+                    required(path)  # a FIFO or a device would block or never end
+                _check_options(kind, text, split, features, labels)
+                if kind == "ogb":
+                    ds = load_ogb(path)
+                elif kind == "npz":
+                    ds = load_npz(path, split=split)
+                else:
+                    ds = load_edge_list(path, features=features, labels=labels)
+        if symmetrize:
+            ds.graph = ds.graph.symmetrize(ds.vertex_name)
+        elif kind in ("edges", "ogb"):
+            ds.note = joined_notes(ds.note, _reverse_note(ds.graph))
+        if split_file is not None:
+            masks, header = split_file_masks(Path(split_file), ds)
+            ds = dataclasses.replace(ds, **dict(zip(MASK_KEYS, masks)),
+                                     split_note=f"split: from {split_file}"
+                                     + (f" ({header})" if header else ""))
     return ds
+
+
+@contextlib.contextmanager
+def _named_by_flags(**files: str | Path | None) -> Iterator[None]:
+    """Name the flag a side file was given by (``features=FILE``: ``--features FILE``) in an
+    error of that file, so that a short or bare file name reads as what it is."""
+    flags = {str(Path(file)): "--" + key.replace("_", "-") for key, file in files.items()
+             if file is not None}
+    try:
+        yield
+    except GraphError as e:
+        if e.source not in flags:
+            raise
+        raise GraphError(e.problem, e.source, flag=flags[e.source]) from None
 
 
 def _reverse_note(graph: CSRGraph) -> str:
@@ -99,9 +117,10 @@ def _reverse_note(graph: CSRGraph) -> str:
     missing = graph.unreciprocated_edges()
     if not missing:
         return ""
+    weights = "" if graph.edge_weight is None else ", each with the weight of the edge it reverses"
     return (f"{missing:,} of the {graph.num_edges:,} edges have no reverse edge (kept "
             "directed, as the file gives them); --symmetrize (symmetrize=True) adds the "
-            "reverse of every edge")
+            f"reverse of every edge that has none{weights}")
 
 
 def _check_options(kind: str, spec: str, split: int, features, labels) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Callable, Iterator
@@ -374,7 +375,9 @@ GENERATORS = {
 
 def generate(spec: str) -> NodeDataset:
     """Dataset from ``"kind:key=value,..."``; unknown or repeated keys, non-numbers and a
-    key that does nothing beside another's value (``_INERT``) are errors."""
+    key that does nothing beside another's value (``_INERT``) are errors, and so is a value
+    the generator refuses: every error names the spec and its keys, not the function's
+    keywords (``blocks``, not ``num_blocks``)."""
     kind, _, args = spec.partition(":")
     function, keys = GENERATORS[kind]
     kwargs = {keyword: default for keyword, _, default in keys.values()}
@@ -397,4 +400,20 @@ def generate(spec: str) -> NodeDataset:
         if key in given and kwargs[keys[other][0]] == value:
             raise GraphError(f"key {key!r} does nothing with {other}={value} ({why}): drop it "
                              f"or give another {other}", spec)
-    return function(**kwargs)
+    try:
+        ds = function(**kwargs)
+    except GraphError as e:
+        if e.source != kind:
+            raise
+        raise GraphError(_in_spec_keys(e.problem, keys), spec) from None
+    ds.note = _in_spec_keys(ds.note, keys)
+    return ds
+
+
+def _in_spec_keys(text: str, keys: dict) -> str:
+    """``text`` of a generator function, its keywords replaced by the spec's keys (``keys``:
+    a :data:`GENERATORS` table): ``num_blocks must be >= 1`` is ``blocks must be >= 1`` to
+    whoever wrote ``sbm:blocks=0``."""
+    for key, (keyword, _, _) in keys.items():
+        text = re.sub(rf"\b{keyword}\b", key, text)
+    return text

@@ -12,7 +12,7 @@ import math
 import numbers
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,12 +30,15 @@ UNLABELLED = -1
 
 
 class GraphError(DistGNNError, ValueError):
-    """Bad graph or dataset input.  The message names the source (file) and the problem."""
+    """Bad graph or dataset input.  The message names the source (file), after the flag
+    that gave it (``flag``, e.g. ``--labels``) if any, and the problem."""
 
-    def __init__(self, problem: str, source: str | Path | None = None):
+    def __init__(self, problem: str, source: str | Path | None = None, flag: str | None = None):
         self.problem = problem
         self.source = None if source is None else str(source)
-        super().__init__(problem if source is None else f"{source}: {problem}")
+        self.flag = flag
+        where = " ".join(filter(None, (flag, self.source)))
+        super().__init__(f"{where}: {problem}" if where else problem)
 
 
 # What building a dataset allocates per vertex (indptr, degree counts, labels as float and int,
@@ -301,24 +304,57 @@ class CSRGraph:
             found += int(np.count_nonzero(keys[at] == block))
         return self.num_edges - found
 
-    def symmetrize(self) -> "CSRGraph":
-        """Union of the graph and its reverse, deduplicated (weights are dropped)."""
+    def symmetrize(self, name: Callable[[int], str] = str) -> "CSRGraph":
+        """The graph with the reverse of every edge added where it is missing, each edge once.
+
+        Weights are kept: a stored edge keeps its own, and the reverse added for ``u -> v``
+        gets the weight of ``u -> v``, so a pair stored both ways keeps both its weights
+        (:meth:`from_edges_symmetric`).  ``name`` gives a vertex as the user names it, for
+        the error on a repeated edge of two weights.
+        """
         src, dst = self.edges()
-        return CSRGraph.from_edges_symmetric(src, dst, self.num_nodes, self.source)
+        return CSRGraph.from_edges_symmetric(src, dst, self.num_nodes, self.source,
+                                             self.edge_weight, name)
 
     @classmethod
     def from_edges_symmetric(cls, src, dst, num_nodes: int,
-                             source: str | Path | None = None) -> "CSRGraph":
+                             source: str | Path | None = None, edge_weight=None,
+                             name: Callable[[int], str] = str) -> "CSRGraph":
         """Undirected graph from int arrays ``[E]``: each pair in both directions, once.
 
-        One in-place sort of int64 keys; ``np.unique`` hashes first in numpy 2.x and is
-        an order of magnitude slower on tens of millions of keys.
+        With ``edge_weight`` ``[E]``, an edge given keeps its weight and a reverse not given
+        takes the weight of the edge it reverses.  An edge given more than once is kept once;
+        given with two weights, it is refused (which one is meant cannot be known), in a line
+        naming its vertices by ``name`` (default: their numbers).
+
+        Unweighted: one in-place sort of int64 keys (``np.unique`` hashes first in numpy 2.x
+        and is an order of magnitude slower on tens of millions of keys); weighted: one
+        stable argsort, which puts each edge given before the reverses of the same key.
         """
         src, dst, num_nodes = _check_edge_arrays(src, dst, num_nodes, source)
         keys = np.concatenate([_edge_sort_keys(dst, src, num_nodes, source),
                                _edge_sort_keys(src, dst, num_nodes, source)])
-        keys.sort()
-        return cls._from_sorted_keys(keys[_first_of_runs(keys)], num_nodes, None, source)
+        if edge_weight is None:
+            keys.sort()
+            return cls._from_sorted_keys(keys[_first_of_runs(keys)], num_nodes, None, source)
+        if np.shape(edge_weight) != src.shape:
+            raise GraphError("edge_weight must have one entry per edge", source)
+        require_memory(24 * len(keys), source)  # the order, the sorted keys and weights
+        order = np.argsort(keys, kind="stable")
+        keys = keys[order]
+        weight = np.concatenate([edge_weight, edge_weight])[order]
+        first = _first_of_runs(keys)
+        # within a run of one key the copies given come first: a repeat given is a
+        # non-first element taken from the first half
+        clash = np.flatnonzero(~first[1:] & (order[1:] < len(src)) & (weight[1:] != weight[:-1]))
+        if len(clash):
+            at = int(clash[0]) + 1
+            v, u = divmod(int(keys[at]), max(num_nodes, 1))
+            raise GraphError(f"edge {name(u)} -> {name(v)} is given more than once, with the "
+                             f"weights {weight[at - 1]:g} and {weight[at]:g}, and --symmetrize "
+                             "keeps each edge once: give it once, with the weight meant",
+                             source)
+        return cls._from_sorted_keys(keys[first], num_nodes, weight[first], source)
 
     @classmethod
     def _from_sorted_keys(cls, keys: np.ndarray, num_nodes: int, weight,

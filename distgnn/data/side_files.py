@@ -60,7 +60,7 @@ def select_split(arrays: dict, split: int, source) -> tuple[tuple[np.ndarray, ..
 def read_keyed(path: Path, what: str, notes: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """The keys (str ``[K]``, stripped) and values of a text file of ``vertex value...``
     lines: ``what`` ``"feature row"``, float32 ``[K, F]``; ``"label"``, int64 ``[K]``.  A
-    skipped header is noted in ``notes``."""
+    skipped header is noted in ``notes``; a file without such a line is refused."""
     optional(path)
     labels = what == "label"
     value = is_integer if labels else is_number
@@ -68,11 +68,12 @@ def read_keyed(path: Path, what: str, notes: list[str]) -> tuple[np.ndarray, np.
     with reading(path):
         table = find_table(path, lambda fields: (len(fields) == 2 if labels else len(fields) > 1)
                        and all(map(value, fields[1:])))
-    if table is None:
-        return np.zeros(0, str), np.zeros((0,) if labels else (0, 1), dtype)
+    wanted = "'vertex label'" if labels else "'vertex feature...'"
+    if table is None:  # else every vertex would be unlabelled, or featureless, unsaid
+        raise GraphError(f"holds no {wanted} line (the edge list's ids are names, so this "
+                         "file is keyed by them)", path)
     width = len(table.first.fields)
     if width < 2 or (labels and width != 2):
-        wanted = "'vertex label'" if labels else "'vertex feature...'"
         raise GraphError(f"line {table.first.number}: expected {wanted} (the edge list's ids "
                          f"are names, so this file is keyed by them), found {width} fields",
                          path)
@@ -270,7 +271,8 @@ def read_split_file(path: str | Path, data: NodeDataset) -> tuple[np.ndarray, ..
     in the user's ids, :attr:`~distgnn.data.graph.NodeDataset.ids`, else ``0..N-1``; a vertex
     not listed is in no mask; a header line skipped).  ``.npz``: bool ``train_mask``,
     ``val_mask``, ``test_mask`` ``[N]`` in vertex order.  An unknown or repeated vertex,
-    and an unlabelled one (``-1``) in a mask, are errors naming the first.
+    and an unlabelled one (``-1``) in a mask, are errors naming the first; so is a file that
+    puts no vertex in any mask (an empty file).
     """
     return split_file_masks(Path(path), data)[0]
 
@@ -291,6 +293,10 @@ def split_file_masks(path: Path, data: NodeDataset) -> tuple[tuple[np.ndarray, .
                 raise GraphError(f"{key} is {m.dtype} {m.shape}, expected bool ({n},)", path)
     else:
         masks, header = _read_split_text(path, data)
+    if not any(m.any() for m in masks):  # an empty file, or masks all false
+        raise GraphError("puts no vertex in train, val or test: a split file gives 'vertex "
+                         "split' lines (split: train, val or test), or bool train_mask, "
+                         "val_mask, test_mask [N] in an .npz", path)
     for key, m in zip(MASK_KEYS, masks):
         bad = np.flatnonzero(m & (data.y == UNLABELLED))
         if len(bad):

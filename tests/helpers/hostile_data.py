@@ -1,6 +1,7 @@
 """Hostile and careless uses of the data-in surfaces: edge lists with headers and byte-order
 marks, keyed feature and label files, labels that are names or skip a class, generator specs
-that repeat or cannot be met, features that the default normalisation would spoil."""
+that repeat or cannot be met, features that the default normalisation would spoil, weighted
+edge lists symmetrised, and empty side files."""
 from __future__ import annotations
 
 import csv
@@ -206,16 +207,87 @@ for name, spec, says in [
         ("an average degree above the vertex count", "sbm:nodes=500,avg_degree=1000",
          "avg_degree must lie in (0, 499] for 500 nodes"),
         ("more blocks than vertices", "sbm:nodes=50,blocks=80,features=80",
-         "num_blocks must lie in 1..50"),
+         "blocks must lie in 1..50 (nodes)"),
         ("more R-MAT classes than vertices", "rmat:scale=3,edge_factor=2,classes=16",
-         "num_classes must lie in 1..8 for scale 3"),
+         "classes must lie in 1..8 for scale 3"),
         ("more R-MAT edges than the vertices hold", "rmat:scale=4",
          "edge_factor must lie in 1..7 for scale 4"),
         ("p_in with one block", "sbm:blocks=1,p_in=0.5", "key 'p_in' does nothing with blocks=1"),
         ("an infinite sbm noise", "sbm:nodes=300,noise=inf", "noise must be >= 0 and finite"),
-        ("an sbm of one vertex", "sbm:nodes=1", "num_nodes must be >= 2")]:
+        ("an sbm of one vertex", "sbm:nodes=1", "sbm:nodes=1: nodes must be >= 2")]:
     add(Case(19, name, tool("train", "--dataset", spec, *TRAIN_QUICK), says=says))
 add(Case(19, "a dense sbm whose repeated draws merge",
          tool("train", "--dataset", "sbm:nodes=500,avg_degree=400,features=8", *TRAIN_QUICK),
-         status=0, check=summary_says("under half the num_nodes * avg_degree / 2 = 100,000 "
+         status=0, check=summary_says("under half the nodes * avg_degree / 2 = 100,000 "
                                       "drawn", vertices=500)))
+
+
+# 25. --symmetrize on a weighted edge list: the weights go along, one per edge
+# A directed ring of 12 whose edge i -> i+1 weighs i+1: symmetrised, 24 edges of total
+# weight 2 * (1 + ... + 12) = 156.
+WEIGHTED_RING = "".join(f"{i} {(i + 1) % 12} {i + 1}\n" for i in range(12))
+
+
+def weights_kept(total: float, edges: int):
+    """A check that the partitions of ``{tmp}/p`` hold ``edges`` weighted edges of weight
+    ``total`` in all."""
+    def check(tmp, outcome):
+        parts = sorted((tmp / "p").glob("part-*"))
+        files = [part / "edge_weight.npy" for part in parts]
+        assert parts and all(f.is_file() for f in files), "the partitions hold no weights"
+        weights = np.concatenate([np.load(f) for f in files])
+        assert len(weights) == edges and weights.sum() == total, (len(weights), weights.sum())
+    return check
+
+
+add(Case(25, "--symmetrize on a weighted edge list drops its weights",
+         tool("partition", "{tmp}/e.txt", "--labels", "{tmp}/y.txt", "--symmetrize",
+              "--parts", 2, "--out", "{tmp}/p", "--no-progress"),
+         both(user_file("e.txt", WEIGHTED_RING), user_file("y.txt", LABELS)), status=0,
+         check=weights_kept(156.0, 24)))
+add(Case(25, "--symmetrize on an edge given twice with two weights keeps one unsaid",
+         train_on("--labels", "y.txt", flags=("--symmetrize",)),
+         both(user_file("e.txt", WEIGHTED_RING + "4 5 7\n"), user_file("y.txt", LABELS)),
+         says="e.txt: edge 4 -> 5 is given more than once, with the weights 5 and 7, and "
+              "--symmetrize keeps each edge once"))
+add(Case(25, "the note recommending --symmetrize on a weighted edge list",
+         train_on("--labels", "y.txt"),
+         both(user_file("e.txt", WEIGHTED_RING), user_file("y.txt", LABELS)), status=0,
+         check=summary_says("12 of the 12 edges have no reverse edge", "--symmetrize "
+                            "(symmetrize=True) adds the reverse of every edge that has none, "
+                            "each with the weight of the edge it reverses", vertices=12)))
+
+
+# 26. a generator's error names the spec's key, not the function's keyword
+for spec, says in [("sbm:nodes=2000,blocks=0", "sbm:nodes=2000,blocks=0: blocks must be >= 1"),
+                   ("rmat:scale=12,features=0",
+                    "rmat:scale=12,features=0: features must be >= 1"),
+                   ("sbm:nodes=300,blocks=8,features=4",
+                    "sbm:nodes=300,blocks=8,features=4: features must be >= blocks")]:
+    add(Case(26, f"the generator spec {spec}", tool("train", "--dataset", spec, *TRAIN_QUICK),
+             says=says))
+
+
+# 26. an empty side file: one line naming the file after its flag
+def names_flag(flag: str, rel: str, problem: str):
+    """A check that the error line names ``{tmp}/rel`` after ``flag``, then ``problem``."""
+    def check(tmp, outcome):
+        said = outcome.error_lines()
+        assert len(said) == 1 and f"error: {flag} {tmp / rel}: {problem}" in said[0], said
+    return check
+
+
+for name, files, edges, flag, problem in [
+        ("an empty --split-file", ("--labels", "y.txt", "--split-file", "s.txt"), RING,
+         "--split-file", "puts no vertex in train, val or test"),
+        ("an empty --labels file", ("--labels", "s.txt"), RING, "--labels", "0 labels, but "
+         "e.txt's largest vertex id is 11"),
+        ("an empty --features file", ("--features", "s.txt"), RING, "--features",
+         "0 feature rows"),
+        ("an empty keyed --labels file", ("--labels", "s.txt"), NAMES, "--labels",
+         "holds no 'vertex label' line"),
+        ("an empty keyed --features file", ("--features", "s.txt"), NAMES, "--features",
+         "holds no 'vertex feature...' line")]:
+    add(Case(26, name, train_on(*files),
+             both(user_file("e.txt", edges), user_file("y.txt", LABELS), user_file("s.txt", "")),
+             check=names_flag(flag, "s.txt", problem)))

@@ -453,6 +453,17 @@ add(Case(26, "--ranks-per-node 2 --method random refused with a wrong hint", too
 add(Case(26, "a partition directory given as DATASET", tool(
     "partition", "{tmp}/p", "--parts", 2, "--out", "{tmp}/q"), PARTITIONED,
     says="is a partition directory", keep=("p",)))
+for name, cut_with, asked, says in [
+        ("--if-missing --no-keep-pairs on a --keep-pairs directory", ("--keep-pairs",),
+         ("--no-keep-pairs",), "was partitioned with --keep-pairs, not --no-keep-pairs as asked"),
+        ("--if-missing on a --no-keep-pairs directory", ("--no-keep-pairs",), (),
+         "was partitioned with --no-keep-pairs, not the default (no --keep-pairs or "
+         "--no-keep-pairs) as asked"),
+        ("--if-missing --weights on a directory of equal shares", (), ("--weights", "1,3"),
+         "was partitioned with equal shares (no --weights), not --weights 1,3 as asked")]:
+    add(Case(26, name, tool(*IF_MISSING, *asked),
+             both(data(), lambda tmp, run, cut_with=cut_with: partition(
+                 run, tmp / "d.npz", 2, tmp / "p", *cut_with)), says=says, keep=("p",)))
 add(Case(26, "--parts auto on a node its ranks' fixed part fills", tool(
     "partition", "rmat:scale=12,edge_factor=16", "--parts", "auto", "--node-memory", 0.6,
     "--ranks-per-node", 2, "--out", "{tmp}/p", "--no-progress"),
