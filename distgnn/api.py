@@ -44,7 +44,13 @@ from .run.distributed import open_partitions, train_partitions
 from .run.evaluation import check_logits
 from .run.replicas import ReplicaSync
 from .run.shard import Shard, dataset_shard, in_precision
-from .run.training import ModelFactory, TrainResult, checked_model, configure_threads
+from .run.training import (
+    ModelFactory,
+    TrainResult,
+    checked_factory,
+    checked_model,
+    configure_threads,
+)
 from .run.training import train as train_whole
 from .timing import PhaseTimer
 
@@ -91,6 +97,7 @@ def train(source: Source, config: Config = None, make_model: ModelFactory | None
     Returns the :class:`~distgnn.run.training.TrainResult` on every rank; ``log`` receives the
     progress lines (rank 0's only under MPI).  Collective under MPI."""
     check_source(source)
+    make_model = checked_factory(make_model)
     if is_partition_source(source):
         return train_partitions(str(source), config if callable(config) else _config(config),
                                 make_model, log)

@@ -5,7 +5,8 @@ default, the dataset flags.
 
 User errors (bad files, bad flags, mismatched checkpoints) end with one line on stderr,
 ``PROG: error: ...``, and exit status 2 (or the error's own); Ctrl-C anywhere ends with one
-line and 130, SIGTERM outside training's epochs with one line and 143; no traceback.
+line and 130, SIGTERM outside training's epochs with one line and 143, SIGHUP (a closed
+terminal) as SIGTERM with 129; no traceback.
 """
 from __future__ import annotations
 
@@ -61,13 +62,14 @@ def use_huge_pages() -> None:
 
 
 def interruptible(prog: str):
-    """Decorate a command-line entry point so that Ctrl-C and SIGTERM end it cleanly.
+    """Decorate a command-line entry point so that Ctrl-C, SIGTERM and SIGHUP end it cleanly.
 
     Ctrl-C anywhere in it (parsing, imports, loading, writing) ends with one line and
-    status 130 instead of a traceback, SIGTERM with one line and 143 instead of an
-    immediate end: each raises where the process is (``KeyboardInterrupt``,
+    status 130 instead of a traceback, SIGTERM with one line and 143 and SIGHUP (a closed
+    terminal; left alone when ignored, as under ``nohup``) with one line and 129 instead of
+    an immediate end: each raises where the process is (``KeyboardInterrupt``,
     :class:`distgnn.signals.Terminated`), so every writer on the way out removes what it
-    made beside its target.  Training takes both over while it runs its epochs
+    made beside its target.  Training takes them over while it runs its epochs
     (:class:`distgnn.signals.StopRequests`).  A stop signal is recorded as it arrives,
     because a C extension being imported (numba's) turns the interrupt into an
     ``ImportError`` and other libraries may swallow it (training then stops before its
@@ -129,9 +131,11 @@ def interruptible(prog: str):
 
 # the stop signals an entry point takes over while it runs, with the handler each has when
 # nobody took it (an embedding program's own handler is left alone)
-STOP_DEFAULTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+STOP_DEFAULTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL,
+                 signal.SIGHUP: signal.SIG_DFL}
 # what an entry point's last line says of each
-STOP_WORDS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "stopped by SIGTERM"}
+STOP_WORDS = {signal.SIGINT: "interrupted (Ctrl-C)", signal.SIGTERM: "stopped by SIGTERM",
+              signal.SIGHUP: "stopped by SIGHUP"}
 
 
 # how often a Ctrl-C that came during an import is asked again, until the import is done

@@ -155,8 +155,11 @@ def check_replaceable(path: str | Path, recognise: Callable[[Path], bool], what:
     path = Path(path)
     if not (path.exists() or path.is_symlink()):
         return
+    if path.is_symlink():  # written beside and renamed over: the link would go, not its file
+        raise OutputError(f"{path} is a symbolic link (to {os.readlink(path)}); refusing to "
+                          "replace it with a file (give the path it points to, or another)")
     try:
-        ours = not path.is_symlink() and recognise(path)
+        ours = recognise(path)
     except (OSError, ValueError):
         ours = False
     if not ours:

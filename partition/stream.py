@@ -25,10 +25,11 @@ Passes over the edge file ``[E, 2]`` (:mod:`distgnn.data.binary_edges`), each in
 
 The bucket and spill files live in a hidden work folder beside the output,
 ``.NAME.stream-TOKEN`` (removed at the end, also on failure); they take the edge file's size
-twice at most.  SIGTERM and SIGINT stop the stream after removing it (:class:`Stopped`).  A
-run that is killed outright (SIGKILL, a crash) cannot: its work folder carries a marker
-(this process, host and TOKEN), so that the next run for the same output can prove the
-folder was a work folder of a run that is gone, and remove it (:func:`remove_stale_work`).
+twice at most.  SIGTERM, SIGINT and SIGHUP stop the stream after removing it
+(:class:`Stopped`).  A run that is killed outright (SIGKILL, a crash) cannot: its work
+folder carries a marker (this process, host and TOKEN), so that the next run for the same
+output can prove the folder was a work folder of a run that is gone, and remove it
+(:func:`remove_stale_work`).
 """
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ from distgnn.data.generators import random_split
 from distgnn.data.graph import UNLABELLED, CSRGraph, GraphError
 from distgnn.data.partition_writing import write_partitions
 from distgnn.data.side_files import check_classes, read_split_file
+from distgnn.signals import takes
 from distgnn.storage import (
     file_head,
     format_bytes,
@@ -68,7 +70,7 @@ from partition.write import layout_meta, partition_bytes
 
 BUCKET_EDGES = 1 << 24  # edges per bucket (about): what pass 3 holds and sorts at once
 CHUNK_EDGES = 1 << 23  # edges read at once by passes 1 and 2
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # in a work folder: the process, host and token of the run that made it (JSON)
 WORK_MARKER = "writer.json"
 WORK_WRITER = "distgnn-partition stream"
@@ -76,7 +78,7 @@ TOKEN_BYTES = 8  # the folder's name ends in this many random bytes, in hex
 
 
 class Stopped(BaseException):
-    """SIGTERM or SIGINT received while :func:`partition_edge_file` ran: ``signum``.
+    """SIGTERM, SIGINT or SIGHUP received while :func:`partition_edge_file` ran: ``signum``.
 
     A ``BaseException``, as ``KeyboardInterrupt`` is, so that no ``except Exception`` on the
     way stops it.  By the time it reaches the caller, the work folder and any partly written
@@ -351,11 +353,12 @@ def remove_stale_work(out: Path) -> list[Path]:
 
 @contextlib.contextmanager
 def _stopped_by_signals():
-    """SIGTERM and SIGINT raise :class:`Stopped` in the block: the first does.
+    """SIGTERM, SIGINT and SIGHUP raise :class:`Stopped` in the block: the first does.
 
-    Later ones are ignored, so that the clean-up the first started runs to its end (inside
-    another such block, the outer one's handler stays).  Outside the main thread, where Python takes no
-    signals, nothing changes."""
+    SIGHUP not where it is ignored (:func:`distgnn.signals.takes`).  Later ones are ignored,
+    so that the clean-up the first started runs to its end (inside another such block, the
+    outer one's handler stays).  Outside the main thread, where Python takes no signals,
+    nothing changes."""
     if (threading.current_thread() is not threading.main_thread()
             or getattr(signal.getsignal(STOP_SIGNALS[0]), "raises_stopped", False)):
         yield
@@ -368,7 +371,7 @@ def _stopped_by_signals():
             raise Stopped(signum)
 
     stop.raises_stopped = True
-    previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    previous = {s: signal.signal(s, stop) for s in filter(takes, STOP_SIGNALS)}
     try:
         yield
     finally:
@@ -385,7 +388,7 @@ class Writing:
 
 @contextlib.contextmanager
 def stop_on_signals(out: str | Path, doing: str):
-    """SIGTERM and SIGINT raise :class:`Stopped` in the block, which says what it left.
+    """SIGTERM, SIGINT and SIGHUP raise :class:`Stopped` in the block, which says what it left.
 
     The block does its work (``doing``) for the output ``out`` (the signals as
     :func:`_stopped_by_signals` takes them), and is given a :class:`Writing` to mark when
@@ -473,8 +476,8 @@ def partition_edge_file(edges: str | Path, data: VertexData, out: str | Path, pa
     What earlier runs for ``out`` left when they were killed (work folders,
     :func:`remove_stale_work`; temporary and old copies of ``out``,
     :func:`~distgnn.storage.remove_leftovers`) is removed first, each said through ``log``.
-    SIGTERM or SIGINT (in the main thread) stops it: the work folder and any partly written
-    copy of ``out`` are removed, an ``out`` being replaced (``force``) is kept, and
+    SIGTERM, SIGINT or SIGHUP (in the main thread) stops it: the work folder and any partly
+    written copy of ``out`` are removed, an ``out`` being replaced (``force``) is kept, and
     :class:`Stopped` says what was removed.  ``source``: what ``meta.json`` records of the
     input (``partition.cli.source_identity``).
     """

@@ -227,3 +227,62 @@ def test_a_sigterm_ends_an_entry_point_with_one_line_after_its_clean_ups(tmp_pat
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert capsys.readouterr().err == "prog: stopped by SIGTERM; nothing more was written\n"
+
+
+def test_a_sighup_ends_an_entry_point_as_sigterm_does(capsys):
+    """SIGHUP (a closed terminal) outside training's epochs raises where the process is:
+    the clean-ups run, one line, status 129, SIGHUP's default back afterwards."""
+    import os
+    import signal
+    import time
+
+    from distgnn.program import interruptible
+
+    cleaned = []
+
+    @interruptible("prog")
+    def main(argv):
+        try:
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(5)  # the stop comes here
+        finally:
+            cleaned.append(True)
+        return 0
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as in a terminal's process
+    try:
+        assert main([]) == 128 + signal.SIGHUP and cleaned == [True]
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert capsys.readouterr().err == "prog: stopped by SIGHUP; nothing more was written\n"
+
+
+def test_sighup_is_a_stop_request_in_training_unless_ignored_as_under_nohup():
+    """Training's stop requests take SIGHUP as SIGTERM; a SIGHUP ignored when the tool
+    starts (nohup) stays ignored there and in the entry point: the run goes on."""
+    import os
+    import signal
+
+    from distgnn.program import interruptible
+    from distgnn.signals import StopRequests
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        with StopRequests() as stop:
+            os.kill(os.getpid(), signal.SIGHUP)
+            assert stop.request() == signal.SIGHUP
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what nohup leaves
+
+        @interruptible("prog")
+        def main(argv):
+            with StopRequests() as stop:
+                os.kill(os.getpid(), signal.SIGHUP)
+                return stop.request()
+
+        assert main([]) == 0
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)

@@ -12,7 +12,7 @@ import torch
 
 import distgnn
 from distgnn.errors import DistGNNError
-from distgnn.run import vertex_outputs
+from distgnn.run import training, vertex_outputs
 from distgnn.run.evaluation import embedding_layers, forward_eval
 from distgnn.run.shard import dataset_shard
 from distgnn.timing import PhaseTimer
@@ -247,3 +247,59 @@ def test_a_model_file_of_bf16_mixed_from_when_fp32_was_the_default_reads_as_trai
     assert saved_config(old).gathered_precision == "bf16"
     with pytest.raises(DistGNNError, match="--aggregation-precision fp32 cannot apply"):
         TrainConfig(precision="bf16-mixed", aggregation_precision="fp32")
+
+
+def test_predict_warns_of_edge_weights_and_classes_unlike_training(run, cora_ds, capsys):
+    """The model file records whether the model read edge weights in training (on cora:
+    none); a prediction on a graph that has them, or on labels of fewer classes, warns once
+    on stderr, and the Python API says it as the command does.  A file without the record
+    (written before it was kept) says nothing of weights, nor does a model that reads none
+    (GAT)."""
+    from distgnn.nn.models import GNN
+    from distgnn.run.prediction import mismatch_warnings
+    from distgnn.run.saved_model import read_model_file
+    from distgnn.run.shard import dataset_shard
+
+    out, cfg, result = run
+    saved = read_model_file(out / "model.pt")
+    assert saved["edge_weights"] is False
+    graph = cora_ds.graph
+    weighted = distgnn.NodeDataset(
+        distgnn.CSRGraph(graph.indptr, graph.indices, graph.num_nodes,
+                         np.full(graph.num_edges, 2.0, np.float32)),
+        cora_ds.x, cora_ds.y, cora_ds.train_mask, cora_ds.val_mask, cora_ds.test_mask)
+    capsys.readouterr()
+    distgnn.predict(out / "model.pt", weighted, log=quiet)
+    err = capsys.readouterr().err
+    assert err == (f"warning: {out / 'model.pt'} was trained on a graph without edge weights, "
+                   "and this graph has them: its aggregations now weigh each edge, which the "
+                   "model never saw\n")
+    shard = dataset_shard(weighted, cfg, PhaseTimer(), quiet)
+    older = {k: v for k, v in saved.items() if k != "edge_weights"}
+    assert mismatch_warnings("m.pt", older, shard, scored=True, weighted=True) == []
+    assert mismatch_warnings("m.pt", saved, shard, scored=True, weighted=False) == []
+    fewer = {**saved, "num_classes": 9}  # the labels name 7
+    assert mismatch_warnings("m.pt", fewer, shard, True, weighted=False)[0].startswith(
+        "m.pt predicts 9 classes but the data's labels name 7: the accuracies mean something "
+        "only if label k is the model's class k")
+    assert mismatch_warnings("m.pt", {**older, "num_classes": 9}, shard, False, True) == []
+    gat, plain = GNN("gat", 1433, 16, 7, heads=2), GNN("gcn", 1433, 16, 7)
+    assert not training.reads_edge_weights(gat, shard)
+    assert training.reads_edge_weights(plain, shard)
+    assert not training.reads_edge_weights(plain, dataset_shard(cora_ds, cfg, PhaseTimer(),
+                                                                quiet))
+
+
+def test_the_model_is_built_and_checked_before_the_data_is_loaded(run, cora_ds):
+    """distgnn.predict (and distgnn-predict) read the model file and check
+    --embeddings-layer against the model before a loader given as the source runs; a
+    layer chosen for the returned embeddings alone (no file) is taken."""
+    out, cfg, result = run
+    loaded = []
+    with pytest.raises(DistGNNError, match="--embeddings-layer 3: the model has 2 layers"):
+        distgnn.predict(out / "model.pt", lambda: loaded.append(1), embeddings_layer=3,
+                        with_embeddings=True, log=quiet)
+    assert not loaded
+    got = distgnn.predict(out / "model.pt", lambda: cora_ds, embeddings_layer=0,
+                          with_embeddings=True, log=quiet)
+    assert got.embeddings.shape == (2708, 1433)  # the first layer's input: x

@@ -234,3 +234,92 @@ def test_bf16_mixed_trains_on_the_torch_backend_as_on_numba(cora):
             want, _ = NumbaBackend("bf16").spmm(cora.graph, x, reduce)
             assert got.dtype == want.dtype == torch.float32
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_refused_resume_names_each_option_by_a_flag_of_distgnn_train():
+    """Every option a checkpoint's fingerprint holds (each that changes the computation),
+    when it differs, is named by a flag distgnn-train has: the fingerprint's own keys are
+    "--" and the field's name, which is not always the flag (--precompute-first-aggregation,
+    --no-kernel-trial)."""
+    from distgnn.cli.train import train_parser
+    from distgnn.run.checkpoint_files import CheckpointMismatch, check_fingerprint
+    from distgnn.run.checkpointing import RUN_ONLY, fingerprinted
+    from distgnn.run.config import OWNER
+
+    flags = train_parser()._option_string_actions
+    keys = {"--" + name.replace("_", "-") for name in OWNER if name not in RUN_ONLY}
+    assert set(fingerprinted(TrainConfig())) <= keys
+    assert "--precompute-first" in keys and "--kernel-trial" in keys  # not flags themselves
+    for key in sorted(keys):
+        with pytest.raises(CheckpointMismatch) as refused:
+            check_fingerprint("ck", {"ranks": 2, "options": {key: 1}},
+                              {"ranks": 2, "options": {key: 2}})
+        named = str(refused.value).split("written for another ", 1)[1].split(" than ")[0]
+        assert named in flags, (key, str(refused.value))
+
+
+@pytest.mark.parametrize("layers,hidden,refused", [(1, 16, True), (2, 16, True), (2, 8, False),
+                                                   (3, 16, False)])
+def test_residual_is_refused_where_no_layer_keeps_its_width(layers, hidden, refused):
+    """--residual skips around each layer but the last whose widths in and out are equal:
+    with one layer none, with two only the first, when the features' width (8 here) is
+    --hidden."""
+    from distgnn.nn.config import ModelConfig, check_residual
+
+    network = ModelConfig(layers=layers, hidden=hidden, residual=True)
+    if refused:
+        with pytest.raises(DistGNNError, match=f"--residual would change nothing with "
+                                               f"--layers {layers}.*give --layers 3 or more"):
+            check_residual(network, 8)
+    else:
+        check_residual(network, 8)
+    check_residual(dataclasses.replace(network, residual=False), 8)  # nothing to refuse
+
+
+def test_an_embeddings_layer_the_model_lacks_is_refused_before_the_first_epoch(cora, tmp_path):
+    """Of a built-in model and of make_model's alike, once it is built: no epoch runs, the
+    metrics file is not written."""
+    import torch
+
+    from distgnn.nn import GCNConv
+
+    class OneLayer(torch.nn.Module):
+        def __init__(self, features, classes):
+            super().__init__()
+            self.conv = GCNConv(features, classes)
+
+        def forward(self, g, x):
+            return self.conv(g, x)
+
+    said = []
+    for make_model, layers in ((None, 2), (OneLayer, 1)):
+        with pytest.raises(DistGNNError, match=f"--embeddings-layer 5: the model has {layers} "
+                                               "layers"):
+            training.train(cora, TrainConfig(epochs=3, progress=False, threads=1,
+                                             metrics_out=str(tmp_path / "m.jsonl"),
+                                             embeddings_out=str(tmp_path / "e.npy"),
+                                             embeddings_layer=5),
+                           log=said.append, make_model=make_model)
+    assert not any(line.startswith("epoch") for line in said), said
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_stop_request_names_its_signal_or_the_launcher():
+    """SIGHUP stops as SIGTERM does, named as itself; a rank whose launcher is gone (no
+    signal came) says so, with SIGHUP's status."""
+    import signal
+    from types import SimpleNamespace
+
+    from distgnn.run.checkpointing import Checkpointer, Stopped
+    from distgnn.signals import LAUNCHER_GONE
+
+    stopper = object.__new__(Checkpointer)  # its policy alone: no checkpoint directory
+    stopper.cfg = TrainConfig(epochs=10)
+    for request, why, status in ((signal.SIGHUP, "SIGHUP received", 129),
+                                 (signal.SIGTERM, "SIGTERM received", 143),
+                                 (LAUNCHER_GONE, "the launcher (mpirun) is gone", 129)):
+        with pytest.raises(Stopped) as stopped:
+            stopper.after_epoch(3, request, SimpleNamespace(stalled=False))
+        assert str(stopped.value) == f"{why}: stopped after epoch 3; no --checkpoint-dir, " \
+                                     "nothing saved"
+        assert stopped.value.exit_status == status

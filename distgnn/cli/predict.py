@@ -184,10 +184,13 @@ def predict_main(argv: list[str] | None = None) -> int:
         return run_guarded("distgnn-predict",
                            lambda: run_rank("distgnn-predict", one_rank, world))
 
-    def run():
+    def loaded():  # once the model file is read and its model built
         data = load_dataset(args)
         print(data.summary(), flush=True)
-        show(predict(args.model, data, **options), 0)
+        return data
+
+    def run():
+        show(predict(args.model, loaded, **options), 0)
         return 0
 
     return run_guarded("distgnn-predict", run)

@@ -12,6 +12,7 @@ from ..errors import DistGNNError
 from ..options import option
 from .models import GCNII, GNN, MODELS
 from .sage_conv import LINEAR_AGGREGATORS, SAGE_AGGREGATORS
+from .widths import layer_widths
 
 DEFAULT_HIDDEN = 16
 # GAT's hidden layers: 8 channels per head, as Velickovic et al.'s and PyG's Cora model
@@ -49,8 +50,10 @@ class ModelConfig:
         None, f"hidden width (default: {DEFAULT_HIDDEN}; GAT: {GAT_CHANNELS_PER_HEAD} per "
         f"head, {GAT_CHANNELS_PER_HEAD * 8} with 8 heads)", type=int)
     dropout: float = option(0.5, "dropout probability before each layer", type=float)
-    residual: bool = option(False, "skip connections on hidden-to-hidden layers",
-                            action="store_true")
+    residual: bool = option(False, "skip connections around the layers whose input and "
+                            "output widths are equal: the hidden-to-hidden layers (--layers "
+                            "3 or more), and the first where the features' width is "
+                            "--hidden", action="store_true")
     heads: int = option(8, "GAT: attention heads of each hidden layer (--hidden is their "
                         "concatenated width, so a multiple of this)", type=int)
     train_eps: bool = option(False, "GIN: learn epsilon (else fixed at 0)",
@@ -113,6 +116,25 @@ def hidden_default(model: str, heads: int) -> int:
     if model == "gat" and integer(heads) and heads >= 1:
         return GAT_CHANNELS_PER_HEAD * heads
     return DEFAULT_HIDDEN
+
+
+def check_residual(network: ModelConfig, in_channels: int) -> None:
+    """Refuse ``--residual`` where a built-in model of ``in_channels`` features skips nothing.
+
+    :class:`~distgnn.nn.models.GNN` adds a skip connection around each layer but the last
+    whose input and output widths are equal: none with one layer, nor with two unless the
+    features' width is ``--hidden``.  Checked where a run builds its model, not when a saved
+    model is rebuilt (a file trained so is read as it was)."""
+    if not network.residual:
+        return
+    widths = layer_widths(in_channels, network.hidden, 0, network.layers)
+    if any(a == b for a, b in zip(widths[:-2], widths[1:-1])):
+        return
+    first = ("" if network.layers == 1 else f", and the first takes {in_channels} "
+             f"features to --hidden {network.hidden}")
+    raise DistGNNError(f"--residual would change nothing with --layers {network.layers}: it "
+                       "skips around the layers but the last whose widths in and out are "
+                       f"equal{first}; give --layers 3 or more, or leave it out")
 
 
 def build_model(network: ModelConfig, in_channels: int, num_classes: int,

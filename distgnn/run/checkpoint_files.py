@@ -54,6 +54,7 @@ import torch
 from ..comm import Communicator, all_or_none
 from ..errors import DistGNNError, one_line
 from ..exchange.config import ExchangeConfig
+from ..options import flag_of
 from ..storage import (
     OutputError,
     file_head,
@@ -63,6 +64,7 @@ from ..storage import (
     pid_alive,
     write_atomic,
 )
+from .config import PARTS
 
 FORMAT = "distgnn-checkpoint"
 # 2: the fingerprint holds the options and the content of the data; 3: each rank's exchange
@@ -85,6 +87,11 @@ HOLDER_WAIT_S = 0.2
 # the options of the split-vertex exchange, which one process (no split vertices) ignores
 EXCHANGE_FLAGS = frozenset("--" + f.name.replace("_", "-")
                            for f in dataclasses.fields(ExchangeConfig))
+# every option's field by the key a fingerprint names it with, "--" and the field's name
+# (what checkpoints have recorded since format 2: kept, so that they resume), which is not
+# always its flag (--precompute-first-aggregation, --no-kernel-trial)
+FINGERPRINT_FIELDS = {"--" + f.name.replace("_", "-"): f
+                      for cls in PARTS.values() for f in dataclasses.fields(cls)}
 
 
 class CheckpointError(DistGNNError):
@@ -419,6 +426,18 @@ def _parameter_difference(theirs: dict, ours: dict) -> str:
     return "same parameters"
 
 
+def as_given(key: str, value) -> tuple[str, object]:
+    """A fingerprint's option ``key`` and ``value`` as a command line has them: the flag a
+    user gives, and for a switch that turns an option off (``--no-kernel-trial``) whether
+    it was given."""
+    field = FINGERPRINT_FIELDS.get(key)
+    if field is None:
+        return key, value
+    if field.metadata.get("action") == "store_false" and isinstance(value, bool):
+        return flag_of(field), not value
+    return flag_of(field), value
+
+
 def check_fingerprint(path: Path, theirs: dict, ours: dict) -> None:
     """Refuse a checkpoint written by a run this one cannot continue.
 
@@ -440,8 +459,9 @@ def check_fingerprint(path: Path, theirs: dict, ours: dict) -> None:
         if alone and flag in EXCHANGE_FLAGS:
             continue
         if options.get(flag, "default") != ours_options.get(flag, "default"):
-            refuse(flag, f"{options.get(flag, 'default')} there, "
-                         f"{ours_options.get(flag, 'default')} here")
+            given, there = as_given(flag, options.get(flag, "default"))
+            here = as_given(flag, ours_options.get(flag, "default"))[1]
+            refuse(given, f"{there} there, {here} here")
     if theirs.get("data") != ours.get("data"):
         refuse("data (graph, features, labels or split)",
                f"{theirs.get('data')} there, {ours.get('data')} here")

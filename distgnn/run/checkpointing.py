@@ -18,7 +18,7 @@ import torch
 
 from ..comm import Communicator, RankFailed, all_or_none
 from ..errors import DistGNNError, one_line
-from ..signals import stopped_line
+from ..signals import LAUNCHER_GONE, request_signal, stopped_line
 from . import checkpoint_files as checkpoint
 from .config import DEFAULTS, TrainConfig
 from .shard import Shard
@@ -226,6 +226,7 @@ class Checkpointer:
                 cfg.checkpoint_every and done % cfg.checkpoint_every == 0)):
             path = self.save(done, run.history, run.best, run.since_best)
         if signum:
-            why = ("the launcher (mpirun) is gone" if signum == signal.SIGHUP
+            why = ("the launcher (mpirun) is gone" if signum == LAUNCHER_GONE
                    else f"{signal.Signals(signum).name} received")
-            raise Stopped(stopped_line(why, done, path, cfg.checkpoint_dir), signum)
+            raise Stopped(stopped_line(why, done, path, cfg.checkpoint_dir),
+                          request_signal(signum))

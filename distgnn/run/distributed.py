@@ -32,7 +32,7 @@ from ..placement import local_size, placement
 from ..signals import Terminated
 from ..timing import PhaseTimer
 from .config import TrainConfig
-from .shard import Shard, partition_shard
+from .shard import ROW_NORM_WARNING, Shard, partition_shard
 from .training import ModelFactory, TrainResult, configure_threads, fit
 
 
@@ -59,14 +59,16 @@ def checked_paths(cfg: TrainConfig) -> TrainConfig:
 
 
 def open_partitions(directory: str, config: TrainConfig | Callable[[], TrainConfig],
-                    log: Callable[[str], None] = print, prog: str = "distgnn") -> RankSetup:
+                    log: Callable[[str], None] = print, prog: str = "distgnn",
+                    row_norm_warning: str = ROW_NORM_WARNING) -> RankSetup:
     """This rank's part of ``mpirun -np P ...`` on the partitions in ``directory``.
 
     ``config`` (or, if a callable, what it returns: then it is made on every rank inside
     the agreement, so a flag refused on one rank ends all of them with one line) is
     checked on every rank; rank 0 logs one line describing the run; the watchdog's errors
-    name ``prog``.  Collective; raises :class:`~distgnn.comm.RankFailed` on every rank
-    when set-up fails on any.
+    name ``prog``; ``row_norm_warning`` is :func:`~distgnn.run.shard.dataset_shard`'s.
+    Collective; raises :class:`~distgnn.comm.RankFailed` on every rank when set-up fails on
+    any.
     """
     world = MPICommunicator()  # the job itself: agreement on set-up errors
     cfg = all_or_none(world, lambda: checked_paths(config() if callable(config) else config))
@@ -79,7 +81,8 @@ def open_partitions(directory: str, config: TrainConfig | Callable[[], TrainConf
     timer = PhaseTimer()
     heartbeat = Heartbeat.start(world) if cfg.comm_timeout and world.size > 1 else None
     watchdog = Watchdog(comm, cfg.comm_timeout, prog, heartbeat)
-    shard = partition_shard(directory, cfg, watchdog, timer, device, backend)
+    shard = partition_shard(directory, cfg, watchdog, timer, device, backend,
+                            row_norm_warning)
     places = torch.tensor([float(device.type == "cuda")]
                           + [float(backend == name) for name in BACKENDS[1:]])
     world.allreduce(places)

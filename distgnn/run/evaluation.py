@@ -27,7 +27,7 @@ from ..nn.graph_layer import GraphLayer
 from .shard import Shard, in_precision
 from .vertex_outputs import write_rows
 
-__all__ = ["check_logits", "roc_auc"]
+__all__ = ["check_logits", "embedding_layer", "roc_auc"]
 
 
 def embedding_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -39,6 +39,17 @@ def embedding_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
               for sub in m.modules() if sub is not m}
     return [m for m in model.modules()
             if (graph_layer(m) or isinstance(m, torch.nn.Linear)) and id(m) not in inside]
+
+
+def embedding_layer(model: torch.nn.Module, layer: int) -> torch.nn.Module:
+    """Layer ``layer`` of ``model`` (:func:`embedding_layers`), whose input
+    ``--embeddings-layer`` chooses; one line naming the flag and the model's layers when it
+    has no such layer.  Checked once the model is built, before it trains or runs."""
+    layers = embedding_layers(model)
+    if not -len(layers) <= layer < len(layers):
+        raise DistGNNError(f"--embeddings-layer {layer}: the model has {len(layers)} "
+                           f"layers (0..{len(layers) - 1}, or -1 for the last)")
+    return layers[layer]
 
 
 def check_logits(logits, shard: Shard, classes: int | None = None) -> None:
@@ -74,12 +85,9 @@ def forward_eval(model: torch.nn.Module, shard: Shard, layer: int | None = None
     captured = []
     handle = None
     if layer is not None:
-        layers = embedding_layers(model)
-        if not -len(layers) <= layer < len(layers):
-            raise DistGNNError(f"--embeddings-layer {layer}: the model has {len(layers)} "
-                               f"layers (0..{len(layers) - 1}, or -1 for the last)")
-        graph_layer = isinstance(layers[layer], GraphLayer)
-        handle = layers[layer].register_forward_pre_hook(
+        chosen = embedding_layer(model, layer)
+        graph_layer = isinstance(chosen, GraphLayer)
+        handle = chosen.register_forward_pre_hook(
             lambda module, args: captured.append(args[1 if graph_layer else 0]))
     try:
         with in_precision(shard):

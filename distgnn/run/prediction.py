@@ -33,12 +33,24 @@ from ..storage import check_distinct_outputs
 from ..timing import PhaseTimer
 from .config import OWNER, TrainConfig
 from .distributed import open_partitions
-from .evaluation import check_logits, forward_eval, mask_scores, write_vertex_outputs
+from .evaluation import (
+    check_logits,
+    embedding_layer,
+    forward_eval,
+    mask_scores,
+    write_vertex_outputs,
+)
 from .memory import process_mib
 from .replicas import rank_statistics
 from .saved_model import read_model_file
-from .shard import Shard, dataset_shard
-from .training import ModelFactory, checked_model, configure_threads
+from .shard import MODEL_ROW_NORM_WARNING, Shard, dataset_shard
+from .training import (
+    ModelFactory,
+    checked_factory,
+    checked_model,
+    configure_threads,
+    reads_edge_weights,
+)
 
 # a training run's choices that inference does not make its own: it exchanges exactly, in
 # fp32, once per layer, runs where this process is told to, and times no SpMM plans (one
@@ -101,6 +113,7 @@ def load_model(path: str | Path, make_model: ModelFactory | None = None) -> torc
     them, :mod:`distgnn.run.saved_model`: a module built by hand takes
     ``torch.load(path, weights_only=True)["state_dict"]``, not the whole file.)
     """
+    make_model = checked_factory(make_model)
     saved = read_model_file(path)
     return _build(path, saved, saved_config(saved, **INFERENCE), make_model)
 
@@ -134,65 +147,114 @@ class Prediction:
     peak_rss_mib_mean: float
 
 
-def predict(model_file: str | Path, source: str | Path | NodeDataset, *,
+def predict(model_file: str | Path,
+            source: str | Path | NodeDataset | Callable[[], NodeDataset], *,
             predictions_out: str | None = None, embeddings_out: str | None = None,
             embeddings_layer: int = -1, with_embeddings: bool = False,
             make_model: ModelFactory | None = None, threads: int | None = None,
             log: Callable[[str], None] = print) -> Prediction:
     """Apply the model saved in ``model_file`` to ``source``; returns a :class:`Prediction`.
 
-    ``source`` is a dataset, or a partition directory: then collective, one rank per
-    partition under ``mpirun``.  Writes the predictions and embeddings asked for (formats:
-    :mod:`distgnn.run.vertex_outputs`), and returns them as arrays, with the accuracies where
-    the data has labels (:class:`Prediction`; the module docstring).  ``with_embeddings``:
+    ``source`` is a dataset (or a function that loads one, called once the model is
+    built: what refuses the model is said before the data is read), or a partition
+    directory: then collective, one rank per partition under ``mpirun``.  Writes the
+    predictions and embeddings asked for (formats: :mod:`distgnn.run.vertex_outputs`), and
+    returns them as arrays, with the accuracies where the data has labels
+    (:class:`Prediction`; the module docstring).  ``with_embeddings``:
     return the input of layer ``embeddings_layer`` too (it is computed anyway for
     ``embeddings_out``).
     """
 
     check_distinct_outputs({"--predictions-out": predictions_out,
                             "--embeddings-out": embeddings_out}, {"the model file": model_file})
+    make_model = checked_factory(make_model)
     saved = read_model_file(model_file)
+    layer = embeddings_layer if embeddings_out or with_embeddings else None
+    # a layer chosen for the returned embeddings alone is no output's (the configuration
+    # refuses --embeddings-layer without --embeddings-out, where it would change nothing)
     outputs = {"predictions_out": predictions_out, "embeddings_out": embeddings_out,
-               "embeddings_layer": embeddings_layer}
+               "embeddings_layer": -1 if layer is not None and not embeddings_out
+               else embeddings_layer}
+    built = []
 
     def config() -> TrainConfig:
+        # the model too, from its file alone: what refuses it (the factory, the weights,
+        # --embeddings-layer) is said before any data is read, on every rank alike
         cfg = saved_config(saved, **{**INFERENCE, "threads": threads, **outputs})
         cfg.check_paths()
+        built.append(_build(model_file, saved, cfg, make_model))
+        if layer is not None:
+            embedding_layer(built[-1], layer)
         return cfg
 
     if is_partition_source(source):
-        rank = open_partitions(str(source), config, log, "distgnn-predict")
+        rank = open_partitions(str(source), config, log, "distgnn-predict",
+                               row_norm_warning=MODEL_ROW_NORM_WARNING)
         shard, comm, cfg = rank.shard, rank.comm, rank.cfg
     else:
         cfg = config()
         configure_threads(cfg.threads)
-        data = source if isinstance(source, NodeDataset) else load(source)
-        shard, comm = dataset_shard(data, cfg, PhaseTimer(), log), SelfCommunicator()
-    return _apply(model_file, saved, cfg, shard, comm, make_model, with_embeddings)
+        data = (source if isinstance(source, NodeDataset) else source() if callable(source)
+                else load(source))
+        shard = dataset_shard(data, cfg, PhaseTimer(), log,
+                              row_norm_warning=MODEL_ROW_NORM_WARNING)
+        comm = SelfCommunicator()
+    return _apply(model_file, saved, built[-1], cfg, shard, comm, layer)
 
 
-def _apply(path, saved: dict, cfg: TrainConfig, shard: Shard, comm: Communicator,
-           make_model: ModelFactory | None, with_embeddings: bool) -> Prediction:
+def mismatch_warnings(path, saved: dict, shard: Shard, scored: bool, weighted: bool
+                      ) -> list[str]:
+    """Warnings of what ``shard`` differs in from the training of the model file ``path``.
+
+    Each can make the predictions or the accuracies wrong without an error (``saved``: the
+    file's dictionary).  The classes are compared where accuracies were ``scored`` (a
+    split holds labelled vertices: unlabelled data names no classes); whether the model
+    reads edge weights here (``weighted``: the graph has them and its layers read them,
+    :func:`~distgnn.run.training.reads_edge_weights`) with whether it read them in training, where the file says
+    so (files written before it did: not at all)."""
+    warnings = []
+    trained, here = int(saved["num_classes"]), shard.num_classes
+    if scored and here > trained:
+        warnings.append(f"{path} predicts {trained} classes but the data's labels name "
+                        f"{here}: the vertices of the classes it cannot predict count as "
+                        "wrong in the accuracies")
+    elif scored and here < trained:
+        warnings.append(f"{path} predicts {trained} classes but the data's labels name "
+                        f"{here}: the accuracies mean something only if label k is the "
+                        "model's class k (labels of another task are compared as if they "
+                        "were)")
+    trained = saved.get("edge_weights")
+    if trained is not None and bool(trained) != weighted:
+        warnings.append(
+            f"{path} was trained on a graph with edge weights, and this graph has none: "
+            "every edge counts as weight 1, which the model never saw" if trained else
+            f"{path} was trained on a graph without edge weights, and this graph has them: "
+            "its aggregations now weigh each edge, which the model never saw")
+    return warnings
+
+
+def _apply(path, saved: dict, model: torch.nn.Module, cfg: TrainConfig, shard: Shard,
+           comm: Communicator, layer: int | None) -> Prediction:
     def ready():
         if shard.num_features != int(saved["num_features"]):
             raise DistGNNError(f"{path} takes {saved['num_features']} features; the data "
                                f"has {shard.num_features}")
-        if shard.num_classes > int(saved["num_classes"]) and comm.rank == 0:
-            print(f"warning: {path} predicts {saved['num_classes']} classes but the data's "
-                  f"labels name {shard.num_classes}: the vertices of the classes it cannot "
-                  "predict count as wrong in the accuracies", file=sys.stderr, flush=True)
-        model = _build(path, saved, cfg, make_model).to(shard.x.device)
-        prepare(model, shard.nbr)
-        return model
+        placed = model.to(shard.x.device)
+        prepare(placed, shard.nbr)
+        return placed
 
-    model = all_or_none(comm, ready)
+    placed = all_or_none(comm, ready)
     started = time.perf_counter()
-    logits, embeddings = forward_eval(
-        model, shard, cfg.embeddings_layer if cfg.embeddings_out or with_embeddings else None)
+    logits, embeddings = forward_eval(placed, shard, layer)
     check_logits(logits, shard, int(saved["num_classes"]))
     missing = shard.num_classes - logits.shape[1]  # classes the model cannot predict
     scores = mask_scores(torch.nn.functional.pad(logits, (0, missing), value=-torch.inf)
                          if missing > 0 else logits, shard, comm)
+    if comm.rank == 0:  # the same on every rank: the labels and weights are the whole graph's
+        scored = any(v is not None for k, v in scores.items() if k.endswith("_acc"))
+        for line in mismatch_warnings(path, saved, shard, scored,
+                                      reads_edge_weights(placed, shard)):
+            print(f"warning: {line}", file=sys.stderr, flush=True)
     high, mean, _ = rank_statistics(comm, {"seconds": time.perf_counter() - started,
                                            "peak_rss_mib": process_mib()})
     write_vertex_outputs(shard, comm, logits, embeddings, cfg.predictions_out,

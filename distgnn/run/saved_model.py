@@ -7,6 +7,9 @@ The file is ``torch.save`` of a dictionary of tensors, strings and numbers only,
 - ``config``: the :class:`~distgnn.run.config.TrainConfig` fields that define the model and its
   input (model, layers, hidden, heads, feature normalisation, dtype, ...), as a dict;
 - ``num_features``, ``num_classes``: the input width ``F`` and the number of classes ``C``;
+- ``edge_weights``: whether the model read edge weights in training (its graph had them and
+  its layers take them; absent in files written before it was recorded: unknown); a
+  prediction that differs in this warns;
 - ``model_class``: ``module.QualifiedName`` of the module (informative);
 - ``custom``: whether a user's ``make_model`` built it (then :func:`distgnn.load_model`
   needs that factory again; the built-in models are rebuilt from ``config``);
@@ -20,6 +23,8 @@ them.  Written atomically by rank 0 alone (every rank holds the same weights).
 from __future__ import annotations
 
 import io
+import os
+import reprlib
 from pathlib import Path
 
 import torch
@@ -36,7 +41,10 @@ PATH_FIELDS = frozenset({"metrics_out", "checkpoint_dir", "resume", "resume_if_p
 
 def read_model_file(path: str | Path) -> dict:
     """The dictionary of a model file, checked; :class:`DistGNNError` naming the path for
-    anything else."""
+    anything else (and for a ``path`` that is no path)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise DistGNNError(f"the model file must be a path (a str or pathlib.Path), got "
+                           f"{reprlib.repr(path)} ({type(path).__name__})")
     path = Path(path)
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
@@ -76,12 +84,13 @@ def model_config(cfg) -> dict:
 
 def save_model(path: str | Path, model: torch.nn.Module, state: dict, cfg,
                num_features: int, num_classes: int, *, weights: str, epoch: int,
-               custom: bool) -> Path:
+               custom: bool, edge_weights: bool) -> Path:
     """Write ``state`` (a ``state_dict`` of ``model``) with what rebuilds the model (see the
     module docstring) atomically to ``path``."""
     buffer = io.BytesIO()
     torch.save({"format": FORMAT, "version": VERSION, "config": model_config(cfg),
                 "num_features": int(num_features), "num_classes": int(num_classes),
+                "edge_weights": bool(edge_weights),
                 "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
                 "custom": bool(custom), "weights": weights, "epoch": int(epoch),
                 "state_dict": {k: v.detach().cpu() for k, v in state.items()}}, buffer)

@@ -73,6 +73,11 @@ class Shard:
     def num_features(self) -> int:
         return self.x.shape[1]
 
+    @property
+    def weighted(self) -> bool:
+        """Whether the graph's edges carry weights (what its aggregations multiply by)."""
+        return self.nbr.graph.edge_weight is not None
+
 
 def in_precision(shard: Shard):
     """The context a model's forward pass on ``shard`` runs in.
@@ -111,6 +116,14 @@ ROW_NORM_WARNING = ("warning: the features have negative entries, and --feature-
                     "default, made for non-negative counts such as bag-of-words) divides each "
                     "row by the sum of its absolute values, which can cost accuracy; "
                     "--feature-norm none trains on the features as they are")
+# the same of a saved model applied (distgnn-predict, distgnn.predict): its features are
+# normalised as it was trained, which no flag of the prediction changes
+MODEL_ROW_NORM_WARNING = ("warning: the features have negative entries, and the model was "
+                          "trained with --feature-norm row (the default, made for "
+                          "non-negative counts such as bag-of-words): they are normalised "
+                          "as in its training, each row divided by the sum of its absolute "
+                          "values, which can cost accuracy; a model trained with "
+                          "--feature-norm none takes them as they are")
 
 
 def negative_features(x: np.ndarray) -> bool:
@@ -145,10 +158,13 @@ def data_origin(num_nodes: int, num_features: int, num_classes: int, lanes: np.n
 
 
 def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
-                  log: Callable[[str], None] = print) -> Shard:
-    """The whole graph of ``data`` as the single rank's shard, on its device; with
-    ``cfg.reorder``, relabelled in that locality order (logged), its global ids being
-    ``data``'s."""
+                  log: Callable[[str], None] = print,
+                  row_norm_warning: str = ROW_NORM_WARNING) -> Shard:
+    """The whole graph of ``data`` as the single rank's shard, on its device.
+
+    With ``cfg.reorder``, relabelled in that locality order (logged), its global ids being
+    ``data``'s.  ``row_norm_warning``: what is logged when row normalisation meets negative
+    features (:data:`MODEL_ROW_NORM_WARNING` for a saved model)."""
     device, backend = placement(0, cfg.device, cfg.backend, cfg.rank_devices, cfg.rank_backends,
                                 ranks=1)
     check_precision(cfg.precision, device)
@@ -159,7 +175,7 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
     masks = {name: getattr(data, f"{name}_mask") for name in ("train", "val", "test")}
     x, y, masks = node_tensors(data.x, data.y, masks, cfg.feature_norm)
     if cfg.feature_norm == "row" and negative_features(data.x):
-        log(ROW_NORM_WARNING)
+        log(row_norm_warning)
     graph = data.graph
     lanes = None
     if cfg.checkpoint_dir:  # (set when resuming) what is trained on, in its own ids
@@ -188,10 +204,12 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
 
 
 def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
-                    timer: PhaseTimer, device: torch.device, backend: str) -> Shard:
+                    timer: PhaseTimer, device: torch.device, backend: str,
+                    row_norm_warning: str = ROW_NORM_WARNING) -> Shard:
     """Rank ``comm.rank``'s partition of ``directory`` as a shard on ``device``.
 
-    Collective.  The shard is aggregated by ``backend``.  Each rank checks its own partition
+    Collective.  The shard is aggregated by ``backend``; ``row_norm_warning`` is
+    :func:`dataset_shard`'s.  Each rank checks its own partition
     as it loads it (every check of one partition alone, :func:`distgnn.data.partitions.load`),
     then, with its peers, the split tables and the leaves' rows (:meth:`SplitIndex.check`);
     the other checks across partitions are ``distgnn-partition verify``'s.
@@ -234,7 +252,7 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
     note = unchecked_fields_note(part.meta)
     if comm.rank == 0:
         if negative.item():
-            print(ROW_NORM_WARNING, flush=True)
+            print(row_norm_warning, flush=True)
         if note:
             print(f"{directory}: {note}", flush=True)
     exchange = (NoExchange() if cfg.algo == "0c"

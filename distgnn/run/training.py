@@ -31,8 +31,8 @@ from ..comm import Communicator, RankFailed, SelfCommunicator, all_or_none
 from ..comm.watchdog import Watchdog
 from ..data.graph import NodeDataset
 from ..errors import DistGNNError
-from ..nn.config import build_model
-from ..nn.prepare import prepare
+from ..nn.config import build_model, check_residual
+from ..nn.prepare import prepare, unused_weights
 from ..placement import synchronize
 from ..signals import StopRequests
 from ..storage import format_bytes
@@ -43,6 +43,7 @@ from .config import TrainConfig
 from .epoch_log import EpochLog, EpochStats, epoch_record, phase_seconds
 from .evaluation import (
     check_logits,
+    embedding_layer,
     forward_eval,
     gathered_roc_auc,
     mask_scores,
@@ -54,8 +55,8 @@ from .replicas import ReplicaSync
 from .saved_model import save_model
 from .shard import Shard, dataset_shard, in_precision
 
-__all__ = ["ModelFactory", "TrainResult", "checked_model", "configure_threads", "fit",
-           "model_and_optimizer", "train"]
+__all__ = ["ModelFactory", "TrainResult", "checked_factory", "checked_model",
+           "configure_threads", "fit", "model_and_optimizer", "train"]
 
 
 @dataclasses.dataclass
@@ -106,12 +107,28 @@ def place_model(cfg: TrainConfig, shard: Shard, make_model: ModelFactory | None 
     """The model alone (see :func:`model_and_optimizer`)."""
     torch.manual_seed(cfg.seed)
     if make_model is None:
+        check_residual(cfg.network, shard.num_features)
         model = build_model(cfg.network, shard.num_features, shard.num_classes, cfg.recompute)
     else:
         model = checked_model(make_model(shard.num_features, shard.num_classes))
     model = model.to(shard.x.device, shard.x.dtype)
     prepare(model, shard.nbr, cfg.bf16_aggregation)
     return model
+
+
+def checked_factory(make_model) -> ModelFactory | None:
+    """``make_model`` as given to :func:`distgnn.train` or :func:`distgnn.predict`, if it
+    is none or a function: else one line, before any data is read (a module given in its
+    place would be called as ``module(in_channels, num_classes)``)."""
+    if isinstance(make_model, torch.nn.Module):
+        raise DistGNNError(f"make_model is a {type(make_model).__name__} module; give the "
+                           "function that builds it, make_model(in_channels, num_classes) "
+                           "(e.g. make_model=lambda f, c: MyModel(f, 64, c))")
+    if make_model is not None and not callable(make_model):
+        raise DistGNNError(f"make_model must be a function make_model(in_channels, "
+                           f"num_classes) that returns a torch.nn.Module, got "
+                           f"{reprlib.repr(make_model)} ({type(make_model).__name__})")
+    return make_model
 
 
 def checked_model(model, who: str = "make_model") -> torch.nn.Module:
@@ -132,6 +149,12 @@ def checked_model(model, who: str = "make_model") -> torch.nn.Module:
                            "edge_index, as a PyTorch Geometric model does; distgnn calls "
                            "model(g, x): return distgnn.pyg.distribute(model)")
     return model
+
+
+def reads_edge_weights(model: torch.nn.Module, shard: Shard) -> bool:
+    """Whether ``model`` reads edge weights on ``shard``'s graph: the graph has them and a
+    layer takes them (GAT's attention does not, :func:`distgnn.nn.prepare.unused_weights`)."""
+    return shard.weighted and unused_weights(model, shard.nbr) is None
 
 
 def training_vertices(shard: Shard, comm: Communicator) -> float:
@@ -223,7 +246,8 @@ def write_results(cfg: TrainConfig, model: torch.nn.Module, shard: Shard, comm: 
     if cfg.save_model:
         all_or_none(comm, lambda: comm.rank != 0 or save_model(
             cfg.save_model, model, state, cfg, shard.num_features, shard.num_classes,
-            weights=cfg.final_weights, epoch=epoch, custom=custom))
+            weights=cfg.final_weights, epoch=epoch, custom=custom,
+            edge_weights=reads_edge_weights(model, shard)))
         saved["model"] = cfg.save_model
     if cfg.predictions_out or cfg.embeddings_out:
         swap = state is run.best.get("state")  # else the model holds the weights already
@@ -259,7 +283,10 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
         if cfg.roc_auc and shard.num_classes != 2:
             raise DistGNNError(f"--roc-auc needs a binary task; the data has "
                                f"{shard.num_classes} classes")
-        return model_and_optimizer(cfg, shard, make_model)
+        model, optimizer = model_and_optimizer(cfg, shard, make_model)
+        if cfg.embeddings_out:  # what the run writes at its end, refused before it trains
+            embedding_layer(model, cfg.embeddings_layer)
+        return model, optimizer
 
     model, optimizer = all_or_none(comm, start)
     sync = ReplicaSync(model, comm)

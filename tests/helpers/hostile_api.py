@@ -611,3 +611,23 @@ add(Case(26, "help(distgnn.TrainConfig) names no option", python_api("""
              assert signature.parameters["epochs"].default == 200
              assert "epochs=200" in distgnn.TrainConfig.__doc__
              """), status=0))
+def nothing_trained(tmp, outcome):
+    """A check that the refusal came before training: no epoch said, no model file."""
+    assert "epoch" not in outcome.stdout and not (tmp / "m.pt").exists(), outcome.stdout
+
+
+add(Case(26, "distgnn.load_model(None)", python_api("""
+             distgnn.load_model(None)
+             """), says="the model file must be a path (a str or pathlib.Path), got None"))
+add(Case(26, "distgnn.train with make_model an int", python_api("""
+             distgnn.train("cora", cfg, make_model=5, log=quiet)
+             """), says="make_model must be a function make_model(in_channels, num_classes)",
+         check=nothing_trained))
+add(Case(26, "distgnn.train with make_model a module, not its factory", python_api("""
+             from distgnn.nn import GCNConv
+             distgnn.train("cora", cfg, make_model=GCNConv(1433, 7), log=quiet)
+             """), says="make_model is a GCNConv module; give the function that builds it",
+         check=nothing_trained))
+add(Case(26, "distgnn.predict with make_model a string", python_api("""
+             distgnn.predict(sys.argv[1], "cora", make_model="my_models:make", log=quiet)
+             """), says="make_model must be a function"))

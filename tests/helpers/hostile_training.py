@@ -23,6 +23,7 @@ from tests.helpers.hostile import (
     checkpoint_run,
     data,
     interrupt,
+    metrics_lines,
     mpi_train,
     partition,
     resume_case,
@@ -332,11 +333,13 @@ add(Case(19, "distgnn-predict with a model of fewer classes than the labels",
 
 # 24. leftovers after a signal: a stop removes what the writer made beside its target
 def signalled(tool_name: str, argv: tuple, hook: str, signals: tuple = (signal.SIGTERM,),
-              after: bool = True):
+              after: bool = True, env: dict | None = None):
     """``tool_name`` with ``argv`` as a process whose function ``hook`` (``module:name``)
     sends it ``signals``, in turn, once the real function returned (``after``) or before
     it runs: a signal that lands while a writer is in the middle of its work, every time.
-    SIGINT is a foreground process's (Python's handler), whatever the suite's shell did."""
+    SIGINT and SIGHUP are a terminal's foreground process's (their defaults), whatever the
+    suite's shell did (``&`` ignores SIGINT, ``nohup`` SIGHUP).  ``env``: variables set for
+    the process (``"{tmp}"`` in a value is the case directory)."""
     module, name = hook.split(":")
     entry_module, entry = ENTRY[tool_name]
 
@@ -355,10 +358,19 @@ def signalled(tool_name: str, argv: tuple, hook: str, signals: tuple = (signal.S
                 f"from {entry_module} import {entry}; sys.exit({entry}(sys.argv[1:]))")
         proc = subprocess.run([sys.executable, "-c", code,
                                *[str(a).replace("{tmp}", str(tmp)) for a in argv]],
-                              env=run.env(), capture_output=True, text=True, timeout=300,
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                              env={**run.env(), **{k: v.replace("{tmp}", str(tmp))
+                                                   for k, v in (env or {}).items()}},
+                              capture_output=True, text=True, timeout=300,
+                              preexec_fn=as_in_a_terminal)
         return Outcome(proc.returncode, proc.stdout, proc.stderr)
     return go
+
+
+def as_in_a_terminal() -> None:
+    """SIGINT and SIGHUP at their defaults in a child about to start, as a terminal's
+    foreground process has them."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def nothing_hidden_in(*folders):
@@ -655,3 +667,199 @@ def on_bf16_cpus(inner):
 add(Case(26, "--precision bf16-mixed on the torch backend", on_bf16_cpus(
     tool("train", "--dataset", "{tmp}/d.npz", "--precision", "bf16-mixed", "--backend",
          "torch", *TRAIN_QUICK)), data(), status=0))
+
+
+# 6. what a run writes at its end is refused before it trains: --embeddings-layer
+def no_epoch_and_nothing_at(*rels):
+    """A check that the refusal came before the first epoch and wrote none of ``rels``."""
+    def check(tmp, outcome):
+        assert "epoch " not in outcome.stdout, outcome.stdout
+        nothing_at(*rels)(tmp, outcome)
+    return check
+
+
+add(Case(6, "--embeddings-layer 9 of a 2-layer model",
+         tool("train", "--dataset", "{tmp}/d.npz", "--embeddings-out", "{tmp}/e.npy",
+              "--embeddings-layer", 9, "--save-model", "{tmp}/m.pt", "--predictions-out",
+              "{tmp}/p.csv", "--metrics-out", "{tmp}/m.jsonl", *TRAIN_QUICK),
+         both(data(), user_file("m.jsonl", metrics_lines())),
+         says="--embeddings-layer 9: the model has 2 layers (0..1, or -1 for the last)",
+         keep=("m.jsonl",), check=no_epoch_and_nothing_at("e.npy", "m.pt", "p.csv")))
+add(Case(6, "--embeddings-layer -3 of a 2-layer model",
+         tool("train", "--dataset", "{tmp}/d.npz", "--embeddings-out", "{tmp}/e.npy",
+              "--embeddings-layer", -3, *TRAIN_QUICK), data(),
+         says="--embeddings-layer -3: the model has 2 layers",
+         check=no_epoch_and_nothing_at("e.npy")))
+add(Case(6, "--embeddings-layer 5 under mpirun",
+         mpi_train("--partitions", "{tmp}/p", "--embeddings-out", "{tmp}/e.npy",
+                   "--embeddings-layer", 5, *TRAIN_QUICK), partitions(),
+         says="--embeddings-layer 5: the model has 2 layers",
+         check=no_epoch_and_nothing_at("e.npy")))
+add(Case(6, "distgnn-predict --embeddings-layer 4 of a 2-layer model",
+         tool("predict", "{tmp}/m.pt", "--dataset", "{tmp}/d.npz", "--embeddings-out",
+              "{tmp}/e.npy", "--embeddings-layer", 4), trained_model(),
+         says="--embeddings-layer 4: the model has 2 layers",
+         check=lambda tmp, outcome: (nothing_read(tmp, outcome),
+                                     nothing_at("e.npy")(tmp, outcome))))
+
+# 19. --residual where the model has no layer to skip around
+for name, flags, says in [
+        ("--residual with the default 2 layers", ("--residual",),
+         "--residual would change nothing with --layers 2"),
+        ("--residual with --layers 1", ("--residual", "--layers", 1),
+         "--residual would change nothing with --layers 1"),
+        ("--residual with 2 GAT layers", ("--residual", "--model", "gat"),
+         "--residual would change nothing with --layers 2")]:
+    add(Case(19, name, tool("train", "--dataset", "{tmp}/d.npz", *flags, *TRAIN_QUICK), data(),
+             says=says, check=no_epoch_and_nothing_at()))
+add(Case(19, "--residual with 2 layers where the features' width is --hidden",
+         tool("train", "--dataset", "{tmp}/d.npz", "--residual", "--hidden", 8, *TRAIN_QUICK),
+         data(), status=0))
+
+
+# 25. distgnn-predict on a graph unlike the one trained on: a warning, not silence
+def weighted_copy(rel: str = "w.npz"):
+    """``d.npz``'s graph with a random weight on every edge, at ``rel``."""
+    def setup(tmp, run):
+        arrays = dict(np.load(tmp / "d.npz"))
+        arrays["edge_weight"] = np.random.default_rng(0).uniform(
+            0, 100, len(arrays["indices"])).astype(np.float32)
+        np.savez(tmp / rel, **arrays)
+    return setup
+
+
+def warned(text: str):
+    """A check that stderr holds ``text`` on a line of its own that starts ``warning: ``."""
+    def check(tmp, outcome):
+        assert any(line.startswith("warning: ") and text in line
+                   for line in outcome.stderr.splitlines()), outcome.stderr
+    return check
+
+
+add(Case(25, "distgnn-predict of a weighted graph's model on an unweighted graph",
+         tool("predict", "{tmp}/m.pt", "--dataset", "{tmp}/d.npz"),
+         both(data(), weighted_copy(), tool("train", "--dataset", "{tmp}/w.npz",
+                                            "--save-model", "{tmp}/m.pt", *TRAIN_QUICK)),
+         status=0, check=warned("m.pt was trained on a graph with edge weights, and this graph "
+                                "has none")))
+add(Case(25, "distgnn-predict of an unweighted graph's model on a weighted graph",
+         tool("predict", "{tmp}/m.pt", "--dataset", "{tmp}/w.npz"),
+         both(trained_model(), weighted_copy()), status=0,
+         check=warned("m.pt was trained on a graph without edge weights, and this graph has "
+                      "them")))
+add(Case(25, "distgnn-predict with a model of more classes than the labels",
+         tool("predict", "{tmp}/m.pt", "--dataset", "{tmp}/two.npz"),
+         both(trained_model(), data("two.npz", y=np.arange(60) % 2)), status=0,
+         check=warned("m.pt predicts 3 classes but the data's labels name 2")))
+
+
+# 26. the line names what the user gave and can change
+add(Case(26, "resume with --precompute-first-aggregation names that flag",
+         tool("train", "--dataset", "{tmp}/d.npz", "--resume", "{tmp}/ck",
+              "--precompute-first-aggregation", "--epochs", 4, "--no-progress", "--threads", 1),
+         lambda tmp, run: checkpoint_run(run, tmp, 2),
+         says="written for another --precompute-first-aggregation than this run's"))
+add(Case(26, "resume with --no-kernel-trial names that flag",
+         tool("train", "--dataset", "{tmp}/d.npz", "--resume", "{tmp}/ck", "--no-kernel-trial",
+              "--epochs", 4, "--no-progress", "--threads", 1),
+         lambda tmp, run: checkpoint_run(run, tmp, 2),
+         says="written for another --no-kernel-trial than this run's (default there, True here)"))
+
+
+def speaks_of_the_model(tmp, outcome):
+    """distgnn-predict's warning on negative features (a progress line, on stdout) names
+    the model's training, not a flag distgnn-predict lacks."""
+    said = outcome.stdout + outcome.stderr
+    assert any(line.startswith("warning: ") and "the model was trained with --feature-norm "
+               "row" in line for line in said.splitlines()), said
+    assert "--feature-norm none trains" not in said, said
+
+
+add(Case(26, "distgnn-predict on negative features of a model trained with row norms",
+         tool("predict", "{tmp}/m.pt", "--dataset", "{tmp}/neg.npz"),
+         both(trained_model(), data("neg.npz", x=np.random.default_rng(1).standard_normal(
+             (60, 8)).astype(np.float32))), status=0, check=speaks_of_the_model))
+add(Case(26, "--metrics-out a symbolic link to a metrics file",
+         tool("train", "--dataset", "{tmp}/d.npz", "--metrics-out", "{tmp}/m.jsonl",
+              *TRAIN_QUICK),
+         both(data(), user_file("real/m.jsonl", metrics_lines()),
+              lambda tmp, run: (tmp / "m.jsonl").symlink_to(tmp / "real" / "m.jsonl")),
+         says="m.jsonl is a symbolic link (to", keep=("real/m.jsonl",),
+         check=no_epoch_and_nothing_at()))
+
+
+# 24. SIGHUP (a closed terminal or ssh session) ends every tool as SIGTERM does
+SIGHUP_129 = dict(status=128 + signal.SIGHUP)
+
+
+def hangup_in_training(tmp, run):
+    """A run checkpointing and streaming its metrics gets SIGHUP after two epochs."""
+    proc = subprocess.Popen(run.command("train", [
+        "--dataset", tmp / "d.npz", "--epochs", 10**6, "--no-progress", "--threads", 1,
+        "--checkpoint-dir", tmp / "ck", "--checkpoint-every", 10**6, "--metrics-out",
+        tmp / "m.jsonl"]), env=run.env(), text=True, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, preexec_fn=as_in_a_terminal)
+    seen = 0
+    while seen < 2 and (line := proc.stdout.readline()):
+        seen += line.startswith("epoch ")
+    proc.send_signal(signal.SIGHUP)
+    out, err = proc.communicate(timeout=120)
+    return Outcome(proc.returncode, out, err)
+
+
+def checkpointed_and_nothing_hidden(tmp, outcome):
+    assert any((tmp / "ck").glob("epoch-*/manifest.json")), "no checkpoint written"
+    assert (tmp / "m.jsonl").is_file(), "no metrics file"
+    nothing_hidden_in(".", "ck")(tmp, outcome)
+
+
+add(Case(24, "SIGHUP during training's epochs", hangup_in_training, data(),
+         says="SIGHUP received: stopped after epoch", check=checkpointed_and_nothing_hidden,
+         **SIGHUP_129))
+add(Case(24, "SIGHUP while distgnn-predict writes a .csv",
+         signalled("predict", ("{tmp}/m.pt", "--dataset", "{tmp}/d.npz", "--predictions-out",
+                               "{tmp}/p.csv"), "distgnn.run.vertex_outputs:_write_csv",
+                   (signal.SIGHUP,)),
+         trained_model(), says="stopped by SIGHUP; nothing more was written",
+         check=nothing_hidden_in("."), **SIGHUP_129))
+
+
+def hangup_while_partitioning(tmp, run):
+    """An in-memory cut into ``{tmp}/p`` that gets SIGHUP while it writes the partitions
+    (held before the second, its temporary directory in place)."""
+    from tests.helpers.partitions import held_second_item
+
+    held = ("import sys, time\nfrom partition import write\nfrom partition.cli import main\n"
+            + held_second_item("write.partition_arrays") + "sys.exit(main(sys.argv[1:]))\n")
+    proc = subprocess.Popen(run.code_command(held, [tmp / "d.npz", "--parts", 2, "--out",
+                                                    tmp / "p", "--no-progress"]),
+                            env=run.env(), text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, preexec_fn=as_in_a_terminal)
+    while (line := proc.stdout.readline()) and line != "held\n":
+        pass
+    proc.send_signal(signal.SIGHUP)
+    out, err = proc.communicate(timeout=120)
+    return Outcome(proc.returncode, out, err)
+
+
+def only_the_dataset(tmp, outcome):
+    left = sorted(f.name for f in tmp.iterdir() if f.name != "d.npz")
+    assert not left, f"left behind: {left}"
+
+
+add(Case(24, "SIGHUP while distgnn-partition writes in memory", hangup_while_partitioning,
+         data(), says="SIGHUP received: stopped partitioning", check=only_the_dataset,
+         **SIGHUP_129))
+
+
+def no_temporary_directory(tmp, outcome):
+    left = [f.name for f in tmp.iterdir() if f.name.startswith("tmp")]
+    assert not left, f"left behind: {left}"
+
+
+add(Case(24, "SIGHUP while distgnn-bench spmm times the JIT in a temporary cache",
+         signalled("bench", ("spmm", "--dataset", "rmat:scale=8,edge_factor=4,features=1",
+                             "--widths", 4, "--threads", 1), "subprocess:run",
+                   (signal.SIGHUP,), env={"TMPDIR": "{tmp}"}),
+         says="stopped by SIGHUP; nothing more was written", check=no_temporary_directory,
+         slow=True, **SIGHUP_129))
