@@ -374,10 +374,12 @@ GENERATORS = {
 
 
 def generate(spec: str) -> NodeDataset:
-    """Dataset from ``"kind:key=value,..."``; unknown or repeated keys, non-numbers and a
-    key that does nothing beside another's value (``_INERT``) are errors, and so is a value
-    the generator refuses: every error names the spec and its keys, not the function's
-    keywords (``blocks``, not ``num_blocks``)."""
+    """Dataset from ``"kind:key=value,..."``.
+
+    Unknown or repeated keys, non-numbers and a key that does nothing beside another's
+    value (``_INERT``) are errors, and so is a value the generator refuses: every error
+    names the spec and its keys, not the function's keywords (``blocks``, not
+    ``num_blocks``)."""
     kind, _, args = spec.partition(":")
     function, keys = GENERATORS[kind]
     kwargs = {keyword: default for keyword, _, default in keys.values()}
