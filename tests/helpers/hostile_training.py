@@ -535,7 +535,8 @@ add(Case(7, "Ctrl-C again while the last line is printed", lambda tmp, run: subp
          "sys.exit(cli.train_main(sys.argv[1:]))\n",
     ["--dataset", "cora", *TRAIN_QUICK]), status=130, says="interrupted (Ctrl-C)"))
 add(Case(7, "Ctrl-C twice at once while starting up",
-         interrupt([signal.SIGINT, signal.SIGINT], False, wait_epochs=0), status=130,
+         interrupt([signal.SIGINT, signal.SIGINT], False, wait_epochs=0, nodes=300000),
+         status=130,
          says="interrupted"))
 
 
