@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.helpers.hostile import Outcome, Runner
 
@@ -195,67 +196,40 @@ def test_a_swallowed_ctrl_c_during_start_up_still_ends_the_run(capsys):
     assert not EARLY_INTERRUPTS  # cleared for the next call
 
 
-def test_a_sigterm_ends_an_entry_point_with_one_line_after_its_clean_ups(tmp_path, capsys):
-    """SIGTERM outside training's epochs raises where the process is: the ``finally`` of a
-    writer runs (what it made beside its target goes), a second SIGTERM meanwhile does not
-    cut that short, the entry point ends with one line and 143, and SIGTERM's default is
-    back afterwards."""
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_ends_an_entry_point_with_one_line_after_its_clean_ups(name, capsys):
+    """SIGTERM, and SIGHUP (a closed terminal) as SIGTERM, outside training's epochs raise
+    where the process is: the ``finally`` of a writer runs (what it made beside its target
+    goes), a second signal meanwhile does not cut that short, the entry point ends with one
+    line and 128 + the signal, and the signal's default is back afterwards."""
     import os
     import signal
     import time
 
     from distgnn.program import interruptible
 
+    signum = getattr(signal, name)
     cleaned = []
 
     @interruptible("prog")
     def main(argv):
         try:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signum)
             time.sleep(5)  # the stop comes here
         finally:
-            os.kill(os.getpid(), signal.SIGTERM)  # a second one, during the clean-up
+            os.kill(os.getpid(), signum)  # a second one, during the clean-up
             time.sleep(0.1)
             cleaned.append(True)
         return 0
 
     # as in a fresh process (a test runner's worker may have a handler of its own)
-    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    previous = signal.signal(signum, signal.SIG_DFL)
     try:
-        assert main([]) == 128 + signal.SIGTERM and cleaned == [True]
-        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        assert main([]) == 128 + signum and cleaned == [True]
+        assert signal.getsignal(signum) == signal.SIG_DFL
     finally:
-        signal.signal(signal.SIGTERM, previous)
-    assert capsys.readouterr().err == "prog: stopped by SIGTERM; nothing more was written\n"
-
-
-def test_a_sighup_ends_an_entry_point_as_sigterm_does(capsys):
-    """SIGHUP (a closed terminal) outside training's epochs raises where the process is:
-    the clean-ups run, one line, status 129, SIGHUP's default back afterwards."""
-    import os
-    import signal
-    import time
-
-    from distgnn.program import interruptible
-
-    cleaned = []
-
-    @interruptible("prog")
-    def main(argv):
-        try:
-            os.kill(os.getpid(), signal.SIGHUP)
-            time.sleep(5)  # the stop comes here
-        finally:
-            cleaned.append(True)
-        return 0
-
-    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as in a terminal's process
-    try:
-        assert main([]) == 128 + signal.SIGHUP and cleaned == [True]
-        assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
-    finally:
-        signal.signal(signal.SIGHUP, previous)
-    assert capsys.readouterr().err == "prog: stopped by SIGHUP; nothing more was written\n"
+        signal.signal(signum, previous)
+    assert capsys.readouterr().err == f"prog: stopped by {name}; nothing more was written\n"
 
 
 def test_sighup_is_a_stop_request_in_training_unless_ignored_as_under_nohup():
