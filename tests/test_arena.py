@@ -44,6 +44,7 @@ for e in range(5):
 """
 
 
+@pytest.mark.slow
 @needs_arena
 def test_later_epochs_fault_nothing_and_compute_the_same():
     lines = subprocess.run([sys.executable, "-c", EPOCHS], capture_output=True, text=True,

@@ -239,6 +239,7 @@ def test_ranks_per_node_counts_node_links_and_predicts_the_node_aware_exchange(p
         assert row["cd-0 node"]["local_aggregation"] == row["cd-0"]["local_aggregation"]
 
 
+@pytest.mark.slow
 def test_predict_measures_the_rates_of_ranks_sharing_the_host(tmp_path, capsys, monkeypatch):
     """End to end: ``--ranks-per-node 2`` measures each P's rates on two of its partitions
     at once (the whole graph alone at P = 1) and adds the node-aware cd-0 column; the

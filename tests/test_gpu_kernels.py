@@ -27,6 +27,7 @@ def run_check(check: str) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("check", ["kernels", "layers", "repeat"])
 def test_triton_kernels_match_their_references(check):
     run_check(check)

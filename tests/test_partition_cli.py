@@ -374,6 +374,7 @@ def test_help_states_every_default():
         assert "DATASET" in parser.format_usage() or parser.prog.endswith("inspect")
 
 
+@pytest.mark.slow
 def test_jobs_partitioning_at_once_if_missing_take_turns(tmp_path):
     """Three ``--if-missing`` runs started together for one directory (the first start of
     three batch jobs): one writes it, the others wait for its lock and leave it as it is;

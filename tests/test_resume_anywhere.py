@@ -74,6 +74,7 @@ def jobs(cora_ds, tmp_path_factory):
     return Jobs(cora_ds, tmp_path_factory.mktemp("resume-anywhere"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_a_checkpoint_of_4_ranks_resumes_on_2_1_and_8_and_on_torch(jobs, tmp_path, dtype):
     whole = jobs.run(FROM, epochs=EPOCHS, dtype=dtype).model
@@ -90,6 +91,7 @@ def test_a_checkpoint_of_4_ranks_resumes_on_2_1_and_8_and_on_torch(jobs, tmp_pat
         assert any(moved in line for line in said) == (ranks != FROM), said
 
 
+@pytest.mark.slow
 def test_the_delayed_exchange_starts_again_with_an_exact_epoch(jobs, tmp_path):
     whole = jobs.run(FROM, epochs=EPOCHS, algo="cd-r")
     killed = jobs.killed(tmp_path / "ck", algo="cd-r")
@@ -113,6 +115,7 @@ def test_a_delayed_runs_checkpoint_resumes_exact_in_one_process(jobs, tmp_path):
     assert len(resumed.history) == EPOCHS
 
 
+@pytest.mark.slow
 def test_the_same_layout_still_restores_every_rank_exactly(jobs, tmp_path):
     whole = jobs.run(FROM, epochs=30, algo="cd-r", delay=2)
     killed = jobs.run(FROM, epochs=15, algo="cd-r", delay=2, checkpoint_dir=str(tmp_path),

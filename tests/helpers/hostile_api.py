@@ -597,7 +597,7 @@ def as_process(tmp, run, command) -> Outcome:
 # under mpi4py's runner (which aborts the job on any exception)
 add(Case(26, "a PyG model with BatchNorm, a script in one process",
          lambda tmp, run: as_process(tmp, run, script(tmp, run, BATCH_NORM, tmp / "d.npz")),
-         data(n=200), status=1, says="script.py: error: norm (BatchNorm1d)"))
+         data(n=200), status=1, says="script.py: error: norm (BatchNorm1d)", slow=True))
 add(Case(26, "a PyG model with BatchNorm, a script on 2 ranks under python -m mpi4py",
          lambda tmp, run: run.mpi_command(2, [
              sys.executable, "-m", "mpi4py", *script(tmp, run, BATCH_NORM, tmp / "p")[1:]]),
