@@ -125,23 +125,8 @@ def report(result) -> None:
     earlier run's too, which may have run on another rank count."""
     resumed = result.summary.get("resumed_after", 0)
     own = result.history[resumed:]
-    phases = {k: statistics.median(r["phases"][k] for r in own) for k in own[0]["phases"]}
-    which = (f"this run's {len(own)} epochs (resumed after epoch {resumed})" if resumed
-             else f"{len(own)} epochs")
-    print(f"median epoch {statistics.median(r['epoch_s'] for r in own) * 1e3:.1f} ms over "
-          f"{which}  (" + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in phases.items() if v)
-          + " ms)")
-    sent = statistics.median(r["bytes_sent_max"] for r in own)
-    exchange = result.summary.get("exchange")
-    if exchange is not None:
-        line = (f"split-vertex exchange ({exchange['schedule']}): {sent / 1e6:.2f} MB sent per "
-                f"epoch by the busiest rank")
-        if exchange["bytes_vs_cd0"] is not None:
-            line += f", {exchange['bytes_vs_cd0']:.3f}x cd-0's bytes"
-        if "stale_epochs" in exchange:
-            line += (f"; {exchange['stale_epochs']} epochs 1 epoch stale, "
-                     f"{exchange['exact_epochs']} exact")
-        print(line)
+    if own:  # none: a requeued job whose checkpoint was its last epoch
+        _report_epochs(own, resumed, result.summary.get("exchange"))
     print(f"training loss: longest rise {result.summary['longest_loss_rise']} epochs in a row")
     last = result.history[-1]
     print(peak_memory_line(last["peak_rss_mib_max"], last["peak_rss_mib_mean"]))
@@ -151,5 +136,25 @@ def report(result) -> None:
               f"(best validation accuracy {best['val_acc'] * 100:.2f} %)")
     for what, path in result.summary.get("saved", {}).items():
         print(f"{what} written to {path} ({result.summary['weights']} weights)")
+
+
+def _report_epochs(own: list[dict], resumed: int, exchange: dict | None) -> None:
+    """The median epoch and phases of this run's epochs ``own``, and the exchange's bytes."""
+    phases = {k: statistics.median(r["phases"][k] for r in own) for k in own[0]["phases"]}
+    which = (f"this run's {len(own)} epochs (resumed after epoch {resumed})" if resumed
+             else f"{len(own)} epochs")
+    print(f"median epoch {statistics.median(r['epoch_s'] for r in own) * 1e3:.1f} ms over "
+          f"{which}  (" + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in phases.items() if v)
+          + " ms)")
+    if exchange is not None:
+        sent = statistics.median(r["bytes_sent_max"] for r in own)
+        line = (f"split-vertex exchange ({exchange['schedule']}): {sent / 1e6:.2f} MB sent per "
+                f"epoch by the busiest rank")
+        if exchange["bytes_vs_cd0"] is not None:
+            line += f", {exchange['bytes_vs_cd0']:.3f}x cd-0's bytes"
+        if "stale_epochs" in exchange:
+            line += (f"; {exchange['stale_epochs']} epochs 1 epoch stale, "
+                     f"{exchange['exact_epochs']} exact")
+        print(line)
 
 

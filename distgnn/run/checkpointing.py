@@ -136,7 +136,11 @@ class Checkpointer:
                 self.log(f"no checkpoint in {directory}: starting a new run")
             return 0, [], {}, 0
         self.run, start = found.run, found.epoch
-        all_or_none(self.comm, lambda: self.check_epochs(directory, start))
+        if self.cfg.resume:  # asked for: a resume that trains nothing is refused
+            all_or_none(self.comm, lambda: self.check_epochs(directory, start))
+        elif start >= self.cfg.epochs and self.comm.rank == 0:  # a job requeued once done
+            self.log(f"{directory}: its newest checkpoint is after epoch {start}, and --epochs "
+                     f"{self.cfg.epochs} leaves nothing to train: the run ends with it")
         path = f"{directory}/{checkpoint.checkpoint_name(start)}"
         history, best, since_best = all_or_none(self.comm, lambda: self.restore(path, found))
         if self.comm.rank == 0:

@@ -566,9 +566,20 @@ add(Case(25, "--resume of a checkpoint past --epochs",
               "--no-progress", "--threads", 1),
          lambda tmp, run: checkpoint_run(run, tmp, 4), says="give --epochs above 4"))
 add(Case(25, "--resume of a checkpoint at --epochs",
-         tool("train", "--dataset", "{tmp}/d.npz", "--resume-if-present", "{tmp}/ck",
+         tool("train", "--dataset", "{tmp}/d.npz", "--resume", "{tmp}/ck",
               "--epochs", 4, "--no-progress", "--threads", 1),
          lambda tmp, run: checkpoint_run(run, tmp, 4), says="nothing is left to train"))
+
+
+def says_nothing_left(tmp, outcome):
+    assert "leaves nothing to train: the run ends with it" in outcome.stdout, outcome.stdout
+
+
+# a job requeued after its last epoch (SLURM's signal came just after it) ends as done
+add(Case(25, "--resume-if-present of a checkpoint at --epochs, as a requeued job",
+         tool("train", "--dataset", "{tmp}/d.npz", "--resume-if-present", "{tmp}/ck",
+              "--epochs", 4, "--no-progress", "--threads", 1),
+         lambda tmp, run: checkpoint_run(run, tmp, 4), status=0, check=says_nothing_left))
 add(Case(25, "--aggregation-precision fp32 under --precision bf16-mixed",
          tool("train", "--dataset", "{tmp}/d.npz", "--precision", "bf16-mixed",
               "--aggregation-precision", "fp32", *TRAIN_QUICK), data(),
