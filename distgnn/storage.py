@@ -283,15 +283,23 @@ def _is_at(fd: int, path: str | Path) -> bool:
     return (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino)
 
 
+def recorded_holder(record: str) -> tuple[int, str] | None:
+    """The ``(pid, host)`` the holder of a lock wrote into it (:func:`_acquire`), from the
+    lock file's text ``record``; ``None`` where it holds none."""
+    words = record.split()
+    if len(words) >= 2 and words[0].isdigit():
+        return int(words[0]), words[1]
+    return None
+
+
 def _holder(fd: int) -> str:
     """Who holds the lock of ``fd``, as its holder recorded it (:func:`_acquire`)."""
     try:
-        words = os.pread(fd, 256, 0).decode(errors="replace").split()
+        held = recorded_holder(os.pread(fd, 256, 0).decode(errors="replace"))
     except OSError:
-        words = []
-    if len(words) >= 2 and words[0].isdigit():
-        return f"process {words[0]} on {words[1]}"
-    return "another process (it recorded no process id)"
+        held = None
+    return (f"process {held[0]} on {held[1]}" if held is not None
+            else "another process (it recorded no process id)")
 
 
 def _acquire(path: Path, wait_s: float | None, waiting: Callable[[str], None] | None,

@@ -62,6 +62,7 @@ from ..storage import (
     free_space_problem,
     fsync_path,
     pid_alive,
+    recorded_holder,
     write_atomic,
 )
 from .config import PARTS
@@ -322,12 +323,12 @@ def _lock_holder(lock: Path) -> str | None:
     HOST``); ``None`` when none is recorded, or when that is a process of this host that is
     gone (it holds nothing)."""
     try:
-        words = lock.read_text(errors="replace").split()
+        held = recorded_holder(lock.read_text(errors="replace"))
     except OSError:
-        words = []
-    if len(words) < 2 or not words[0].isdigit():
+        held = None
+    if held is None:
         return None
-    pid, host = int(words[0]), words[1]
+    pid, host = held
     if host == socket.gethostname() and not pid_alive(pid):
         return None
     return f"process {pid} on {host}"
