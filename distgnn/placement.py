@@ -196,6 +196,18 @@ class ExecutionConfig:
         "slab and serves every later epoch from it (no page faults, no mapping calls; "
         "compiled on first use with the system's C++ compiler, skipped without one)",
         flag="--no-memory-arena", action="store_false")
+    memory_limit: float | None = option(
+        None, "RAM each rank may take, in GiB. A rank whose plan fits runs as without it; "
+        "one whose plan does not keeps the graph in RAM and its feature and activation "
+        "matrices in files under --spill-dir, aggregating one panel of columns at a time "
+        "and computing the dense work in chunks of rows, so that its peak stays under the "
+        "limit (GCN and GraphSAGE-gcn, fp32 or float64, cd-0 or 0c); the start-up line "
+        "gives the plan: RAM, disk, and the bytes each epoch reads and writes",
+        type=float, metavar="GIB")
+    spill_dir: str | None = option(
+        None, "with --memory-limit: the local directory for a rank's spill files, a folder "
+        "of its own removed when the run ends (default: the system's temporary directory, "
+        "$TMPDIR or /tmp; under SLURM name a node-local disk)", metavar="DIR")
 
     def __post_init__(self):
         for flag, choices in (("device", DEVICES), ("backend", BACKEND_CHOICES),
@@ -223,6 +235,18 @@ class ExecutionConfig:
             raise DistGNNError("--precision bf16-mixed computes in bf16 beside float32 "
                                "weights; --dtype float64 is for exact checks: use one or "
                                "the other")
+        if self.memory_limit is not None and (
+                not isinstance(self.memory_limit, numbers.Real)
+                or isinstance(self.memory_limit, bool) or not self.memory_limit > 0
+                or self.memory_limit == float("inf")):
+            raise DistGNNError(f"--memory-limit must be a positive number of GiB, got "
+                               f"{self.memory_limit!r}")
+        if self.spill_dir is not None and self.memory_limit is None:
+            raise DistGNNError("--spill-dir names where --memory-limit puts a run's spill "
+                               "files; give --memory-limit with it")
+        if self.spill_dir == "":
+            raise DistGNNError("--spill-dir: the value is empty; give a directory, or leave "
+                               "it out")
         if self.precision == "bf16-mixed" and self.aggregation_precision == "fp32":
             raise DistGNNError("--precision bf16-mixed gathers bf16 rows in its aggregations "
                                "and keeps bf16 activations; --aggregation-precision fp32 "

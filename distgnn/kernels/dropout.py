@@ -37,11 +37,14 @@ def keeps(base, f, threshold):
 
 
 @numba.njit(cache=True, parallel=True, nogil=True)
-def masked_scale(x, global_ids, key, threshold, scale, out):
-    """``out = x * mask`` without materialising the mask (it is recomputed from the key)."""
-    width = np.uint64(x.shape[1])
+def masked_scale(x, global_ids, key, threshold, scale, out, width, first):
+    """``out = x * mask`` without materialising the mask (it is recomputed from the key).
+
+    ``x`` holds columns ``first ..`` of rows ``width`` wide (a panel of them: ``width =
+    x.shape[1]``, ``first = 0`` for whole rows), so a panel is masked as its rows are."""
+    width = np.uint64(width)
     for i in numba.prange(x.shape[0]):
-        base = key + np.uint64(global_ids[i]) * width
+        base = key + np.uint64(global_ids[i]) * width + np.uint64(first)
         for f in range(x.shape[1]):
             out[i, f] = x[i, f] * scale if keeps(base, f, threshold) else 0.0
 

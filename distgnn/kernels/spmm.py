@@ -307,3 +307,44 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
     if not plan.blocks:  # a graph without rows
         out[:] = 0
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter_by_source(indptr, indices, fill, indices_t):
+    for v in range(len(indptr) - 1):
+        for k in range(indptr[v], indptr[v + 1]):
+            u = indices[k]
+            indices_t[fill[u]] = v
+            fill[u] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter_weights(indptr, indices, weight, fill, weight_t):
+    for v in range(len(indptr) - 1):
+        for k in range(indptr[v], indptr[v + 1]):
+            u = indices[k]
+            weight_t[fill[u]] = weight[k]
+            fill[u] += 1
+
+
+def transpose_csr(indptr: np.ndarray, indices: np.ndarray, num_sources: int, edge_weight=None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(indptr_t, indices_t, weight_t)``: the CSR of the reversed graph (rows = sources).
+
+    A counting sort: each source's row lists its destinations in CSR order (what a stable
+    sort by source gives), in O(E) time and with no memory beyond the result (no ``[E]``
+    int64 permutation).  ``indices_t`` has ``indices``'s integer type.
+    """
+    counts = np.bincount(indices, minlength=num_sources) if len(indices) else \
+        np.zeros(num_sources, np.int64)
+    indptr_t = np.zeros(num_sources + 1, np.int64)
+    np.cumsum(counts, out=indptr_t[1:])
+    del counts
+    indices_t = np.empty(len(indices), indices.dtype)
+    _scatter_by_source(readonly(indptr), readonly(indices), indptr_t[:-1].copy(), indices_t)
+    weight_t = None
+    if edge_weight is not None:
+        weight_t = np.empty(len(indices), np.asarray(edge_weight).dtype)
+        _scatter_weights(readonly(indptr), readonly(indices), readonly(np.asarray(edge_weight)),
+                         indptr_t[:-1].copy(), weight_t)
+    return indptr_t, indices_t, weight_t

@@ -42,12 +42,17 @@ def check_dropout(x, global_ids, p: float) -> None:
                          f"[{len(global_ids)}, d] (one row per vertex)")
 
 
-def apply_dropout_mask(x: np.ndarray, global_ids: np.ndarray, p: float, key: int) -> np.ndarray:
-    """``x * mask`` for ``x`` float ``[len(global_ids), d]``; the mask is ``0`` or ``1/(1-p)``."""
+def apply_dropout_mask(x: np.ndarray, global_ids: np.ndarray, p: float, key: int,
+                       width: int | None = None, first: int = 0) -> np.ndarray:
+    """``x * mask`` for ``x`` float ``[len(global_ids), d]``; the mask is ``0`` or ``1/(1-p)``.
+
+    ``x`` may be columns ``first .. first + d`` of rows ``width`` wide (a panel): they take
+    the mask of those columns of the whole rows."""
     check_dropout(x, global_ids, p)
     out = buffers.empty_like(x)
     masked_scale(x, np.ascontiguousarray(global_ids, dtype=np.int64), np.uint64(key),
-                  np.uint64(int(p * (1 << 24))), x.dtype.type(1.0 / (1.0 - p)), out)
+                 np.uint64(int(p * (1 << 24))), x.dtype.type(1.0 / (1.0 - p)), out,
+                 x.shape[1] if width is None else width, first)
     return out
 
 
@@ -111,29 +116,41 @@ class BiasReLUDropout(torch.autograd.Function):
         values = np.float32 if x.dtype == torch.bfloat16 else x.numpy().dtype
         b = (np.zeros(x.shape[1], values) if bias is None
              else bias.detach().contiguous().numpy())
-        scale = b.dtype.type(1.0 / (1.0 - p))
-        out = buffers.empty(tuple(x.shape), rows_dtype(x))
-        kept = buffers.empty((x.shape[0], (x.shape[1] + 7) // 8), np.uint8)
-        bias_relu_masked_scale(rows(x), b, ids, np.uint64(int(key)),
-                               np.uint64(int(p * (1 << 24))), scale, out, kept)
-        ctx.scale, ctx.has_bias, ctx.bias_dtype = scale, bias is not None, b.dtype
+        out, kept = bias_relu_dropout_rows(rows(x), b, ids, p, key)
+        ctx.p, ctx.has_bias, ctx.bias_dtype = p, bias is not None, b.dtype
         ctx.save_for_backward(torch.from_numpy(kept))
         return as_tensor(out, x.dtype)
 
     @staticmethod
     def backward(ctx, grad):
         (kept,) = ctx.saved_tensors
-        grad = grad.contiguous()
-        grad_x = buffers.empty(tuple(grad.shape), rows_dtype(grad))
-        grad_bias = np.empty(grad.shape[1], ctx.bias_dtype)
-        masked_scale_backward(rows(grad), kept.numpy(), ctx.scale, grad_x, grad_bias)
+        grad_x, grad_bias = relu_dropout_backward_rows(rows(grad.contiguous()), kept.numpy(),
+                                                       ctx.p, ctx.bias_dtype)
         return (as_tensor(grad_x, grad.dtype),
                 torch.from_numpy(grad_bias) if ctx.has_bias else None, None, None, None)
 
 
-def rows_dtype(t: torch.Tensor) -> np.dtype:
-    """The numpy type the kernels see ``t``'s elements as: bf16 as its bit patterns."""
-    return np.dtype(BF16) if t.dtype == torch.bfloat16 else t.detach().numpy().dtype
+def bias_relu_dropout_rows(x: np.ndarray, bias: np.ndarray, ids, p: float, key: int
+                           ) -> tuple[np.ndarray, np.ndarray]:
+    """``(y, kept)``: :func:`bias_relu_dropout` of the rows ``x`` ``[n, d]`` (float, or bf16
+    bits) whose global ids are ``ids`` ``[n]``, and the bits of ``y > 0`` ``[n, ceil(d /
+    8)]`` uint8 that its backward pass reads (:func:`relu_dropout_backward_rows`)."""
+    out = buffers.empty(tuple(x.shape), x.dtype)
+    kept = buffers.empty((x.shape[0], (x.shape[1] + 7) // 8), np.uint8)
+    bias_relu_masked_scale(x, bias, ids, np.uint64(int(key)), np.uint64(int(p * (1 << 24))),
+                           bias.dtype.type(1.0 / (1.0 - p)), out, kept)
+    return out, kept
+
+
+def relu_dropout_backward_rows(grad: np.ndarray, kept: np.ndarray, p: float, bias_dtype
+                               ) -> tuple[np.ndarray, np.ndarray]:
+    """``(grad_x, grad_bias)`` of :func:`bias_relu_dropout_rows` from its bits ``kept``:
+    ``grad / (1 - p)`` where a bit is set, else 0, and its column sums ``[d]``."""
+    grad_x = buffers.empty(tuple(grad.shape), grad.dtype)
+    grad_bias = np.empty(grad.shape[1], bias_dtype)
+    masked_scale_backward(grad, kept, np.dtype(bias_dtype).type(1.0 / (1.0 - p)), grad_x,
+                          grad_bias)
+    return grad_x, grad_bias
 
 
 def rows(t: torch.Tensor) -> np.ndarray:

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from ..comm import Communicator
 from ..errors import DistGNNError
 from ..nn.graph_layer import GraphLayer
+from . import streaming
 from .shard import Shard, in_precision
 from .vertex_outputs import write_rows
 
@@ -82,6 +83,11 @@ def forward_eval(model: torch.nn.Module, shard: Shard, layer: int | None = None
     Collective on partitions (the exchange)."""
     model.eval()
     shard.nbr.set_epoch(shard.nbr.epoch, training=False)
+    if shard.spilled is not None:  # through disk (--memory-limit)
+        if layer is not None:
+            embedding_layer(model, layer)  # refused here as in memory
+            layer %= len(embedding_layers(model))
+        return streaming.outputs(model, shard, layer)
     captured = []
     handle = None
     if layer is not None:

@@ -14,13 +14,15 @@ import resource
 import socket
 import zlib
 
+import numpy as np
 import torch
 
 from ..comm import SelfCommunicator
 from ..errors import DistGNNError
 from ..exchange.config import ExchangeConfig
 from ..exchange.wire import row_bytes
-from ..nn.config import ModelConfig
+from ..nn.config import ModelConfig, build_model
+from ..nn.streamed import StreamLayout, schedule_bytes, streaming_problem
 from ..nn.widths import exchange_widths, layer_widths
 from ..placement import ExecutionConfig
 from ..storage import format_bytes
@@ -148,17 +150,22 @@ def _refusal(where: str, need: dict, have: int, device, ranks: int = 1) -> DistG
 
 def require(network: ModelConfig, exchange: ExchangeConfig, execution: ExecutionConfig,
             num_nodes: int, num_edges: int, num_features: int, num_classes: int,
-            device, where: str) -> None:
-    """Refuse a single-process run that cannot start or would not fit in memory.
+            device, where: str, weighted: bool = False) -> dict | None:
+    """Refuse a single-process run that cannot start or would not fit in memory; returns
+    its streamed plan (:func:`limited_plan`), ``None`` when it runs in memory.
 
     Refused: a run of ``network`` (exchanging and computing as :func:`predict` takes them)
-    on this data that cannot start (no features) or whose predicted peak exceeds what
-    ``device`` has: its available memory plus what this process holds already.
+    on this data that cannot start (no features) or whose predicted peak (the streamed
+    plan's under a memory limit it exceeds) exceeds what ``device`` has: its available
+    memory plus what this process holds already.
     """
     check_features(num_features, where)
     need = predict(network, exchange, execution, num_nodes, num_edges, num_features,
                    num_classes)
-    require_on_node(SelfCommunicator(), need, device, where)
+    plan = limited_plan(network, exchange, execution, need, num_nodes, num_edges,
+                        num_features, num_classes, where, weighted)
+    require_on_node(SelfCommunicator(), need if plan is None else plan["ram"], device, where)
+    return plan
 
 
 def check_features(num_features: int, where: str) -> None:
@@ -330,3 +337,98 @@ def memory_rates(num_features: int, num_classes: int, hidden: int, layers: int,
     fixed = total(0, 0, 0)
     return {"fixed": fixed, "runtime": RUNTIME_BYTES, "vertex": total(1, 0, 0) - fixed,
             "edge": total(0, 1, 0) - fixed, "split_entry": total(0, 0, 1) - fixed}
+
+
+#: panel widths a streamed run tries, widest first (64 bytes, a cache line, per gathered
+#: row at 16 float32 columns; narrower panels gather part-lines)
+PANEL_WIDTHS = (64, 32, 16, 8, 4)
+#: rows per chunk of a streamed run's row passes (a multiple of the bias gradient's 4096-row
+#: blocks, so its partial sums fall as in one pass)
+CHUNK_ROWS = 65536
+
+
+def stream_plan(network: ModelConfig, execution: ExecutionConfig, num_nodes: int,
+                num_edges: int, num_features: int, num_classes: int, limit: int,
+                where: str, weighted: bool = False, panel: int | None = None) -> dict:
+    r"""The plan of a run whose state is streamed through disk under a memory ``limit``.
+
+    Returns ``{"ram": parts and total, "disk": bytes, "read": bytes, "written": bytes,
+    "layout": StreamLayout}``: the predicted peak resident memory, the spill files' most
+    (the features' copy and what the epoch keeps), and what one training epoch reads and
+    writes on disk (:func:`distgnn.nn.streamed.schedule_bytes`, ``N`` times its bytes per
+    vertex).  Matrices at most ``C`` wide stay in RAM; the panel width is the widest of
+    :data:`PANEL_WIDTHS` under ``limit``:
+
+    .. math::
+        \text{RAM} = \text{runtime} + \text{model} + (8 + 2 w) E + 56 N
+            + N \sum_{l=1}^{L-1} \lceil d_l / 8 \rceil
+            + \max(6 s N p,\; 3 s R (F + 2 H),\; 5 s N C)
+
+    with ``w`` = 4 bytes of an edge weight where there are any (a graph and its transpose,
+    int32 indices); per vertex the row pointers of both, degrees, ids, labels and masks;
+    the ReLU's bits per hidden layer; and the largest of a panel pass's buffers (its input,
+    the next panel read ahead, the sums, the output and two written behind), a row pass's
+    (chunks of ``R`` rows read ahead, computed and written behind) and the loss's (the
+    logits, their gradient and the softmax's temporaries).  ``panel``: that width only (what
+    the ranks of a job agreed on).  Refused in one line when no panel width fits.
+    """
+    s = 8 if execution.dtype == "float64" else 4
+    model = build_model(network, num_features, num_classes, False)
+    problem = streaming_problem(model)
+    if problem is not None:
+        raise DistGNNError(f"{where}: the run does not fit under --memory-limit, and only "
+                           f"{problem.split(' (')[0]} can spill its training state")
+    d = layer_widths(num_features, network.hidden, num_classes, network.layers)
+    per_vertex = schedule_bytes(model, num_classes, np.float64 if s == 8 else np.float32)
+    N, E, C = num_nodes, num_edges, num_classes
+    fixed = {"runtime": RUNTIME_BYTES,
+             "model": s * 5 * sum((i + 1) * o for i, o in zip(d[:-1], d[1:])),
+             "graph": (16 if weighted else 8) * E + 56 * N,
+             "activation bits": N * sum((w + 7) // 8 for w in d[1:-1])}
+    for panel in PANEL_WIDTHS if panel is None else (panel,):
+        # row chunks whose buffers stay within a panel pass's (whole 4096-row blocks)
+        rows = min(CHUNK_ROWS, max(4096, 2 * N * panel // (d[0] + 2 * max(d[1:])) >> 12 << 12))
+        work = max(6 * s * N * min(panel, max(d)), 3 * s * rows * (d[0] + 2 * max(d[1:])),
+                   5 * s * N * C)
+        ram = {**fixed, "passes": work}
+        ram["total"] = sum(ram.values())
+        if ram["total"] <= limit:
+            break
+    else:
+        raise DistGNNError(
+            f"{where}: even streamed, the run needs about {format_bytes(ram['total'])} "
+            f"({', '.join(f'{k} {format_bytes(v)}' for k, v in ram.items() if k != 'total')}) "
+            f"but --memory-limit is {format_bytes(limit)}; raise it, or partition the graph "
+            "over more ranks")
+    return {"ram": ram, "disk": N * (per_vertex["disk"] + s * num_features),
+            "read": N * per_vertex["read"], "written": N * per_vertex["written"],
+            "layout": StreamLayout(panel, rows, C)}
+
+
+def limited_plan(network: ModelConfig, exchange: ExchangeConfig, execution: ExecutionConfig,
+                 need: dict, num_nodes: int, num_edges: int, num_features: int,
+                 num_classes: int, where: str, weighted: bool = False,
+                 panel: int | None = None) -> dict | None:
+    """:func:`stream_plan` when ``execution.memory_limit`` is set and the in-memory plan
+    ``need`` exceeds it (or ``panel`` is given: the job streams), else ``None``.
+
+    Refused in one line: a streamed run of an exchange or precision the streamed execution
+    does not have (it sums over clones exactly, in fp32 or float64)."""
+    limit = execution.memory_limit
+    if limit is None or (panel is None and need["total"] <= limit * (1 << 30)):
+        return None
+    for flag, allowed, on in (
+            (f"--algo {exchange.algo}", "--algo cd-0 or 0c", exchange.algo not in ("cd-0", "0c")),
+            (f"--exchange-precision {exchange.exchange_precision}", "an fp32 wire",
+             exchange.exchange_precision not in (None, "fp32")),
+            ("--no-backward-exchange", "the backward exchange", not exchange.backward_exchange),
+            (f"--precision {execution.precision}", "--precision fp32",
+             execution.precision != "fp32"),
+            ("--aggregation-precision bf16", "fp32 aggregations", execution.bf16_aggregation)):
+        if on:
+            raise DistGNNError(f"{where}: the run needs about {format_bytes(need['total'])}, "
+                               f"over --memory-limit {limit:g} GiB, so its training state "
+                               f"would stream through disk, which takes {allowed} only, not "
+                               f"{flag}")
+    return stream_plan(network, execution, num_nodes, num_edges, num_features, num_classes,
+                       int(limit * (1 << 30)), where, weighted, panel)

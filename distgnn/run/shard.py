@@ -35,8 +35,9 @@ from ..nn.aggregate import Neighbourhood, NoExchange
 from ..nn.backends import get_backend
 from ..placement import check_precision, placement
 from ..timing import PhaseTimer
-from . import memory
+from . import memory, streaming
 from .config import TrainConfig
+from .streaming import Spilled
 
 __all__ = ["Shard", "dataset_shard", "node_tensors", "normalize_features"]
 
@@ -45,7 +46,9 @@ __all__ = ["Shard", "dataset_shard", "node_tensors", "normalize_features"]
 class Shard:
     """What one rank trains on: the whole graph in single-socket mode, else its partition.
 
-    ``x`` ``[n, F]`` of the run's ``--dtype``, ``y`` ``[n]`` int64, ``masks`` bool ``[n]``
+    ``x`` ``[n, F]`` of the run's ``--dtype`` (of a streamed shard, ``spilled``: a
+    broadcast row of zeros with the features' shape, the features being on disk), ``y``
+    ``[n]`` int64, ``masks`` bool ``[n]``
     per split name (under MPI true at root clones only, so each vertex counts once), ``nbr`` the
     neighbourhood the layers aggregate over (with the split-vertex exchange under MPI),
     ``origin`` what the data is, the same on any partitioning of it (a checkpoint of other
@@ -68,6 +71,12 @@ class Shard:
     num_vertices: int
     user_ids: Callable[[], np.ndarray | None]
     precision: str = "fp32"
+    spilled: Spilled | None = None
+
+    def close(self) -> None:
+        """Remove the spill files of a streamed shard (nothing otherwise)."""
+        if self.spilled is not None:
+            self.spilled.close()
 
     @property
     def num_features(self) -> int:
@@ -169,12 +178,23 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
                                 ranks=1)
     check_precision(cfg.precision, device)
     memory.return_freed_blocks()
-    memory.require(cfg.network, cfg.exchange, cfg.execution, data.num_nodes,
-                   data.graph.num_edges, data.num_features, data.num_classes, device,
-                   data.name)
+    plan = memory.require(cfg.network, cfg.exchange, cfg.execution, data.num_nodes,
+                          data.graph.num_edges, data.num_features, data.num_classes, device,
+                          data.name, data.graph.edge_weight is not None)
     masks = {name: getattr(data, f"{name}_mask") for name in ("train", "val", "test")}
-    x, y, masks = node_tensors(data.x, data.y, masks, cfg.feature_norm)
-    if cfg.feature_norm == "row" and negative_features(data.x):
+    spilled = None
+    if plan is None:
+        x, y, masks = node_tensors(data.x, data.y, masks, cfg.feature_norm)
+        negative = cfg.feature_norm == "row" and negative_features(data.x)
+    else:
+        spilled, negative = streaming.open_spill(data.x, cfg.feature_norm,
+                                                 getattr(torch, cfg.dtype), plan,
+                                                 cfg.spill_dir, 0, normalize_features)
+        log(streaming.describe(spilled, cfg.memory_limit))
+        x, y, masks = node_tensors(np.zeros((0, data.num_features), np.float32), data.y, masks,
+                                   cfg.feature_norm)
+        negative = negative and cfg.feature_norm == "row"
+    if negative:
         log(row_norm_warning)
     graph = data.graph
     lanes = None
@@ -184,7 +204,7 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
                               data.y, [data.train_mask, data.val_mask, data.test_mask], data.x)
     origin = data_origin(data.num_nodes, data.num_features, data.num_classes, lanes)
     global_ids = None
-    if cfg.reorder != "given":
+    if cfg.reorder != "given" and spilled is None:  # a streamed run trains in the given order
         started = time.perf_counter()
         chosen, perm, trial = order_vertices(graph, cfg.reorder, cfg.hidden)
         if chosen != "given":
@@ -198,9 +218,20 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
                         device=device, dtype=getattr(torch, cfg.dtype), global_ids=global_ids,
                         seed=cfg.seed)
     x, y = x.to(device, getattr(torch, cfg.dtype)), y.to(device)
+    if spilled is not None:
+        x = streamed_features(x, data.num_nodes)
+        streaming.with_transpose(graph)
     masks = {name: m.to(device) for name, m in masks.items()}
     return Shard(data.name, x, y, masks, nbr, data.num_classes, origin, WHOLE_GRAPH,
-                 np.ones(data.num_nodes, bool), data.num_nodes, lambda: data.ids, cfg.precision)
+                 np.ones(data.num_nodes, bool), data.num_nodes, lambda: data.ids, cfg.precision,
+                 spilled)
+
+
+def streamed_features(empty: torch.Tensor, rows: int) -> torch.Tensor:
+    """The ``x`` of a streamed shard: a row of zeros broadcast to ``[rows, F]`` (one row of
+    memory), of ``empty``'s type and device."""
+    return torch.zeros(1, empty.shape[1], dtype=empty.dtype, device=empty.device).expand(
+        rows, empty.shape[1])
 
 
 def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
@@ -240,12 +271,37 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
     need = memory.predict(cfg.network, cfg.exchange, cfg.execution, part.num_nodes,
                           part.graph.num_edges, part.x.shape[1], int(part.meta["num_classes"]),
                           len(index.leaf_ids) + len(index.root_ids))
-    all_or_none(comm, lambda: memory.require_on_node(comm, need, device,
-                                                     f"{directory} partition {comm.rank}"))
-    (x, y, masks), negative = all_or_none(comm, lambda: (node_tensors(
-        part.x, part.y, {"train": part.train_mask, "val": part.val_mask,
-                         "test": part.test_mask}, cfg.feature_norm, device),
-        cfg.feature_norm == "row" and negative_features(part.x)))
+    where = f"{directory} partition {comm.rank}"
+
+    def streamed_plan(panel=None):
+        return memory.limited_plan(
+            cfg.network, cfg.exchange, cfg.execution, need, part.num_nodes,
+            part.graph.num_edges, part.x.shape[1], int(part.meta["num_classes"]), where,
+            part.graph.edge_weight is not None, panel)
+
+    plan = all_or_none(comm, streamed_plan)
+    streams, panel = streaming.agree(comm, plan is not None,
+                                     plan["layout"].panel if plan else 0)
+    if streams and (plan is None or plan["layout"].panel != panel):
+        plan = all_or_none(comm, lambda: streamed_plan(panel))
+    all_or_none(comm, lambda: memory.require_on_node(comm, need if plan is None else plan["ram"],
+                                                     device, where))
+    split = {"train": part.train_mask, "val": part.val_mask, "test": part.test_mask}
+    spilled = None
+    if plan is None:
+        (x, y, masks), negative = all_or_none(comm, lambda: (node_tensors(
+            part.x, part.y, split, cfg.feature_norm, device),
+            cfg.feature_norm == "row" and negative_features(part.x)))
+    else:
+        spilled, negative = all_or_none(comm, lambda: streaming.open_spill(
+            part.x, cfg.feature_norm, getattr(torch, cfg.dtype), plan, cfg.spill_dir,
+            comm.rank, normalize_features))
+        negative = negative and cfg.feature_norm == "row"
+        x, y, masks = node_tensors(np.zeros((0, part.x.shape[1]), np.float32), part.y, split,
+                                   cfg.feature_norm, device)
+        if comm.rank == 0:
+            print(f"{directory}: rank 0's " + streaming.describe(spilled, cfg.memory_limit),
+                  flush=True)
     negative = torch.tensor([float(negative)])
     comm.allreduce(negative)  # a negative entry may sit on any rank; rank 0 says it once
     index.check(comm, part)
@@ -268,6 +324,9 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                         device=device, global_ids=part.global_ids, exchange=exchange,
                         dtype=getattr(torch, cfg.dtype), seed=cfg.seed)
     x = x.to(dtype=getattr(torch, cfg.dtype))
+    if spilled is not None:
+        x = streamed_features(x, part.num_nodes)
+        streaming.with_transpose(nbr.graph)
     name = f"{part.meta.get('dataset', directory.name)} partition {comm.rank}/{comm.size}"
     owned = np.asarray(part.root_rank) == comm.rank
     lanes = None
@@ -283,4 +342,5 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
     files = hashlib.sha256(json.dumps(part.meta["files"], sort_keys=True).encode()).hexdigest()
     layout = f"{comm.size} partitions (files sha256 {files[:16]})"
     return Shard(name, x, y, masks, nbr, int(part.meta["num_classes"]), origin, layout, owned,
-                 int(part.meta["num_nodes"]), lambda: read_vertex_ids(directory), cfg.precision)
+                 int(part.meta["num_nodes"]), lambda: read_vertex_ids(directory), cfg.precision,
+                 spilled)

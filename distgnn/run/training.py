@@ -38,6 +38,7 @@ from ..signals import StopRequests
 from ..storage import format_bytes
 from ..timing import PhaseTimer
 from . import arena as memory_arena
+from . import streaming
 from .checkpointing import Checkpointer, NonFiniteLoss, Stopped
 from .config import TrainConfig
 from .epoch_log import EpochLog, EpochStats, epoch_record, phase_seconds
@@ -173,8 +174,13 @@ def step(model: torch.nn.Module, optimizer, shard: Shard, sync: ReplicaSync, num
     loss and the ranks whose loss or gradients were not finite."""
     model.train()
     shard.nbr.set_epoch(epoch)
+    streamed_backward = None
     with timer("forward"), in_precision(shard):
-        logits = model(shard.nbr, shard.x)
+        if shard.spilled is None:
+            logits = model(shard.nbr, shard.x)
+        else:  # through disk (--memory-limit): the logits, and what takes their gradient
+            logits, streamed_backward = streaming.forward(model, shard)
+            logits.requires_grad_(True)
     check_logits(logits, shard)
     logits = logits.to(shard.x.dtype)  # bf16 under autocast: the loss sums in float32
     with timer("backward"):
@@ -182,6 +188,8 @@ def step(model: torch.nn.Module, optimizer, shard: Shard, sync: ReplicaSync, num
         loss = F.cross_entropy(logits[train], shard.y[train], reduction="sum") / num_train
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if streamed_backward is not None:
+            streamed_backward(logits.grad)
     with timer("allreduce"):
         value = sync.allreduce_gradients(loss)
     return value, sync.nonfinite_ranks
@@ -191,7 +199,7 @@ def epoch_arena(cfg: TrainConfig, shard: Shard, comm: Communicator,
                 log: Callable[[str], None]) -> memory_arena.Arena | None:
     """The planned memory arena (:mod:`distgnn.run.arena`) for a CPU rank with
     ``cfg.memory_arena``; None elsewhere, or where it cannot be built (said once)."""
-    if not cfg.memory_arena or shard.x.device.type != "cpu":
+    if not cfg.memory_arena or shard.x.device.type != "cpu" or shard.spilled is not None:
         return None
     try:
         return memory_arena.install()
@@ -359,6 +367,7 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
             run.close(ended)
             if arena:  # the slab is this run's: the process may go on to other work
                 arena.release()
+            shard.close()
         return TrainResult(run.history, run.best, model, run.summary)
 
 
