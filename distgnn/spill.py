@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
@@ -32,6 +31,7 @@ import numpy as np
 
 from .errors import DistGNNError
 from .storage import format_bytes, remove_leftovers
+from .timing import PhaseTimer
 
 #: the name of a run's spill folder under ``--spill-dir``: ``.distgnn-spill.tmp-PID-rankR``
 #: (hidden; removed at the run's end, or by the next run once the process is gone)
@@ -65,11 +65,12 @@ class SpillFolder:
     The folder is ``directory/.distgnn-spill.tmp-PID-rankR``, made when opened; the folders
     of runs whose process is gone (killed while spilling) are removed first, so a later run
     leaves no stale files behind.  :meth:`close` removes the folder.  Counters:
-    ``bytes_read``, ``bytes_written`` (every matrix's traffic) and ``wait_s`` (seconds the
-    computation waited for I/O).
+    ``bytes_read``, ``bytes_written`` (every matrix's traffic), ``peak_bytes`` (the most
+    the files held at once) and, in ``timer``, ``io_wait`` (seconds the computation waited
+    for I/O).
     """
 
-    def __init__(self, directory: str | Path, rank: int = 0):
+    def __init__(self, directory: str | Path, rank: int = 0, timer: PhaseTimer | None = None):
         directory = Path(directory)
         if directory.exists() and not directory.is_dir():
             raise SpillError(f"--spill-dir {directory} is not a directory")
@@ -86,7 +87,7 @@ class SpillFolder:
             raise SpillError(f"--spill-dir {directory}: cannot write there: "
                              f"{e.strerror or e}") from None
         self.bytes_read = self.bytes_written = self.peak_bytes = 0
-        self.wait_s = 0.0
+        self.timer = timer if timer is not None else PhaseTimer()
         self._count = threading.Lock()  # the counters are added to from both I/O threads
         self.matrices: list[DiskMatrix] = []
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="spill-read")
@@ -122,12 +123,9 @@ class SpillFolder:
         self._writes.append(self._writer.submit(store))
 
     def wait(self, future: Future):
-        """``future``'s result, its wait added to ``wait_s``."""
-        started = time.perf_counter()
-        try:
+        """``future``'s result, its wait added to the timer's ``io_wait``."""
+        with self.timer("io_wait"):
             return future.result()
-        finally:
-            self.wait_s += time.perf_counter() - started
 
     def flush(self) -> None:
         """Wait for every write submitted."""

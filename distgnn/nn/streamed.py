@@ -299,22 +299,26 @@ class StreamedGNN:
         return F.linear(_tensor(s), layer.weight, layer.bias)
 
     def epilogue(self, l: int, source, saved: dict, keep: bool):
-        """The row pass after hidden layer ``l``: ``H_{l+1}`` (kept when layer ``l + 1``
-        aggregates it, or with ``keep``) and, when layer ``l + 1`` projects first, its
-        projection ``Z``; the ReLU's bits into ``saved``."""
+        """The row pass after hidden layer ``l``: ``H_{l+1}`` and, when layer ``l + 1``
+        projects first, its projection ``Z``.
+
+        ``H_{l+1}`` is written when layer ``l + 1`` aggregates it, and with ``keep`` when the
+        backward pass cannot make it again; it can (and the ReLU's bits are not kept) when
+        layer ``l + 1`` projects first and layer ``l`` aggregates first: the backward pass
+        reads ``S(H_l)`` then anyway, and one product and the fused epilogue cost less
+        than writing and reading ``H_{l+1}``.  Else the bits go into ``saved``."""
         layer, nxt = self.layers[l], self.layers[l + 1]
-        n = self.nbr.num_nodes
-        p, key = self.dropout_key(nxt)
-        bits = np.empty((n, (layer.d_out + 7) // 8), np.uint8)
-        bias = (np.zeros(layer.d_out, self.dtype) if layer.bias is None
-                else layer.bias.detach().numpy())
-        h = self.matrix("h", layer.d_out) if keep or not nxt.project_first else None
+        remade = self.remade(l + 1)
+        bits = (None if remade else
+                np.empty((self.nbr.num_nodes, (layer.d_out + 7) // 8), np.uint8))
+        h = (self.matrix("h", layer.d_out)
+             if (keep and not remade) or not nxt.project_first else None)
         z = self.matrix("z", nxt.d_out) if nxt.project_first else None
 
         def work(r0, r1, s):
-            y = s if layer.project_first else F.linear(_tensor(s), layer.weight).numpy()
-            out, bits[r0:r1] = bias_relu_dropout_rows(np.ascontiguousarray(y), bias,
-                                                      self.ids[r0:r1], p, key)
+            out, kept = self.hidden_rows(l, s, r0, r1)
+            if bits is not None:
+                bits[r0:r1] = kept
             if h is not None:
                 self.write_rows(h, r0, out)
             if z is not None:
@@ -324,6 +328,23 @@ class StreamedGNN:
             self.row_pass([source], work)
         saved["bits"] = bits
         return h, z
+
+    def remade(self, l: int) -> bool:
+        """Whether the backward pass makes layer ``l``'s input again from the aggregate of
+        the layer below (see :meth:`epilogue`) instead of reading it."""
+        return 0 < l and self.layers[l].project_first and not self.layers[l - 1].project_first
+
+    def hidden_rows(self, l: int, s: np.ndarray, r0: int, r1: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(H_{l+1}, bits)`` of rows ``[r0, r1)`` from rows ``s`` of hidden layer ``l``'s
+        aggregate (or, projecting first, of its output): the product, then the bias, ReLU
+        and next dropout in one pass."""
+        layer = self.layers[l]
+        p, key = self.dropout_key(self.layers[l + 1])
+        bias = (np.zeros(layer.d_out, self.dtype) if layer.bias is None
+                else layer.bias.detach().numpy())
+        y = s if layer.project_first else F.linear(_tensor(s), layer.weight).numpy()
+        return bias_relu_dropout_rows(np.ascontiguousarray(y), bias, self.ids[r0:r1], p, key)
 
     def embedding(self, h) -> torch.Tensor:
         """The whole matrix ``h`` as a tensor."""
@@ -387,16 +408,15 @@ class StreamedGNN:
         if ga is not None:
             self.write_rows(ga, r0, (gy_t @ layer.weight).numpy())
 
-    def into_layer_below(self, l: int, r0: int, r1: int, gh: np.ndarray, below_rows: list,
-                         out, tape: list[dict], grads: dict) -> None:
-        """Rows ``[r0, r1)`` of ``gh``, the gradient of layer ``l``'s input, taken through
-        the ReLU and dropout before it to layer ``l - 1``'s output; then layer ``l - 1``'s
-        row work when it aggregates first (``below_rows``: its aggregate's rows), else the
-        rows written to ``out``."""
+    def into_layer_below(self, l: int, r0: int, gh: np.ndarray, bits: np.ndarray,
+                         below_rows: list, out, grads: dict) -> None:
+        """Rows ``[r0, ..)`` of ``gh``, the gradient of layer ``l``'s input, taken through
+        the ReLU and dropout before it (``bits``: its rows' bits) to layer ``l - 1``'s
+        output; then layer ``l - 1``'s row work when it aggregates first (``below_rows``:
+        its aggregate's rows), else the rows written to ``out``."""
         below = self.layers[l - 1]
         p = self.layers[l].dropout.p if self.nbr.training else 0.0
-        gy, gb = relu_dropout_backward_rows(np.ascontiguousarray(gh),
-                                            tape[l - 1]["bits"][r0:r1], p, self.dtype)
+        gy, gb = relu_dropout_backward_rows(np.ascontiguousarray(gh), bits, p, self.dtype)
         if below.bias is not None:
             grads[id(below.bias)] += torch.from_numpy(gb)
         if below.project_first:
@@ -420,24 +440,31 @@ class StreamedGNN:
     def project_first_rows(self, l: int, tape: list[dict], gz, grads: dict, done: set):
         """The row pass of project-first layer ``l`` from ``gz = S^T g``: ``dW += gz^T H_l``
         and, below it, the gradient taken into layer ``l - 1``; returns that layer's
-        incoming gradient matrix (or ``None``)."""
+        incoming gradient matrix (or ``None``).  ``H_l`` is read, or made again from the
+        aggregate below (:meth:`remade`)."""
         layer = self.layers[l]
         h = tape[l]["input"]
+        remade = self.remade(l)
         p, key = self.dropout_key(layer) if l == 0 else (0.0, 0)
         out = self.below_output(l) if l else None
         extra = self.below_inputs(l, tape) if l else []
 
-        def work(r0, r1, gzr, x, *below):
+        def work(r0, r1, gzr, *rows):
+            if remade:
+                x, bits = self.hidden_rows(l - 1, rows[0], r0, r1)
+            else:
+                x, rows = rows[0], rows[1:]
+                bits = tape[l - 1]["bits"][r0:r1] if l else None
             if p:
                 x = apply_dropout_mask(x, self.ids[r0:r1], p, key)
             gz_t = _tensor(gzr)
             grads[id(layer.weight)].addmm_(gz_t.t(), _tensor(x))
             if l:
-                self.into_layer_below(l, r0, r1, (gz_t @ layer.weight).numpy(), list(below),
-                                      out, tape, grads)
+                self.into_layer_below(l, r0, (gz_t @ layer.weight).numpy(), bits, list(rows),
+                                      out, grads)
 
-        self.row_pass([gz, h, *extra], work)
-        if h is not self.features:
+        self.row_pass([gz, *([] if remade else [h]), *extra], work)
+        if h is not None and h is not self.features:
             h.close()
         if l and not self.layers[l - 1].project_first:
             done.add(l - 1)
@@ -448,8 +475,9 @@ class StreamedGNN:
         ``l - 1``; returns that layer's incoming gradient matrix (or ``None``)."""
         out = self.below_output(l)
         extra = self.below_inputs(l, tape)
+        bits = tape[l - 1]["bits"]
         self.row_pass([gh, *extra], lambda r0, r1, ghr, *below: self.into_layer_below(
-            l, r0, r1, ghr, list(below), out, tape, grads))
+            l, r0, ghr, bits[r0:r1], list(below), out, grads))
         if not self.layers[l - 1].project_first:
             done.add(l - 1)
         return out

@@ -46,16 +46,18 @@ from .replicas import rank_statistics
 
 __all__ = ["EpochLog", "EpochStats", "longest_rise", "read_metrics"]
 
-PHASES = ("aggregation", "exchange_pre", "exchange_wait", "exchange_post", "dense",
+PHASES = ("aggregation", "exchange_pre", "exchange_wait", "exchange_post", "io_wait", "dense",
           "allreduce", "optimizer")
 
 
 def phase_seconds(timer: PhaseTimer) -> dict[str, float]:
     """The epoch's wall-clock phases: local aggregation (kernels), the three exchange phases,
-    dense work (everything else in forward and backward), gradient allreduce, optimizer."""
+    waits for spill files (``io_wait``, a streamed run's), dense work (everything else in
+    forward and backward), gradient allreduce, optimizer."""
     s = timer.seconds
     phases = {"aggregation": s["aggregation_forward"] + s["aggregation_backward"],
-              **{k: s[k] for k in ("exchange_pre", "exchange_wait", "exchange_post")}}
+              **{k: s[k] for k in ("exchange_pre", "exchange_wait", "exchange_post",
+                                   "io_wait")}}
     phases["dense"] = s["forward"] + s["backward"] - sum(phases.values())
     phases.update(allreduce=s["allreduce"], optimizer=s["optimizer"])
     return phases
@@ -72,7 +74,9 @@ class EpochStats:
     controller); ``allreduce_bytes``: the gradient allreduce's buffer; ``stop``: this rank's
     stop request (a signal number, 0 for none); ``skipped``: the step was skipped
     (``--nan-policy skip``); ``page_faults``: the process's minor page faults during the
-    epoch (:func:`~distgnn.run.memory.minor_faults`).
+    epoch (:func:`~distgnn.run.memory.minor_faults`); ``spill``: a streamed rank's bytes
+    read and written on disk in the epoch and the most its spill files held so far
+    (``{"read", "written", "disk"}``; ``None`` in memory).
     """
 
     epoch: int
@@ -86,6 +90,7 @@ class EpochStats:
     stop: int = 0
     skipped: bool = False
     page_faults: int = 0
+    spill: dict[str, int] | None = None
 
 
 def epoch_record(comm: Communicator, stats: EpochStats) -> tuple[dict, int]:
@@ -93,8 +98,9 @@ def epoch_record(comm: Communicator, stats: EpochStats) -> tuple[dict, int]:
     any rank (a signal number, 0 for none)."""
     local = {"epoch_s": stats.seconds, **stats.phases, "bytes_sent": stats.bytes_sent,
              "exact_bytes": stats.exact_bytes, "peak_rss_mib": process_mib(),
-             "stop": float(stats.stop), "page_faults": float(stats.page_faults)}
-    high, mean, where = rank_statistics(comm, local)
+             "stop": float(stats.stop), "page_faults": float(stats.page_faults),
+             **{f"spill_{k}": float(v) for k, v in (stats.spill or {}).items()}}
+    high, mean, where = rank_statistics(comm, local)  # every rank streams, or none does
     record = {"epoch": stats.epoch + 1, "loss": stats.loss, "train_acc": None,
               "val_acc": None, "test_acc": None, "epoch_s": high["epoch_s"],
               "phases": {k: high[k] for k in PHASES},
@@ -107,6 +113,9 @@ def epoch_record(comm: Communicator, stats: EpochStats) -> tuple[dict, int]:
               "peak_rss_mib_mean": mean["peak_rss_mib"],
               "page_faults_max": int(high["page_faults"]),
               "page_faults_mean": mean["page_faults"]}
+    if stats.spill is not None:
+        record.update({f"spill_{k}_bytes_max": int(high[f"spill_{k}"]) for k in stats.spill})
+        record.update({f"spill_{k}_bytes_mean": mean[f"spill_{k}"] for k in stats.spill})
     if stats.exact_exchange is not None:
         record["exact_exchange"] = stats.exact_exchange
     if stats.skipped:

@@ -189,7 +189,7 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
     else:
         spilled, negative = streaming.open_spill(data.x, cfg.feature_norm,
                                                  getattr(torch, cfg.dtype), plan,
-                                                 cfg.spill_dir, 0, normalize_features)
+                                                 cfg.spill_dir, 0, normalize_features, timer)
         log(streaming.describe(spilled, cfg.memory_limit))
         x, y, masks = node_tensors(np.zeros((0, data.num_features), np.float32), data.y, masks,
                                    cfg.feature_norm)
@@ -295,7 +295,7 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
     else:
         spilled, negative = all_or_none(comm, lambda: streaming.open_spill(
             part.x, cfg.feature_norm, getattr(torch, cfg.dtype), plan, cfg.spill_dir,
-            comm.rank, normalize_features))
+            comm.rank, normalize_features, timer))
         negative = negative and cfg.feature_norm == "row"
         x, y, masks = node_tensors(np.zeros((0, part.x.shape[1]), np.float32), part.y, split,
                                    cfg.feature_norm, device)

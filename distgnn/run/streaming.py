@@ -23,8 +23,10 @@ from ..kernels.spmm import transpose_csr
 from ..nn.streamed import StreamedGNN, StreamLayout
 from ..spill import DiskMatrix, SpillFolder, check_spill_room, npy_rows
 from ..storage import format_bytes
+from ..timing import PhaseTimer
 
-__all__ = ["Spilled", "agree", "describe", "forward", "open_spill", "outputs"]
+__all__ = ["Spilled", "agree", "describe", "forward", "io_counters", "io_since", "open_spill",
+           "outputs"]
 
 
 @dataclasses.dataclass
@@ -57,16 +59,17 @@ def agree(comm: Communicator, streams: bool, panel: int) -> tuple[bool, int]:
 
 
 def open_spill(x, how: str, dtype: torch.dtype, plan: dict, spill_dir: str | None,
-               rank: int, normalize: Callable) -> tuple[Spilled, bool]:
+               rank: int, normalize: Callable, timer: PhaseTimer) -> tuple[Spilled, bool]:
     """``(Spilled, negative)``: a spill folder under ``spill_dir`` with the features ``x``
     ``[N, F]`` (an array, or a memory-mapped ``.npy`` read with ``pread``) normalised by
-    ``normalize(block, how)`` and written panel-major in chunks of rows; ``negative``:
+    ``normalize(block, how)`` and written panel-major in chunks of rows (its waits in
+    ``timer``'s ``io_wait``); ``negative``:
     whether ``x`` has a negative entry.  Refused in one line when the disk lacks the
     plan's room."""
     directory = spill_directory(spill_dir)
     check_spill_room(directory, plan["disk"])
     layout: StreamLayout = plan["layout"]
-    folder = SpillFolder(directory, rank)
+    folder = SpillFolder(directory, rank, timer)
     try:
         np_type = torch.empty(0, dtype=dtype).numpy().dtype
         features = folder.matrix("features", x.shape[0], x.shape[1], np_type, layout.panel)
@@ -106,6 +109,23 @@ def describe(spilled: Spilled, limit_gib: float) -> str:
             f"{spilled.folder.path.parent}; each epoch reads {format_bytes(plan['read'])} and "
             f"writes {format_bytes(plan['written'])}; panels of {layout.panel} columns, "
             f"chunks of {layout.rows} rows")
+
+
+def io_counters(shard) -> tuple[int, int] | None:
+    """``(bytes read, bytes written)`` of ``shard``'s spill files so far (``None`` in
+    memory)."""
+    folder = shard.spilled.folder if shard.spilled is not None else None
+    return None if folder is None else (folder.bytes_read, folder.bytes_written)
+
+
+def io_since(shard, before: tuple[int, int] | None) -> dict[str, int] | None:
+    """What ``shard``'s spill files took since :func:`io_counters` gave ``before``: bytes
+    ``read`` and ``written``, and the most they held so far (``disk``)."""
+    if before is None:
+        return None
+    folder = shard.spilled.folder
+    return {"read": folder.bytes_read - before[0], "written": folder.bytes_written - before[1],
+            "disk": folder.peak_bytes}
 
 
 def _executor(model, shard) -> StreamedGNN:

@@ -199,7 +199,7 @@ def epoch_arena(cfg: TrainConfig, shard: Shard, comm: Communicator,
                 log: Callable[[str], None]) -> memory_arena.Arena | None:
     """The planned memory arena (:mod:`distgnn.run.arena`) for a CPU rank with
     ``cfg.memory_arena``; None elsewhere, or where it cannot be built (said once)."""
-    if not cfg.memory_arena or shard.x.device.type != "cpu" or shard.spilled is not None:
+    if not cfg.memory_arena or shard.x.device.type != "cpu":
         return None
     try:
         return memory_arena.install()
@@ -314,6 +314,7 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                     timer.reset()
                     started, faults = time.perf_counter(), minor_faults()
                     sent, exact = exchange.total_bytes_sent, exchange.exact_bytes
+                    spilled = streaming.io_counters(shard)
                     with in_arena(arena, "train"):
                         loss, bad = step(model, optimizer, shard, sync, num_train, epoch, timer)
                         if checkpoints.step_allowed(bad, epoch, run):
@@ -332,7 +333,8 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
                         exact_bytes=exchange.exact_bytes - exact,
                         exact_exchange=exchange.exact_epoch(epoch),
                         allreduce_bytes=sync.step_bytes, stop=stop.request(), skipped=bad,
-                        page_faults=minor_faults() - faults))
+                        page_faults=minor_faults() - faults,
+                        spill=streaming.io_since(shard, spilled)))
                     exchange.observe(epoch, loss)
                     chose = exchange.decide([*run.history, record])  # --algo auto, once
                     if chose is not None:
