@@ -225,7 +225,7 @@ class StreamedGNN:
         def transform(j, panel):
             u = np.empty_like(panel)
             scale_rows(readonly(panel), c, not gcn, u)
-            t = nbr.exchange.exact(torch.from_numpy(u))
+            t = nbr.exchange.exact(torch.from_numpy(u.copy()))  # summed in place
             with nbr.timer("aggregation_backward"):
                 s = nbr.backend.spmm_backward(nbr.graph, t.contiguous(), "sum", None)
             s = s.numpy()
@@ -286,7 +286,7 @@ class StreamedGNN:
                     source.close()
                 tape.append(saved)
                 return torch.from_numpy(logits.array), tape, captured
-            h, z = self.epilogue(l, source, saved, keep or embeddings == l + 1)
+            h, z = self.epilogue(l, source, saved, keep, embeddings == l + 1)
             if not keep or layer.project_first:
                 source.close()
             tape.append(saved)
@@ -298,7 +298,7 @@ class StreamedGNN:
             return out if layer.bias is None else out + layer.bias
         return F.linear(_tensor(s), layer.weight, layer.bias)
 
-    def epilogue(self, l: int, source, saved: dict, keep: bool):
+    def epilogue(self, l: int, source, saved: dict, keep: bool, capture: bool = False):
         """The row pass after hidden layer ``l``: ``H_{l+1}`` and, when layer ``l + 1``
         projects first, its projection ``Z``.
 
@@ -306,13 +306,14 @@ class StreamedGNN:
         backward pass cannot make it again; it can (and the ReLU's bits are not kept) when
         layer ``l + 1`` projects first and layer ``l`` aggregates first: the backward pass
         reads ``S(H_l)`` then anyway, and one product and the fused epilogue cost less
-        than writing and reading ``H_{l+1}``.  Else the bits go into ``saved``."""
+        than writing and reading ``H_{l+1}``.  Else the bits go into ``saved``.
+        ``capture``: write ``H_{l+1}`` in any case (the embeddings asked for)."""
         layer, nxt = self.layers[l], self.layers[l + 1]
         remade = self.remade(l + 1)
         bits = (None if remade else
                 np.empty((self.nbr.num_nodes, (layer.d_out + 7) // 8), np.uint8))
         h = (self.matrix("h", layer.d_out)
-             if (keep and not remade) or not nxt.project_first else None)
+             if (keep and not remade) or not nxt.project_first or capture else None)
         z = self.matrix("z", nxt.d_out) if nxt.project_first else None
 
         def work(r0, r1, s):

@@ -388,7 +388,8 @@ def stream_plan(network: ModelConfig, execution: ExecutionConfig, num_nodes: int
     for panel in PANEL_WIDTHS if panel is None else (panel,):
         # row chunks whose buffers stay within a panel pass's (whole 4096-row blocks)
         rows = min(CHUNK_ROWS, max(4096, 2 * N * panel // (d[0] + 2 * max(d[1:])) >> 12 << 12))
-        work = max(6 * s * N * min(panel, max(d)), 3 * s * rows * (d[0] + 2 * max(d[1:])),
+        work = max(6 * s * N * min(panel, max(d)),
+                   3 * s * min(rows, N) * (d[0] + 2 * max(d[1:])),
                    5 * s * N * C)
         ram = {**fixed, "passes": work}
         ram["total"] = sum(ram.values())
@@ -408,20 +409,23 @@ def stream_plan(network: ModelConfig, execution: ExecutionConfig, num_nodes: int
 def limited_plan(network: ModelConfig, exchange: ExchangeConfig, execution: ExecutionConfig,
                  need: dict, num_nodes: int, num_edges: int, num_features: int,
                  num_classes: int, where: str, weighted: bool = False,
-                 panel: int | None = None) -> dict | None:
+                 panel: int | None = None, partitioned: bool = False) -> dict | None:
     """:func:`stream_plan` when ``execution.memory_limit`` is set and the in-memory plan
     ``need`` exceeds it (or ``panel`` is given: the job streams), else ``None``.
 
-    Refused in one line: a streamed run of an exchange or precision the streamed execution
-    does not have (it sums over clones exactly, in fp32 or float64)."""
+    Refused in one line: a streamed run of a precision the streamed execution does not have
+    (fp32 or float64), or, on a ``partitioned`` graph, of an exchange it does not have (it
+    sums over clones exactly)."""
     limit = execution.memory_limit
     if limit is None or (panel is None and need["total"] <= limit * (1 << 30)):
         return None
     for flag, allowed, on in (
-            (f"--algo {exchange.algo}", "--algo cd-0 or 0c", exchange.algo not in ("cd-0", "0c")),
+            (f"--algo {exchange.algo}", "--algo cd-0 or 0c",
+             partitioned and exchange.algo not in ("cd-0", "0c")),
             (f"--exchange-precision {exchange.exchange_precision}", "an fp32 wire",
-             exchange.exchange_precision not in (None, "fp32")),
-            ("--no-backward-exchange", "the backward exchange", not exchange.backward_exchange),
+             partitioned and exchange.exchange_precision not in (None, "fp32")),
+            ("--no-backward-exchange", "the backward exchange",
+             partitioned and not exchange.backward_exchange),
             (f"--precision {execution.precision}", "--precision fp32",
              execution.precision != "fp32"),
             ("--aggregation-precision bf16", "fp32 aggregations", execution.bf16_aggregation)):
