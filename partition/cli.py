@@ -75,6 +75,7 @@ from partition.stats import (
     counts_from_layout,
     estimated_memory,
     format_summary,
+    limited_plans,
     model_words,
     summarize,
 )
@@ -250,6 +251,10 @@ def inspect_parser() -> argparse.ArgumentParser:
                       formatter_class=DefaultsHelpFormatter)
     p.add_argument("directory", metavar="DIR", help="partition directory")
     _stat_flags(p)
+    p.add_argument("--memory-limit", type=float, metavar="GIB",
+                   help="the training run's --memory-limit: also say whether its ranks "
+                        "train in memory or stream through disk, and then each rank's RAM, "
+                        "disk and the bytes an epoch reads and writes (GraphSAGE-gcn)")
     return p
 
 
@@ -772,6 +777,8 @@ def inspect_main(args) -> int:
                       num_classes=meta.get("num_classes", 0), hidden=args.hidden,
                       layers=args.layers, shares=shares, sets=sets,
                       ranks_per_node=args.ranks_per_node, precision=args.precision)
+    if args.memory_limit is not None:
+        stats["memory_limit"] = limited_plans(stats, args.memory_limit)
     print(f"{args.directory}: {meta.get('method')} partitions of {meta.get('dataset')} "
           f"(seed {meta.get('seed')}, vertex order {meta.get('vertex_order', 'given')}, "
           f"format version {meta['format_version']})")

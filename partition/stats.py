@@ -34,7 +34,17 @@ import dataclasses
 
 import numpy as np
 
-from distgnn.run.memory import memory_rates, saved_activation_bytes, training_memory
+from distgnn.errors import DistGNNError
+from distgnn.exchange.config import ExchangeConfig
+from distgnn.nn.config import ModelConfig
+from distgnn.placement import ExecutionConfig
+from distgnn.run.memory import (
+    limited_plan,
+    memory_rates,
+    saved_activation_bytes,
+    training_memory,
+)
+from distgnn.storage import format_bytes
 
 __all__ = ["clone_sets", "counts_from_layout", "node_rows", "summarize"]
 
@@ -205,6 +215,52 @@ def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
     }
 
 
+def limited_plans(stats: dict, limit_gib: float) -> dict:
+    """What each rank of :func:`summarize`'s ``stats`` does under ``--memory-limit
+    limit_gib``: ``{"limit_gib", "streamed": bool, "panel", "per_rank": [{"ram", "disk",
+    "read", "written"}]}`` (bytes: the plan's RAM and disk, and what an epoch reads and
+    writes), or ``{"limit_gib", "refused": line}``.  As ``distgnn-train`` decides: all ranks
+    stream when one must, with the narrowest panel any rank chose
+    (:func:`distgnn.run.memory.limited_plan`)."""
+    model = stats["memory_model"]
+    network = ModelConfig(model="sage", aggregator="gcn", hidden=model["hidden"],
+                          layers=model["layers"])
+    try:
+        execution = ExecutionConfig(memory_limit=limit_gib, precision=model["precision"])
+
+        def plans(panel=None):
+            return [limited_plan(network, ExchangeConfig(), execution,
+                                 {"total": r["predicted_memory_bytes"]}, r["vertices"],
+                                 r["edges"], model["num_features"], model["num_classes"],
+                                 f"rank {rank}", panel=panel, partitioned=True)
+                    for rank, r in enumerate(stats["per_rank"])]
+
+        first = plans()
+        if all(p is None for p in first):
+            return {"limit_gib": limit_gib, "streamed": False}
+        panel = min(p["layout"].panel for p in first if p is not None)
+        chosen = plans(panel)
+    except DistGNNError as e:
+        return {"limit_gib": limit_gib, "refused": str(e)}
+    return {"limit_gib": limit_gib, "streamed": True, "panel": panel,
+            "per_rank": [{"ram": p["ram"]["total"], "disk": p["disk"], "read": p["read"],
+                          "written": p["written"]} for p in chosen]}
+
+
+def limited_plan_line(plans: dict) -> str:
+    """The line :func:`format_summary` prints of :func:`limited_plans`."""
+    head = f"  under --memory-limit {plans['limit_gib']:g} GiB: "
+    if "refused" in plans:
+        return head + "refused: " + plans["refused"]
+    if not plans["streamed"]:
+        return head + "every rank trains in memory"
+    most = {k: max(r[k] for r in plans["per_rank"]) for k in ("ram", "disk", "read", "written")}
+    return (head + f"every rank streams through disk (panels of {plans['panel']} columns): "
+            f"RAM max {format_bytes(most['ram'])}/rank, disk max {format_bytes(most['disk'])}"
+            f"/rank, each epoch reads max {format_bytes(most['read'])} and writes max "
+            f"{format_bytes(most['written'])} per rank")
+
+
 def estimated_memory(indptr: np.ndarray, indices: np.ndarray, rates: dict[str, int]):
     """The busiest rank's memory for ``P`` partitions, before any cut: ``P -> (bytes, r)``.
 
@@ -260,6 +316,7 @@ def format_summary(stats: dict) -> str:
         f"for {model_words(stats['memory_model'])}, of which "
         f"{stats['predicted_memory_bytes']['fixed'] / mib:,.1f} MiB is fixed (runtime and "
         "model, whatever the cut)",
+        *([limited_plan_line(stats["memory_limit"])] if "memory_limit" in stats else []),
         *([] if "node_links" not in stats else [
             f"  busiest node link per alltoallv ({stats['node_links']['ranks_per_node']} "
             f"consecutive ranks per node): flat exchange {stats['node_links']['flat_rows']:,} "

@@ -336,3 +336,47 @@ def test_streamed_ranks_follow_the_ranks_in_memory(tmp_path, tight):
     with pytest.raises(Exception, match="stream through disk, which takes --algo cd-0 or 0c "
                        "only, not --algo cd-r"):
         fit_on_threads(parts, 3, cfg)
+
+
+def test_predict_under_a_limit_equals_predict_in_memory(medium, tmp_path, tight):
+    model = tmp_path / "m.pt"
+    quiet_train(medium, model="gcn", hidden=48, epochs=2, save_model=str(model))
+    plain = distgnn.predict(model, medium, with_embeddings=True, embeddings_layer=1,
+                            log=lambda line: None)
+    lines = []
+    streamed = distgnn.predict(model, medium, with_embeddings=True, embeddings_layer=1,
+                               memory_limit=1.0, spill_dir=str(tmp_path / "spill"),
+                               log=lines.append)
+    assert any("streamed under --memory-limit 1 GiB" in li for li in lines)
+    np.testing.assert_allclose(streamed.probabilities, plain.probabilities, rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(streamed.embeddings, plain.embeddings, rtol=1e-5, atol=1e-6)
+    assert streamed.scores == pytest.approx(plain.scores)
+    assert os.listdir(tmp_path / "spill") == []
+
+
+def test_inspect_says_what_each_rank_does_under_a_limit(tmp_path, capsys):
+    from partition.cli import main as partition_cli
+    from partition.stats import limited_plans
+    from tests.test_distributed import write_parts
+
+    data = rmat(15, 8, num_features=24, num_classes=4, seed=6)
+    parts = write_parts(data, tmp_path / "parts", 2)
+    partition_cli(["inspect", str(parts), "--hidden", "256", "--json",
+                   str(tmp_path / "s.json")])
+    import json
+    stats = json.loads((tmp_path / "s.json").read_text())
+    need = stats["predicted_memory_bytes"]["max"]
+    plans = limited_plans(stats, (need - 1) / 2**30)  # one byte short: the ranks stream
+    assert plans["streamed"] and len(plans["per_rank"]) == 2
+    for rank, plan in zip(stats["per_rank"], plans["per_rank"]):
+        assert plan["ram"] < need and plan["disk"] >= rank["vertices"] * 24 * 4
+        assert plan["read"] > 0
+    assert limited_plans(stats, need / 2**30 + 1) == {"limit_gib": need / 2**30 + 1,
+                                                       "streamed": False}
+    capsys.readouterr()
+    partition_cli(["inspect", str(parts), "--hidden", "256", "--memory-limit",
+                   str((need - 1) / 2**30)])
+    assert "every rank streams through disk (panels of" in capsys.readouterr().out
+    partition_cli(["inspect", str(parts), "--hidden", "256", "--memory-limit", "0.001"])
+    assert "refused: rank 0: even streamed" in capsys.readouterr().out

@@ -51,7 +51,7 @@ def predict_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("results (each vertex once, in the dataset's own ids)")
     add_options(g, OutputConfig, only=("predictions_out", "embeddings_out",
                                        "embeddings_layer"))
-    add_options(g, ExecutionConfig, only=("threads",))
+    add_options(g, ExecutionConfig, only=("threads", "memory_limit", "spill_dir"))
     return p
 
 
@@ -165,7 +165,8 @@ def predict_main(argv: list[str] | None = None) -> int:
                                           "--embeddings-out": args.embeddings_out},
                                    MODEL=args.model)
         return dict(predictions_out=args.predictions_out, embeddings_out=args.embeddings_out,
-                    embeddings_layer=args.embeddings_layer, threads=args.threads, log=say,
+                    embeddings_layer=args.embeddings_layer, threads=args.threads,
+                    memory_limit=args.memory_limit, spill_dir=args.spill_dir, log=say,
                     make_model=args.model_factory and model_factory(args.model_factory))
 
     options = run_guarded("distgnn-predict", checked)

@@ -144,8 +144,9 @@ def _refusal(where: str, need: dict, have: int, device, ranks: int = 1) -> DistG
              f" (this one {format_bytes(need['total'])}: {parts})" if ranks > 1 else
              f"the run needs about {format_bytes(need['total'])} ({parts})")
     return DistGNNError(f"{where}: {whose} but {device} has {format_bytes(have)}; reduce "
-                        "--hidden, --layers or --delay, or partition the graph over more "
-                        "ranks or nodes")
+                        "--hidden, --layers or --delay, give --memory-limit to stream the "
+                        "training state through local disk, or partition the graph over "
+                        "more ranks or nodes")
 
 
 def require(network: ModelConfig, exchange: ExchangeConfig, execution: ExecutionConfig,

@@ -152,6 +152,7 @@ def predict(model_file: str | Path,
             predictions_out: str | None = None, embeddings_out: str | None = None,
             embeddings_layer: int = -1, with_embeddings: bool = False,
             make_model: ModelFactory | None = None, threads: int | None = None,
+            memory_limit: float | None = None, spill_dir: str | None = None,
             log: Callable[[str], None] = print) -> Prediction:
     """Apply the model saved in ``model_file`` to ``source``; returns a :class:`Prediction`.
 
@@ -162,7 +163,9 @@ def predict(model_file: str | Path,
     returns them as arrays, with the accuracies where the data has labels
     (:class:`Prediction`; the module docstring).  ``with_embeddings``:
     return the input of layer ``embeddings_layer`` too (it is computed anyway for
-    ``embeddings_out``).
+    ``embeddings_out``).  ``memory_limit`` and ``spill_dir``: ``distgnn-train``'s, for this
+    inference (not the training run's): a rank whose plan exceeds the limit computes the
+    layers in panels and row chunks through disk (:mod:`distgnn.run.streaming`).
     """
 
     check_distinct_outputs({"--predictions-out": predictions_out,
@@ -180,7 +183,8 @@ def predict(model_file: str | Path,
     def config() -> TrainConfig:
         # the model too, from its file alone: what refuses it (the factory, the weights,
         # --embeddings-layer) is said before any data is read, on every rank alike
-        cfg = saved_config(saved, **{**INFERENCE, "threads": threads, **outputs})
+        cfg = saved_config(saved, **{**INFERENCE, "threads": threads, **outputs,
+                                     "memory_limit": memory_limit, "spill_dir": spill_dir})
         cfg.check_paths()
         built.append(_build(model_file, saved, cfg, make_model))
         if layer is not None:
@@ -243,9 +247,12 @@ def _apply(path, saved: dict, model: torch.nn.Module, cfg: TrainConfig, shard: S
         prepare(placed, shard.nbr)
         return placed
 
-    placed = all_or_none(comm, ready)
-    started = time.perf_counter()
-    logits, embeddings = forward_eval(placed, shard, layer)
+    try:
+        placed = all_or_none(comm, ready)
+        started = time.perf_counter()
+        logits, embeddings = forward_eval(placed, shard, layer)
+    finally:
+        shard.close()  # a streamed shard's spill files: the logits are all it still needs
     check_logits(logits, shard, int(saved["num_classes"]))
     missing = shard.num_classes - logits.shape[1]  # classes the model cannot predict
     scores = mask_scores(torch.nn.functional.pad(logits, (0, missing), value=-torch.inf)
