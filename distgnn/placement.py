@@ -201,9 +201,9 @@ class ExecutionConfig:
         "one whose plan does not keeps the graph in RAM and its feature and activation "
         "matrices in files under --spill-dir, aggregating one panel of columns at a time "
         "and computing the dense work in chunks of rows, so that its peak stays under the "
-        "limit (GCN and GraphSAGE-gcn, fp32 or float64, cd-0 or 0c; the Numba SpMM's "
-        "untimed plan); the start-up line gives the plan: RAM, disk, and the bytes each "
-        "epoch reads and writes",
+        "limit (GCN and GraphSAGE-gcn, fp32 or float64, cd-0 or 0c; the SpMM's timed "
+        "plans only where the limit leaves room for them); the start-up line gives the "
+        "plan: RAM, disk, and the bytes each epoch reads and writes",
         type=float, metavar="GIB")
     spill_dir: str | None = option(
         None, "with --memory-limit: the local directory for a rank's spill files, a folder "

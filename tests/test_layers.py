@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # bottom to top; a prefix names a module or a package (and everything in it)
 LAYERS = [
     ("distgnn.errors",),
-    ("distgnn.storage", "distgnn.timing", "distgnn.signals", "distgnn.options"),
+    ("distgnn.storage", "distgnn.spill", "distgnn.timing", "distgnn.signals", "distgnn.options"),
     ("distgnn.kernels",),
     ("distgnn.data",),
     ("distgnn.placement",),

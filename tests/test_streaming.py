@@ -380,3 +380,16 @@ def test_inspect_says_what_each_rank_does_under_a_limit(tmp_path, capsys):
     assert "every rank streams through disk (panels of" in capsys.readouterr().out
     partition_cli(["inspect", str(parts), "--hidden", "256", "--memory-limit", "0.001"])
     assert "refused: rank 0: even streamed" in capsys.readouterr().out
+
+
+def test_a_streamed_run_checkpoints_and_resumes_as_in_memory(medium, tmp_path, tight):
+    """A streamed run stopped after 2 epochs and resumed to 4 follows the uninterrupted one
+    (checkpoints hold the model, optimizer and records, whatever holds the activations)."""
+    base = dict(model="sage", hidden=32, seed=1, memory_limit=1.0,
+                spill_dir=str(tmp_path / "spill"))
+    whole, _ = quiet_train(medium, epochs=4, **base)
+    quiet_train(medium, epochs=2, checkpoint_dir=str(tmp_path / "ck"), **base)
+    resumed, _ = quiet_train(medium, epochs=4, resume=str(tmp_path / "ck"), **base)
+    np.testing.assert_allclose([r["loss"] for r in resumed.history],
+                               [r["loss"] for r in whole.history], rtol=1e-6)
+    assert os.listdir(tmp_path / "spill") == []

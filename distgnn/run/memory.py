@@ -343,6 +343,9 @@ def memory_rates(num_features: int, num_classes: int, hidden: int, layers: int,
 #: panel widths a streamed run tries, widest first (64 bytes, a cache line, per gathered
 #: row at 16 float32 columns; narrower panels gather part-lines)
 PANEL_WIDTHS = (64, 32, 16, 8, 4)
+#: what the Numba SpMM's hub-blocked plans take per edge: one edge copy for each direction
+#: (forward and transposed) kept, and the trial's candidate beside them
+KERNEL_PLAN_BYTES = 24
 #: rows per chunk of a streamed run's row passes (a multiple of the bias gradient's 4096-row
 #: blocks, so its partial sums fall as in one pass)
 CHUNK_ROWS = 65536
@@ -371,7 +374,10 @@ def stream_plan(network: ModelConfig, execution: ExecutionConfig, num_nodes: int
     the next panel read ahead, the sums, the output and two written behind), a row pass's
     (chunks of ``R`` rows read ahead, computed and written behind) and the loss's (the
     logits, their gradient and the softmax's temporaries).  ``panel``: that width only (what
-    the ranks of a job agreed on).  Refused in one line when no panel width fits.
+    the ranks of a job agreed on).  With the SpMM kernels' timed trial
+    (``execution.kernel_trial``), a width is tried with the hub-blocked plans first
+    (:data:`KERNEL_PLAN_BYTES` per edge more; ``"kernel_trial"`` says which was taken).
+    Refused in one line when no panel width fits.
     """
     s = 8 if execution.dtype == "float64" else 4
     model = build_model(network, num_features, num_classes, False)
@@ -386,13 +392,16 @@ def stream_plan(network: ModelConfig, execution: ExecutionConfig, num_nodes: int
              "model": s * 5 * sum((i + 1) * o for i, o in zip(d[:-1], d[1:])),
              "graph": (16 if weighted else 8) * E + 56 * N,
              "activation bits": N * sum((w + 7) // 8 for w in d[1:-1])}
-    for panel in PANEL_WIDTHS if panel is None else (panel,):
+    trials = (True, False) if execution.kernel_trial else (False,)
+    for panel, trial in ((p, t) for p in (PANEL_WIDTHS if panel is None else (panel,))
+                         for t in trials):
         # row chunks whose buffers stay within a panel pass's (whole 4096-row blocks)
         rows = min(CHUNK_ROWS, max(4096, 2 * N * panel // (d[0] + 2 * max(d[1:])) >> 12 << 12))
         work = max(6 * s * N * min(panel, max(d)),
                    3 * s * min(rows, N) * (d[0] + 2 * max(d[1:])),
                    5 * s * N * C)
-        ram = {**fixed, "passes": work}
+        ram = {**fixed, **({"kernel plans": KERNEL_PLAN_BYTES * E} if trial else {}),
+               "passes": work}
         ram["total"] = sum(ram.values())
         if ram["total"] <= limit:
             break
@@ -404,7 +413,7 @@ def stream_plan(network: ModelConfig, execution: ExecutionConfig, num_nodes: int
             "over more ranks")
     return {"ram": ram, "disk": N * (per_vertex["disk"] + s * num_features),
             "read": N * per_vertex["read"], "written": N * per_vertex["written"],
-            "layout": StreamLayout(panel, rows, C)}
+            "layout": StreamLayout(panel, rows, C), "kernel_trial": trial}
 
 
 def limited_plan(network: ModelConfig, exchange: ExchangeConfig, execution: ExecutionConfig,

@@ -214,7 +214,7 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
             + "".join(f", {k} {v:.3f} s" for k, v in trial.items())
             + f": relabelled in {time.perf_counter() - started:.2f} s")
     nbr = Neighbourhood(graph, get_backend(backend, cfg.gathered_precision,
-                                           cfg.kernel_trial and spilled is None), timer=timer,
+                                           streaming.kernel_trial(cfg, spilled)), timer=timer,
                         device=device, dtype=getattr(torch, cfg.dtype), global_ids=global_ids,
                         seed=cfg.seed)
     x, y = x.to(device, getattr(torch, cfg.dtype)), y.to(device)
@@ -319,7 +319,7 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                               topology=cfg.exchange_topology,
                               exact_precision=cfg.exchange_precision or "fp32"))
     nbr = Neighbourhood(part.graph, get_backend(backend, cfg.gathered_precision,
-                                                cfg.kernel_trial and spilled is None),
+                                                streaming.kernel_trial(cfg, spilled)),
                         in_degree=None if cfg.algo == "0c" else part.in_degree, timer=timer,
                         device=device, global_ids=part.global_ids, exchange=exchange,
                         dtype=getattr(torch, cfg.dtype), seed=cfg.seed)

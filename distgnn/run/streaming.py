@@ -25,8 +25,8 @@ from ..spill import DiskMatrix, SpillFolder, check_spill_room, npy_rows
 from ..storage import format_bytes
 from ..timing import PhaseTimer
 
-__all__ = ["Spilled", "agree", "describe", "forward", "io_counters", "io_since", "open_spill",
-           "outputs"]
+__all__ = ["Spilled", "agree", "describe", "forward", "io_counters", "io_since",
+           "kernel_trial", "open_spill", "outputs"]
 
 
 @dataclasses.dataclass
@@ -85,6 +85,12 @@ def open_spill(x, how: str, dtype: torch.dtype, plan: dict, spill_dir: str | Non
         folder.close()
         raise
     return Spilled(folder, features, layout, plan), negative
+
+
+def kernel_trial(cfg, spilled: Spilled | None) -> bool:
+    """Whether the SpMM kernels time their plans: as ``--no-kernel-trial`` says, and for a
+    streamed shard only where its plan left room for the blocked plans."""
+    return cfg.kernel_trial and (spilled is None or spilled.plan["kernel_trial"])
 
 
 def with_transpose(graph: CSRGraph) -> CSRGraph:
