@@ -41,6 +41,19 @@ SPILL_NAME = "distgnn-spill"
 _IO_BYTES = 1 << 30
 
 
+CACHE_LINE = 64
+
+
+def empty_aligned(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array whose first byte sits on a cache-line boundary
+    (what the SpMM kernels gather from without a copy; a read block's buffer here)."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    buffer = np.empty(count * dtype.itemsize + CACHE_LINE, np.uint8)
+    start = -buffer.ctypes.data % CACHE_LINE
+    return buffer[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
+
+
 class SpillError(DistGNNError):
     """A spill folder that cannot be made, or a disk without the room a run needs."""
 
@@ -165,7 +178,9 @@ class MemoryMatrix:
 
     def read_panel(self, j: int) -> np.ndarray:
         c0, c1 = self.columns(j)
-        return np.ascontiguousarray(self.array[:, c0:c1])
+        out = empty_aligned((self.rows, c1 - c0), self.dtype)
+        out[...] = self.array[:, c0:c1]
+        return out
 
     def write_panel(self, j: int, values: np.ndarray) -> None:
         c0, c1 = self.columns(j)
@@ -230,7 +245,7 @@ class DiskMatrix(MemoryMatrix):
 
     def read_panel(self, j: int) -> np.ndarray:
         c0, c1 = self.columns(j)
-        out = np.empty((self.rows, c1 - c0), self.dtype)
+        out = empty_aligned((self.rows, c1 - c0), self.dtype)
         self._pread(out, self._offset(j))
         return out
 
@@ -238,7 +253,7 @@ class DiskMatrix(MemoryMatrix):
         self._pwrite(values, self._offset(j))
 
     def read_rows(self, r0: int, r1: int) -> np.ndarray:
-        out = np.empty((r1 - r0, self.cols), self.dtype)
+        out = empty_aligned((r1 - r0, self.cols), self.dtype)
         for j in range(self.panels):
             c0, c1 = self.columns(j)
             block = np.empty((r1 - r0, c1 - c0), self.dtype)

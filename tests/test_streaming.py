@@ -2,9 +2,12 @@
 autograd's on the same model, its spill files (``distgnn/spill.py``), the plan under a
 memory limit (``distgnn/run/memory.py``) and runs under ``--memory-limit`` against the same
 runs in memory, in one process and on ranks."""
+import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -360,11 +363,10 @@ def test_inspect_says_what_each_rank_does_under_a_limit(tmp_path, capsys):
     from partition.stats import limited_plans
     from tests.test_distributed import write_parts
 
-    data = rmat(15, 8, num_features=24, num_classes=4, seed=6)
+    data = rmat(17, 8, num_features=24, num_classes=4, seed=6)
     parts = write_parts(data, tmp_path / "parts", 2)
     partition_cli(["inspect", str(parts), "--hidden", "256", "--json",
                    str(tmp_path / "s.json")])
-    import json
     stats = json.loads((tmp_path / "s.json").read_text())
     need = stats["predicted_memory_bytes"]["max"]
     plans = limited_plans(stats, (need - 1) / 2**30)  # one byte short: the ranks stream
@@ -393,3 +395,73 @@ def test_a_streamed_run_checkpoints_and_resumes_as_in_memory(medium, tmp_path, t
     np.testing.assert_allclose([r["loss"] for r in resumed.history],
                                [r["loss"] for r in whole.history], rtol=1e-6)
     assert os.listdir(tmp_path / "spill") == []
+
+
+# ---- real processes ---------------------------------------------------------------------------
+SPEC = "rmat:scale=16,edge_factor=8,features=24,classes=4,seed=6"
+
+
+def streaming_limit(data, hidden: int) -> float:
+    """A limit (GiB) one byte below the in-memory plan of ``data``: the run streams."""
+    cfg = TrainConfig(model="sage", hidden=hidden)
+    need = memory.predict(cfg.network, cfg.exchange, cfg.execution, data.num_nodes,
+                          data.graph.num_edges, data.num_features, data.num_classes)
+    return (need["total"] - 1) / 2**30
+
+
+@pytest.mark.slow
+def test_a_run_killed_while_spilling_leaves_what_the_next_run_removes(tmp_path):
+    from distgnn.data.datasets import load
+
+    limit = streaming_limit(load(SPEC), 256)
+    spill = tmp_path / "spill"
+    train = [str(Path(sys.executable).parent / "distgnn-train"), "--dataset", SPEC,
+             "--model", "sage", "--hidden", "256", "--threads", "1", "--no-progress",
+             "--memory-limit", str(limit), "--spill-dir", str(spill)]
+    proc = subprocess.Popen([*train, "--epochs", "1000"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:  # the plan's line comes once the features are on disk
+            if "memory plan: streamed" in line:
+                break
+        time.sleep(2)
+        left = list(spill.iterdir())
+        assert len(left) == 1 and any(left[0].iterdir())
+    finally:
+        proc.kill()
+        proc.wait()
+    assert left[0].exists()  # SIGKILL: nothing could remove it
+    done = subprocess.run([*train, "--epochs", "1"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "memory plan: streamed" in done.stdout
+    assert list(spill.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_streamed_ranks_of_a_real_job_follow_the_job_in_memory(tmp_path):
+    """Two mpirun ranks, each under a limit its partition's in-memory plan exceeds, spill
+    to their own folders and train as the same job in memory (cd-0)."""
+    from partition.cli import main as partition_cli
+    from partition.stats import limited_plans
+    from tests.test_distributed import TRAIN, mpirun, write_parts
+
+    data = rmat(17, 8, num_features=24, num_classes=4, seed=6)
+    parts = write_parts(data, tmp_path / "parts", 2)
+    partition_cli(["inspect", str(parts), "--hidden", "256", "--json", str(tmp_path / "s.json")])
+    stats = json.loads((tmp_path / "s.json").read_text())
+    limit = (stats["predicted_memory_bytes"]["max"] - 1) / 2**30
+    assert limited_plans(stats, limit)["streamed"]
+    losses = []
+    for extra in ([], ["--memory-limit", str(limit), "--spill-dir", str(tmp_path / "spill")]):
+        metrics = tmp_path / f"m{len(losses)}.jsonl"
+        proc, _ = mpirun(2, [TRAIN, "--partitions", parts, "--model", "sage", "--hidden", "256",
+                             "--epochs", "4", "--threads", "1", "--no-progress",
+                             "--metrics-out", metrics, *extra])
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert ("streamed under --memory-limit" in proc.stdout) == bool(extra)
+        records, _ = distgnn.read_metrics(metrics)
+        losses.append([r["loss"] for r in records if "loss" in r])
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+    assert list((tmp_path / "spill").iterdir()) == []

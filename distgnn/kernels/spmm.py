@@ -38,13 +38,13 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ..spill import CACHE_LINE, empty_aligned
 from . import jit
 from .blocking import SpMMPlan, last_level_cache, plan_spmm
 from .jit import readonly
 from .lanes import BF16, add, load, scale, scaled_add, store, zeros
 
 PREFETCH_BYTES = 4096
-CACHE_LINE = 64
 PANEL_LANES = (8, 16, 32, 64)
 PANEL_BYTES = 256
 NARROW = PANEL_LANES[0]
@@ -61,15 +61,6 @@ def prefetch_distance(width: int, itemsize: int = 4, rows: int | None = None) ->
     if rows is not None and rows * width * itemsize <= last_level_cache() // 2:
         return 0
     return int(np.clip(PREFETCH_BYTES // max(width * itemsize, 1), 4, 64))
-
-
-def empty_aligned(shape: tuple[int, int], dtype) -> np.ndarray:
-    """An uninitialised C-contiguous array whose first byte sits on a cache-line boundary."""
-    dtype = np.dtype(dtype)
-    count = int(np.prod(shape))
-    buffer = np.empty(count * dtype.itemsize + CACHE_LINE, np.uint8)
-    start = -buffer.ctypes.data % CACHE_LINE
-    return buffer[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
 
 
 def as_aligned(x: np.ndarray) -> np.ndarray:

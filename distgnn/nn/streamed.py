@@ -486,8 +486,9 @@ class StreamedGNN:
 
 def schedule_bytes(model, resident_width: int, dtype=np.float32) -> dict[str, int]:
     """Per vertex: the bytes one training epoch of :class:`StreamedGNN` reads and writes on
-    disk (``read``, ``written``), and the most its files hold at once besides the features
-    (``disk``), for ``model``'s widths with matrices at most ``resident_width`` wide in RAM.
+    disk (``read``, ``written``), the most its files hold at once besides the features
+    (``disk``) and the ReLU bits it keeps in RAM (``bits``), for ``model``'s widths with
+    matrices at most ``resident_width`` wide in RAM.
 
     Every matrix is ``[N, d]`` and every pass reads or writes whole matrices, so these are
     exactly linear in ``N``: measured here by running the epoch on a graph of one vertex
@@ -510,8 +511,9 @@ def schedule_bytes(model, resident_width: int, dtype=np.float32) -> dict[str, in
             base = folder.bytes_written
             run = StreamedGNN(model, nbr, features, folder, StreamLayout(1, 1, resident_width))
             logits, tape, _ = run.forward(True)
+            bits = sum(t["bits"].nbytes for t in tape if t.get("bits") is not None)
             run.backward(tape, torch.zeros_like(logits))
             return {"read": folder.bytes_read, "written": folder.bytes_written - base,
-                    "disk": folder.peak_bytes - features.nbytes}
+                    "disk": folder.peak_bytes - features.nbytes, "bits": bits}
         finally:
             folder.close()

@@ -346,9 +346,11 @@ PANEL_WIDTHS = (64, 32, 16, 8, 4)
 #: what the Numba SpMM's hub-blocked plans take per edge: one edge copy for each direction
 #: (forward and transposed) kept, and the trial's candidate beside them
 KERNEL_PLAN_BYTES = 24
-#: rows per chunk of a streamed run's row passes (a multiple of the bias gradient's 4096-row
-#: blocks, so its partial sums fall as in one pass)
-CHUNK_ROWS = 65536
+#: bytes of a streamed run's widest row-chunk buffer: under malloc's largest mmap threshold
+#: (:data:`KEEP_BLOCKS_UP_TO`), so that each chunk reuses the heap blocks the last one freed
+#: instead of mapping, and faulting in, fresh pages (which made the products and epilogues
+#: of R-MAT 2^21's row passes 1.4-5x slower with chunks of 64 MiB)
+CHUNK_BYTES = 16 << 20
 
 
 def stream_plan(network: ModelConfig, execution: ExecutionConfig, num_nodes: int,
@@ -365,12 +367,13 @@ def stream_plan(network: ModelConfig, execution: ExecutionConfig, num_nodes: int
 
     .. math::
         \text{RAM} = \text{runtime} + \text{model} + (8 + 2 w) E + 56 N
-            + N \sum_{l=1}^{L-1} \lceil d_l / 8 \rceil
+            + N b
             + \max(6 s N p,\; 3 s R (F + 2 H),\; 5 s N C)
 
     with ``w`` = 4 bytes of an edge weight where there are any (a graph and its transpose,
     int32 indices); per vertex the row pointers of both, degrees, ids, labels and masks;
-    the ReLU's bits per hidden layer; and the largest of a panel pass's buffers (its input,
+    the ReLU's bits the backward pass keeps (``b`` bytes per vertex, measured with the
+    traffic); and the largest of a panel pass's buffers (its input,
     the next panel read ahead, the sums, the output and two written behind), a row pass's
     (chunks of ``R`` rows read ahead, computed and written behind) and the loss's (the
     logits, their gradient and the softmax's temporaries).  ``panel``: that width only (what
@@ -391,12 +394,13 @@ def stream_plan(network: ModelConfig, execution: ExecutionConfig, num_nodes: int
     fixed = {"runtime": RUNTIME_BYTES,
              "model": s * 5 * sum((i + 1) * o for i, o in zip(d[:-1], d[1:])),
              "graph": (16 if weighted else 8) * E + 56 * N,
-             "activation bits": N * sum((w + 7) // 8 for w in d[1:-1])}
+             "activation bits": N * per_vertex["bits"]}
     trials = (True, False) if execution.kernel_trial else (False,)
     for panel, trial in ((p, t) for p in (PANEL_WIDTHS if panel is None else (panel,))
                          for t in trials):
-        # row chunks whose buffers stay within a panel pass's (whole 4096-row blocks)
-        rows = min(CHUNK_ROWS, max(4096, 2 * N * panel // (d[0] + 2 * max(d[1:])) >> 12 << 12))
+        # whole 4096-row blocks (the bias gradient's, so its partial sums fall as in one
+        # pass), the widest buffer within CHUNK_BYTES
+        rows = max(4096, CHUNK_BYTES // (s * max(d)) >> 12 << 12)
         work = max(6 * s * N * min(panel, max(d)),
                    3 * s * min(rows, N) * (d[0] + 2 * max(d[1:])),
                    5 * s * N * C)

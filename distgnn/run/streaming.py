@@ -23,6 +23,7 @@ from ..kernels.spmm import transpose_csr
 from ..nn.streamed import StreamedGNN, StreamLayout
 from ..spill import DiskMatrix, SpillFolder, check_spill_room, npy_rows
 from ..storage import format_bytes
+from .memory import keep_freed_blocks
 from ..timing import PhaseTimer
 
 __all__ = ["Spilled", "agree", "describe", "forward", "io_counters", "io_since",
@@ -68,6 +69,7 @@ def open_spill(x, how: str, dtype: torch.dtype, plan: dict, spill_dir: str | Non
     plan's room."""
     directory = spill_directory(spill_dir)
     check_spill_room(directory, plan["disk"])
+    keep_freed_blocks()  # row chunks reuse the heap blocks the last chunk freed
     layout: StreamLayout = plan["layout"]
     folder = SpillFolder(directory, rank, timer)
     try:
