@@ -35,21 +35,10 @@ from pathlib import Path
 
 from distgnn import read_metrics
 from distgnn.data.generators import write_rmat_files
+from training_ladder import partitions  # experiments/, beside this script
 
 BIN = Path(sys.executable).parent
 GIB = 1 << 30
-
-
-def partitions(files: Path, ranks: int, out: Path) -> float:
-    """Seconds to partition ``files`` into ``out`` (skipped, 0, when ``out`` exists)."""
-    if (out / "meta.json").exists():
-        return 0.0
-    started = time.perf_counter()
-    subprocess.run([str(BIN / "distgnn-partition"), str(files / "edges.npy"), "--features",
-                    str(files / "x.npy"), "--labels", str(files / "y.npy"), "--split-file",
-                    str(files / "split.npz"), "--parts", str(ranks), "--mode", "auto",
-                    "--no-progress", "--out", str(out)], check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - started
 
 
 def train(parts: Path, a, metrics: Path, limit: float | None) -> dict:

@@ -49,7 +49,7 @@ from ..errors import DistGNNError
 from ..kernels.dropout import dropout_key
 from ..kernels.jit import readonly
 from ..kernels.spmm import scale_rows
-from ..spill import MemoryMatrix, SpillFolder
+from ..spill import MemoryMatrix, SpillFolder, empty_aligned
 from .aggregate import Neighbourhood
 from .dropout import apply_dropout_mask, bias_relu_dropout_rows, relu_dropout_backward_rows
 from .gcn_conv import GCNConv
@@ -223,9 +223,11 @@ class StreamedGNN:
         c = readonly(c.numpy())
 
         def transform(j, panel):
-            u = np.empty_like(panel)
+            u = empty_aligned(panel.shape, panel.dtype)
             scale_rows(readonly(panel), c, not gcn, u)
-            t = nbr.exchange.exact(torch.from_numpy(u.copy()))  # summed in place
+            t = empty_aligned(u.shape, u.dtype)  # the exchange sums in place; u stays
+            t[...] = u
+            t = nbr.exchange.exact(torch.from_numpy(t))
             with nbr.timer("aggregation_backward"):
                 s = nbr.backend.spmm_backward(nbr.graph, t.contiguous(), "sum", None)
             s = s.numpy()
