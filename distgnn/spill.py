@@ -20,6 +20,7 @@ fit there.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import threading
@@ -294,3 +295,15 @@ def npy_rows(array: np.ndarray, r0: int, r1: int) -> np.ndarray:
     finally:
         os.close(fd)
     return out
+
+
+def release_pages(array: np.ndarray) -> None:
+    """Drop the pages of a memory-mapped ``array`` (a ``.npy`` read with ``mmap_mode``) from
+    this process's resident memory; they stay in the page cache.  Nothing for an array in
+    memory.  What reads a mapped file in blocks calls it after each, so that the resident
+    memory it takes stays a block's."""
+    base = array
+    while base is not None and not isinstance(getattr(base, "_mmap", None), mmap.mmap):
+        base = getattr(base, "base", None)
+    if base is not None:
+        base._mmap.madvise(mmap.MADV_DONTNEED)

@@ -232,7 +232,8 @@ def limited_plans(stats: dict, limit_gib: float) -> dict:
             return [limited_plan(network, ExchangeConfig(), execution,
                                  {"total": r["predicted_memory_bytes"]}, r["vertices"],
                                  r["edges"], model["num_features"], model["num_classes"],
-                                 f"rank {rank}", panel=panel, partitioned=True)
+                                 f"rank {rank}", panel=panel, partitioned=True,
+                                 split_entries=r["leaves"] + r["leaf_entries"])
                     for rank, r in enumerate(stats["per_rank"])]
 
         first = plans()

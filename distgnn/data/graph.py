@@ -18,6 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import DistGNNError
+from ..spill import npy_rows
 from ..storage import format_bytes
 
 INT32_MAX = np.iinfo(np.int32).max
@@ -370,14 +371,26 @@ class CSRGraph:
 
 
 def nonfinite_problem(x: np.ndarray) -> str | None:
-    """Why features ``x`` ``[N, F]`` cannot be trained on (NaN or inf), or ``None``."""
-    # a float64 sum of float32 values cannot overflow: it is finite iff every value is, and
-    # it needs no [N, F] temporary (inf - inf is nan: no warning wanted)
-    with np.errstate(invalid="ignore"):
-        if np.isfinite(np.sum(x, dtype=np.float64)):
-            return None
-    bad = int(np.argwhere(~np.isfinite(np.asarray(x)))[0, 0])
-    return f"features contain NaN or inf (first at vertex {bad})"
+    """Why features ``x`` ``[N, F]`` cannot be trained on (NaN or inf), or ``None``.
+
+    A memory-mapped ``.npy`` is read in blocks of rows with ``pread``
+    (:func:`~distgnn.spill.npy_rows`), so that checking it never makes its pages resident in
+    this process (a run under ``--memory-limit`` keeps its features on disk)."""
+    rows = len(x) if not isinstance(x, np.memmap) else max(
+        1, _CHECK_BLOCK_BYTES // max(x.itemsize * int(np.prod(x.shape[1:])), 1))
+    for start in range(0, len(x), rows):
+        block = npy_rows(x, start, min(len(x), start + rows))
+        # a float64 sum of float32 values cannot overflow: it is finite iff every value is,
+        # and it needs no [N, F] temporary (inf - inf is nan: no warning wanted)
+        with np.errstate(invalid="ignore"):
+            if np.isfinite(np.sum(block, dtype=np.float64)):
+                continue
+        bad = start + int(np.argwhere(~np.isfinite(block))[0, 0])
+        return f"features contain NaN or inf (first at vertex {bad})"
+    return None
+
+
+_CHECK_BLOCK_BYTES = 64 << 20  # a memory-mapped matrix checked per 64 MiB of rows
 
 
 def overlap_problem(masks: dict[str, np.ndarray]) -> str | None:

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DistGNNError
+from ..spill import release_pages
 from ..storage import (
     file_head,
 )
@@ -425,7 +426,8 @@ def row_digests(x: np.ndarray, y: np.ndarray, rows: np.ndarray) -> np.ndarray:
     constants.  Two rows that differ in one value always differ here (``c_j d`` is not 0
     mod 2^64 for ``0 < |d| < 2^64``); more differences collide only by an unlikely
     cancellation (a check against damage, not a cryptographic digest).  ``x`` ``[n, F]``
-    float32 and ``y`` ``[n]`` int64, read in row blocks of bounded size."""
+    float32 and ``y`` ``[n]`` int64, read in row blocks of bounded size (of a memory-mapped
+    ``x``, the pages of each dropped from the resident memory once read)."""
     F = x.shape[1]
     c = (np.arange(1, F + 2, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)) | np.uint64(1)
     out = np.empty(len(rows), np.uint64)
@@ -435,6 +437,7 @@ def row_digests(x: np.ndarray, y: np.ndarray, rows: np.ndarray) -> np.ndarray:
         bits = (np.asarray(x[sel], np.float32) + np.float32(0)).view(np.uint32)
         out[start:start + step] = ((bits.astype(np.uint64) * c[:F]).sum(axis=1, dtype=np.uint64)
                                    + np.asarray(y[sel]).astype(np.uint64) * c[F])
+        release_pages(x)  # a mapped file's rows read: not kept resident
     return out
 
 

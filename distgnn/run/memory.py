@@ -355,7 +355,8 @@ CHUNK_BYTES = 16 << 20
 
 def stream_plan(network: ModelConfig, execution: ExecutionConfig, num_nodes: int,
                 num_edges: int, num_features: int, num_classes: int, limit: int,
-                where: str, weighted: bool = False, panel: int | None = None) -> dict:
+                where: str, weighted: bool = False, panel: int | None = None,
+                split_entries: int = 0) -> dict:
     r"""The plan of a run whose state is streamed through disk under a memory ``limit``.
 
     Returns ``{"ram": parts and total, "disk": bytes, "read": bytes, "written": bytes,
@@ -367,13 +368,14 @@ def stream_plan(network: ModelConfig, execution: ExecutionConfig, num_nodes: int
 
     .. math::
         \text{RAM} = \text{runtime} + \text{model} + (8 + 2 w) E + 56 N
-            + N b
+            + N b + S (s (p + C) + 80)
             + \max(6 s N p,\; 3 s R (F + 2 H),\; 5 s N C)
 
     with ``w`` = 4 bytes of an edge weight where there are any (a graph and its transpose,
     int32 indices); per vertex the row pointers of both, degrees, ids, labels and masks;
     the ReLU's bits the backward pass keeps (``b`` bytes per vertex, measured with the
-    traffic); and the largest of a panel pass's buffers (its input,
+    traffic); on a partition of ``S`` split entries, the split tables and the exact sums'
+    buffers at the panel's and the classes' widths; and the largest of a panel pass's buffers (its input,
     the next panel read ahead, the sums, the output and two written behind), a row pass's
     (chunks of ``R`` rows read ahead, computed and written behind) and the loss's (the
     logits, their gradient and the softmax's temporaries).  ``panel``: that width only (what
@@ -405,6 +407,7 @@ def stream_plan(network: ModelConfig, execution: ExecutionConfig, num_nodes: int
                    3 * s * min(rows, N) * (d[0] + 2 * max(d[1:])),
                    5 * s * N * C)
         ram = {**fixed, **({"kernel plans": KERNEL_PLAN_BYTES * E} if trial else {}),
+               "exchange": split_entries * (s * (min(panel, max(d)) + C) + 80),
                "passes": work}
         ram["total"] = sum(ram.values())
         if ram["total"] <= limit:
@@ -423,7 +426,8 @@ def stream_plan(network: ModelConfig, execution: ExecutionConfig, num_nodes: int
 def limited_plan(network: ModelConfig, exchange: ExchangeConfig, execution: ExecutionConfig,
                  need: dict, num_nodes: int, num_edges: int, num_features: int,
                  num_classes: int, where: str, weighted: bool = False,
-                 panel: int | None = None, partitioned: bool = False) -> dict | None:
+                 panel: int | None = None, partitioned: bool = False,
+                 split_entries: int = 0) -> dict | None:
     """:func:`stream_plan` when ``execution.memory_limit`` is set and the in-memory plan
     ``need`` exceeds it (or ``panel`` is given: the job streams), else ``None``.
 
@@ -449,4 +453,4 @@ def limited_plan(network: ModelConfig, exchange: ExchangeConfig, execution: Exec
                                f"would stream through disk, which takes {allowed} only, not "
                                f"{flag}")
     return stream_plan(network, execution, num_nodes, num_edges, num_features, num_classes,
-                       int(limit * (1 << 30)), where, weighted, panel)
+                       int(limit * (1 << 30)), where, weighted, panel, split_entries)

@@ -277,7 +277,8 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
         return memory.limited_plan(
             cfg.network, cfg.exchange, cfg.execution, need, part.num_nodes,
             part.graph.num_edges, part.x.shape[1], int(part.meta["num_classes"]), where,
-            part.graph.edge_weight is not None, panel, partitioned=True)
+            part.graph.edge_weight is not None, panel, partitioned=True,
+            split_entries=len(index.leaf_ids) + len(index.root_ids))
 
     plan = all_or_none(comm, streamed_plan)
     streams, panel = streaming.agree(comm, plan is not None,
