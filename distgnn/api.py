@@ -235,5 +235,11 @@ def setup(source: Source, config: Config = None, *, log: Callable[[str], None] =
         configure_threads(cfg.threads)
         run = Run(cfg, dataset_shard(_dataset(source, cfg), cfg, PhaseTimer(), log),
                   SelfCommunicator())
+    if run.shard.spilled is not None:  # the same on every rank: all stream, or none
+        run.shard.close()
+        raise DistGNNError("the run does not fit under --memory-limit, and a streamed run "
+                           "(features and activations on disk) trains inside distgnn.train "
+                           "only: a loop written by hand takes run.x and the model's whole "
+                           "tensors in memory; raise the limit, or train with distgnn.train")
     torch.manual_seed(run.config.seed)
     return run

@@ -56,21 +56,25 @@ from .gcn_conv import GCNConv
 from .sage_conv import SAGEConv
 
 
+#: what the streamed execution runs, in the words of its refusals
+STREAMABLE = ("the built-in GCN and GraphSAGE-gcn (--model gcn, or sage with --aggregator "
+              "gcn; no --residual, no --precompute-first-aggregation)")
+
+
 def streaming_problem(model: torch.nn.Module) -> str | None:
-    """Why ``model`` cannot run streamed (``None`` when it can): what ``--memory-limit``
-    needs of a model whose state does not fit in RAM."""
+    """What of ``model`` the streamed execution cannot run (``None``: it can), in the words
+    of a flag or a class: it runs :data:`STREAMABLE` only."""
     from .models import GNN  # deferred: models imports the layers this module imports
 
     if not isinstance(model, GNN):
-        return (f"a {type(model).__name__} model (streaming runs the built-in GCN and "
-                "GraphSAGE-gcn only)")
-    if model.model not in ("gcn", "sage") or any(
-            isinstance(c, SAGEConv) and c.aggr != "gcn" for c in model.convs):
-        return "--model gcn, or --model sage with --aggregator gcn"
+        return f"a {type(model).__name__} model"
+    sage = [c.aggr for c in model.convs if isinstance(c, SAGEConv) and c.aggr != "gcn"]
+    if model.model not in ("gcn", "sage") or sage:
+        return f"--model {model.model}" + (f" --aggregator {sage[0]}" if sage else "")
     for flag, on in (("--residual", model.residual),
                      ("--precompute-first-aggregation", model.precompute_first)):
         if on:
-            return f"a model without {flag}"
+            return flag
     return None
 
 
@@ -131,7 +135,7 @@ class StreamedGNN:
                  layout: StreamLayout):
         problem = streaming_problem(model)
         if problem is not None:
-            raise DistGNNError(f"--memory-limit spills the training state of {problem}")
+            raise DistGNNError(f"the streamed execution runs {STREAMABLE} only, not {problem}")
         self.model, self.nbr, self.features = model, nbr, features
         self.folder, self.layout = folder, layout
         self.layers = _layers(model)

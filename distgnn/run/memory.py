@@ -22,7 +22,7 @@ from ..errors import DistGNNError
 from ..exchange.config import ExchangeConfig
 from ..exchange.wire import row_bytes
 from ..nn.config import ModelConfig, build_model
-from ..nn.streamed import StreamLayout, schedule_bytes, streaming_problem
+from ..nn.streamed import STREAMABLE, StreamLayout, schedule_bytes, streaming_problem
 from ..nn.widths import exchange_widths, layer_widths
 from ..placement import ExecutionConfig
 from ..storage import format_bytes
@@ -388,8 +388,9 @@ def stream_plan(network: ModelConfig, execution: ExecutionConfig, num_nodes: int
     model = build_model(network, num_features, num_classes, False)
     problem = streaming_problem(model)
     if problem is not None:
-        raise DistGNNError(f"{where}: the run does not fit under --memory-limit, and only "
-                           f"{problem.split(' (')[0]} can spill its training state")
+        raise DistGNNError(f"{where}: the run does not fit under --memory-limit, and its "
+                           f"training state streams through disk for {STREAMABLE} only, "
+                           f"not {problem}")
     d = layer_widths(num_features, network.hidden, num_classes, network.layers)
     per_vertex = schedule_bytes(model, num_classes, np.float64 if s == 8 else np.float32)
     N, E, C = num_nodes, num_edges, num_classes

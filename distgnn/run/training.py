@@ -33,6 +33,7 @@ from ..data.graph import NodeDataset
 from ..errors import DistGNNError
 from ..nn.config import build_model, check_residual
 from ..nn.prepare import prepare, unused_weights
+from ..nn.streamed import STREAMABLE, streaming_problem
 from ..placement import synchronize
 from ..signals import StopRequests
 from ..storage import format_bytes
@@ -284,8 +285,19 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
     :func:`model_and_optimizer`.  Returns the per-epoch history and the best evaluation (the
     same on every rank).  Checkpoints and stops as
     :class:`~distgnn.run.checkpointing.Checkpointer` decides; ``watchdog`` is armed after the
-    first epoch.  Collective: every rank must call it with the same ``cfg``.
+    first epoch.  Collective: every rank must call it with the same ``cfg``.  A streamed
+    shard's spill files are removed when it returns or raises.
     """
+    try:
+        return _train_replicas(shard, cfg, comm, timer, log, watchdog, make_model)
+    finally:
+        shard.close()
+
+
+def _train_replicas(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
+                    log: Callable[[str], None], watchdog: Watchdog | None,
+                    make_model: ModelFactory | None) -> TrainResult:
+    """:func:`fit`'s work."""
     def start():  # the same data on every rank: the same message, one line
         if shard.num_classes < 2:
             raise DistGNNError(f"the data has {shard.num_classes} class; node "
@@ -294,6 +306,11 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
             raise DistGNNError(f"--roc-auc needs a binary task; the data has "
                                f"{shard.num_classes} classes")
         model, optimizer = model_and_optimizer(cfg, shard, make_model)
+        problem = streaming_problem(model) if shard.spilled is not None else None
+        if problem is not None:  # a model of one's own: the plan could not see it
+            raise DistGNNError(f"{shard.name}: the run does not fit under --memory-limit, "
+                               f"and its training state streams through disk for "
+                               f"{STREAMABLE} only, not {problem}")
         if cfg.embeddings_out:  # what the run writes at its end, refused before it trains
             embedding_layer(model, cfg.embeddings_layer)
         return model, optimizer
@@ -371,7 +388,6 @@ def fit(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: PhaseTimer,
             run.close(ended)
             if arena:  # the slab is this run's: the process may go on to other work
                 arena.release()
-            shard.close()
         return TrainResult(run.history, run.best, model, run.summary)
 
 
