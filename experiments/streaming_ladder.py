@@ -59,9 +59,10 @@ def train(parts: Path, a, metrics: Path, limit: float | None) -> dict:
     out = proc.stdout + proc.stderr
     plan = re.search(r"RAM ([\d.]+ [KMG]iB).*?disk ([\d.]+ [KMG]iB)", out)
     if proc.returncode:
-        lines = [li for li in out.splitlines() if li.strip()]
+        lines = [li for li in out.splitlines() if li.strip() and not li.startswith("---")]
+        errors = [li for li in lines if "error:" in li]  # the refusal, not MPI's banner
         return {"limit_gib": limit, "failed": proc.returncode,
-                "last_line": lines[-1] if lines else ""}
+                "last_line": (errors or lines or [""])[0 if errors else -1]}
     records, _ = read_metrics(metrics)
     later = records[1:] or records
     median = statistics.median(r["epoch_s"] for r in later)

@@ -23,11 +23,11 @@ from ..kernels.spmm import transpose_csr
 from ..nn.streamed import StreamedGNN, StreamLayout
 from ..spill import DiskMatrix, SpillFolder, check_spill_room, npy_rows
 from ..storage import format_bytes
-from .memory import keep_freed_blocks
 from ..timing import PhaseTimer
+from .memory import keep_freed_blocks
 
 __all__ = ["Spilled", "agree", "describe", "forward", "io_counters", "io_since",
-           "kernel_trial", "open_spill", "outputs"]
+           "kernel_trial", "open_spill", "outputs", "spill_directory", "with_transpose"]
 
 
 @dataclasses.dataclass
