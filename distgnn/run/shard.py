@@ -157,6 +157,22 @@ def node_tensors(x: np.ndarray, y: np.ndarray, masks: dict[str, np.ndarray], how
             {name: torch.from_numpy(np.array(m, bool)).to(device) for name, m in masks.items()})
 
 
+def rank_tensors(x: np.ndarray, y: np.ndarray, masks: dict[str, np.ndarray], cfg: TrainConfig,
+                 device, plan: dict | None, rank: int, timer: PhaseTimer):
+    """``((x, y, masks), negative, spilled)``: :func:`node_tensors` of a rank's data, whether
+    its features have a negative entry under ``--feature-norm row``, and, for a streamed
+    ``plan``, its features written to disk instead (:func:`~distgnn.run.streaming.open_spill`;
+    ``x`` then has no rows) and the :class:`Spilled` state (else ``None``)."""
+    if plan is None:
+        return (node_tensors(x, y, masks, cfg.feature_norm, device),
+                cfg.feature_norm == "row" and negative_features(x), None)
+    spilled, negative = streaming.open_spill(x, cfg.feature_norm, getattr(torch, cfg.dtype),
+                                             plan, cfg.spill_dir, rank, normalize_features,
+                                             timer)
+    return (node_tensors(np.zeros((0, x.shape[1]), np.float32), y, masks, cfg.feature_norm,
+                         device), negative and cfg.feature_norm == "row", spilled)
+
+
 def data_origin(num_nodes: int, num_features: int, num_classes: int, lanes: np.ndarray | None
                 ) -> str:
     """What a run's data is: its sizes and, when ``lanes`` (every rank's
@@ -182,18 +198,13 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
                           data.graph.num_edges, data.num_features, data.num_classes, device,
                           data.name, data.graph.edge_weight is not None)
     masks = {name: getattr(data, f"{name}_mask") for name in ("train", "val", "test")}
-    spilled = None
-    if plan is None:
-        x, y, masks = node_tensors(data.x, data.y, masks, cfg.feature_norm)
-        negative = cfg.feature_norm == "row" and negative_features(data.x)
-    else:
-        spilled, negative = streaming.open_spill(data.x, cfg.feature_norm,
-                                                 getattr(torch, cfg.dtype), plan,
-                                                 cfg.spill_dir, 0, normalize_features, timer)
+    (x, y, masks), negative, spilled = rank_tensors(data.x, data.y, masks, cfg, "cpu", plan,
+                                                    0, timer)
+    if spilled is not None:
         log(streaming.describe(spilled, cfg.memory_limit))
-        x, y, masks = node_tensors(np.zeros((0, data.num_features), np.float32), data.y, masks,
-                                   cfg.feature_norm)
-        negative = negative and cfg.feature_norm == "row"
+        if cfg.reorder != "given":
+            log(f"vertex order given: a streamed run trains in the graph's own order "
+                f"(--reorder {cfg.reorder} not applied)")
     if negative:
         log(row_norm_warning)
     graph = data.graph
@@ -288,21 +299,11 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
     all_or_none(comm, lambda: memory.require_on_node(comm, need if plan is None else plan["ram"],
                                                      device, where))
     split = {"train": part.train_mask, "val": part.val_mask, "test": part.test_mask}
-    spilled = None
-    if plan is None:
-        (x, y, masks), negative = all_or_none(comm, lambda: (node_tensors(
-            part.x, part.y, split, cfg.feature_norm, device),
-            cfg.feature_norm == "row" and negative_features(part.x)))
-    else:
-        spilled, negative = all_or_none(comm, lambda: streaming.open_spill(
-            part.x, cfg.feature_norm, getattr(torch, cfg.dtype), plan, cfg.spill_dir,
-            comm.rank, normalize_features, timer))
-        negative = negative and cfg.feature_norm == "row"
-        x, y, masks = node_tensors(np.zeros((0, part.x.shape[1]), np.float32), part.y, split,
-                                   cfg.feature_norm, device)
-        if comm.rank == 0:
-            print(f"{directory}: rank 0's " + streaming.describe(spilled, cfg.memory_limit),
-                  flush=True)
+    (x, y, masks), negative, spilled = all_or_none(comm, lambda: rank_tensors(
+        part.x, part.y, split, cfg, device, plan, comm.rank, timer))
+    if spilled is not None and comm.rank == 0:
+        print(f"{directory}: rank 0's " + streaming.describe(spilled, cfg.memory_limit),
+              flush=True)
     negative = torch.tensor([float(negative)])
     comm.allreduce(negative)  # a negative entry may sit on any rank; rank 0 says it once
     index.check(comm, part)
