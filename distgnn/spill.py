@@ -298,10 +298,11 @@ def npy_rows(array: np.ndarray, r0: int, r1: int) -> np.ndarray:
 
 
 def release_pages(array: np.ndarray) -> None:
-    """Drop the pages of a memory-mapped ``array`` (a ``.npy`` read with ``mmap_mode``) from
-    this process's resident memory; they stay in the page cache.  Nothing for an array in
-    memory.  What reads a mapped file in blocks calls it after each, so that the resident
-    memory it takes stays a block's."""
+    """Drop the pages of a memory-mapped ``array`` from this process's resident memory.
+
+    ``array``: a ``.npy`` read with ``mmap_mode``; its pages stay in the page cache.
+    Nothing for an array in memory.  What reads a mapped file in blocks calls it after
+    each, so that the resident memory it takes stays a block's."""
     base = array
     while base is not None and not isinstance(getattr(base, "_mmap", None), mmap.mmap):
         base = getattr(base, "base", None)

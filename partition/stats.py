@@ -216,10 +216,11 @@ def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
 
 
 def limited_plans(stats: dict, limit_gib: float) -> dict:
-    """What each rank of :func:`summarize`'s ``stats`` does under ``--memory-limit
-    limit_gib``: ``{"limit_gib", "streamed": bool, "panel", "per_rank": [{"ram", "disk",
-    "read", "written"}]}`` (bytes: the plan's RAM and disk, and what an epoch reads and
-    writes), or ``{"limit_gib", "refused": line}``.  As ``distgnn-train`` decides: all ranks
+    """What each rank of :func:`summarize`'s ``stats`` does under a memory limit.
+
+    Under ``--memory-limit limit_gib``: ``{"limit_gib", "streamed": bool, "panel",
+    "per_rank": [{"ram", "disk", "read", "written"}]}`` (bytes: the plan's RAM and disk,
+    and what an epoch reads and writes), or ``{"limit_gib", "refused": line}``.  As ``distgnn-train`` decides: all ranks
     stream when one must, with the narrowest panel any rank chose
     (:func:`distgnn.run.memory.limited_plan`)."""
     model = stats["memory_model"]

@@ -305,9 +305,9 @@ class StreamedGNN:
         return F.linear(_tensor(s), layer.weight, layer.bias)
 
     def epilogue(self, l: int, source, saved: dict, keep: bool, capture: bool = False):
-        """The row pass after hidden layer ``l``: ``H_{l+1}`` and, when layer ``l + 1``
-        projects first, its projection ``Z``.
+        """The row pass after hidden layer ``l``: ``H_{l+1}`` and the next projection.
 
+        That is ``H_{l+1}`` and, when layer ``l + 1`` projects first, its projection ``Z``.
         ``H_{l+1}`` is written when layer ``l + 1`` aggregates it, and with ``keep`` when the
         backward pass cannot make it again; it can (and the ReLU's bits are not kept) when
         layer ``l + 1`` projects first and layer ``l`` aggregates first: the backward pass
@@ -417,10 +417,12 @@ class StreamedGNN:
 
     def into_layer_below(self, l: int, r0: int, gh: np.ndarray, bits: np.ndarray,
                          below_rows: list, out, grads: dict) -> None:
-        """Rows ``[r0, ..)`` of ``gh``, the gradient of layer ``l``'s input, taken through
-        the ReLU and dropout before it (``bits``: its rows' bits) to layer ``l - 1``'s
-        output; then layer ``l - 1``'s row work when it aggregates first (``below_rows``:
-        its aggregate's rows), else the rows written to ``out``."""
+        """Rows of the gradient of layer ``l``'s input taken into layer ``l - 1``.
+
+        Rows ``[r0, ..)`` of ``gh``, the gradient of layer ``l``'s input, go through the
+        ReLU and dropout before it (``bits``: its rows' bits) to layer ``l - 1``'s output;
+        then layer ``l - 1``'s row work when it aggregates first (``below_rows``: its
+        aggregate's rows), else the rows are written to ``out``."""
         below = self.layers[l - 1]
         p = self.layers[l].dropout.p if self.nbr.training else 0.0
         gy, gb = relu_dropout_backward_rows(np.ascontiguousarray(gh), bits, p, self.dtype)
@@ -445,10 +447,11 @@ class StreamedGNN:
         return [] if below.project_first else [tape[l - 1]["aggregate"]]
 
     def project_first_rows(self, l: int, tape: list[dict], gz, grads: dict, done: set):
-        """The row pass of project-first layer ``l`` from ``gz = S^T g``: ``dW += gz^T H_l``
-        and, below it, the gradient taken into layer ``l - 1``; returns that layer's
-        incoming gradient matrix (or ``None``).  ``H_l`` is read, or made again from the
-        aggregate below (:meth:`remade`)."""
+        """The backward row pass of project-first layer ``l``, and into the layer below.
+
+        From ``gz = S^T g``: ``dW += gz^T H_l`` and, below it, the gradient taken into layer
+        ``l - 1``; returns that layer's incoming gradient matrix (or ``None``).  ``H_l`` is
+        read, or made again from the aggregate below (:meth:`remade`)."""
         layer = self.layers[l]
         h = tape[l]["input"]
         remade = self.remade(l)
@@ -491,8 +494,10 @@ class StreamedGNN:
 
 
 def schedule_bytes(model, resident_width: int, dtype=np.float32) -> dict[str, int]:
-    """Per vertex: the bytes one training epoch of :class:`StreamedGNN` reads and writes on
-    disk (``read``, ``written``), the most its files hold at once besides the features
+    """Per vertex: the disk traffic, disk and RAM bits of one streamed training epoch.
+
+    The bytes one training epoch of :class:`StreamedGNN` reads and writes on disk
+    (``read``, ``written``), the most its files hold at once besides the features
     (``disk``) and the ReLU bits it keeps in RAM (``bits``), for ``model``'s widths with
     matrices at most ``resident_width`` wide in RAM.
 

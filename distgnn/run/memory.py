@@ -152,8 +152,9 @@ def _refusal(where: str, need: dict, have: int, device, ranks: int = 1) -> DistG
 def require(network: ModelConfig, exchange: ExchangeConfig, execution: ExecutionConfig,
             num_nodes: int, num_edges: int, num_features: int, num_classes: int,
             device, where: str, weighted: bool = False) -> dict | None:
-    """Refuse a single-process run that cannot start or would not fit in memory; returns
-    its streamed plan (:func:`limited_plan`), ``None`` when it runs in memory.
+    """Refuse a single-process run that cannot start or would not fit in memory.
+
+    Returns its streamed plan (:func:`limited_plan`), ``None`` when it runs in memory.
 
     Refused: a run of ``network`` (exchanging and computing as :func:`predict` takes them)
     on this data that cannot start (no features) or whose predicted peak (the streamed
@@ -429,8 +430,10 @@ def limited_plan(network: ModelConfig, exchange: ExchangeConfig, execution: Exec
                  num_classes: int, where: str, weighted: bool = False,
                  panel: int | None = None, partitioned: bool = False,
                  split_entries: int = 0) -> dict | None:
-    """:func:`stream_plan` when ``execution.memory_limit`` is set and the in-memory plan
-    ``need`` exceeds it (or ``panel`` is given: the job streams), else ``None``.
+    """The streamed plan of a run whose in-memory plan exceeds its memory limit, or ``None``.
+
+    That is :func:`stream_plan` when ``execution.memory_limit`` is set and the in-memory
+    plan ``need`` exceeds it (or ``panel`` is given: the job streams).
 
     Refused in one line: a streamed run of a precision the streamed execution does not have
     (fp32 or float64), or, on a ``partitioned`` graph, of an exchange it does not have (it

@@ -159,10 +159,13 @@ def node_tensors(x: np.ndarray, y: np.ndarray, masks: dict[str, np.ndarray], how
 
 def rank_tensors(x: np.ndarray, y: np.ndarray, masks: dict[str, np.ndarray], cfg: TrainConfig,
                  device, plan: dict | None, rank: int, timer: PhaseTimer):
-    """``((x, y, masks), negative, spilled)``: :func:`node_tensors` of a rank's data, whether
-    its features have a negative entry under ``--feature-norm row``, and, for a streamed
-    ``plan``, its features written to disk instead (:func:`~distgnn.run.streaming.open_spill`;
-    ``x`` then has no rows) and the :class:`Spilled` state (else ``None``)."""
+    """A rank's data as tensors, or its features spilled to disk for a streamed ``plan``.
+
+    Returns ``((x, y, masks), negative, spilled)``: :func:`node_tensors` of the data,
+    whether its features have a negative entry under ``--feature-norm row``, and, for a
+    streamed ``plan``, its features written to disk instead
+    (:func:`~distgnn.run.streaming.open_spill`; ``x`` then has no rows) and the
+    :class:`Spilled` state (else ``None``)."""
     if plan is None:
         return (node_tensors(x, y, masks, cfg.feature_norm, device),
                 cfg.feature_norm == "row" and negative_features(x), None)

@@ -61,7 +61,9 @@ def agree(comm: Communicator, streams: bool, panel: int) -> tuple[bool, int]:
 
 def open_spill(x, how: str, dtype: torch.dtype, plan: dict, spill_dir: str | None,
                rank: int, normalize: Callable, timer: PhaseTimer) -> tuple[Spilled, bool]:
-    """``(Spilled, negative)``: a spill folder under ``spill_dir`` with the features ``x``
+    """A spill folder with the features written panel-major: ``(Spilled, negative)``.
+
+    A spill folder under ``spill_dir`` with the features ``x``
     ``[N, F]`` (an array, or a memory-mapped ``.npy`` read with ``pread``) normalised by
     ``normalize(block, how)`` and written panel-major in chunks of rows (its waits in
     ``timer``'s ``io_wait``); ``negative``:

@@ -198,10 +198,11 @@ def step(model: torch.nn.Module, optimizer, shard: Shard, sync: ReplicaSync, num
 
 def epoch_arena(cfg: TrainConfig, shard: Shard, comm: Communicator,
                 log: Callable[[str], None]) -> memory_arena.Arena | None:
-    """The planned memory arena (:mod:`distgnn.run.arena`) for a CPU rank with
-    ``cfg.memory_arena``; None elsewhere (a streamed shard too: its slab, planned at the
-    first epoch's peak, would sit beside the I/O threads' buffers, over the memory limit),
-    or where it cannot be built (said once)."""
+    """The planned memory arena (:mod:`distgnn.run.arena`) of a CPU rank, or ``None``.
+
+    For a rank with ``cfg.memory_arena``; ``None`` elsewhere (a streamed shard too: its
+    slab, planned at the first epoch's peak, would sit beside the I/O threads' buffers,
+    over the memory limit), or where it cannot be built (said once)."""
     if not cfg.memory_arena or shard.x.device.type != "cpu" or shard.spilled is not None:
         return None
     try:
