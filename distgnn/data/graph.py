@@ -376,8 +376,8 @@ def nonfinite_problem(x: np.ndarray) -> str | None:
     A memory-mapped ``.npy`` is read in blocks of rows with ``pread``
     (:func:`~distgnn.spill.npy_rows`), so that checking it never makes its pages resident in
     this process (a run under ``--memory-limit`` keeps its features on disk)."""
-    rows = len(x) if not isinstance(x, np.memmap) else max(
-        1, _CHECK_BLOCK_BYTES // max(x.itemsize * int(np.prod(x.shape[1:])), 1))
+    rows = max(1, len(x) if not isinstance(x, np.memmap) else
+               _CHECK_BLOCK_BYTES // max(x.itemsize * int(np.prod(x.shape[1:])), 1))
     for start in range(0, len(x), rows):
         block = npy_rows(x, start, min(len(x), start + rows))
         # a float64 sum of float32 values cannot overflow: it is finite iff every value is,
