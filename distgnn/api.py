@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 from .comm import Communicator, SelfCommunicator
 from .data.datasets import load
 from .data.graph import NodeDataset
 from .data.partitions import is_partition_source
 from .errors import DistGNNError
+from .nn.loss import masked_cross_entropy
 from .nn.prepare import prepare
 from .run.config import TrainConfig
 from .run.distributed import open_partitions, train_partitions
@@ -112,7 +112,8 @@ class Run:
 
     Attributes:
         g (Neighbourhood): the graph a model is called with (``model(g, x)``).
-        x (torch.Tensor): features ``[N, F]`` (normalised as ``config.feature_norm`` says).
+        x (torch.Tensor): features ``[N, F]`` (normalised as ``config.feature_norm`` says;
+            bf16 under ``--precision bf16-mixed``, read inside :meth:`autocast`).
         y (torch.Tensor): labels ``[N]`` int64.
         masks (dict[str, torch.Tensor]): bool ``[N]`` per split (``train``, ``val``,
             ``test``); on a partition true at root clones only, so each vertex counts once.
@@ -138,7 +139,7 @@ class Run:
         (:func:`distgnn.nn.prepare.prepare`, which also refuses torch's own dropout on
         partitions); a PyTorch Geometric model not wrapped by ``distgnn.pyg.distribute`` is
         refused."""
-        model = checked_model(model, "run.place").to(self.x.device, self.x.dtype)
+        model = checked_model(model, "run.place").to(self.x.device, self.shard.dtype)
         prepare(model, self.g, self.config.bf16_aggregation)
         sync = ReplicaSync(model, self.comm)
         sync.broadcast_parameters()
@@ -185,8 +186,8 @@ class Run:
             raise DistGNNError(f"the {mask} mask is empty on every rank")
         check_logits(logits, self.shard)
         m = self.mask(mask)
-        # bf16 logits (under autocast) widened: the loss is summed in the features' type
-        return F.cross_entropy(logits[m].to(self.x.dtype), self.y[m], reduction="sum") / total
+        # bf16 logits (under autocast) widened: the loss is summed in the run's type
+        return masked_cross_entropy(logits.to(self.shard.dtype), self.y, m, total)
 
     def sync(self, model: torch.nn.Module, loss: torch.Tensor) -> float:
         """Sum ``model``'s gradients over ranks (call it after ``loss.backward()``, before

@@ -18,6 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import DistGNNError
+from ..kernels.spmm import transpose_csr
 from ..spill import npy_rows
 from ..storage import format_bytes
 
@@ -270,11 +271,20 @@ class CSRGraph:
 
     # ---- derived graphs -------------------------------------------------------------------
     def transpose(self) -> "CSRGraph":
-        """The reversed graph (rows become sources); built once, then kept in ``cache``."""
+        """The reversed graph (rows become sources); built once, then kept in ``cache``.
+
+        A counting sort (:func:`~distgnn.kernels.spmm.transpose_csr`: no ``[E]`` int64
+        temporaries).  Where it equals the graph (a symmetric graph whose rows list their
+        sources in order, weights included) it is the graph itself: a backward aggregation
+        then reads the same CSR (and its plans) and the copy is dropped.
+        """
         if "transpose" not in self.cache:
-            src, dst = self.edges()
-            self.cache["transpose"] = CSRGraph.from_edges(dst, src, self.num_nodes,
-                                                          self.edge_weight, self.source)
+            indptr, indices, weight = transpose_csr(self.indptr, self.indices,
+                                                    self.num_nodes, self.edge_weight)
+            same = (np.array_equal(indptr, self.indptr) and np.array_equal(indices, self.indices)
+                    and (weight is None or np.array_equal(weight, self.edge_weight)))
+            self.cache["transpose"] = self if same else CSRGraph(
+                indptr, indices, self.num_nodes, weight, self.source)
         return self.cache["transpose"]
 
     def remove_self_loops(self) -> "CSRGraph":

@@ -41,12 +41,14 @@ def masked_scale(x, global_ids, key, threshold, scale, out, width, first):
     """``out = x * mask`` without materialising the mask (it is recomputed from the key).
 
     ``x`` holds columns ``first ..`` of rows ``width`` wide (a panel of them: ``width =
-    x.shape[1]``, ``first = 0`` for whole rows), so a panel is masked as its rows are."""
+    x.shape[1]``, ``first = 0`` for whole rows), so a panel is masked as its rows are.
+    ``x`` and ``out`` may hold bf16 bit patterns (the product rounded once)."""
     width = np.uint64(width)
     for i in numba.prange(x.shape[0]):
         base = key + np.uint64(global_ids[i]) * width + np.uint64(first)
         for f in range(x.shape[1]):
-            out[i, f] = x[i, f] * scale if keeps(base, f, threshold) else 0.0
+            out[i, f] = stored(as_float(x[i, f]) * scale if keeps(base, f, threshold) else 0.0,
+                               out)
 
 
 @numba.njit(cache=True, inline="always")

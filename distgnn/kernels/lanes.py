@@ -10,7 +10,7 @@ a constant width is fully unrolled into scalars (Numba runs no SLP vectoriser).
 :func:`load` reads ``arr[row, col:col + n]`` (lanes past ``n`` read as 0, without touching
 memory), widening bf16 to float32 when ``arr`` holds bf16 bit patterns (uint16):
 ``float32(bits << 16)`` is exact, so a bf16 gather adds the same values a float32 gather
-of the rounded features would.  :func:`store` writes the first ``n`` lanes back.
+of the rounded features would.  :func:`store` writes the first ``n`` lanes back (rounded to bf16 into bf16 bit patterns).
 """
 from __future__ import annotations
 
@@ -125,10 +125,30 @@ def load(typingctx, arr, row, col, n, lanes):
     return Panel(dtype, count)(arr, row, col, n, lanes), codegen
 
 
+def _bf16_bits(builder, values: ir.Value, lanes: int) -> ir.Value:
+    """``<lanes x float>`` rounded to bf16 to nearest even, as ``<lanes x i16>`` bit
+    patterns; a NaN becomes the quiet NaN 0x7FC0 (as :func:`stored` and torch round)."""
+    i32 = ir.VectorType(ir.IntType(32), lanes)
+
+    def splat(value: int) -> ir.Constant:
+        return ir.Constant(i32, [value] * lanes)
+
+    bits = builder.bitcast(values, i32)
+    odd = builder.and_(builder.lshr(bits, splat(16)), splat(1))
+    rounded = builder.lshr(builder.add(builder.add(bits, splat(0x7FFF)), odd), splat(16))
+    nan = builder.icmp_unsigned(">", builder.and_(bits, splat(0x7FFFFFFF)), splat(0x7F800000))
+    return builder.trunc(builder.select(nan, splat(0x7FC0), rounded),
+                         ir.VectorType(ir.IntType(16), lanes))
+
+
 @intrinsic
 def store(typingctx, arr, row, col, n, panel):
-    """``arr[row, col:col + n] = panel[:n]`` (``arr`` of the panel's float type)."""
-    if not isinstance(panel, Panel) or arr.dtype != panel.dtype or arr.ndim != 2:
+    """``arr[row, col:col + n] = panel[:n]`` (``arr`` of the panel's float type, or bf16 bit
+    patterns for a float32 panel: rounded to nearest even, as :func:`stored`)."""
+    if not isinstance(panel, Panel) or arr.ndim != 2:
+        return None
+    narrowed = arr.dtype == types.uint16 and panel.dtype == types.float32
+    if arr.dtype != panel.dtype and not narrowed:
         return None
 
     def codegen(context, builder, sig, args):
@@ -136,8 +156,9 @@ def store(typingctx, arr, row, col, n, panel):
         ptr, vector = _pointer(context, builder, arrty, args[0], args[1], rowty, args[2],
                                colty, panel.lanes)
         align = ir.IntType(32)(context.get_abi_alignment(vector.element))
+        values = _bf16_bits(builder, args[4], panel.lanes) if narrowed else args[4]
         _masked(builder, "store", vector,
-                [args[4], ptr, align, _mask(context, builder, args[3], nty, panel.lanes)])
+                [values, ptr, align, _mask(context, builder, args[3], nty, panel.lanes)])
         return context.get_dummy_value()
 
     return types.void(arr, row, col, n, panel), codegen

@@ -76,7 +76,6 @@ def as_aligned(x: np.ndarray) -> np.ndarray:
     return copy
 REDUCES = ("sum", "mean", "max", "min")
 NO_WEIGHT = readonly(np.empty(0, np.float32))
-NO_SCALE = readonly(np.empty(0, np.float32))
 
 
 @intrinsic
@@ -102,66 +101,114 @@ def prefetch(typingctx, arr, row, col):
 
 
 @numba.njit(fastmath=True, cache=True, nogil=True, inline="always")
-def _panel(indices, weight, x, out, v, start, end, col, n, lanes, keep, factor, distance,
+def _panel(indices, weight, source_scale, x, row, r, start, end, col, n, lanes, distance,
            line, lines):
-    """Sum the edges ``start:end`` of row ``v`` into ``out[v, col:col + n]``, one panel.
+    """Add the edges ``start:end`` of one row into ``row[r, col:col + n]``, one panel.
 
-    ``out[v, col:col + n] = factor * (out[v, col:col + n] if keep else 0
-    + sum_{start <= e < end} w_e x[u_e, col:col + n])`` in one register panel of ``lanes``
-    (a compile-time constant), prefetching the panel's ``lines`` cache lines (of ``line``
-    elements) of the source ``distance`` edges ahead.
+    ``row[r, col:col + n] += sum_{start <= e < end} w_e q_{u_e} x[u_e, col:col + n]`` in
+    one register panel of ``lanes`` (a compile-time constant), prefetching the panel's
+    ``lines`` cache lines (of ``line`` elements) of the source ``distance`` edges ahead;
+    ``w`` (``weight``) and ``q`` (``source_scale``) are 1 where empty.
     """
-    acc = load(out, v, col, n, lanes) if keep else zeros(out, lanes)
-    weighted = len(weight) > 0
+    acc = load(row, r, col, n, lanes)
+    weighted, scaled = len(weight) > 0, len(source_scale) > 0
     for e in range(start, end):
         ahead = e + distance
         if distance > 0 and ahead < len(indices):
             for k in range(lines):
                 prefetch(x, indices[ahead], col + k * line)
-        if weighted:
-            acc = scaled_add(acc, weight[e], load(x, indices[e], col, n, lanes))
+        u = indices[e]
+        if weighted or scaled:
+            w = (weight[e] if weighted else 1.0) * (source_scale[u] if scaled else 1.0)
+            acc = scaled_add(acc, w, load(x, u, col, n, lanes))
         else:
-            acc = add(acc, load(x, indices[e], col, n, lanes))
-    store(out, v, col, n, scale(acc, factor))
+            acc = add(acc, load(x, u, col, n, lanes))
+    store(row, r, col, n, acc)
+
+
+@numba.njit(fastmath=True, cache=True, nogil=True, inline="always")
+def _row_start(x, out, source_scale, row, r, v, col, n, lanes, accumulate, self_loop):
+    """``row[r, col:col + n]`` = the partial ``out[v]`` of earlier blocks (``accumulate``),
+    else the self-loop's ``q_v x_v`` (``self_loop``), else 0."""
+    if accumulate:
+        acc = load(out, v, col, n, lanes)
+    elif self_loop:
+        acc = load(x, v, col, n, lanes)
+        if len(source_scale) > 0:
+            acc = scale(acc, source_scale[v])
+    else:
+        acc = zeros(row, lanes)
+    store(row, r, col, n, acc)
+
+
+@numba.njit(fastmath=True, cache=True, nogil=True, inline="always")
+def _row_end(row, r, out, v, col, n, lanes, factor):
+    """``out[v, col:col + n] = factor * row[r, col:col + n]`` (rounded to bf16 for bf16
+    ``out``)."""
+    store(out, v, col, n, scale(load(row, r, col, n, lanes), factor))
 
 
 @functools.cache
 def sum_kernel(lanes: int):
     """The sum kernel compiled for panels of ``lanes`` features (see :func:`panel_lanes`).
 
-    ``kernel(chunks, indptr, indices, weight, x, out, accumulate, row_scale, distance,
-    edge_block)`` does ``out[v] (+)= sum_e w_e x[u_e]`` over the rows of one block, then
-    ``out[v] *= row_scale[v]`` (``row_scale`` ``[N_dst]``, or empty for none); ``x`` is
-    float32/float64 or bf16 bits (uint16, gathered as float32).  A row's edges go in runs
-    of ``edge_block``, whose source rows stay in L1 while each run is swept once per
-    panel: panels of ``lanes`` features, then of 8, then one masked panel of the last
-    ``d % 8`` (full panels are plain vector loads; only the last pays for masking).
-    Numba caches each ``lanes`` (and ``x`` type) separately on disk; every array but ``out``
-    comes read-only (:func:`~distgnn.kernels.jit.readonly`).
+    ``kernel(chunks, indptr, indices, weight, source_scale, x, out, rows, accumulate,
+    self_loop, row_scale, distance, edge_block)`` does, over the rows of one source block,
+
+    .. math::
+        \mathbf{o}_v = r_v \Big( [\text{accumulate}]\, \mathbf{o}_v
+            + [\text{self\_loop}]\, q_v \mathbf{x}_v
+            + \sum_{e=(u,v)} w_e q_u \mathbf{x}_u \Big)
+
+    with ``q`` = ``source_scale`` ``[N_src]``, ``r`` = ``row_scale`` ``[N_dst]`` and the
+    edge weights ``w`` (each 1 where its array is empty).  ``x`` is float32/float64 or
+    bf16 bits (uint16, gathered as float32); ``out`` the accumulator's float type or bf16
+    bits (rounded once per row and block).  Each chunk of rows accumulates a row in its
+    own row of ``rows`` (``[len(chunks) - 1, d]`` of the accumulator's type, in L1) and
+    writes ``out[v]`` once.  A row's edges go in runs of ``edge_block``, whose source rows
+    stay in L1 while each run is swept once per panel: panels of ``lanes`` features, then
+    of 8, then one masked panel of the last ``d % 8`` (full panels are plain vector loads;
+    only the last pays for masking).  Numba caches each ``lanes`` (and type) separately on
+    disk; every array but ``out`` and ``rows`` comes read-only
+    (:func:`~distgnn.kernels.jit.readonly`).
     """
     @jit.kernel(parallel=True, fastmath=True, nogil=True)
-    def kernel(chunks, indptr, indices, weight, x, out, accumulate, row_scale, distance,
-               edge_block):
+    def kernel(chunks, indptr, indices, weight, source_scale, x, out, rows, accumulate,
+               self_loop, row_scale, distance, edge_block):
         d = out.shape[1]
         wide, narrow = d - d % lanes, d - d % NARROW
         line = CACHE_LINE // x.itemsize
         lines = (lanes + line - 1) // line  # a narrow panel is within one line
         for c in numba.prange(len(chunks) - 1):
             for v in range(chunks[c], chunks[c + 1]):
+                for col in range(0, wide, lanes):
+                    _row_start(x, out, source_scale, rows, c, v, col, lanes, lanes,
+                               accumulate, self_loop)
+                for col in range(wide, narrow, NARROW):
+                    _row_start(x, out, source_scale, rows, c, v, col, NARROW, NARROW,
+                               accumulate, self_loop)
+                if narrow < d:
+                    _row_start(x, out, source_scale, rows, c, v, narrow, d - narrow, NARROW,
+                               accumulate, self_loop)
                 first, end = indptr[v], indptr[v + 1]
-                for start in range(first, max(end, first + 1), edge_block):  # empty: once
+                for start in range(first, end, edge_block):
                     stop = min(start + edge_block, end)
-                    keep = accumulate or start > first
-                    factor = row_scale[v] if stop == end and len(row_scale) > 0 else 1.0
                     for col in range(0, wide, lanes):
-                        _panel(indices, weight, x, out, v, start, stop, col, lanes, lanes,
-                               keep, factor, distance, line, lines)
+                        _panel(indices, weight, source_scale, x, rows, c, start, stop, col,
+                               lanes, lanes, distance, line, lines)
                     for col in range(wide, narrow, NARROW):
-                        _panel(indices, weight, x, out, v, start, stop, col, NARROW, NARROW,
-                               keep, factor, distance, line, 1)
+                        _panel(indices, weight, source_scale, x, rows, c, start, stop, col,
+                               NARROW, NARROW, distance, line, 1)
                     if narrow < d:
-                        _panel(indices, weight, x, out, v, start, stop, narrow, d - narrow,
-                               NARROW, keep, factor, distance, line, 1)
+                        _panel(indices, weight, source_scale, x, rows, c, start, stop,
+                               narrow, d - narrow, NARROW, distance, line, 1)
+                factor = row_scale[v] if len(row_scale) > 0 else 1.0
+                for col in range(0, wide, lanes):
+                    _row_end(rows, c, out, v, col, lanes, lanes, factor)
+                for col in range(wide, narrow, NARROW):
+                    _row_end(rows, c, out, v, col, NARROW, NARROW, factor)
+                if narrow < d:
+                    _row_end(rows, c, out, v, narrow, d - narrow, NARROW, factor)
 
     return kernel
 
@@ -250,8 +297,19 @@ def inverse_degree(indptr: np.ndarray, dtype=np.float32) -> np.ndarray:
 
 
 def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
-         plan: SpMMPlan | None = None):
+         plan: SpMMPlan | None = None, source_scale=None, row_scale=None,
+         self_loop: bool = False):
     """``y = reduce_{e=(u,v)} w_e x_u`` for CSR ``(indptr, indices)`` and ``x`` ``[N_src, d]``.
+
+    Sum and mean also fuse the scalings and the self-loop of a normalised aggregation:
+
+    .. math::
+        \mathbf{y}_v = r_v \Big( [\text{self\_loop}]\, q_v \mathbf{x}_v
+            + \sum_{e=(u,v)} w_e q_u \mathbf{x}_u \Big)
+
+    (``q`` = ``source_scale``, ``r`` = ``row_scale``: GraphSAGE-gcn's ``r = 1 / (d + 1)``,
+    GCN's ``q = r = (d + 1)^{-1/2}``; ``mean`` is ``r = 1 / max(d, 1)``), in the one pass
+    over the edges.
 
     Args:
         indptr (np.ndarray): int64 ``[N_dst + 1]``.
@@ -261,9 +319,12 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
         reduce (str): ``"sum"``, ``"mean"``, ``"max"`` or ``"min"``.
         edge_weight (np.ndarray, optional): float32 ``[E]``.
         out (np.ndarray, optional): ``[N_dst, d]`` to write into: of ``x``'s dtype, float32
-            for bf16.
+            or bf16 bits for bf16 ``x`` (default float32).
         plan (SpMMPlan, optional): source blocking and row chunks (sum/mean); built
             unblocked when omitted.  Build one with :func:`plan_spmm` and reuse it.
+        source_scale (np.ndarray, optional): ``q`` ``[N_src]`` (sum only).
+        row_scale (np.ndarray, optional): ``r`` ``[N_dst]`` (sum only).
+        self_loop (bool, optional): add ``q_v x_v`` (sum only; ``N_src == N_dst``).
 
     Returns:
         ``y`` ``[N_dst, d]`` for sum/mean; ``(y, arg)`` for max/min, where ``arg`` int64
@@ -272,8 +333,13 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
     """
     if x.dtype == BF16 and reduce not in ("sum", "mean"):
         raise ValueError(f"bf16 features aggregate by sum or mean, not {reduce}")
+    fused = source_scale is not None or row_scale is not None or self_loop
+    if fused and reduce != "sum":
+        raise ValueError(f"source_scale, row_scale and self_loop go with sum, not {reduce}")
     x = as_aligned(np.asarray(x, dtype=x.dtype if x.dtype in (np.float64, BF16) else np.float32))
     n_dst = len(indptr) - 1
+    if self_loop and len(x) != n_dst:
+        raise ValueError(f"a self-loop needs as many sources as rows, got {len(x)} and {n_dst}")
     if out is None:
         out = empty_aligned((n_dst, x.shape[1]), np.float32 if x.dtype == BF16 else x.dtype)
     if reduce in ("max", "min"):
@@ -285,16 +351,24 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
     if reduce not in REDUCES:
         raise ValueError(f"reduce must be one of {', '.join(REDUCES)}, got {reduce!r}")
     plan = plan or plan_spmm(indptr, indices, edge_weight, hub_block=0)
-    row_scale = readonly(inverse_degree(indptr, out.dtype)) if reduce == "mean" else NO_SCALE
-    run_block = sum_kernel(panel_lanes(x.shape[1], out.itemsize))
+    accumulator = np.float64 if x.dtype == np.float64 else np.float32
+    if reduce == "mean":
+        row_scale = inverse_degree(indptr, accumulator)
+    none = readonly(np.empty(0, accumulator))
+    row_scale = none if row_scale is None else \
+        readonly(np.ascontiguousarray(row_scale, accumulator))
+    source_scale = none if source_scale is None else \
+        readonly(np.ascontiguousarray(source_scale, accumulator))
+    run_block = sum_kernel(panel_lanes(x.shape[1], np.dtype(accumulator).itemsize))
     last = len(plan.blocks) - 1
     distance = prefetch_distance(x.shape[1], x.itemsize, len(x))
     run = edge_block(x.shape[1], x.itemsize)
     x = readonly(x)
     for i, block in enumerate(plan.blocks):
+        rows = np.empty((len(block.chunks) - 1, x.shape[1]), accumulator)
         run_block(readonly(block.chunks), readonly(block.indptr), readonly(block.indices),
-                  readonly(block.weight), x, out, i > 0, row_scale if i == last else NO_SCALE,
-                  distance, run)
+                  readonly(block.weight), source_scale, x, out, rows, i > 0,
+                  self_loop and i == 0, row_scale if i == last else none, distance, run)
     if not plan.blocks:  # a graph without rows
         out[:] = 0
     return out

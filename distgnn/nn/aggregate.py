@@ -47,6 +47,28 @@ class SpMM(torch.autograd.Function):
         return grad_x, None, None, None, None
 
 
+class Propagate(torch.autograd.Function):
+    """Differentiable ``o = r * ((A + I) (q * x))`` in one kernel pass each way.
+
+    The backward pass is the same kernel on ``A^T`` with the scales swapped:
+    ``grad_x = q * ((A^T + I) (r * grad_o))`` (``A`` itself on a symmetric graph).
+    """
+
+    @staticmethod
+    def forward(ctx, x, graph, backend, q, r, timer):
+        with timer("aggregation_forward"):
+            y = backend.propagate(graph, x.detach(), q, r)
+        ctx.graph, ctx.backend, ctx.scales, ctx.timer = graph, backend, (q, r), timer
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, r = ctx.scales
+        with ctx.timer("aggregation_backward"):
+            grad_x = ctx.backend.propagate(ctx.graph, grad.contiguous(), r, q, transposed=True)
+        return grad_x, None, None, None, None, None
+
+
 class SelfLoopNorm(torch.autograd.Function):
     """``(y + z) / c`` or ``(y + z) * c`` (``divide``) in one Numba pass each way."""
 
@@ -69,6 +91,10 @@ class SelfLoopNorm(torch.autograd.Function):
         scale_rows(readonly(grad), readonly(ctx.c), ctx.divide, out)
         grad_yz = torch.from_numpy(out)
         return grad_yz, grad_yz, None, None
+
+
+# what the fused loop sum (Propagate) computes in: the Numba kernels' types and bf16 rows
+FUSED_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
 
 
 class NoExchange:
@@ -278,6 +304,35 @@ class Neighbourhood:
             return SelfLoopNorm.apply(y, z, c, divide)
         out = torch.add(y, z)  # in place on the new sum: a pass and a tensor fewer
         return out.div_(c) if divide else out.mul_(c)
+
+    def loop_sum(self, z: torch.Tensor, source_scale: torch.Tensor | None = None,
+                 row_scale: torch.Tensor | None = None) -> torch.Tensor:
+        r"""The sum over each vertex's in-neighbours and itself, scaled on both sides.
+
+        .. math::
+            \mathbf{o}_v = r_v \Big( q_v \mathbf{z}_v + \sum_{u \in N(v)} q_u
+                \mathbf{z}_u \Big)
+
+        with the sum over every clone's in-edges (:meth:`combine`); ``q`` =
+        ``source_scale``, ``r`` = ``row_scale`` (``[N, 1]`` as ``degree``, or ``None``: 1):
+        GraphSAGE-gcn's ``r = 1 / (d + 1)``, GCN's ``q = r = (d + 1)^{-1/2}``.  Where
+        nothing combines clones (a whole graph, 0c) and the backend has the fused kernel
+        (:meth:`~distgnn.nn.backends.NumbaBackend.propagate`), one pass over the edges
+        each way (:class:`Propagate`), in ``z``'s dtype (bf16 rows stay bf16); elsewhere the
+        scaling, the sum and :meth:`self_loop` in turn.
+
+        Shapes: ``z`` ``[N, d]``; returns ``[N, d]``.
+        """
+        if (not self.exchange.combines_clones and hasattr(self.backend, "propagate")
+                and z.device.type == "cpu" and z.dtype in FUSED_DTYPES):
+            check_tensor("z", z, (self.num_nodes, None))
+            return Propagate.apply(z, self.graph, self.backend, source_scale, row_scale,
+                                   self.timer)
+        zq = z if source_scale is None else source_scale * z
+        y = self.reduce(zq, "sum")
+        if row_scale is None:
+            return y + zq
+        return self.self_loop(y, zq, row_scale, divide=False)
 
     def combine(self, y: torch.Tensor, reduce: str = "sum", exact: bool = False,
                 empty_rows: bool = True) -> torch.Tensor:

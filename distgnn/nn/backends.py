@@ -48,6 +48,8 @@ from ..kernels.lanes import BF16
 from ..kernels.spmm import as_aligned
 from ..placement import AGGREGATION_PRECISIONS
 from . import buffers
+from .dropout import as_tensor as tensor_of
+from .dropout import rows as rows_of
 from .dropout import vertex_dropout
 from .precision import autocast_backward, float32_inputs
 
@@ -462,6 +464,7 @@ class NumbaBackend:
         SpMMs, which a single forward pass (inference) never wins back.
         """
         width = x.shape[1]
+        transposed = transposed and graph.transpose() is not graph  # symmetric: one plan
         key = ("numba-plan", transposed, width, x.dtype.itemsize)
         if key not in graph.cache:
             g = graph.transpose() if transposed else graph
@@ -507,6 +510,26 @@ class NumbaBackend:
         out = self._output(t, g)
         return torch.from_numpy(spmm(t.indptr, t.indices, g, "sum", t.edge_weight, out=out,
                                      plan=self.plan(graph, g, out, True)))
+
+    def propagate(self, graph: CSRGraph, x: torch.Tensor, source_scale: torch.Tensor | None,
+                  row_scale: torch.Tensor | None, transposed: bool = False) -> torch.Tensor:
+        """``r * ((A + I) (q * x))`` in one kernel pass (``A^T`` where ``transposed``).
+
+        :func:`~distgnn.kernels.spmm.spmm` with ``source_scale`` ``q`` and ``row_scale``
+        ``r`` (``[N, 1]`` or ``None``: 1) and the self-loop.  The result has ``x``'s dtype:
+        float32/float64, or bf16 rows (gathered and written as bf16, accumulated in
+        float32), and holds no autograd history.
+        """
+        check_operand(graph, x, "sum", dtypes=NUMBA_DTYPES + (torch.bfloat16,), device="cpu")
+        xn = as_aligned(rows_of(x))
+        g = graph.transpose() if transposed else graph
+        out = buffers.empty((g.num_nodes, x.shape[1]), xn.dtype)
+        scales = [None if c is None else c.detach().contiguous().view(-1).numpy()
+                  for c in (source_scale, row_scale)]
+        spmm(g.indptr, g.indices, xn, "sum", g.edge_weight, out=out,
+             plan=self.plan(graph, xn, out, transposed), source_scale=scales[0],
+             row_scale=scales[1], self_loop=True)
+        return tensor_of(out, x.dtype)
 
     def attend(self, nbr, loop, s, t, z, slope, p, key):
         """In the Numba kernels of :mod:`distgnn.kernels.attention` (:class:`SoftmaxAggregate`)."""

@@ -28,7 +28,6 @@ from ..kernels.dropout import (
 )
 from ..kernels.lanes import BF16
 from . import buffers
-from .precision import autocast_backward, float32_inputs
 
 
 def check_dropout(x, global_ids, p: float) -> None:
@@ -44,14 +43,16 @@ def check_dropout(x, global_ids, p: float) -> None:
 
 def apply_dropout_mask(x: np.ndarray, global_ids: np.ndarray, p: float, key: int,
                        width: int | None = None, first: int = 0) -> np.ndarray:
-    """``x * mask`` for ``x`` float ``[len(global_ids), d]``; the mask is ``0`` or ``1/(1-p)``.
+    """``x * mask`` for ``x`` float (or bf16 bits) ``[len(global_ids), d]``; the mask is
+    ``0`` or ``1/(1-p)``.
 
     ``x`` may be columns ``first .. first + d`` of rows ``width`` wide (a panel): they take
     the mask of those columns of the whole rows."""
     check_dropout(x, global_ids, p)
     out = buffers.empty_like(x)
+    scale = (np.float32 if x.dtype == BF16 else x.dtype.type)(1.0 / (1.0 - p))
     masked_scale(x, np.ascontiguousarray(global_ids, dtype=np.int64), np.uint64(key),
-                 np.uint64(int(p * (1 << 24))), x.dtype.type(1.0 / (1.0 - p)), out,
+                 np.uint64(int(p * (1 << 24))), scale, out,
                  x.shape[1] if width is None else width, first)
     return out
 
@@ -60,19 +61,18 @@ class VertexDropout(torch.autograd.Function):
     """Keyed dropout as an autograd function: one mask, forward and backward.
 
     Forward and backward both multiply by the same mask, recomputed from the key each
-    time: by the Numba kernel on the CPU, by a Triton kernel on a GPU
+    time: by the Numba kernel on the CPU (float32, float64, or bf16 rows kept bf16: the
+    features under ``--precision bf16-mixed``), by a Triton kernel on a GPU
     (:func:`distgnn.kernels.gpu.keyed_dropout`).  Without Triton, a GPU computes it with
     torch operations and keeps it as a bool tensor for the backward pass.
     """
 
     @staticmethod
-    @float32_inputs
     def forward(ctx, h, ids, p, key):
         key = int(key)
         ctx.args = (ids, p, key)
         if h.device.type == "cpu":
-            return torch.from_numpy(apply_dropout_mask(h.detach().contiguous().numpy(),
-                                                       ids, p, key))
+            return as_tensor(apply_dropout_mask(rows(h.contiguous()), ids, p, key), h.dtype)
         from ..kernels import gpu
 
         if gpu.available():
@@ -82,7 +82,6 @@ class VertexDropout(torch.autograd.Function):
         return h * keep * ctx.args[1]
 
     @staticmethod
-    @autocast_backward
     def backward(ctx, grad):
         if len(ctx.args) == 2:  # the torch operations' kept mask and scale
             keep, scale = ctx.args

@@ -51,8 +51,7 @@ class GCNConv(GraphLayer):
     def aggregate(g: Neighbourhood, z: torch.Tensor) -> torch.Tensor:
         """``D^-1/2 (A + I) D^-1/2 z`` (GCN2Conv's propagation too)."""
         scale = (g.degree + 1).rsqrt()
-        z = scale * z
-        return g.self_loop(g.reduce(z, "sum"), z, scale, divide=False)
+        return g.loop_sum(z, scale, scale)
 
     def forward(self, g: Neighbourhood, h: torch.Tensor,
                 aggregated: torch.Tensor | None = None, key: int | None = None,

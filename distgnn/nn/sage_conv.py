@@ -62,7 +62,7 @@ class SAGEConv(GraphLayer):
     def aggregate(self, g: Neighbourhood, z: torch.Tensor) -> torch.Tensor:
         """The neighbourhood term before (or, when projecting first, after) ``W``."""
         if self.aggr == "gcn":
-            return g.self_loop(g.reduce(z, "sum"), z, g.degree + 1, divide=True)
+            return g.loop_sum(z, row_scale=(g.degree + 1).reciprocal())
         return g.reduce(z, self.aggr)
 
     def forward(self, g: Neighbourhood, h: torch.Tensor,

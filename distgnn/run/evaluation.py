@@ -99,7 +99,7 @@ def forward_eval(model: torch.nn.Module, shard: Shard, layer: int | None = None
         with in_precision(shard):
             logits = model(shard.nbr, shard.x)
         if isinstance(logits, torch.Tensor):  # anything else is refused by check_logits
-            logits = logits.to(shard.x.dtype)
+            logits = logits.to(shard.dtype)
     finally:
         if handle is not None:
             handle.remove()

@@ -46,7 +46,7 @@ __all__ = ["Shard", "dataset_shard", "node_tensors", "normalize_features"]
 class Shard:
     """What one rank trains on: the whole graph in single-socket mode, else its partition.
 
-    ``x`` ``[n, F]`` of the run's ``--dtype`` (of a streamed shard, ``spilled``: a
+    ``x`` ``[n, F]`` of :func:`feature_dtype` (of a streamed shard, ``spilled``: a
     broadcast row of zeros with the features' shape, the features being on disk), ``y``
     ``[n]`` int64, ``masks`` bool ``[n]``
     per split name (under MPI true at root clones only, so each vertex counts once), ``nbr`` the
@@ -81,6 +81,12 @@ class Shard:
     @property
     def num_features(self) -> int:
         return self.x.shape[1]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The run's float type (``--dtype``): the model's weights, the logits and the loss
+        (``x`` is bf16 under ``--precision bf16-mixed``)."""
+        return self.nbr.degree.dtype
 
     @property
     def weighted(self) -> bool:
@@ -146,11 +152,27 @@ def negative_features(x: np.ndarray) -> bool:
     return any(x[start:start + rows].min(initial=0) < 0 for start in range(0, len(x), rows))
 
 
+def feature_dtype(cfg: TrainConfig) -> torch.dtype:
+    """The type a run keeps its features in: bf16 under ``--precision bf16-mixed`` (every
+    kernel that reads them takes bf16 rows), else the run's ``--dtype``."""
+    return torch.bfloat16 if cfg.precision == "bf16-mixed" else getattr(torch, cfg.dtype)
+
+
 def node_tensors(x: np.ndarray, y: np.ndarray, masks: dict[str, np.ndarray], how: str,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
     """Torch tensors of normalised features, labels and masks on ``device`` (copies: the
-    inputs may be read-only memory maps)."""
+    inputs may be read-only memory maps).
+
+    The features are float32, or bf16 for ``dtype`` bf16: normalised and rounded in row
+    blocks, so no float32 copy of the whole is made (the input is left as it is)."""
     x = np.asarray(x)
+    if dtype == torch.bfloat16:
+        features = torch.empty(x.shape, dtype=torch.bfloat16)
+        rows = max(1, _NORM_BLOCK_ELEMENTS // max(x.shape[1], 1))
+        for start in range(0, len(x), rows):
+            block = normalize_features(x[start:start + rows], how)
+            features[start:start + rows] = torch.from_numpy(np.asarray(block, np.float32))
+        return (features.to(device), *node_tensors(x[:0], y, masks, how, device)[1:])
     normalised = normalize_features(x, how)
     return (torch.from_numpy(np.array(normalised, np.float32, copy=normalised is x)).to(device),
             torch.from_numpy(np.array(y, np.int64)).to(device),
@@ -167,7 +189,7 @@ def rank_tensors(x: np.ndarray, y: np.ndarray, masks: dict[str, np.ndarray], cfg
     (:func:`~distgnn.run.streaming.open_spill`; ``x`` then has no rows) and the
     :class:`Spilled` state (else ``None``)."""
     if plan is None:
-        return (node_tensors(x, y, masks, cfg.feature_norm, device),
+        return (node_tensors(x, y, masks, cfg.feature_norm, device, feature_dtype(cfg)),
                 cfg.feature_norm == "row" and negative_features(x), None)
     spilled, negative = streaming.open_spill(x, cfg.feature_norm, getattr(torch, cfg.dtype),
                                              plan, cfg.spill_dir, rank, normalize_features,
@@ -231,7 +253,7 @@ def dataset_shard(data: NodeDataset, cfg: TrainConfig, timer: PhaseTimer,
                                            streaming.kernel_trial(cfg, spilled)), timer=timer,
                         device=device, dtype=getattr(torch, cfg.dtype), global_ids=global_ids,
                         seed=cfg.seed)
-    x, y = x.to(device, getattr(torch, cfg.dtype)), y.to(device)
+    x, y = x.to(device, feature_dtype(cfg)), y.to(device)
     if spilled is not None:
         x = streamed_features(x, data.num_nodes)
         streaming.with_transpose(graph)
@@ -328,7 +350,7 @@ def partition_shard(directory: str | Path, cfg: TrainConfig, comm: Communicator,
                         in_degree=None if cfg.algo == "0c" else part.in_degree, timer=timer,
                         device=device, global_ids=part.global_ids, exchange=exchange,
                         dtype=getattr(torch, cfg.dtype), seed=cfg.seed)
-    x = x.to(dtype=getattr(torch, cfg.dtype))
+    x = x.to(dtype=feature_dtype(cfg))
     if spilled is not None:
         x = streamed_features(x, part.num_nodes)
         streaming.with_transpose(nbr.graph)

@@ -25,13 +25,13 @@ import time
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 from ..comm import Communicator, RankFailed, SelfCommunicator, all_or_none
 from ..comm.watchdog import Watchdog
 from ..data.graph import NodeDataset
 from ..errors import DistGNNError
 from ..nn.config import build_model, check_residual
+from ..nn.loss import masked_cross_entropy
 from ..nn.prepare import prepare, unused_weights
 from ..nn.streamed import STREAMABLE, streaming_problem
 from ..placement import synchronize
@@ -113,7 +113,7 @@ def place_model(cfg: TrainConfig, shard: Shard, make_model: ModelFactory | None 
         model = build_model(cfg.network, shard.num_features, shard.num_classes, cfg.recompute)
     else:
         model = checked_model(make_model(shard.num_features, shard.num_classes))
-    model = model.to(shard.x.device, shard.x.dtype)
+    model = model.to(shard.x.device, shard.dtype)
     prepare(model, shard.nbr, cfg.bf16_aggregation)
     return model
 
@@ -183,10 +183,10 @@ def step(model: torch.nn.Module, optimizer, shard: Shard, sync: ReplicaSync, num
             logits, streamed_backward = streaming.forward(model, shard)
             logits.requires_grad_(True)
     check_logits(logits, shard)
-    logits = logits.to(shard.x.dtype)  # bf16 under autocast: the loss sums in float32
+    logits = logits.to(shard.dtype)  # bf16 under autocast: the loss sums in float32
     with timer("backward"):
         train = shard.masks["train"]
-        loss = F.cross_entropy(logits[train], shard.y[train], reduction="sum") / num_train
+        loss = masked_cross_entropy(logits, shard.y, train, num_train)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if streamed_backward is not None:
