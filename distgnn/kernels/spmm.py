@@ -117,9 +117,11 @@ def _panel(indices, weight, source_scale, x, row, r, start, end, col, n, lanes, 
         if distance > 0 and ahead < len(indices):
             for k in range(lines):
                 prefetch(x, indices[ahead], col + k * line)
+            if scaled and col == 0:  # a random read per edge too, as the row's
+                prefetch(source_scale, indices[ahead], 0)
         u = indices[e]
         if weighted or scaled:
-            w = (weight[e] if weighted else 1.0) * (source_scale[u] if scaled else 1.0)
+            w = (weight[e] if weighted else 1.0) * (source_scale[u, 0] if scaled else 1.0)
             acc = scaled_add(acc, w, load(x, u, col, n, lanes))
         else:
             acc = add(acc, load(x, u, col, n, lanes))
@@ -135,7 +137,7 @@ def _row_start(x, out, source_scale, row, r, v, col, n, lanes, accumulate, self_
     elif self_loop:
         acc = load(x, v, col, n, lanes)
         if len(source_scale) > 0:
-            acc = scale(acc, source_scale[v])
+            acc = scale(acc, source_scale[v, 0])
     else:
         acc = zeros(row, lanes)
     store(row, r, col, n, acc)
@@ -156,9 +158,9 @@ def sum_kernel(lanes: int):
     self_loop, row_scale, distance, edge_block)`` does, over the rows of one source block,
 
     .. math::
-        \mathbf{o}_v = r_v \Big( [\text{accumulate}]\, \mathbf{o}_v
-            + [\text{self\_loop}]\, q_v \mathbf{x}_v
-            + \sum_{e=(u,v)} w_e q_u \mathbf{x}_u \Big)
+        \\mathbf{o}_v = r_v \\Big( [\\text{accumulate}]\, \\mathbf{o}_v
+            + [\\text{self\\_loop}]\, q_v \\mathbf{x}_v
+            + \\sum_{e=(u,v)} w_e q_u \\mathbf{x}_u \\Big)
 
     with ``q`` = ``source_scale`` ``[N_src]``, ``r`` = ``row_scale`` ``[N_dst]`` and the
     edge weights ``w`` (each 1 where its array is empty).  ``x`` is float32/float64 or
@@ -304,8 +306,8 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
     Sum and mean also fuse the scalings and the self-loop of a normalised aggregation:
 
     .. math::
-        \mathbf{y}_v = r_v \Big( [\text{self\_loop}]\, q_v \mathbf{x}_v
-            + \sum_{e=(u,v)} w_e q_u \mathbf{x}_u \Big)
+        \\mathbf{y}_v = r_v \\Big( [\\text{self\\_loop}]\, q_v \\mathbf{x}_v
+            + \\sum_{e=(u,v)} w_e q_u \\mathbf{x}_u \\Big)
 
     (``q`` = ``source_scale``, ``r`` = ``row_scale``: GraphSAGE-gcn's ``r = 1 / (d + 1)``,
     GCN's ``q = r = (d + 1)^{-1/2}``; ``mean`` is ``r = 1 / max(d, 1)``), in the one pass
@@ -357,8 +359,9 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
     none = readonly(np.empty(0, accumulator))
     row_scale = none if row_scale is None else \
         readonly(np.ascontiguousarray(row_scale, accumulator))
-    source_scale = none if source_scale is None else \
-        readonly(np.ascontiguousarray(source_scale, accumulator))
+    # [N_src, 1]: prefetched edges ahead as the rows are (the 2-D prefetch)
+    source_scale = readonly(np.empty((0, 1), accumulator) if source_scale is None else
+                            np.ascontiguousarray(source_scale, accumulator).reshape(-1, 1))
     run_block = sum_kernel(panel_lanes(x.shape[1], np.dtype(accumulator).itemsize))
     last = len(plan.blocks) - 1
     distance = prefetch_distance(x.shape[1], x.itemsize, len(x))
