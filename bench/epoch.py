@@ -1,24 +1,27 @@
-"""``distgnn-bench epoch``: full-batch training epochs of this project against PyTorch Geometric.
+"""``distgnn-bench epoch``: full-batch training epochs of this project against PyG and DGL.
 
 For each dataset and model (GraphSAGE-gcn, GraphSAGE-mean, GCN, GIN, GAT, GCNII) at the
 same sizes and thread count, against PyG's same model (:mod:`bench.pyg` says which PyG
-layers are equivalent to ours):
+layers are equivalent to ours) and, for GraphSAGE-gcn and GCN, DGL's (:mod:`bench.dgl_worker`
+says which DGL layers):
 
 1. **Same model check.**  From the same initial weights with dropout 0, this project
-   (the first of its backends in ``--impls``, on its device) and PyG (on ``--device``)
-   train ``CHECK_EPOCHS`` epochs; their losses must agree to ``CHECK_RTOL`` relative, else
-   the timing compares different things and is flagged.
+   (the first of its backends in ``--impls``, on its device) and PyG (on ``--device``), and
+   DGL where ``--impls`` has it, train ``CHECK_EPOCHS`` epochs; each peer's losses must
+   agree with ours to ``CHECK_RTOL`` relative, else the timing compares different things
+   and is flagged.
 2. **Timing.**  Each implementation (``numba``, ``torch``, ``triton``: this project's
    trainer with that backend; ``pyg``; ``pyg-dist``: PyG's model through
    :func:`distgnn.pyg.distribute` in this project's trainer, as a PyG user would train it
-   on partitions, here on the whole graph) trains in a worker process of its own, so that its
-   peak resident memory is its own; ``--rounds`` rounds run the workers in turn
-   (interleaved), each a warm-up epoch and then ``--epochs`` timed epochs of forward,
-   backward and optimizer step.  Reported: median and range of the epoch time, speed-up
-   against PyG, peak resident set.  With ``--device cuda`` the ``torch``, ``triton`` and
-   ``pyg`` workers compute on the GPU (``numba`` stays on the CPU cores, as the CPU peer),
-   epochs are timed up to a device synchronisation, and their peak GPU memory
-   (``torch.cuda.max_memory_allocated``) is reported too.
+   on partitions, here on the whole graph; ``dgl``: DGL on the CPU cores) trains in a worker
+   process of its own, so that its peak resident memory is its own; ``--rounds`` rounds run
+   the workers in turn (interleaved), each a warm-up epoch and then ``--epochs`` timed
+   epochs of forward, backward and optimizer step.  Reported: median and range of the
+   epoch time, speed-up against PyG (and against DGL), peak resident set.  With ``--device
+   cuda`` the ``torch``, ``triton`` and ``pyg`` workers compute on the GPU (``numba`` and
+   ``dgl`` stay on the CPU cores, as the CPU peers), epochs are timed up to a device
+   synchronisation, and their peak GPU memory (``torch.cuda.max_memory_allocated``) is
+   reported too.
 
 ``--order`` relabels each dataset once, before any worker starts, in a locality order of
 :mod:`distgnn.data.ordering` (its cost is reported once per dataset): every implementation, PyG
@@ -33,7 +36,11 @@ and output projections), ``--heads`` GAT's heads; ``--recompute`` has this proje
 keep only each layer's input for the backward pass (activation checkpointing; PyG runs
 without), which with GCNII at growing depth shows peak memory against depth.
 
-Workers are ``python -m bench.epoch JSON`` with the dataset in a temporary ``.npz``.
+Workers are ``python -m bench.epoch JSON`` with the dataset in a temporary ``.npz``.  DGL
+runs in an environment of its own (PyPI's DGL is built for older torch releases than this
+project's): its worker is ``DGL_PYTHON bench/dgl_worker.py JSON`` (``--dgl-python``, default
+``$DISTGNN_DGL_PYTHON``), with the same ``.npz`` and a second one holding this project's
+initial weights.
 """
 from __future__ import annotations
 
@@ -68,9 +75,14 @@ from distgnn.run.memory import process_mib
 
 __all__ = ["config_of", "pyg_run", "save_npz"]
 
-IMPLS = ("numba", "torch", "triton", "pyg", "pyg-bf16", "pyg-dist")
+IMPLS = ("numba", "torch", "triton", "pyg", "pyg-bf16", "pyg-dist", "dgl")
 # pyg-bf16: PyG under torch.autocast to bf16; pyg-dist: PyG's model in this project's trainer
 PYG_IMPLS = ("pyg", "pyg-bf16", "pyg-dist")
+DGL_MODELS = ("sage", "gcn")  # the models bench/dgl_worker.py builds in DGL
+DGL_WORKER = Path(__file__).with_name("dgl_worker.py")
+DGL_PYTHON_ENV = "DISTGNN_DGL_PYTHON"
+DGL_SETUP = ("python3 -m venv ../dglenv, then into it torch==2.13.0 (CPU build), dgl==2.1.0 and "
+             "the pins and graphbolt step of docs/benchmarks.md, 'DGL as a peer of epoch'")
 # what runs without --impls: triton only where there is a GPU (it runs CUDA tensors)
 DEFAULT_IMPLS = {"cpu": ("numba", "torch", "pyg"), "cuda": ("numba", "torch", "triton", "pyg")}
 MODELS = ("sage", "sage-mean", "gcn", "gin", "gat", "gcnii")
@@ -78,11 +90,12 @@ DEFAULT_MODELS = ("sage", "gcn")
 CHECK_EPOCHS, CHECK_RTOL = 3, 1e-4
 
 
-HELP = "training epochs of this project vs PyTorch Geometric"
+HELP = "training epochs of this project vs PyTorch Geometric (and DGL)"
 DESCRIPTION = ("Full-batch training epochs (forward, backward, optimizer) of GraphSAGE-gcn, "
                "GCN, GIN, GAT and GCNII: this project's trainer with the numba and torch "
-               "backends against PyTorch Geometric, same model (checked), same threads, "
-               "interleaved worker processes, peak memory of each.")
+               "backends against PyTorch Geometric (and GraphSAGE-gcn and GCN against DGL, "
+               "in DGL's own environment), same model (checked), same threads, interleaved "
+               "worker processes, peak memory of each.")
 DEFAULT_DATASET = "rmat:scale=18,edge_factor=16,features=128"
 
 
@@ -98,8 +111,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "project's backends; triton on --device cuda only), pyg (PyTorch "
                         "Geometric), pyg-bf16 (PyG under torch.autocast to bf16), pyg-dist "
                         "(PyG's model made to train on partitions by distgnn.pyg.distribute, "
-                        "in this project's trainer, one process) (default: numba,torch,pyg; on "
-                        "cuda also triton)")
+                        "in this project's trainer, one process), dgl (DGL, sage and gcn, on the "
+                        "CPU cores, in DGL's environment: --dgl-python) (default: "
+                        "numba,torch,pyg; on cuda also triton)")
+    p.add_argument("--dgl-python", metavar="PATH",
+                   help=f"the Python of DGL's environment, which runs --impls dgl (default: "
+                        f"${DGL_PYTHON_ENV})")
     p.add_argument("--hidden", type=int, default=256, help="hidden width")
     p.add_argument("--layers", type=int, default=2,
                    help="number of layers (gcnii: of GCN2Conv layers, between its input and "
@@ -140,8 +157,9 @@ def save_npz(data: NodeDataset, path: Path) -> None:
 
 
 def impl_device(impl: str, device: str) -> str:
-    """Where ``impl`` computes when the benchmark runs on ``device`` (numba: always the CPU)."""
-    return "cpu" if impl == "numba" else device
+    """Where ``impl`` computes when the benchmark runs on ``device`` (numba and dgl: always
+    the CPU)."""
+    return "cpu" if impl in ("numba", "dgl") else device
 
 
 def config_of(model: str, hidden: int, threads: int | None, epochs: int, dropout: float = 0.5):
@@ -250,6 +268,8 @@ def worker(job: dict) -> dict:
         # the models' equality is checked in fp32, whatever the timed runs' precision
         fp32 = dict(job, aggregation_precision="fp32", precision="fp32")
         ours, _ = train_ours(data, dict(fp32, impl=job["check"]), 0.0, CHECK_EPOCHS)
+        if not job.get("pyg", True):
+            return {"ours": ours}
         theirs, _ = train_pyg(data, dict(fp32, impl="pyg"), 0.0, CHECK_EPOCHS)
         return {"ours": ours, "pyg": theirs}
     rss_loaded = process_mib("VmRSS")
@@ -262,12 +282,14 @@ def worker(job: dict) -> dict:
     return out
 
 
-def run_worker(job: dict) -> dict:
-    """The worker's result; ``{"out_of_memory": True}`` where its device ran out of memory,
-    ``{"unsupported": why}`` where torch has no kernel for what it computes (such as a
-    sparse product in bf16): results too, one implementation runs where another does not."""
-    proc = subprocess.run([sys.executable, "-m", "bench.epoch", json.dumps(job)],
-                          capture_output=True, text=True)
+def run_worker(job: dict, command: list[str] | None = None) -> dict:
+    """The result of the worker ``command`` (default: this module's) runs for ``job``.
+
+    ``{"out_of_memory": True}`` where its device ran out of memory, ``{"unsupported": why}``
+    where torch has no kernel for what it computes (such as a sparse product in bf16):
+    results too, one implementation runs where another does not."""
+    command = command or [sys.executable, "-m", "bench.epoch"]
+    proc = subprocess.run([*command, json.dumps(job)], capture_output=True, text=True)
     if proc.returncode and "OutOfMemoryError" in proc.stderr:
         return {"out_of_memory": True}
     if proc.returncode and "NotImplementedError" in proc.stderr:
@@ -276,6 +298,60 @@ def run_worker(job: dict) -> dict:
     if proc.returncode:
         raise RuntimeError(f"{job['impl']} worker failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def dgl_python(args) -> str:
+    """The Python of DGL's environment: ``--dgl-python``, else ``$DISTGNN_DGL_PYTHON``;
+    a :class:`DistGNNError` saying how to make one where neither names an interpreter."""
+    path = args.dgl_python or os.environ.get(DGL_PYTHON_ENV)
+    if not path:
+        raise DistGNNError(f"--impls dgl runs in DGL's own Python environment: give its "
+                           f"interpreter by --dgl-python PATH or ${DGL_PYTHON_ENV} (to create "
+                           f"one: {DGL_SETUP})")
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise DistGNNError(f"--dgl-python {path}: no such interpreter (to create DGL's "
+                           f"environment: {DGL_SETUP})")
+    return path
+
+
+def save_initial_weights(data: NodeDataset, job: dict, path: Path) -> None:
+    """This project's initial weights of ``job``'s model (GraphSAGE-gcn or GCN) for ``data``,
+    as :mod:`bench.dgl_worker` reads them: ``weight_{i}`` (``[out, in]``) and ``bias_{i}`` of
+    layer ``i``."""
+    from distgnn.nn.config import build_model
+
+    cfg = _config(dict(job, impl="numba"), 0.0, 1)
+    torch.manual_seed(cfg.seed)
+    ours = build_model(cfg.network, data.num_features, data.num_classes, cfg.recompute)
+    arrays = {}
+    for i, conv in enumerate(ours.convs):
+        lin = conv.lin_neigh if job["model"] == "sage" else conv.lin
+        arrays[f"weight_{i}"], arrays[f"bias_{i}"] = lin.weight, conv.bias
+    if {id(p) for p in ours.parameters()} != {id(a) for a in arrays.values()}:
+        raise RuntimeError(f"{job['model']}: not the layers bench/dgl_worker.py builds")
+    np.savez(path, **{k: a.detach().numpy() for k, a in arrays.items()})
+
+
+def dgl_job(job: dict, weights: Path, dropout: float, epochs: int, warmup: int) -> dict:
+    """:mod:`bench.dgl_worker`'s job: ``job``'s model from the initial weights in ``weights``,
+    ``warmup`` untimed epochs and ``epochs`` timed ones, this project's optimizer and
+    feature normalisation."""
+    cfg = _config(dict(job, impl="numba"), dropout, epochs)
+    return {"npz": job["npz"], "weights": str(weights), "model": job["model"],
+            "epochs": epochs, "warmup": warmup, "dropout": dropout, "lr": cfg.lr,
+            "weight_decay": cfg.weight_decay, "feature_norm": cfg.feature_norm,
+            "threads": job["threads"], "seed": job["seed"]}
+
+
+def same_model_check(ours: list, theirs: list, ours_impl: str, peer: str) -> dict:
+    """The largest relative difference between our losses and a peer's (relative to the
+    peer's), printed."""
+    diff = max(abs(a - b) / abs(b) for a, b in zip(ours, theirs))
+    print(f"  same-model check ({ours_impl} against {peer}, {CHECK_EPOCHS} epochs, dropout 0, "
+          "same initial weights): "
+          f"max relative loss difference {diff:.1e} "
+          f"{'<=' if diff <= CHECK_RTOL else 'EXCEEDS'} {CHECK_RTOL:g}", flush=True)
+    return {"max_rel_loss_diff": diff, "ok": diff <= CHECK_RTOL, "ours": ours_impl}
 
 
 def make_job(model: str, args, **more) -> dict:
@@ -287,30 +363,54 @@ def make_job(model: str, args, **more) -> dict:
             **more}
 
 
-def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
+def measure(npz: Path, name: str, model: str, impls: list[str], args,
+            data: NodeDataset | None = None) -> dict:
+    """The row of ``model`` on the dataset in ``npz`` (``data``: the same, loaded; needed
+    for ``dgl``, whose initial weights are written beside ``npz``)."""
     job = make_job(model, args, npz=str(npz))
+    dgl = "dgl" in impls and model in DGL_MODELS
+    if dgl:
+        weights = npz.with_name(f"dgl-{model}-weights.npz")
+        save_initial_weights(data if data is not None else load(str(npz)), job, weights)
+        command = [dgl_python(args), "-I", str(DGL_WORKER)]
     row = {"dataset": name, "model": model, "hidden": args.hidden, "layers": args.layers,
            **({"heads": args.heads} if model == "gat" else {}),
            "recompute": args.recompute, "aggregation_precision": args.aggregation_precision,
            "precision": args.precision, "threads": args.threads, "epochs": args.epochs,
            "rounds": args.rounds, "device": args.device}
-    check = (run_worker(dict(job, impl="check", check=impls[0]))
-             if set(impls) & set(PYG_IMPLS) else None)
+    ours = next((impl for impl in impls if impl in BACKENDS), "numba")
+    pyg_check = bool(set(impls) & set(PYG_IMPLS))
+    check = (run_worker(dict(job, impl="check", check=ours, pyg=pyg_check))
+             if pyg_check or dgl else None)
     if check is not None and check.get("out_of_memory"):
-        row["same_model_check"] = {"out_of_memory": True}
+        for key, wanted in (("same_model_check", pyg_check), ("same_model_check_dgl", dgl)):
+            if wanted:
+                row[key] = {"out_of_memory": True}
         print("  same-model check: out of memory", flush=True)
     elif check is not None:
-        diff = max(abs(a - b) / abs(b) for a, b in zip(check["ours"], check["pyg"]))
-        row["same_model_check"] = {"max_rel_loss_diff": diff, "ok": diff <= CHECK_RTOL,
-                                   "losses": check, "ours": impls[0]}
-        print(f"  same-model check ({impls[0]} against PyG, {CHECK_EPOCHS} epochs, dropout 0, "
-              "same initial weights): "
-              f"max relative loss difference {diff:.1e} "
-              f"{'<=' if diff <= CHECK_RTOL else 'EXCEEDS'} {CHECK_RTOL:g}", flush=True)
+        if pyg_check:
+            row["same_model_check"] = same_model_check(check["ours"], check["pyg"], ours, "PyG")
+            row["same_model_check"]["losses"] = check
+        if dgl:
+            theirs = run_worker(dgl_job(job, weights, 0.0, CHECK_EPOCHS, 0), command)
+            if "losses" in theirs:
+                row["same_model_check_dgl"] = same_model_check(check["ours"], theirs["losses"],
+                                                               ours, "DGL")
+                row["same_model_check_dgl"]["losses"] = {"ours": check["ours"],
+                                                         "dgl": theirs["losses"]}
+            else:
+                row["same_model_check_dgl"] = theirs
+                print(f"  same-model check against DGL: {theirs}", flush=True)
     runs = {impl: [] for impl in impls}
     for _ in range(args.rounds):
         for impl in impls:
-            runs[impl].append(run_worker(dict(job, impl=impl)))
+            if impl == "dgl" and not dgl:
+                runs[impl].append({"unsupported": f"DGL here: {', '.join(DGL_MODELS)}"})
+            elif impl == "dgl":
+                runs[impl].append(run_worker(dgl_job(job, weights, args.dropout, args.epochs, 1),
+                                             command))
+            else:
+                runs[impl].append(run_worker(dict(job, impl=impl)))
     row["impls"] = {}
     for impl, results in runs.items():
         failed = next((r for r in results if r.get("out_of_memory") or r.get("unsupported")),
@@ -327,7 +427,9 @@ def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
                               "rss_loaded_mib": max(r["rss_loaded_mib"] for r in results)}
         if "peak_gpu_mib" in results[0]:
             row["impls"][impl]["peak_gpu_mib"] = max(r["peak_gpu_mib"] for r in results)
-    for peer, key in (("pyg", "speedup_vs_pyg"), ("pyg-bf16", "speedup_vs_pyg_bf16")):
+        if "versions" in results[0]:
+            row["impls"][impl]["versions"] = results[0]["versions"]
+    for peer, key, _ in PEERS:
         if peer in impls and "epoch_s_median" in row["impls"][peer]:
             ref = row["impls"][peer]["epoch_s_median"]
             for r in row["impls"].values():
@@ -336,11 +438,18 @@ def measure(npz: Path, name: str, model: str, impls: list[str], args) -> dict:
     return row
 
 
+PEERS = (("pyg", "speedup_vs_pyg", "PyG"), ("pyg-bf16", "speedup_vs_pyg_bf16", "PyG bf16"),
+         ("dgl", "speedup_vs_dgl", "DGL"))  # (impl, the speed-up against it, its name)
+
+
 def format_row(row: dict) -> str:
-    bf16_peer = "pyg-bf16" in row["impls"]
-    versus = "vs PyG, PyG bf16" if bf16_peer else "vs PyG"
+    """The table of ``row``: each implementation's epoch time, range, speed-ups against PyG
+    (and PyG bf16, DGL, where the row has them) and peak memory."""
+    peers = [p for p in PEERS if p[0] == "pyg" or p[0] in row["impls"]]
+    versus = "vs " + ", ".join(name for _, _, name in peers)
+    width = 7 + 14 * (len(peers) - 1)
     lines = [f"  {'impl':>8} {'device':>6} {'epoch s (median)':>17} {'range':>17} "
-             f"{versus:>{21 if bf16_peer else 7}} {'peak RSS MiB':>13} {'peak GPU MiB':>13}"]
+             f"{versus:>{width}} {'peak RSS MiB':>13} {'peak GPU MiB':>13}"]
     for impl, r in row["impls"].items():
         if r.get("out_of_memory"):
             lines.append(f"  {impl:>8} {r['device']:>6} {'out of memory':>17}")
@@ -348,13 +457,11 @@ def format_row(row: dict) -> str:
         if r.get("unsupported"):
             lines.append(f"  {impl:>8} {r['device']:>6} not supported: {r['unsupported']}")
             continue
-        speed = f"{r['speedup_vs_pyg']:.2f}x" if "speedup_vs_pyg" in r else "-"
-        if bf16_peer:
-            speed += f" {r['speedup_vs_pyg_bf16']:.2f}x" if "speedup_vs_pyg_bf16" in r else " -"
+        speed = " ".join(f"{r[key]:.2f}x" if key in r else "-" for _, key, _ in peers)
         gpu = f"{r['peak_gpu_mib']:,.0f}" if "peak_gpu_mib" in r else "-"
         lines.append(f"  {impl:>8} {r['device']:>6} {r['epoch_s_median']:>17.3f} "
                      f"{r['epoch_s_min']:>8.3f}-{r['epoch_s_max']:<8.3f} "
-                     f"{speed:>{21 if bf16_peer else 7}} "
+                     f"{speed:>{width}} "
                      f"{r['peak_rss_mib']:>13,.0f} {gpu:>13}")
     return "\n".join(lines)
 
@@ -370,6 +477,8 @@ def main(args) -> int:
         print("PyTorch Geometric is not installed (pip install '.[bench]'): benchmarking "
               "without it", flush=True)
         impls = [impl for impl in impls if impl not in PYG_IMPLS]
+    if "dgl" in impls:
+        dgl_python(args)  # refused before any work where there is none
     info = machine_info(args.threads)
     print(f"{info['cpu']}; {args.threads} threads; triad {info['triad_gb_s']} GB/s; "
           f"THP_MEM_ALLOC_ENABLE={info['thp_mem_alloc_enable']}", flush=True)
@@ -391,7 +500,8 @@ def main(args) -> int:
                       f"{model}, {args.layers} layers, hidden {args.hidden}"
                       f"{f', {args.heads} heads' if model == 'gat' else ''}"
                       f"{', recompute' if args.recompute else ''}", flush=True)
-                row = measure(npz, data.name, model, sorted(impls, key=IMPLS.index), args)
+                row = measure(npz, data.name, model, sorted(impls, key=IMPLS.index), args,
+                              data)
                 row.update(order=order, order_requested=args.order, order_s=order_s)
                 print(format_row(row), flush=True)
                 rows.append(row)

@@ -162,10 +162,10 @@ def test_bench_epoch_refuses_unknown_implementations(capsys):
     from bench.cli import bench_main
 
     with pytest.raises(SystemExit) as exit:  # refused by the parser, before any work
-        bench_main(["epoch", "--impls", "numba,dgl"])
+        bench_main(["epoch", "--impls", "numba,jax"])
     assert exit.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "unknown dgl" in err[0], err
+    assert len(err) == 1 and "unknown jax" in err[0], err
 
 
 def test_predict_matches_hand_computed_times():

@@ -158,8 +158,8 @@ def sum_kernel(lanes: int):
     self_loop, row_scale, distance, edge_block)`` does, over the rows of one source block,
 
     .. math::
-        \\mathbf{o}_v = r_v \\Big( [\\text{accumulate}]\, \\mathbf{o}_v
-            + [\\text{self\\_loop}]\, q_v \\mathbf{x}_v
+        \\mathbf{o}_v = r_v \\Big( [\\text{accumulate}]\\, \\mathbf{o}_v
+            + [\\text{self\\_loop}]\\, q_v \\mathbf{x}_v
             + \\sum_{e=(u,v)} w_e q_u \\mathbf{x}_u \\Big)
 
     with ``q`` = ``source_scale`` ``[N_src]``, ``r`` = ``row_scale`` ``[N_dst]`` and the
@@ -306,7 +306,7 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
     Sum and mean also fuse the scalings and the self-loop of a normalised aggregation:
 
     .. math::
-        \\mathbf{y}_v = r_v \\Big( [\\text{self\\_loop}]\, q_v \\mathbf{x}_v
+        \\mathbf{y}_v = r_v \\Big( [\\text{self\\_loop}]\\, q_v \\mathbf{x}_v
             + \\sum_{e=(u,v)} w_e q_u \\mathbf{x}_u \\Big)
 
     (``q`` = ``source_scale``, ``r`` = ``row_scale``: GraphSAGE-gcn's ``r = 1 / (d + 1)``,
