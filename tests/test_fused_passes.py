@@ -1,0 +1,142 @@
+"""The fused passes: the normalised aggregation in one kernel pass each way (scales, self-loop,
+bf16 rows in and out), a symmetric graph's transpose, the one-pass masked cross-entropy, and
+the keyed dropout of bf16 rows -- each against the separate operations it replaces."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+import torch.nn.functional as F
+
+from distgnn.data.graph import CSRGraph
+from distgnn.kernels.blocking import plan_spmm
+from distgnn.kernels.lanes import BF16
+from distgnn.kernels.spmm import spmm
+from distgnn.nn.aggregate import Neighbourhood, Propagate
+from distgnn.nn.backends import get_backend
+from distgnn.nn.dropout import vertex_dropout
+from distgnn.nn.loss import masked_cross_entropy
+from distgnn.timing import PhaseTimer
+
+
+def bits(t: torch.Tensor) -> np.ndarray:
+    return t.contiguous().view(torch.int16).numpy().view(BF16)
+
+
+def from_bits(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+
+
+@pytest.mark.parametrize("hub_block", [0, 7])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("width", [3, 16, 40])
+def test_fused_kernel_is_the_scaled_loop_sum(random_graph, hub_block, weighted, width):
+    """r * ((A + I)(q * x)) against scipy, over one source block and several (whose partial
+    sums are read back between blocks), with and without edge weights."""
+    graph, src, dst, weight = random_graph(seed=5, n=60, e=400, weighted=weighted,
+                                           hub_degree=50)
+    n, rng = graph.num_nodes, np.random.default_rng(1)
+    x = rng.standard_normal((n, width)).astype(np.float32)
+    q, r = rng.uniform(0.5, 2, n).astype(np.float32), rng.uniform(0.5, 2, n).astype(np.float32)
+    a = sp.coo_matrix((np.ones(len(src)) if weight is None else weight.astype(np.float64),
+                       (dst, src)), shape=(n, n)).tocsr()
+    expected = r[:, None] * (a @ (q[:, None] * x) + q[:, None] * x)
+    plan = plan_spmm(graph.indptr, graph.indices, graph.edge_weight, hub_block, n)
+    got = spmm(graph.indptr, graph.indices, x, "sum", graph.edge_weight, plan=plan,
+               source_scale=q, row_scale=r, self_loop=True)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    # bf16 rows in and out: the float32 result rounded once (one block), to nearest even
+    xb = torch.from_numpy(x).bfloat16()
+    out = np.empty((n, width), BF16)
+    spmm(graph.indptr, graph.indices, bits(xb), "sum", graph.edge_weight, out=out, plan=plan,
+         source_scale=q, row_scale=r, self_loop=True)
+    wide = spmm(graph.indptr, graph.indices, bits(xb), "sum", graph.edge_weight, plan=plan,
+                source_scale=q, row_scale=r, self_loop=True)
+    if hub_block == 0:
+        assert torch.equal(from_bits(out), torch.from_numpy(wide).bfloat16())
+    else:  # the partial of the first block rounded too: an error of its size's rounding
+        torch.testing.assert_close(from_bits(out).float(), torch.from_numpy(wide),
+                                   rtol=2 ** -7, atol=2 ** -7 * float(np.abs(wide).max()))
+
+
+def test_fused_options_are_refused_with_a_reduction_they_do_not_serve(random_graph):
+    graph = random_graph()[0]
+    x = np.ones((graph.num_nodes, 4), np.float32)
+    with pytest.raises(ValueError, match="go with sum"):
+        spmm(graph.indptr, graph.indices, x, "mean", self_loop=True)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_propagate_gradients_match_autograd_of_the_separate_operations(random_graph,
+                                                                       weighted):
+    graph = random_graph(seed=3, n=50, e=300, weighted=weighted)[0]
+    nbr = Neighbourhood(graph, get_backend("numba"), dtype=torch.float64)
+    rng = np.random.default_rng(2)
+    q = torch.from_numpy(rng.uniform(0.5, 2, (50, 1)))
+    r = torch.from_numpy(rng.uniform(0.5, 2, (50, 1)))
+    x = torch.from_numpy(rng.standard_normal((50, 6))).requires_grad_()
+    torch.autograd.gradcheck(
+        lambda x: Propagate.apply(x, graph, nbr.backend, q, r, PhaseTimer()), (x,))
+    fused = nbr.loop_sum(x, q, r)
+    separate = nbr.self_loop(nbr.reduce(q * x, "sum"), q * x, r, divide=False)
+    g = torch.from_numpy(rng.standard_normal((50, 6)))
+    (a,) = torch.autograd.grad(fused, x, g)
+    (b,) = torch.autograd.grad(separate, x, g)
+    torch.testing.assert_close(fused, separate)
+    torch.testing.assert_close(a, b)
+
+
+def test_symmetric_graph_is_its_own_transpose_and_a_directed_one_is_not(random_graph):
+    directed = random_graph(seed=4)[0]
+    t = directed.transpose()
+    assert t is not directed
+    src, dst = directed.edges()
+    ts, td = t.edges()
+    assert sorted(zip(src.tolist(), dst.tolist())) == sorted(zip(td.tolist(), ts.tolist()))
+    both_src, both_dst = np.r_[src, dst], np.r_[dst, src]
+    order = np.lexsort((both_src, both_dst))  # each row's sources in order, as loaders give
+    both_src, both_dst = both_src[order], both_dst[order]
+    symmetric = CSRGraph.from_edges(both_src, both_dst, directed.num_nodes)
+    assert symmetric.transpose() is symmetric
+    weights = np.arange(1, len(both_src) + 1, dtype=np.float32)  # u->v and v->u differ
+    weighted = CSRGraph.from_edges(both_src, both_dst, directed.num_nodes, weights)
+    assert weighted.transpose() is not weighted
+    even = CSRGraph.from_edges(both_src, both_dst, directed.num_nodes,
+                               np.ones(len(both_src), np.float32))
+    assert even.transpose() is even
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_masked_cross_entropy_equals_torchs_loss_and_gradient(dtype):
+    gen = torch.Generator().manual_seed(0)
+    logits = (torch.randn(5000, 7, generator=gen, dtype=dtype) * 8).requires_grad_()
+    labels = torch.randint(0, 7, (5000,), generator=gen)
+    mask = torch.rand(5000, generator=gen) < 0.3
+    ours = masked_cross_entropy(logits, labels, mask, 321.0)
+    theirs = F.cross_entropy(logits[mask], labels[mask], reduction="sum") / 321.0
+    (a,) = torch.autograd.grad(ours * 3, logits)
+    (b,) = torch.autograd.grad(theirs * 3, logits)
+    tol = 1e-6 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(ours, theirs, rtol=tol, atol=0)
+    torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+    assert ours.dtype == dtype and not a[~mask].any()
+
+
+def test_masked_cross_entropy_refuses_a_label_out_of_range():
+    labels = torch.tensor([0, 9, 1])
+    with pytest.raises(ValueError, match="labels outside 0..2"):
+        masked_cross_entropy(torch.zeros(3, 3), labels, torch.ones(3, dtype=torch.bool), 3.0)
+    # an unmasked row's label is never read
+    masked_cross_entropy(torch.zeros(3, 3), labels, torch.tensor([True, False, True]), 2.0)
+
+
+def test_dropout_of_bf16_rows_is_the_float32_dropout_rounded():
+    x = torch.randn(300, 37, generator=torch.Generator().manual_seed(1))
+    ids = np.arange(1000, 1300, dtype=np.int64)
+    xb = x.bfloat16()
+    got = vertex_dropout(xb, ids, 0.3, 12345)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got, vertex_dropout(xb.float(), ids, 0.3, 12345).bfloat16())
+    g = torch.randn(300, 37).bfloat16()
+    h = xb.clone().requires_grad_()
+    (grad,) = torch.autograd.grad(vertex_dropout(h, ids, 0.3, 12345), h, g)
+    assert torch.equal(grad, vertex_dropout(g.float(), ids, 0.3, 12345).bfloat16())
