@@ -11,8 +11,9 @@ the float32 matrix-product rate (``torch.mm`` of two ``--matmul-size`` square ma
 :func:`bench.machine.triad_bandwidth`).  Each phase of the epoch, per epoch:
 
 * **aggregation**: the SpMM kernels, forward and backward (the trainer's own phase timer);
-  bytes that must move per call: the graph's indices, one gathered row per edge and the
-  float32 output (:func:`bench.spmm.moved_bytes`), against the triad bandwidth.
+  the bytes each call needs: the graph's indices, one gathered row per edge, the output (and,
+  for a fused loop sum, the vertex's own row) in the element size of the rows it reads and
+  writes (:class:`CountingBackend`), against the triad bandwidth.
 * **matrix products**: the profiler's ``aten::mm``, ``addmm``, ``bmm`` and ``baddbmm``
   (their own time; flops as the profiler counts them, ``2 m k n``), against the
   matrix-product rate (of bf16 products under ``--precision bf16-mixed``); and against
@@ -22,11 +23,15 @@ the float32 matrix-product rate (``torch.mm`` of two ``--matmul-size`` square ma
   sum of these bounds over the measured time).
 * **elementwise**: every other operator that computes (bias, activation, dropout masks,
   sums, the loss, their gradients), and this project's elementwise kernels (the keyed
-  dropout, the fused bias-ReLU-dropout epilogue and the self-loop normalisation after an
-  aggregation, forward and backward): bytes read (its inputs) and written (one output the
-  size of its largest input; the epilogue's bit per element is not counted), counted for
-  operators that call no other, against the triad bandwidth.
-* **optimizer**: the operators inside the optimizer's step, bytes as elementwise.
+  dropout, the fused bias-ReLU-dropout epilogue, the self-loop normalisation, the masked
+  cross-entropy), forward and backward; against the triad bandwidth by the bytes the work
+  *needs* (:func:`elementwise_needed_bytes`: each step fused into the pass that makes its
+  input), so that a pass the code makes of its own lowers the fraction.  The bytes the
+  operators themselves read and write (their inputs, one output the size of the largest)
+  are reported beside it (``moved_gb_per_epoch``).  GCN and GraphSAGE only; for the other
+  models the operators' bytes stand in for the needed ones.
+* **optimizer**: the operators inside the optimizer's step, by the bytes the operators read
+  and write.
 
 ``fraction`` is the achieved rate over the limit that applies; what no phase holds
 (Python, autograd's bookkeeping, and the profiler's overhead on the operators' times) is
@@ -69,7 +74,8 @@ DESCRIPTION = ("Profile training epochs of this project's trainer and report eac
                "the machine's limit that applies to it, both limits measured in the same run.")
 DEFAULT_DATASET = "rmat:scale=18,edge_factor=16,features=128"
 # this project's elementwise kernels: autograd functions, not aten operators
-ELEMENTWISE_KERNELS = {"VertexDropout", "BiasReLUDropout", "SelfLoopNorm"}
+ELEMENTWISE_KERNELS = {"VertexDropout", "BiasReLUDropout", "SelfLoopNorm",
+                       "MaskedCrossEntropy"}
 MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
 # operators that move no data (views, flags, allocation): no bytes
 NO_DATA = {"aten::resolve_conj", "aten::resolve_neg", "aten::view", "aten::reshape",
@@ -106,8 +112,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 class CountingBackend:
-    """An aggregation backend that adds up the bytes its SpMMs must move
-    (:func:`bench.spmm.moved_bytes`), forward and backward, and otherwise is ``inner``."""
+    """An aggregation backend that adds up the bytes its aggregations need, forward and
+    backward, and otherwise is ``inner``.
+
+    An SpMM needs its indices, one gathered row per edge and its output
+    (:func:`bench.spmm.moved_bytes`); a fused loop sum (``propagate``) also the vertex's
+    own row, in the element size of its rows (2 for bf16 rows in and out)."""
 
     def __init__(self, inner):
         self.inner, self.bytes = inner, 0
@@ -127,6 +137,34 @@ class CountingBackend:
         self.bytes += moved_bytes(graph.transpose(), grad_y.shape[1],
                                   self.itemsize(grad_y, reduce))
         return self.inner.spmm_backward(graph, grad_y, reduce, arg)
+
+    def propagate(self, graph, x, source_scale, row_scale, transposed=False):
+        g, size = (graph.transpose() if transposed else graph), x.element_size()
+        # moved_bytes counts a float32 output: the output here is in the rows' own size
+        self.bytes += (moved_bytes(g, x.shape[1], size) - g.num_nodes * x.shape[1] * (4 - size)
+                       + g.num_nodes * x.shape[1] * size)
+        return self.inner.propagate(graph, x, source_scale, row_scale, transposed)
+
+
+def elementwise_needed_bytes(cfg: TrainConfig, n: int, num_features: int, num_classes: int
+                             ) -> int | None:
+    """Bytes an epoch's elementwise work needs at least, every step fused into the pass
+    that makes its input (``None`` for models other than GCN and GraphSAGE).
+
+    Per hidden layer of width ``H``: forward, its product read and its activation written
+    (bias, ReLU and the next dropout in that pass) and a bit per element kept; backward, the
+    gradient and the bits read and the gradient written: ``2 (2 N H s + N H / 8)`` with
+    ``s`` the activations' element size (2 under bf16-mixed, else 4).  The input dropout:
+    the features read and written (``2 N F s``, when it drops).  The loss: the logits read
+    and their gradient written in float32, with the labels and the mask (``8 N C + 9 N``).
+    The normalisations, the self-loops and the last layer's bias need no pass of their
+    own (they fit into the aggregation's, or the loss's)."""
+    if cfg.model not in ("gcn", "sage"):
+        return None
+    s = 2 if cfg.precision == "bf16-mixed" else 4
+    hidden = (cfg.layers - 1) * (2 * (2 * n * cfg.hidden * s + n * cfg.hidden // 8))
+    dropout = 2 * n * num_features * s if cfg.dropout else 0
+    return hidden + dropout + 8 * n * num_classes + 9 * n
 
 
 def operator_bytes(event) -> int:
@@ -236,7 +274,14 @@ def profile_epochs(args) -> dict:
             epoch(k)
     if arena:
         arena.release()
-    return {"epoch_s": wall, "aggregation": aggregation, **split_profile(prof.events()),
+    measured = split_profile(prof.events())
+    needed = elementwise_needed_bytes(cfg, data.num_nodes, data.num_features,
+                                      data.num_classes)
+    # the fraction is of the bytes the work needs; the operators' own, "moved", beside it
+    measured["elementwise"]["moved_bytes"] = measured["elementwise"]["bytes"]
+    if needed is not None:
+        measured["elementwise"]["bytes"] = needed * args.epochs
+    return {"epoch_s": wall, "aggregation": aggregation, **measured,
             "epochs": args.epochs,
             "graph": {"vertices": data.num_nodes, "edges": data.graph.num_edges,
                       "features": data.num_features}}
@@ -271,6 +316,10 @@ def phase_rows(measured: dict, triad_gb_s: float, matmul_gflops_: float) -> list
                      "share": round(m["s"] / epochs / epoch_s, 3), "unit": unit,
                      "achieved": round(rate, 2), "limit": round(limit, 2),
                      "fraction": round(rate / limit, 3)})
+        if unit == "GB/s":
+            rows[-1]["gb_per_epoch"] = round(amount / epochs / 1e9, 3)
+        if "moved_bytes" in m:
+            rows[-1]["moved_gb_per_epoch"] = round(m["moved_bytes"] / epochs / 1e9, 3)
         if phase == "matmul":
             rows[-1].update(roofline_rows(m, triad_gb_s, matmul_gflops_, epochs))
     # from the unrounded seconds: on a short epoch the rows' rounding adds up to percents
@@ -306,6 +355,11 @@ def main(args) -> int:
         print(f"{r['phase']:>16} {r['s']:>8.3f} {r['share']:>6.1%} "
               + (f"{r['achieved']:>8.2f} {unit:<7} {r['limit']:>8.2f} {unit:<7} "
                  f"{r['fraction']:>8.1%}" if unit else ""))
+    elementwise = rows[2]
+    if "moved_gb_per_epoch" in elementwise:
+        print(f"elementwise: {elementwise['gb_per_epoch']:.3f} GB an epoch needed (the fraction "
+              f"above), {elementwise['moved_gb_per_epoch']:.3f} GB read and written by its "
+              f"operators")
     products = rows[1]
     print(f"matrix products: {products['roofline_fraction']:.1%} of their roofline (each "
           f"product's max(flops / matmul rate, bytes / triad); "

@@ -298,6 +298,39 @@ def test_counted_aggregation_bytes_follow_the_rows_the_kernels_gather():
         assert counting.bytes == moved_bytes(graph, 8, itemsize), (precision, reduce)
 
 
+def test_fused_loop_sums_count_their_own_row_and_output_in_the_rows_size():
+    """A fused loop sum needs the SpMM's bytes with its output in its rows' size, and the
+    vertex's own row: 2 bytes an element for bf16 rows in and out, 4 for float32."""
+    import torch
+
+    from bench.phases import CountingBackend
+    from distgnn.nn.backends import get_backend
+    from tests.helpers.graphs import build_random_graph
+
+    graph, *_ = build_random_graph(seed=2, n=50, e=300)
+    for dtype, size in ((torch.float32, 4), (torch.bfloat16, 2)):
+        counting = CountingBackend(get_backend("numba"))
+        counting.propagate(graph, torch.randn(50, 8).to(dtype), None, None)
+        assert counting.bytes == graph.indices.nbytes + (300 + 2 * 50) * 8 * size
+
+
+def test_elementwise_needed_bytes_are_one_pass_each_way_per_activation():
+    """2 layers, hidden H: the hidden activation read and written each way with its bits,
+    the features read and written by their dropout, the logits and labels by the loss; half
+    the activations' bytes under bf16-mixed; no model for GAT."""
+    from bench.phases import elementwise_needed_bytes
+    from distgnn.run.config import TrainConfig
+
+    n, f, h, c = 1000, 32, 64, 5
+    fp32 = TrainConfig(model="sage", hidden=h, layers=2, dropout=0.5)
+    assert elementwise_needed_bytes(fp32, n, f, c) == (2 * (2 * n * h * 4 + n * h // 8)
+                                                      + 2 * n * f * 4 + 8 * n * c + 9 * n)
+    bf16 = TrainConfig(model="gcn", hidden=h, layers=2, dropout=0.0, precision="bf16-mixed")
+    assert elementwise_needed_bytes(bf16, n, f, c) == (2 * (2 * n * h * 2 + n * h // 8)
+                                                      + 8 * n * c + 9 * n)
+    assert elementwise_needed_bytes(TrainConfig(model="gat"), n, f, c) is None
+
+
 def test_roofline_bounds_each_product_by_its_flops_or_its_bytes():
     """At 100 GFLOP/s and 10 GB/s a product of 1e9 flops and 1e9 bytes is bound by its bytes
     (0.1 s), one of 1e10 flops and 1e8 bytes by its flops (0.1 s): two epochs of both are

@@ -140,3 +140,45 @@ def test_dropout_of_bf16_rows_is_the_float32_dropout_rounded():
     h = xb.clone().requires_grad_()
     (grad,) = torch.autograd.grad(vertex_dropout(h, ids, 0.3, 12345), h, g)
     assert torch.equal(grad, vertex_dropout(g.float(), ids, 0.3, 12345).bfloat16())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("p", [0.0, 0.5])
+@pytest.mark.parametrize("shape", [(403, 40, 7), (64, 16, 16), (9, 19, 21)])
+def test_epilogue_with_projection_is_the_epilogue_then_the_product(dtype, p, shape):
+    """h = dropout(relu(x + b)); z = h W^T and every gradient, against the separate fused
+    epilogue and F.linear: float32 to rounding, bf16 to its rounding of z; row counts not a
+    multiple of the kernels' row blocks, class counts over one register panel."""
+    from distgnn.nn.dropout import bias_relu_dropout, bias_relu_dropout_project
+
+    n, d, c = shape
+    gen = torch.Generator().manual_seed(n)
+    x = torch.randn(n, d, generator=gen).to(dtype)
+    b, w = torch.randn(d, generator=gen), torch.randn(c, d, generator=gen)
+    ids = np.arange(n, dtype=np.int64) * 5 + 2
+    g = torch.randn(n, c, generator=gen).to(dtype)
+    ours = [t.clone().requires_grad_() for t in (x, b, w)]
+    theirs = [t.clone().requires_grad_() for t in (x, b, w)]
+    z = bias_relu_dropout_project(*ours, ids, p, 77)
+    h = bias_relu_dropout(theirs[0], theirs[1], ids, p, 77)
+    expected = F.linear(h.float(), theirs[2])
+    assert z.dtype == dtype and z.shape == (n, c)
+    rtol = 1e-5 if dtype == torch.float32 else 2 ** -7
+    scale = float(expected.abs().max())
+    torch.testing.assert_close(z.float(), expected, rtol=rtol, atol=rtol * scale)
+    got = torch.autograd.grad(z, ours, g)
+    want = torch.autograd.grad(expected, theirs, g.float())
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a.float(), e.float(), rtol=rtol,
+                                   atol=rtol * float(e.float().abs().max()))
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_models_fuse_the_last_projection_only_where_it_applies(model):
+    from distgnn.nn.models import GNN
+
+    assert GNN(model, 32, 16, 4).projects_last()
+    assert not GNN(model, 32, 16, 40).projects_last()  # the last layer aggregates first
+    assert not GNN(model, 32, 16, 4, num_layers=1).projects_last()
+    assert not GNN("sage", 32, 16, 4, aggregator="mean").projects_last()  # W_r h too
+    assert not GNN("gin", 32, 16, 4).projects_last()

@@ -117,11 +117,14 @@ def test_gnn_dropout_depends_on_mode_and_epoch(case):
 @pytest.mark.parametrize("num_layers,d_in,changes",
                          [(1, 6, False), (2, 6, False), (3, 6, True), (2, 16, True)])
 def test_residual_only_acts_where_layer_width_is_kept(case, num_layers, d_in, changes):
-    """Skips exist on hidden-to-hidden layers, and on the first if ``d_in == hidden``."""
+    """Skips exist on hidden-to-hidden layers, and on the first if ``d_in == hidden``
+    (without one the models agree to rounding: the plain one projects the last layer in its
+    fused epilogue)."""
     plain, skip = gnn_pair(model="sage", in_channels=d_in, hidden_channels=16, out_channels=4,
                            num_layers=num_layers, dropout=0.0)
     x = torch.randn(N, d_in)
-    assert torch.equal(plain(case[0], x), skip(case[0], x)) != changes
+    same = torch.allclose(plain(case[0], x), skip(case[0], x), rtol=1e-5, atol=1e-6)
+    assert same != changes
 
 
 @pytest.mark.parametrize("kw", [dict(model="gatv2"), dict(num_layers=0), dict(dropout=1.0),

@@ -253,3 +253,16 @@ def _stored(v, out):
             return np.uint16(bits >> np.uint32(16))
         return rounded
     return lambda v, out: v
+
+
+@intrinsic
+def where_positive(typingctx, panel, reference):
+    """``panel`` where ``reference > 0`` lane by lane, else 0 (a NaN reference: 0)."""
+    if not isinstance(panel, Panel) or panel != reference:
+        return None
+
+    def codegen(context, builder, sig, args):
+        positive = builder.fcmp_ordered(">", args[1], ir.Constant(args[1].type, None))
+        return builder.select(positive, args[0], ir.Constant(args[0].type, None))
+
+    return panel(panel, reference), codegen

@@ -27,6 +27,7 @@ from ..kernels.dropout import (
     masked_scale_backward,
 )
 from ..kernels.lanes import BF16
+from ..kernels import projection
 from . import buffers
 
 
@@ -127,6 +128,70 @@ class BiasReLUDropout(torch.autograd.Function):
                                                        ctx.p, ctx.bias_dtype)
         return (as_tensor(grad_x, grad.dtype),
                 torch.from_numpy(grad_bias) if ctx.has_bias else None, None, None, None)
+
+
+class BiasReLUDropoutProject(torch.autograd.Function):
+    """``vertex_dropout(relu(x + b)) W^T`` on the CPU in one pass over ``x`` forward and one
+    over the kept activation backward (:func:`bias_relu_dropout_project`)."""
+
+    @staticmethod
+    def forward(ctx, x, bias, weight, ids, p, key):
+        x = x.detach().contiguous()
+        d, c = x.shape[1], weight.shape[0]
+        b = (np.zeros(d, np.float32) if bias is None
+             else bias.detach().contiguous().numpy())
+        kept = buffers.empty(tuple(x.shape), rows(x).dtype)
+        z = buffers.empty((x.shape[0], c), rows(x).dtype)
+        projection.bias_relu_dropout_project(
+            rows(x), b, ids, np.uint64(int(key)), np.uint64(int(p * (1 << 24))),
+            np.float32(1.0 / (1.0 - p)), weight.detach().t().contiguous().numpy(), kept, z)
+        ctx.p, ctx.has_bias = p, bias is not None
+        ctx.save_for_backward(as_tensor(kept, x.dtype), weight)
+        return as_tensor(z, x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_z):
+        kept, weight = ctx.saved_tensors
+        grad_x = buffers.empty(tuple(kept.shape), rows(kept).dtype)
+        grad_bias = np.empty(kept.shape[1], np.float32)
+        grad_weight = np.empty(tuple(weight.shape), np.float32)
+        projection.relu_dropout_project_backward(
+            rows(grad_z.contiguous()), rows(kept), weight.detach().contiguous().numpy(),
+            np.float32(1.0 / (1.0 - ctx.p)), grad_x, grad_bias, grad_weight)
+        return (as_tensor(grad_x, kept.dtype),
+                torch.from_numpy(grad_bias) if ctx.has_bias else None,
+                torch.from_numpy(grad_weight), None, None, None)
+
+
+def projectable(x: torch.Tensor, bias: torch.Tensor | None, weight: torch.Tensor) -> bool:
+    """Whether :func:`bias_relu_dropout_project` takes ``x``, ``bias`` and ``weight``: CPU
+    tensors, ``x`` float32 or bf16 (a product's output under autocast), the bias and the
+    weight float32."""
+    return (x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16)
+            and weight.dtype == torch.float32 and weight.device.type == "cpu"
+            and (bias is None or (bias.dtype == torch.float32 and bias.device.type == "cpu")))
+
+
+def bias_relu_dropout_project(x: torch.Tensor, bias: torch.Tensor | None,
+                              weight: torch.Tensor, ids, p: float, key: int) -> torch.Tensor:
+    r"""``vertex_dropout(relu(x + b), ids, p, key) W^T``: a hidden layer's epilogue and the
+    next layer's projection in one pass (for the tensors :func:`projectable` accepts).
+
+    .. math::
+        \mathbf{h} = \mathbf{m} \odot \max(\mathbf{x} + \mathbf{b}, 0),\qquad
+        \mathbf{z} = \mathbf{h} \mathbf{W}^\top
+
+    The values of :func:`bias_relu_dropout` followed by ``F.linear(h, W)`` to rounding (the
+    products summed in float32 in another order; a bf16 ``h`` is multiplied as stored, by
+    the float32 weight).  The backward pass keeps ``h`` (the product's input, which
+    ``F.linear`` would keep too) and no bits: ``[h > 0]`` is the ReLU's and the mask's
+    gradient together (:mod:`distgnn.kernels.projection`).
+
+    Shapes: ``x`` ``[N, d]``, ``bias`` ``[d]`` or ``None``, ``weight`` ``[c, d]``, ``ids``
+    int64 numpy ``[N]``; returns ``[N, c]`` of ``x``'s dtype.
+    """
+    check_dropout(x, ids, p)
+    return BiasReLUDropoutProject.apply(x, bias, weight, ids, p, np.uint64(key))
 
 
 def bias_relu_dropout_rows(x: np.ndarray, bias: np.ndarray, ids, p: float, key: int

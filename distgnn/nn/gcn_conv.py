@@ -53,12 +53,18 @@ class GCNConv(GraphLayer):
         scale = (g.degree + 1).rsqrt()
         return g.loop_sum(z, scale, scale)
 
-    def forward(self, g: Neighbourhood, h: torch.Tensor,
+    @property
+    def weight(self) -> torch.Tensor:
+        """``W`` ``[d_out, d_in]``."""
+        return self.lin.weight
+
+    def forward(self, g: Neighbourhood, h: torch.Tensor | None,
                 aggregated: torch.Tensor | None = None, key: int | None = None,
-                epilogue=None) -> torch.Tensor:
+                epilogue=None, projected: torch.Tensor | None = None) -> torch.Tensor:
         """``aggregated``: ``aggregate(g, h)`` computed earlier (constant input features);
         ``epilogue(y, b)``: applied in place of ``y + b`` (a model fusing the activation and
-        dropout that follow, :meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`)."""
+        dropout that follow, :meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`);
+        ``projected``: ``h W^T`` made by the epilogue before (``h`` then ``None``)."""
         g = g.enter(self, self.lin.weight, key, h=h, aggregated=aggregated)
         return aggregate_and_project(self, self.lin.weight, self.bias, g, h, aggregated,
-                                     epilogue)
+                                     epilogue, projected)

@@ -8,6 +8,7 @@ from torch import nn
 
 from ..data.graph import GraphError
 from .aggregate import Neighbourhood
+from .backends import check_tensor
 
 
 def glorot(layer: nn.Module) -> None:
@@ -53,16 +54,22 @@ def add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
 
 
 def aggregate_and_project(conv, weight: torch.Tensor, bias: torch.Tensor | None,
-                          g: Neighbourhood, h: torch.Tensor,
-                          aggregated: torch.Tensor | None, epilogue=None) -> torch.Tensor:
+                          g: Neighbourhood, h: torch.Tensor | None,
+                          aggregated: torch.Tensor | None, epilogue=None,
+                          projected: torch.Tensor | None = None) -> torch.Tensor:
     """``epilogue(agg(h) W^T, b)``, computed on the narrower side of ``conv.aggregate``.
 
     That is ``agg(h W^T)`` when the layer projects first (equal for the linear
-    aggregators), else one matrix product; ``aggregated``: ``agg(h)``, known.  The
-    ``epilogue`` defaults to :func:`add_bias`, which the product then does itself (a pass
-    fewer over the output); a model passes its own to fuse what follows the layer
-    (:meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`).
+    aggregators), else one matrix product; ``aggregated``: ``agg(h)``, known;
+    ``projected``: ``h W^T``, known (a layer that projects first, whose input's epilogue
+    made it: :meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu_project`; ``h`` is
+    then ``None``).  The ``epilogue`` defaults to :func:`add_bias`, which the product then
+    does itself (a pass fewer over the output); a model passes its own to fuse what follows
+    the layer (:meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`).
     """
+    if projected is not None:
+        check_tensor("projected", projected, (g.num_nodes, weight.shape[0]))
+        return (epilogue or add_bias)(conv.aggregate(g, projected), bias)
     if aggregated is None and conv.project_first:
         return (epilogue or add_bias)(conv.aggregate(g, F.linear(h, weight)), bias)
     agg = conv.aggregate(g, h) if aggregated is None else aggregated

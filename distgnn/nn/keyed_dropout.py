@@ -7,7 +7,14 @@ from torch import nn
 
 from ..kernels.dropout import dropout_key
 from .aggregate import Neighbourhood
-from .dropout import bias_relu_dropout, check_dropout, fusable, vertex_dropout
+from .dropout import (
+    bias_relu_dropout,
+    bias_relu_dropout_project,
+    check_dropout,
+    fusable,
+    projectable,
+    vertex_dropout,
+)
 from .graph_layer import relu
 
 
@@ -74,3 +81,25 @@ class KeyedDropout(nn.Module):
         if g.training and self.p:
             p, mask_key = self.p, dropout_key(g.seed, g.epoch, g.claim("dropout", self, key))
         return bias_relu_dropout(y, bias, g.global_ids, p, mask_key)
+
+    def after_relu_project(self, g: Neighbourhood, y: torch.Tensor, bias: torch.Tensor | None,
+                           weight: torch.Tensor, key: int | None = None) -> torch.Tensor:
+        r"""``self(g, relu(y + bias)) W^T``: :meth:`after_relu` and the next layer's
+        projection in one pass.
+
+        What a model applies between a hidden layer and a last layer that projects first
+        (``W`` ``[c, d]``, few classes): on the CPU
+        :func:`~distgnn.nn.dropout.bias_relu_dropout_project` (the activation is multiplied
+        while its row is in registers, and the backward pass is one pass too); elsewhere
+        :meth:`after_relu` and ``F.linear``.  The same values to rounding.
+
+        Shapes: ``y`` ``[N, d]``, ``bias`` ``[d]`` or ``None``, ``weight`` ``[c, d]``; returns
+        ``[N, c]``.
+        """
+        check_dropout(y, g.global_ids, self.p)
+        if not projectable(y, bias, weight):
+            return torch.nn.functional.linear(self.after_relu(g, y, bias, key), weight)
+        p, mask_key = 0.0, 0
+        if g.training and self.p:
+            p, mask_key = self.p, dropout_key(g.seed, g.epoch, g.claim("dropout", self, key))
+        return bias_relu_dropout_project(y, bias, weight, g.global_ids, p, mask_key)

@@ -151,17 +151,34 @@ class GNN(nn.Module):
 
         It serves GCN, GraphSAGE and GIN without residual connections or recomputation:
         the same maths, the bias, the ReLU and the next layer's dropout applied in one pass
-        over a layer's output (:meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`).
+        over a layer's output (:meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`),
+        and, before a last layer that projects first (:meth:`projects_last`), its
+        projection in that pass too.
         """
         h = x if self.precompute_first else self.dropouts[0](g, x)
+        last = len(self.convs) - 1
         for layer, conv in enumerate(self.convs):
             known = ({"aggregated": self.first_aggregate(g, x)}
                      if layer == 0 and self.precompute_first else {})
-            if layer == len(self.convs) - 1:
+            if layer == last:
                 return conv(g, h, **known)
+            if layer + 1 == last and self.projects_last():
+                # the last layer's projection made in the same pass as this epilogue
+                after = functools.partial(self.dropouts[last].after_relu_project, g,
+                                          weight=self.convs[last].weight)
+                return self.convs[last](g, None, projected=conv(g, h, epilogue=after, **known))
             after = functools.partial(self.dropouts[layer + 1].after_relu, g)
             h = after(conv(g, h)) if self.model == "gin" else conv(g, h, epilogue=after,
                                                                     **known)
+
+    def projects_last(self) -> bool:
+        """Whether the last layer (of two or more) projects first and has no other term
+        (GCN, GraphSAGE-gcn with ``C`` below the hidden width): the epilogue before it then
+        makes its projection too
+        (:meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu_project`)."""
+        last = self.convs[-1]
+        return (len(self.convs) > 1 and self.model in ("gcn", "sage") and last.project_first
+                and getattr(last, "lin_root", None) is None)
 
     @torch.no_grad()
     def first_aggregate(self, g: Neighbourhood, x: torch.Tensor) -> torch.Tensor:

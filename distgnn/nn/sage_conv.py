@@ -65,16 +65,26 @@ class SAGEConv(GraphLayer):
             return g.loop_sum(z, row_scale=(g.degree + 1).reciprocal())
         return g.reduce(z, self.aggr)
 
-    def forward(self, g: Neighbourhood, h: torch.Tensor,
+    @property
+    def weight(self) -> torch.Tensor:
+        """``W`` (``W_n`` beside ``W_r`` for mean/sum/max) ``[d_out, d_in]``."""
+        return self.lin_neigh.weight
+
+    def forward(self, g: Neighbourhood, h: torch.Tensor | None,
                 aggregated: torch.Tensor | None = None, key: int | None = None,
-                epilogue=None) -> torch.Tensor:
+                epilogue=None, projected: torch.Tensor | None = None) -> torch.Tensor:
         """``aggregated``: ``aggregate(g, h)`` computed earlier (constant input features);
         ``epilogue(y, b)``: applied in place of ``y + b`` (a model fusing the activation and
-        dropout that follow, :meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`)."""
+        dropout that follow, :meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`);
+        ``projected``: ``h W^T`` made by the epilogue before (``h`` then ``None``; the
+        ``gcn`` aggregator only, which has no root term)."""
         g = g.enter(self, self.lin_neigh.weight, key, h=h, aggregated=aggregated)
         if self.lin_root is None:
             return aggregate_and_project(self, self.lin_neigh.weight, self.bias, g, h,
-                                         aggregated, epilogue)
+                                         aggregated, epilogue, projected)
+        if projected is not None:
+            raise ValueError(f"SAGEConv(aggr={self.aggr!r}) adds W_r h: it needs h, not "
+                             "its projection")
         if epilogue is None:
             return (aggregate_and_project(self, self.lin_neigh.weight, self.bias, g, h,
                                           aggregated) + self.lin_root(h))
