@@ -178,10 +178,10 @@ def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
     saved_bytes = saved_activation_bytes(precision)
     memory = [training_memory(c.vertices, c.edges, num_features, num_classes, hidden, layers,
                               split_entries=c.leaves + c.leaf_entries,
-                              saved_bytes=saved_bytes)["total"]
+                              saved_bytes=saved_bytes, feature_bytes=saved_bytes)["total"]
               for c in counts]
     fixed = memory_rates(num_features, num_classes, hidden, layers,
-                         saved_bytes=saved_bytes)["fixed"]
+                         saved_bytes=saved_bytes, feature_bytes=saved_bytes)["fixed"]
     return {
         "num_parts": P,
         "num_nodes": num_nodes,

@@ -357,7 +357,9 @@ def test_cd0_under_bf16_mixed_follows_single_socket_bf16_mixed(thread_job, cora,
 
 def test_roc_auc_over_ranks_equals_single_socket(tmp_path):
     """``--roc-auc`` on a binary task: cd-0 on 2 ranks (dropout 0) reports the ROC-AUC of
-    each split that single-socket training does, every evaluation (to 1e-6)."""
+    each split that single-socket training does, every evaluation (to 2e-5: a few of a
+    split's ~250,000 (positive, negative) pairs, 4e-6 each, may order differently, the single
+    socket summing each aggregate in another order, its self-loop first, in one pass)."""
     spec = "sbm:nodes=3000,blocks=2,noise=4"
     partition_cli([spec, "--parts", "2", "--out", str(tmp_path / "p2"), "--no-progress"])
     common = dict(dropout=0.0, epochs=15, roc_auc=True)
@@ -367,7 +369,7 @@ def test_roc_auc_over_ranks_equals_single_socket(tmp_path):
     aucs = [(g[f"{m}_roc_auc"], w[f"{m}_roc_auc"]) for g, w in zip(got, want)
             for m in ("train", "val", "test")]
     assert all(0 < w < 1 for _, w in aucs) and len({w for _, w in aucs}) > 3
-    assert max(abs(g - w) for g, w in aucs) <= 1e-6
+    assert max(abs(g - w) for g, w in aucs) <= 2e-5
 
 
 @pytest.fixture(scope="module")

@@ -162,7 +162,9 @@ class GNN(nn.Module):
                      if layer == 0 and self.precompute_first else {})
             if layer == last:
                 return conv(g, h, **known)
-            if layer + 1 == last and self.projects_last():
+            # (in training: an evaluation's forward gives the last layer its input, which
+            # a hook reading the embeddings takes)
+            if layer + 1 == last and torch.is_grad_enabled() and self.projects_last():
                 # the last layer's projection made in the same pass as this epilogue
                 after = functools.partial(self.dropouts[last].after_relu_project, g,
                                           weight=self.convs[last].weight)

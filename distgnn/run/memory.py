@@ -128,13 +128,15 @@ def predict(network: ModelConfig, exchange: ExchangeConfig, execution: Execution
         network.hidden if network.model == "gin" else 0, split_entries, widths,
         exchange.delay_epochs if delayed else 0,
         (lambda w: row_bytes(exchange.wire, w, value_bytes)) if compressed else None,
-        execution.recompute, saved_activation_bytes(execution.precision))
+        execution.recompute, saved_activation_bytes(execution.precision),
+        saved_activation_bytes(execution.precision))
 
 
 def saved_activation_bytes(precision: str) -> int | None:
-    """Bytes of a saved activation's element under ``--precision`` (``training_memory``'s
-    ``saved_bytes``): 2 under bf16-mixed, whose products keep their bf16 operands; ``None``
-    (the run's value type) otherwise."""
+    """Bytes of a saved activation's (and a feature's) element under ``--precision``
+    (``training_memory``'s ``saved_bytes`` and ``feature_bytes``): 2 under bf16-mixed, whose
+    products keep their bf16 operands and whose features are kept in bf16; ``None`` (the
+    run's value type) otherwise."""
     return 2 if precision == "bf16-mixed" else None
 
 
@@ -220,8 +222,8 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
                     precompute_first: bool = False, heads: int = 0, mlp: int = 0,
                     split_entries: int = 0, delayed_widths: tuple[int, ...] = (),
                     delay: int = 0, wire_row_bytes=None,
-                    recompute: bool = False, saved_bytes: int | None = None
-                    ) -> dict[str, int]:
+                    recompute: bool = False, saved_bytes: int | None = None,
+                    feature_bytes: int | None = None) -> dict[str, int]:
     r"""Predicted peak memory (bytes) of a training process, by part, and their ``total``.
 
     The peak resident memory of a process over ``N`` vertices and ``E`` edges (a whole graph,
@@ -240,7 +242,7 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
         \text{activations} = t N \sum_{l=1}^{L} (d_{l-1} + 3 m) + t N d_L
             + a N \sum_{l=1}^{L-1} d_l + (1 + \rho)\, s N \max_l d_l + 3 s N C + 6 s E H' L
 
-        \text{graph} = 22 E + 40 N \qquad \text{features} = c\, s N F + 24 N
+        \text{graph} = 22 E + 40 N \qquad \text{features} = c\, f N F + 24 N
         \qquad \text{exchange} = S (s\, w + 80)
 
         \text{delayed exchange} = \sum_{w \in W} \Big(B\, r + S\, \big(3 s w + u(w)
@@ -266,8 +268,9 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     (fitted; the kernels' trial in the first epoch times the operand itself and holds two
     candidate plans at a time, and stays under the later epochs' peak), per-vertex row
     pointers and ids.  Features: the normalised copy the
-    model reads (``c = 2`` with ``--precompute-first-aggregation``, which keeps their
-    aggregate too), labels, masks and degrees.  Exchange: the split tables and one buffer
+    model reads, of ``f``-byte elements (``feature_bytes``: ``s``, or 2 under ``--precision
+    bf16-mixed``, which keeps them in bf16; ``c = 2`` with ``--precompute-first-aggregation``,
+    which keeps their aggregate too), labels, masks and degrees.  Exchange: the split tables and one buffer
     row per split entry at the widest exchanged width ``w = max_l min(d_{l-1}, d_l)`` (a
     layer aggregates on its narrower side).  cd-r keeps, for each of its exchanges, of the
     widths ``W`` it really carries (``delayed_widths``: :func:`exchange_widths`), ``r`` bins
@@ -298,7 +301,9 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
                         + (1 + recompute) * s * N * max(d) + 3 * s * N * num_classes
                         + 6 * s * E * heads * layers),
         "graph": 22 * E + 40 * N,
-        "features": (2 if precompute_first else 1) * s * N * num_features + 24 * N,
+        "features": ((2 if precompute_first else 1) * (s if feature_bytes is None
+                                                       else feature_bytes)
+                     * N * num_features + 24 * N),
         "exchange": S * (s * max(min(i, o) for i, o in zip(d[:-1], d[1:])) + 80),
         "delayed exchange": sum(delayed_exchange_bytes(w, S, delay, s, wire_row_bytes)
                                 for w in delayed_widths),
