@@ -112,8 +112,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 class CountingBackend:
-    """An aggregation backend that adds up the bytes its aggregations need, forward and
-    backward, and otherwise is ``inner``.
+    """An aggregation backend that adds up the bytes its aggregations need.
+
+    It counts forward and backward, and otherwise is ``inner``.
 
     An SpMM needs its indices, one gathered row per edge and its output
     (:func:`bench.spmm.moved_bytes`); a fused loop sum (``propagate``) also the vertex's
@@ -148,8 +149,9 @@ class CountingBackend:
 
 def elementwise_needed_bytes(cfg: TrainConfig, n: int, num_features: int, num_classes: int
                              ) -> int | None:
-    """Bytes an epoch's elementwise work needs at least, every step fused into the pass
-    that makes its input (``None`` for models other than GCN and GraphSAGE).
+    """Bytes an epoch's elementwise work needs at least (``None``: not GCN or GraphSAGE).
+
+    Every step is taken as fused into the pass that makes its input.
 
     Per hidden layer of width ``H``: forward, its product read and its activation written
     (bias, ReLU and the next dropout in that pass) and a bit per element kept; backward, the

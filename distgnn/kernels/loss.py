@@ -57,8 +57,10 @@ def _cross_entropy_rows(logits, labels, mask, scale, grad, partial, bad):
 
 def cross_entropy(logits: np.ndarray, labels: np.ndarray, mask: np.ndarray, scale: float,
                   grad: np.ndarray) -> float:
-    """``L`` of the module docstring (summed in float64, blocks in a fixed order); writes
-    ``dL/dz`` into ``grad`` (``logits``' shape and dtype: float32 or float64).
+    """``L`` of the module docstring; ``dL/dz`` written into ``grad``.
+
+    The sum is taken in float64, its blocks in a fixed order; ``grad`` has ``logits``' shape
+    and dtype (float32 or float64).
 
     Raises ``ValueError`` for a masked row whose label is not in ``0..C-1``.
     """

@@ -100,10 +100,11 @@ def _gradient_panel(g, out, weight, s, i, col, m, grad_x, pb, pw):
 
 @numba.njit(cache=True, parallel=True, nogil=True)
 def relu_dropout_project_backward(g, out, weight, s, grad_x, grad_bias, grad_weight):
-    """``grad_x``, ``grad_bias`` ``[d]`` and ``grad_weight`` ``[c, d]`` of the module
-    docstring from ``g`` ``[N, c]``, the kept ``out`` ``[N, d]`` and ``weight`` ``W``
-    ``[c, d]`` float32.  :data:`ROWS` rows at a time share each panel of ``W`` and each
-    update of the weight's partial sum."""
+    """The three gradients of the module docstring, in one pass over the rows.
+
+    ``grad_x``, ``grad_bias`` ``[d]`` and ``grad_weight`` ``[c, d]`` from ``g`` ``[N, c]``,
+    the kept ``out`` ``[N, d]`` and ``weight`` ``W`` ``[c, d]`` float32.  :data:`ROWS` rows
+    at a time share each panel of ``W`` and each update of the weight's partial sum."""
     n, d = out.shape
     c = weight.shape[0]
     blocks = (n + BLOCK_ROWS - 1) // BLOCK_ROWS

@@ -44,8 +44,9 @@ def check_dropout(x, global_ids, p: float) -> None:
 
 def apply_dropout_mask(x: np.ndarray, global_ids: np.ndarray, p: float, key: int,
                        width: int | None = None, first: int = 0) -> np.ndarray:
-    """``x * mask`` for ``x`` float (or bf16 bits) ``[len(global_ids), d]``; the mask is
-    ``0`` or ``1/(1-p)``.
+    """``x * mask``, the mask ``0`` or ``1/(1-p)``.
+
+    ``x`` is float (or bf16 bits) ``[len(global_ids), d]``.
 
     ``x`` may be columns ``first .. first + d`` of rows ``width`` wide (a panel): they take
     the mask of those columns of the whole rows."""
@@ -174,8 +175,10 @@ def projectable(x: torch.Tensor, bias: torch.Tensor | None, weight: torch.Tensor
 
 def bias_relu_dropout_project(x: torch.Tensor, bias: torch.Tensor | None,
                               weight: torch.Tensor, ids, p: float, key: int) -> torch.Tensor:
-    r"""``vertex_dropout(relu(x + b), ids, p, key) W^T``: a hidden layer's epilogue and the
-    next layer's projection in one pass (for the tensors :func:`projectable` accepts).
+    r"""``vertex_dropout(relu(x + b), ids, p, key) W^T`` in one pass.
+
+    A hidden layer's epilogue and the next layer's projection, for the tensors
+    :func:`projectable` accepts.
 
     .. math::
         \mathbf{h} = \mathbf{m} \odot \max(\mathbf{x} + \mathbf{b}, 0),\qquad

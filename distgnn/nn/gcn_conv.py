@@ -61,7 +61,9 @@ class GCNConv(GraphLayer):
     def forward(self, g: Neighbourhood, h: torch.Tensor | None,
                 aggregated: torch.Tensor | None = None, key: int | None = None,
                 epilogue=None, projected: torch.Tensor | None = None) -> torch.Tensor:
-        """``aggregated``: ``aggregate(g, h)`` computed earlier (constant input features);
+        """The layer's output ``[N, d_out]``.
+
+        ``aggregated``: ``aggregate(g, h)`` computed earlier (constant input features);
         ``epilogue(y, b)``: applied in place of ``y + b`` (a model fusing the activation and
         dropout that follow, :meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`);
         ``projected``: ``h W^T`` made by the epilogue before (``h`` then ``None``)."""

@@ -84,8 +84,7 @@ class KeyedDropout(nn.Module):
 
     def after_relu_project(self, g: Neighbourhood, y: torch.Tensor, bias: torch.Tensor | None,
                            weight: torch.Tensor, key: int | None = None) -> torch.Tensor:
-        r"""``self(g, relu(y + bias)) W^T``: :meth:`after_relu` and the next layer's
-        projection in one pass.
+        r"""``self(g, relu(y + bias)) W^T``: :meth:`after_relu` and a projection, one pass.
 
         What a model applies between a hidden layer and a last layer that projects first
         (``W`` ``[c, d]``, few classes): on the CPU

@@ -174,10 +174,11 @@ class GNN(nn.Module):
                                                                     **known)
 
     def projects_last(self) -> bool:
-        """Whether the last layer (of two or more) projects first and has no other term
-        (GCN, GraphSAGE-gcn with ``C`` below the hidden width): the epilogue before it then
-        makes its projection too
-        (:meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu_project`)."""
+        """Whether the epilogue before the last layer makes its projection too.
+
+        So it does where the last layer (of two or more) projects first and has no other
+        term (GCN, GraphSAGE-gcn with ``C`` below the hidden width):
+        :meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu_project`."""
         last = self.convs[-1]
         return (len(self.convs) > 1 and self.model in ("gcn", "sage") and last.project_first
                 and getattr(last, "lin_root", None) is None)

@@ -133,10 +133,11 @@ def predict(network: ModelConfig, exchange: ExchangeConfig, execution: Execution
 
 
 def saved_activation_bytes(precision: str) -> int | None:
-    """Bytes of a saved activation's (and a feature's) element under ``--precision``
-    (``training_memory``'s ``saved_bytes`` and ``feature_bytes``): 2 under bf16-mixed, whose
-    products keep their bf16 operands and whose features are kept in bf16; ``None`` (the
-    run's value type) otherwise."""
+    """Bytes of a saved activation's (and a feature's) element under ``--precision``.
+
+    That is ``training_memory``'s ``saved_bytes`` and ``feature_bytes``: 2 under bf16-mixed,
+    whose products keep their bf16 operands and whose features are kept in bf16; ``None``
+    (the run's value type) otherwise."""
     return 2 if precision == "bf16-mixed" else None
 
 

@@ -160,8 +160,9 @@ def feature_dtype(cfg: TrainConfig) -> torch.dtype:
 
 def node_tensors(x: np.ndarray, y: np.ndarray, masks: dict[str, np.ndarray], how: str,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
-    """Torch tensors of normalised features, labels and masks on ``device`` (copies: the
-    inputs may be read-only memory maps).
+    """Torch tensors of normalised features, labels and masks on ``device``.
+
+    They are copies: the inputs may be read-only memory maps.
 
     The features are float32, or bf16 for ``dtype`` bf16: normalised and rounded in row
     blocks, so no float32 copy of the whole is made (the input is left as it is)."""
