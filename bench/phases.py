@@ -24,9 +24,10 @@ the float32 matrix-product rate (``torch.mm`` of two ``--matmul-size`` square ma
 * **elementwise**: every other operator that computes (bias, activation, dropout masks,
   sums, the loss, their gradients), and this project's elementwise kernels (the keyed
   dropout, the fused bias-ReLU-dropout epilogue, the self-loop normalisation, the masked
-  cross-entropy), forward and backward; against the triad bandwidth by the bytes the work
-  *needs* (:func:`elementwise_needed_bytes`: each step fused into the pass that makes its
-  input), so that a pass the code makes of its own lowers the fraction.  The bytes the
+  cross-entropy), forward and backward (the epilogue that also makes the last layer's
+  narrow projection, with that product's time); against the triad bandwidth by the bytes
+  the work *needs* (:func:`elementwise_needed_bytes`: each step fused into the pass that
+  makes its input), so that a pass the code makes of its own lowers the fraction.  The bytes the
   operators themselves read and write (their inputs, one output the size of the largest)
   are reported beside it (``moved_gb_per_epoch``).  GCN and GraphSAGE only; for the other
   models the operators' bytes stand in for the needed ones.
@@ -74,8 +75,9 @@ DESCRIPTION = ("Profile training epochs of this project's trainer and report eac
                "the machine's limit that applies to it, both limits measured in the same run.")
 DEFAULT_DATASET = "rmat:scale=18,edge_factor=16,features=128"
 # this project's elementwise kernels: autograd functions, not aten operators
-ELEMENTWISE_KERNELS = {"VertexDropout", "BiasReLUDropout", "SelfLoopNorm",
-                       "MaskedCrossEntropy"}
+# (the epilogue that also makes the last layer's projection counts here with that product)
+ELEMENTWISE_KERNELS = {"VertexDropout", "BiasReLUDropout", "BiasReLUDropoutProject",
+                       "SelfLoopNorm", "MaskedCrossEntropy"}
 MATMULS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
 # operators that move no data (views, flags, allocation): no bytes
 NO_DATA = {"aten::resolve_conj", "aten::resolve_neg", "aten::view", "aten::reshape",
