@@ -146,15 +146,16 @@ def test_training_keeps_a_byte_per_element_of_each_hidden_relu():
     assert wide["activations"] - narrow["activations"] == 1000 * (1 + 4 + 0)
 
 
-def test_bf16_mixed_keeps_its_saved_activations_at_two_bytes():
+def test_bf16_mixed_keeps_its_saved_activations_and_features_at_two_bytes():
     """Under bf16-mixed the activations autograd keeps (each layer's input, the output
-    layer's output) take 2 bytes an element where fp32 takes 4; the gradients, the logits and
-    everything else stay as they are."""
+    layer's output) and the features take 2 bytes an element where fp32 takes 4; the
+    gradients, the logits and everything else stay as they are."""
     fp32 = predict(*parts(TrainConfig(hidden=64)), 1000, 5000, 32, 4)
     mixed = predict(*parts(TrainConfig(hidden=64, precision="bf16-mixed")), 1000, 5000, 32, 4)
     assert fp32["activations"] - mixed["activations"] == 2 * 1000 * (32 + 64 + 4)
-    assert {k: v for k, v in fp32.items() if k not in ("activations", "total")} == \
-        {k: v for k, v in mixed.items() if k not in ("activations", "total")}
+    assert fp32["features"] - mixed["features"] == 2 * 1000 * 32
+    assert {k: v for k, v in fp32.items() if k not in ("activations", "features", "total")} \
+        == {k: v for k, v in mixed.items() if k not in ("activations", "features", "total")}
 
 
 def test_freed_blocks_go_back_to_the_kernel():
