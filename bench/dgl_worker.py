@@ -18,17 +18,16 @@ layer, ReLU between them, logits out), the same as :class:`bench.pyg.PyGNet`'s:
   generated and bundled one), not on a directed one.
 
 The graph is the ``.npz`` CSR (rows = destinations: DGL's ``csc`` of sources to
-destinations); the features are normalised as ``feature_norm`` says (``row``: each row
-divided by its L1 norm, in float64, as :func:`distgnn.run.shard.normalize_features`;
-``none``); the model starts from the weights of ``weights``, an ``.npz`` of ``weight_{i}``
-(``[out, in]``, torch ``Linear``'s layout) and ``bias_{i}`` per layer ``i``: DGL's
+destinations); the model starts from the weights of ``weights``, an ``.npz`` of
+``weight_{i}`` (``[out, in]``, torch ``Linear``'s layout) and ``bias_{i}`` per layer ``i``
+and of ``features``, normalised as this project's trainer normalises them: DGL's
 ``SAGEConv.fc_neigh.weight`` takes ``weight_i`` as it is, ``GraphConv.weight`` (``[in,
 out]``) its transpose.  Training: Adam (``lr``, ``weight_decay``), cross-entropy over the
 training mask, ``warmup`` epochs and then ``epochs`` timed ones of forward, backward and
 optimizer step.
 
 ``JOB`` is JSON: ``npz``, ``weights``, ``model`` (``sage`` or ``gcn``), ``epochs``, ``warmup``,
-``dropout``, ``lr``, ``weight_decay``, ``feature_norm``, ``threads`` (torch's and DGL's
+``dropout``, ``lr``, ``weight_decay``, ``threads`` (torch's and DGL's
 thread pools, ``null``: their defaults) and ``seed``.  Printed, one JSON line: ``losses`` and
 ``times`` (seconds) of the timed epochs, ``rss_loaded_mib`` (resident set once the data is
 loaded), ``peak_rss_mib`` (peak resident set) and ``versions``.
@@ -45,7 +44,6 @@ import torch.nn.functional as F
 from torch import nn
 
 MODELS = ("sage", "gcn")
-_NORM_ROWS_ELEMENTS = 1 << 22  # the row blocks of the float64 normalisation
 
 
 def process_mib(field: str = "VmHWM") -> float:
@@ -55,23 +53,6 @@ def process_mib(field: str = "VmHWM") -> float:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def normalize_features(x: np.ndarray, how: str) -> np.ndarray:
-    """float32 ``x`` with each row divided by its L1 norm (computed in float64; a row of zeros
-    stays zero) for ``row``, as it is for ``none``."""
-    if how == "none":
-        return np.asarray(x, np.float32)
-    if how != "row":
-        raise ValueError(f"feature normalisation {how!r}: row or none")
-    out = np.empty(x.shape, np.float32)
-    rows = max(1, _NORM_ROWS_ELEMENTS // max(x.shape[1], 1))
-    for start in range(0, len(x), rows):
-        block = np.asarray(x[start:start + rows], dtype=np.float64)
-        norm = np.abs(block).sum(axis=1, keepdims=True)
-        np.divide(block, np.where(norm == 0, 1.0, norm), out=block)
-        out[start:start + rows] = block
-    return out
 
 
 def import_dgl():
@@ -143,7 +124,7 @@ def run(job: dict) -> dict:
         torch.set_num_threads(job["threads"])
         dgl.utils.set_num_threads(job["threads"])
     with np.load(job["npz"]) as f:
-        data = {k: f[k] for k in ("indptr", "indices", "x", "y", "train_mask")}
+        data = {k: f[k] for k in ("indptr", "indices", "y", "train_mask")}
     with np.load(job["weights"]) as f:
         weights = {k: f[k] for k in f.files}
     rss_loaded = process_mib("VmRSS")
@@ -154,7 +135,7 @@ def run(job: dict) -> dict:
     net = DGLNet(job["model"], widths, job["dropout"])
     net.load(weights)
     g = graph(dgl, data["indptr"], data["indices"], job["model"])
-    x = torch.from_numpy(normalize_features(data["x"], job["feature_norm"]))
+    x = torch.from_numpy(weights.pop("features"))
     y = torch.from_numpy(data["y"].astype(np.int64))
     train_mask = torch.from_numpy(data["train_mask"].astype(bool))
     optimizer = torch.optim.Adam(net.parameters(), lr=job["lr"],

@@ -315,10 +315,14 @@ def dgl_python(args) -> str:
 
 
 def save_initial_weights(data: NodeDataset, job: dict, path: Path) -> None:
-    """This project's initial weights of ``job``'s model (GraphSAGE-gcn or GCN) for ``data``,
-    as :mod:`bench.dgl_worker` reads them: ``weight_{i}`` (``[out, in]``) and ``bias_{i}`` of
-    layer ``i``."""
+    """What :mod:`bench.dgl_worker` starts from: initial weights and normalised features.
+
+    The weights are this project's for ``job``'s model (GraphSAGE-gcn or GCN) on ``data``.
+
+    ``weight_{i}`` (``[out, in]``) and ``bias_{i}`` of layer ``i``, and ``features``: the
+    features as this project's trainer normalises them (the worker cannot import it)."""
     from distgnn.nn.config import build_model
+    from distgnn.run.shard import normalize_features
 
     cfg = _config(dict(job, impl="numba"), 0.0, 1)
     torch.manual_seed(cfg.seed)
@@ -329,18 +333,17 @@ def save_initial_weights(data: NodeDataset, job: dict, path: Path) -> None:
         arrays[f"weight_{i}"], arrays[f"bias_{i}"] = lin.weight, conv.bias
     if {id(p) for p in ours.parameters()} != {id(a) for a in arrays.values()}:
         raise RuntimeError(f"{job['model']}: not the layers bench/dgl_worker.py builds")
-    np.savez(path, **{k: a.detach().numpy() for k, a in arrays.items()})
+    np.savez(path, features=normalize_features(data.x, cfg.feature_norm),
+             **{k: a.detach().numpy() for k, a in arrays.items()})
 
 
 def dgl_job(job: dict, weights: Path, dropout: float, epochs: int, warmup: int) -> dict:
     """:mod:`bench.dgl_worker`'s job: ``job``'s model from the initial weights in ``weights``,
-    ``warmup`` untimed epochs and ``epochs`` timed ones, this project's optimizer and
-    feature normalisation."""
+    ``warmup`` untimed epochs and ``epochs`` timed ones, this project's optimizer."""
     cfg = _config(dict(job, impl="numba"), dropout, epochs)
     return {"npz": job["npz"], "weights": str(weights), "model": job["model"],
             "epochs": epochs, "warmup": warmup, "dropout": dropout, "lr": cfg.lr,
-            "weight_decay": cfg.weight_decay, "feature_norm": cfg.feature_norm,
-            "threads": job["threads"], "seed": job["seed"]}
+            "weight_decay": cfg.weight_decay, "threads": job["threads"], "seed": job["seed"]}
 
 
 def same_model_check(ours: list, theirs: list, ours_impl: str, peer: str) -> dict:

@@ -143,9 +143,8 @@ class CountingBackend:
 
     def propagate(self, graph, x, source_scale, row_scale, transposed=False):
         g, size = (graph.transpose() if transposed else graph), x.element_size()
-        # moved_bytes counts a float32 output: the output here is in the rows' own size
-        self.bytes += (moved_bytes(g, x.shape[1], size) - g.num_nodes * x.shape[1] * (4 - size)
-                       + g.num_nodes * x.shape[1] * size)
+        # the indices, a row per edge, and the self row and the output in the rows' size
+        self.bytes += g.indices.nbytes + (g.num_edges + 2 * g.num_nodes) * x.shape[1] * size
         return self.inner.propagate(graph, x, source_scale, row_scale, transposed)
 
 
