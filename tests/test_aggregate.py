@@ -248,26 +248,34 @@ def test_two_layers_on_one_key_are_refused_on_a_partition_but_not_a_recomputed_o
     assert all(p.grad is not None for p in model.parameters())
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dtype, z_dtype", [(torch.float32, torch.float32),
+                                            (torch.float64, torch.float64),
+                                            (torch.float32, torch.bfloat16)])
 @pytest.mark.parametrize("divide", [True, False])
-def test_self_loop_norm_is_add_then_scale_bit_for_bit(dtype, divide):
-    """Neighbourhood.self_loop: (y + z) / c or (y + z) * c in one pass each way gives the
-    values and gradients of torch.add followed by div_ / mul_, bit for bit."""
+def test_self_loop_norm_is_add_then_scale_bit_for_bit(dtype, z_dtype, divide):
+    """Neighbourhood.self_loop: (y + z) / c or (y + z) * c in one pass each way, written over
+    the sums y, gives the values and gradients of torch.add followed by div_ / mul_, bit for
+    bit; bf16 z (a product's output under autocast) beside float32 sums as torch.add
+    promotes it, its gradient in bf16."""
     n, d = 700, 19
     g = Neighbourhood(CSRGraph(np.zeros(n + 1, np.int64), np.zeros(0, np.int32), n),
                       get_backend("numba"), dtype=dtype)
     gen = torch.Generator().manual_seed(1)
     y0, z0, grad = (torch.randn(n, d, generator=gen, dtype=dtype) for _ in range(3))
+    z0 = z0.to(z_dtype)
     c = torch.randint(0, 40, (n, 1), generator=gen).to(dtype) + 1
     c = c if divide else c.rsqrt()
     y, z = y0.clone().requires_grad_(), z0.clone().requires_grad_()
-    out = g.self_loop(y, z, c, divide)
+    sums = y * 1  # an aggregation's output, which nothing else reads
+    out = g.self_loop(sums, z, c, divide)
+    assert out.data_ptr() == sums.data_ptr()
     out.backward(grad)
     ry, rz = y0.clone().requires_grad_(), z0.clone().requires_grad_()
     expected = torch.add(ry, rz)
     expected = expected.div(c) if divide else expected.mul(c)
     expected.backward(grad)
     assert torch.equal(out, expected)
-    assert torch.equal(y.grad, ry.grad) and torch.equal(z.grad, rz.grad)
+    assert torch.equal(y.grad, ry.grad) and z.grad.dtype == z_dtype
+    assert torch.equal(z.grad, rz.grad)
     with pytest.raises(GraphError, match="shape"):
         g.self_loop(y0, z0[:-1], c, divide)

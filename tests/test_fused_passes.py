@@ -182,3 +182,44 @@ def test_models_fuse_the_last_projection_only_where_it_applies(model):
     assert not GNN(model, 32, 16, 4, num_layers=1).projects_last()
     assert not GNN("sage", 32, 16, 4, aggregator="mean").projects_last()  # W_r h too
     assert not GNN("gin", 32, 16, 4).projects_last()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_epilogues_written_over_their_input_give_the_same_values_and_gradients(dtype):
+    """overwrite=True: the epilogue's activation takes the product's memory (bias_relu_dropout
+    returns it; the projecting one keeps it), the values and gradients those of the epilogue
+    that allocates; the projecting one's backward pass, written over what it kept, runs once."""
+    from distgnn.nn.dropout import bias_relu_dropout, bias_relu_dropout_project
+
+    n, d, c = 203, 40, 7
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(n, d, generator=gen).to(dtype)
+    b, w = torch.randn(d, generator=gen), torch.randn(c, d, generator=gen)
+    ids = np.arange(n, dtype=np.int64) * 3 + 1
+    g_h, g_z = torch.randn(n, d, generator=gen).to(dtype), torch.randn(n, c, generator=gen)
+    for project, grad in ((False, g_h), (True, g_z.to(dtype))):
+        outs, grads, inputs = [], [], []
+        for overwrite in (False, True):
+            xi = (x.clone() * 1).requires_grad_()  # a non-leaf: what a product hands on
+            bi = b.clone().requires_grad_()
+            xt = xi * 1
+            before = xt.clone()
+            out = (bias_relu_dropout_project(xt, bi, w, ids, 0.5, 9, overwrite=overwrite)
+                   if project else bias_relu_dropout(xt, bi, ids, 0.5, 9, overwrite=overwrite))
+            inputs.append(torch.equal(xt, before))
+            if not project:
+                assert (out.data_ptr() == xt.data_ptr()) == overwrite
+            outs.append(out.detach().clone())
+            out.backward(grad)
+            grads.append((xi.grad.clone(), bi.grad.clone()))
+            if project:
+                with pytest.raises(RuntimeError, match="cannot run twice"):
+                    ctx_out = bias_relu_dropout_project(xi * 1, bi, w, ids, 0.5, 9,
+                                                        overwrite=overwrite)
+                    ctx_out.backward(grad, retain_graph=True)
+                    ctx_out.backward(grad)
+        assert inputs == [True, False]  # only the overwriting epilogue changed its input
+        assert torch.equal(outs[0], outs[1])
+        for a, e in zip(grads[0], grads[1]):
+            assert torch.equal(a, e)
+

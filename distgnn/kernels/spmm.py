@@ -42,7 +42,7 @@ from ..spill import CACHE_LINE, empty_aligned
 from . import jit
 from .blocking import SpMMPlan, last_level_cache, plan_spmm
 from .jit import readonly
-from .lanes import BF16, add, load, scale, scaled_add, store, zeros
+from .lanes import BF16, add, as_float, load, scale, scaled_add, store, zeros
 
 PREFETCH_BYTES = 4096
 PANEL_LANES = (8, 16, 32, 64)
@@ -262,16 +262,18 @@ def add_rows_scaled(y, z, c, divide, out):
     The epilogue of an aggregation with a self-loop and a row normalisation (GraphSAGE-gcn's
     ``1 / (d + 1)``, GCN's ``D^-1/2``): the separate ``add`` and ``div_``/``mul_`` would
     read and write the rows twice.  Same rounding as they: one addition, then one division
-    or product (no fused multiply-add).  ``y``, ``z``, ``out`` ``[N, d]``; ``c`` ``[N]``.
+    or product (no fused multiply-add).  ``y``, ``z``, ``out`` ``[N, d]``; ``c`` ``[N]``;
+    ``z`` may hold bf16 bit patterns beside a float32 ``y`` (widened exactly, as
+    ``torch.add`` promotes them); ``out`` may be ``y`` itself (element by element).
     """
     for i in numba.prange(y.shape[0]):
         s = c[i]
         if divide:
             for f in range(y.shape[1]):
-                out[i, f] = (y[i, f] + z[i, f]) / s
+                out[i, f] = (y[i, f] + as_float(z[i, f])) / s
         else:
             for f in range(y.shape[1]):
-                out[i, f] = (y[i, f] + z[i, f]) * s
+                out[i, f] = (y[i, f] + as_float(z[i, f])) * s
 
 
 @jit.kernel(parallel=True, nogil=True)

@@ -21,7 +21,7 @@ from ..kernels.spmm import add_rows_scaled, scale_rows
 from ..timing import PhaseTimer
 from . import buffers
 from .backends import KernelBackend, check_tensor
-from .precision import autocast_backward, float32_inputs
+from .dropout import rows
 
 
 class SpMM(torch.autograd.Function):
@@ -70,29 +70,30 @@ class Propagate(torch.autograd.Function):
 
 
 class SelfLoopNorm(torch.autograd.Function):
-    """``(y + z) / c`` or ``(y + z) * c`` (``divide``) in one Numba pass each way."""
+    """``y <- (y + z) / c`` or ``(y + z) * c`` (``divide``) in place, in one Numba pass each
+    way (``z`` float as ``y``, or bf16 rows beside a float32 ``y``)."""
 
     @staticmethod
-    @float32_inputs
     def forward(ctx, y, z, c, divide):
-        y, z = y.detach().contiguous(), z.detach().contiguous()
+        sums = y.detach().numpy()
         scale = c.detach().contiguous().view(-1).numpy()
-        out = buffers.empty(tuple(y.shape), y.numpy().dtype)
-        add_rows_scaled(readonly(y.numpy()), readonly(z.numpy()), readonly(scale), divide,
-                        out)
-        ctx.c, ctx.divide = scale, divide
-        return torch.from_numpy(out)
+        add_rows_scaled(sums, readonly(rows(z.detach().contiguous())), readonly(scale),
+                        divide, sums)
+        ctx.c, ctx.divide, ctx.z_dtype = scale, divide, z.dtype
+        ctx.mark_dirty(y)
+        return y
 
     @staticmethod
-    @autocast_backward
     def backward(ctx, grad):
         grad = grad.contiguous().numpy()
         out = buffers.empty_like(grad)
         scale_rows(readonly(grad), readonly(ctx.c), ctx.divide, out)
         grad_yz = torch.from_numpy(out)
-        return grad_yz, grad_yz, None, None
+        return grad_yz, grad_yz.to(ctx.z_dtype), None, None
 
 
+# the self-loop term in bf16 (a product's output under autocast) added to float32 sums
+BF16_ROWS_BESIDE_FLOAT32 = (torch.bfloat16, torch.float32)
 # what the fused loop sum (Propagate) computes in: the Numba kernels' types and bf16 rows
 FUSED_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
 
@@ -290,15 +291,18 @@ class Neighbourhood:
             \mathbf{o}_v = (\mathbf{y}_v + \mathbf{z}_v) / c_v \;\;(\texttt{divide})
             \quad\text{or}\quad (\mathbf{y}_v + \mathbf{z}_v)\, c_v
 
-        On the CPU (float32, float64) one pass forward and one backward
-        (:func:`~distgnn.kernels.spmm.add_rows_scaled`), the values of ``torch.add``
-        followed by ``div_``/``mul_`` bit for bit; elsewhere those operations.
+        ``y`` is a sum that nothing else reads (a :meth:`reduce`'s output): on the CPU
+        (float32 or float64 ``y``; ``z`` of its type, or bf16 rows beside float32 sums
+        under ``--precision bf16-mixed``) the output is written over it in one pass forward
+        and one backward (:func:`~distgnn.kernels.spmm.add_rows_scaled`), the values of
+        ``torch.add`` followed by ``div_``/``mul_`` bit for bit; elsewhere those operations.
 
         Shapes: ``y``, ``z`` ``[N, d]``, ``c`` ``[N, 1]`` (as ``degree``); returns ``[N, d]``.
         """
         if (y.device.type == "cpu" and y.dtype in (torch.float32, torch.float64)
-                and z.dtype == y.dtype and c.dtype == y.dtype and z.device.type == "cpu"
-                and c.device.type == "cpu"):
+                and y.is_contiguous() and z.device.type == "cpu" and c.device.type == "cpu"
+                and c.dtype == y.dtype
+                and (z.dtype == y.dtype or (z.dtype, y.dtype) == BF16_ROWS_BESIDE_FLOAT32)):
             check_tensor("z", z, tuple(y.shape))
             check_tensor("c", c, (y.shape[0], 1))
             return SelfLoopNorm.apply(y, z, c, divide)

@@ -111,13 +111,13 @@ class BiasReLUDropout(torch.autograd.Function):
     (:func:`bias_relu_dropout`)."""
 
     @staticmethod
-    def forward(ctx, x, bias, ids, p, key):
+    def forward(ctx, x, bias, ids, p, key, overwrite):
         x = x.detach().contiguous()
         # a bf16 x (a product's output under autocast) is computed with a float32 bias
         values = np.float32 if x.dtype == torch.bfloat16 else x.numpy().dtype
         b = (np.zeros(x.shape[1], values) if bias is None
              else bias.detach().contiguous().numpy())
-        out, kept = bias_relu_dropout_rows(rows(x), b, ids, p, key)
+        out, kept = bias_relu_dropout_rows(rows(x), b, ids, p, key, overwrite)
         ctx.p, ctx.has_bias, ctx.bias_dtype = p, bias is not None, b.dtype
         ctx.save_for_backward(torch.from_numpy(kept))
         return as_tensor(out, x.dtype)
@@ -128,40 +128,46 @@ class BiasReLUDropout(torch.autograd.Function):
         grad_x, grad_bias = relu_dropout_backward_rows(rows(grad.contiguous()), kept.numpy(),
                                                        ctx.p, ctx.bias_dtype)
         return (as_tensor(grad_x, grad.dtype),
-                torch.from_numpy(grad_bias) if ctx.has_bias else None, None, None, None)
+                torch.from_numpy(grad_bias) if ctx.has_bias else None, None, None, None, None)
 
 
 class BiasReLUDropoutProject(torch.autograd.Function):
     """``vertex_dropout(relu(x + b)) W^T`` on the CPU in one pass over ``x`` forward and one
-    over the kept activation backward (:func:`bias_relu_dropout_project`)."""
+    over the kept activation backward (:func:`bias_relu_dropout_project`).
+
+    The backward pass writes ``dL/dx`` over the kept activation, each panel after its last
+    read, so it runs once (a second backward pass through the same graph is refused)."""
 
     @staticmethod
-    def forward(ctx, x, bias, weight, ids, p, key):
+    def forward(ctx, x, bias, weight, ids, p, key, overwrite):
         x = x.detach().contiguous()
         d, c = x.shape[1], weight.shape[0]
         b = (np.zeros(d, np.float32) if bias is None
              else bias.detach().contiguous().numpy())
-        kept = buffers.empty(tuple(x.shape), rows(x).dtype)
+        kept = rows(x) if overwrite else buffers.empty(tuple(x.shape), rows(x).dtype)
         z = buffers.empty((x.shape[0], c), rows(x).dtype)
         projection.bias_relu_dropout_project(
             rows(x), b, ids, np.uint64(int(key)), np.uint64(int(p * (1 << 24))),
             np.float32(1.0 / (1.0 - p)), weight.detach().t().contiguous().numpy(), kept, z)
-        ctx.p, ctx.has_bias = p, bias is not None
+        ctx.p, ctx.has_bias, ctx.spent = p, bias is not None, False
         ctx.save_for_backward(as_tensor(kept, x.dtype), weight)
         return as_tensor(z, x.dtype)
 
     @staticmethod
     def backward(ctx, grad_z):
+        if ctx.spent:
+            raise RuntimeError("bias_relu_dropout_project's backward pass wrote the input "
+                               "gradient over what it kept: it cannot run twice "
+                               "(retain_graph)")
+        ctx.spent = True
         kept, weight = ctx.saved_tensors
-        grad_x = buffers.empty(tuple(kept.shape), rows(kept).dtype)
         grad_bias = np.empty(kept.shape[1], np.float32)
         grad_weight = np.empty(tuple(weight.shape), np.float32)
         projection.relu_dropout_project_backward(
             rows(grad_z.contiguous()), rows(kept), weight.detach().contiguous().numpy(),
-            np.float32(1.0 / (1.0 - ctx.p)), grad_x, grad_bias, grad_weight)
-        return (as_tensor(grad_x, kept.dtype),
-                torch.from_numpy(grad_bias) if ctx.has_bias else None,
-                torch.from_numpy(grad_weight), None, None, None)
+            np.float32(1.0 / (1.0 - ctx.p)), rows(kept), grad_bias, grad_weight)
+        return (kept, torch.from_numpy(grad_bias) if ctx.has_bias else None,
+                torch.from_numpy(grad_weight), None, None, None, None)
 
 
 def projectable(x: torch.Tensor, bias: torch.Tensor | None, weight: torch.Tensor) -> bool:
@@ -174,7 +180,8 @@ def projectable(x: torch.Tensor, bias: torch.Tensor | None, weight: torch.Tensor
 
 
 def bias_relu_dropout_project(x: torch.Tensor, bias: torch.Tensor | None,
-                              weight: torch.Tensor, ids, p: float, key: int) -> torch.Tensor:
+                              weight: torch.Tensor, ids, p: float, key: int,
+                              overwrite: bool = False) -> torch.Tensor:
     r"""``vertex_dropout(relu(x + b), ids, p, key) W^T`` in one pass.
 
     A hidden layer's epilogue and the next layer's projection, for the tensors
@@ -188,21 +195,24 @@ def bias_relu_dropout_project(x: torch.Tensor, bias: torch.Tensor | None,
     products summed in float32 in another order; a bf16 ``h`` is multiplied as stored, by
     the float32 weight).  The backward pass keeps ``h`` (the product's input, which
     ``F.linear`` would keep too) and no bits: ``[h > 0]`` is the ReLU's and the mask's
-    gradient together (:mod:`distgnn.kernels.projection`).
+    gradient together (:mod:`distgnn.kernels.projection`); it writes ``dL/dx`` over ``h``.
+    With ``overwrite``, ``h`` is written over ``x`` (a product's output that nothing else
+    reads): the epilogue then adds only ``z`` to what is held.
 
     Shapes: ``x`` ``[N, d]``, ``bias`` ``[d]`` or ``None``, ``weight`` ``[c, d]``, ``ids``
     int64 numpy ``[N]``; returns ``[N, c]`` of ``x``'s dtype.
     """
     check_dropout(x, ids, p)
-    return BiasReLUDropoutProject.apply(x, bias, weight, ids, p, np.uint64(key))
+    return BiasReLUDropoutProject.apply(x, bias, weight, ids, p, np.uint64(key), overwrite)
 
 
-def bias_relu_dropout_rows(x: np.ndarray, bias: np.ndarray, ids, p: float, key: int
-                           ) -> tuple[np.ndarray, np.ndarray]:
+def bias_relu_dropout_rows(x: np.ndarray, bias: np.ndarray, ids, p: float, key: int,
+                           overwrite: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(y, kept)``: :func:`bias_relu_dropout` of the rows ``x`` ``[n, d]`` (float, or bf16
     bits) whose global ids are ``ids`` ``[n]``, and the bits of ``y > 0`` ``[n, ceil(d /
-    8)]`` uint8 that its backward pass reads (:func:`relu_dropout_backward_rows`)."""
-    out = buffers.empty(tuple(x.shape), x.dtype)
+    8)]`` uint8 that its backward pass reads (:func:`relu_dropout_backward_rows`); ``y`` is
+    written over ``x`` with ``overwrite``."""
+    out = x if overwrite else buffers.empty(tuple(x.shape), x.dtype)
     kept = buffers.empty((x.shape[0], (x.shape[1] + 7) // 8), np.uint8)
     bias_relu_masked_scale(x, bias, ids, np.uint64(int(key)), np.uint64(int(p * (1 << 24))),
                            bias.dtype.type(1.0 / (1.0 - p)), out, kept)
@@ -242,8 +252,8 @@ def fusable(x: torch.Tensor, bias: torch.Tensor | None) -> bool:
     return bias is None or (bias.dtype == want and bias.device.type == "cpu")
 
 
-def bias_relu_dropout(x: torch.Tensor, bias: torch.Tensor | None, ids, p: float, key: int
-                      ) -> torch.Tensor:
+def bias_relu_dropout(x: torch.Tensor, bias: torch.Tensor | None, ids, p: float, key: int,
+                      overwrite: bool = False) -> torch.Tensor:
     r"""``vertex_dropout(relu(x + b), ids, p, key)`` in one pass (what follows a product).
 
     For the tensors :func:`fusable` accepts.
@@ -261,9 +271,11 @@ def bias_relu_dropout(x: torch.Tensor, bias: torch.Tensor | None, ids, p: float,
     the backward pass reads the gradient and the bits once and gives the bias gradient from
     the same pass (summed in float64 in a fixed order).  The values are those of the
     separate operations, bit for bit, but for the bias gradient's order of summation.
+    With ``overwrite``, ``y`` is written over ``x`` (a product's output that nothing else
+    reads; no tensor of its size is added to what is held).
 
     Shapes: ``x`` ``[N, d]``, ``bias`` ``[d]`` or ``None``, ``ids`` int64 numpy ``[N]``;
     returns ``[N, d]``.
     """
     check_dropout(x, ids, p)
-    return BiasReLUDropout.apply(x, bias, ids, p, np.uint64(key))
+    return BiasReLUDropout.apply(x, bias, ids, p, np.uint64(key), overwrite)

@@ -65,7 +65,9 @@ def aggregate_and_project(conv, weight: torch.Tensor, bias: torch.Tensor | None,
     made it: :meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu_project`; ``h`` is
     then ``None``).  The ``epilogue`` defaults to :func:`add_bias`, which the product then
     does itself (a pass fewer over the output); a model passes its own to fuse what follows
-    the layer (:meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`).
+    the layer (:meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`).  The epilogue
+    receives a tensor that nothing else holds (the product's or the aggregation's output),
+    so it may write its own output over it.
     """
     if projected is not None:
         check_tensor("projected", projected, (g.num_nodes, weight.shape[0]))
@@ -75,7 +77,11 @@ def aggregate_and_project(conv, weight: torch.Tensor, bias: torch.Tensor | None,
     agg = conv.aggregate(g, h) if aggregated is None else aggregated
     if epilogue is None:
         return F.linear(agg, weight, bias)
-    return epilogue(F.linear(agg, weight), bias)
+    y = F.linear(agg, weight)
+    # under autocast the product keeps its own bf16 copy of agg: the float32 one need not
+    # live through the epilogue
+    del agg
+    return epilogue(y, bias)
 
 
 class _MaskReLU(torch.autograd.Function):

@@ -62,7 +62,7 @@ class KeyedDropout(nn.Module):
                               dropout_key(g.seed, g.epoch, key))
 
     def after_relu(self, g: Neighbourhood, y: torch.Tensor, bias: torch.Tensor | None = None,
-                   key: int | None = None) -> torch.Tensor:
+                   key: int | None = None, overwrite: bool = False) -> torch.Tensor:
         r"""``self(g, relu(y + bias))``, the bias, the ReLU and this dropout in one pass.
 
         What a model applies between two layers: the previous layer's product ``y`` (its
@@ -70,7 +70,9 @@ class KeyedDropout(nn.Module):
         :func:`~distgnn.nn.dropout.bias_relu_dropout` (the backward pass keeps a bit per
         element); elsewhere the separate operations.
         The values and the mask are those of the separate operations (in evaluation, where
-        nothing drops, ``relu(y + bias)``).
+        nothing drops, ``relu(y + bias)``).  ``overwrite``: ``y`` is the product's own output,
+        which nothing else reads (what a layer's epilogue receives), and the result may be
+        written over it.
 
         Shapes: ``y`` ``[N, d]``, ``bias`` ``[d]`` or ``None``; returns ``[N, d]``.
         """
@@ -80,25 +82,29 @@ class KeyedDropout(nn.Module):
         p, mask_key = 0.0, 0
         if g.training and self.p:
             p, mask_key = self.p, dropout_key(g.seed, g.epoch, g.claim("dropout", self, key))
-        return bias_relu_dropout(y, bias, g.global_ids, p, mask_key)
+        return bias_relu_dropout(y, bias, g.global_ids, p, mask_key, overwrite)
 
     def after_relu_project(self, g: Neighbourhood, y: torch.Tensor, bias: torch.Tensor | None,
-                           weight: torch.Tensor, key: int | None = None) -> torch.Tensor:
+                           weight: torch.Tensor, key: int | None = None,
+                           overwrite: bool = False) -> torch.Tensor:
         r"""``self(g, relu(y + bias)) W^T``: :meth:`after_relu` and a projection, one pass.
 
         What a model applies between a hidden layer and a last layer that projects first
         (``W`` ``[c, d]``, few classes): on the CPU
         :func:`~distgnn.nn.dropout.bias_relu_dropout_project` (the activation is multiplied
         while its row is in registers, and the backward pass is one pass too); elsewhere
-        :meth:`after_relu` and ``F.linear``.  The same values to rounding.
+        :meth:`after_relu` and ``F.linear``.  The same values to rounding; ``overwrite`` as
+        for :meth:`after_relu`.
 
         Shapes: ``y`` ``[N, d]``, ``bias`` ``[d]`` or ``None``, ``weight`` ``[c, d]``; returns
         ``[N, c]``.
         """
         check_dropout(y, g.global_ids, self.p)
         if not projectable(y, bias, weight):
-            return torch.nn.functional.linear(self.after_relu(g, y, bias, key), weight)
+            return torch.nn.functional.linear(self.after_relu(g, y, bias, key, overwrite),
+                                              weight)
         p, mask_key = 0.0, 0
         if g.training and self.p:
             p, mask_key = self.p, dropout_key(g.seed, g.epoch, g.claim("dropout", self, key))
-        return bias_relu_dropout_project(y, bias, weight, g.global_ids, p, mask_key)
+        return bias_relu_dropout_project(y, bias, weight, g.global_ids, p, mask_key,
+                                         overwrite)

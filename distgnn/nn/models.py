@@ -167,9 +167,12 @@ class GNN(nn.Module):
             if layer + 1 == last and torch.is_grad_enabled() and self.projects_last():
                 # the last layer's projection made in the same pass as this epilogue
                 after = functools.partial(self.dropouts[last].after_relu_project, g,
-                                          weight=self.convs[last].weight)
+                                          weight=self.convs[last].weight, overwrite=True)
                 return self.convs[last](g, None, projected=conv(g, h, epilogue=after, **known))
-            after = functools.partial(self.dropouts[layer + 1].after_relu, g)
+            # in training a layer's output (what an epilogue receives) is held by nothing
+            # else; an evaluation's may be, by a hook reading embeddings
+            after = functools.partial(self.dropouts[layer + 1].after_relu, g,
+                                      overwrite=torch.is_grad_enabled())
             h = after(conv(g, h)) if self.model == "gin" else conv(g, h, epilogue=after,
                                                                     **known)
 
