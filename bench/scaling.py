@@ -202,7 +202,8 @@ def predicted_memory(per_rank: list[dict], num_features: int, num_classes: int, 
     """The largest rank's peak memory in bytes (:func:`distgnn.run.memory.training_memory`,
     what :func:`~partition.stats.summarize` reports per rank)."""
     return max(training_memory(r["vertices"], r["edges"], num_features, num_classes, hidden,
-                               layers, split_entries=r["leaves"] + r["leaf_entries"])["total"]
+                               layers, split_entries=r["leaves"] + r["leaf_entries"],
+                               fused=True)["total"]
                for r in per_rank)
 
 

@@ -644,8 +644,10 @@ def fitting_parts(data, args) -> tuple[int, Layout, str]:
     model = dict(num_features=data.num_features, num_classes=data.num_classes,
                  hidden=args.hidden, layers=args.layers, precision=args.precision)
     words = model_words(model)
+    # distgnn-train's default model (GCN: fused epilogues)
     rates = memory_rates(data.num_features, data.num_classes, args.hidden, args.layers,
-                         saved_bytes=saved_activation_bytes(args.precision))
+                         saved_bytes=saved_activation_bytes(args.precision),
+                         feature_bytes=saved_activation_bytes(args.precision), fused=True)
     if rates["fixed"] * per_node > have:
         raise PartitionError(
             f"--parts auto: the fixed part of a rank alone, {format_bytes(rates['fixed'])} "

@@ -175,13 +175,13 @@ def summarize(counts: list[PartCounts], num_nodes: int, split_vertices: int, *,
         edge_balance = float((achieved / requested).max())
     roots = np.array([c.roots for c in counts], np.float64)
     exchange = [width * (c.leaves + c.leaf_entries) for c in counts]
-    saved_bytes = saved_activation_bytes(precision)
+    # distgnn-train's default model (GCN: fused epilogues)
+    model = {"saved_bytes": saved_activation_bytes(precision), "fused": True,
+             "feature_bytes": saved_activation_bytes(precision)}
     memory = [training_memory(c.vertices, c.edges, num_features, num_classes, hidden, layers,
-                              split_entries=c.leaves + c.leaf_entries,
-                              saved_bytes=saved_bytes, feature_bytes=saved_bytes)["total"]
+                              split_entries=c.leaves + c.leaf_entries, **model)["total"]
               for c in counts]
-    fixed = memory_rates(num_features, num_classes, hidden, layers,
-                         saved_bytes=saved_bytes, feature_bytes=saved_bytes)["fixed"]
+    fixed = memory_rates(num_features, num_classes, hidden, layers, **model)["fixed"]
     return {
         "num_parts": P,
         "num_nodes": num_nodes,

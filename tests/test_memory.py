@@ -148,14 +148,33 @@ def test_training_keeps_a_byte_per_element_of_each_hidden_relu():
 
 def test_bf16_mixed_keeps_its_saved_activations_and_features_at_two_bytes():
     """Under bf16-mixed the activations autograd keeps (each layer's input, the output
-    layer's output) and the features take 2 bytes an element where fp32 takes 4; the
-    gradients, the logits and everything else stay as they are."""
+    layer's output), the dropped input and the features take 2 bytes an element where fp32
+    takes 4; the gradients, the logits and everything else stay as they are."""
     fp32 = predict(*parts(TrainConfig(hidden=64)), 1000, 5000, 32, 4)
     mixed = predict(*parts(TrainConfig(hidden=64, precision="bf16-mixed")), 1000, 5000, 32, 4)
-    assert fp32["activations"] - mixed["activations"] == 2 * 1000 * (32 + 64 + 4)
+    assert fp32["activations"] - mixed["activations"] == 2 * 1000 * (32 + 64 + 4 + 32)
     assert fp32["features"] - mixed["features"] == 2 * 1000 * 32
     assert {k: v for k, v in fp32.items() if k not in ("activations", "features", "total")} \
         == {k: v for k, v in mixed.items() if k not in ("activations", "features", "total")}
+
+
+@pytest.mark.parametrize("config, fused", [
+    ({}, True), ({"model": "sage", "aggregator": "gcn"}, True),
+    ({"model": "sage", "aggregator": "mean"}, False), ({"model": "gat"}, False),
+    ({"residual": True, "layers": 3}, False), ({"recompute": True}, False)])
+def test_fused_models_are_planned_without_the_copies_their_epilogues_write_over(config,
+                                                                                fused):
+    """GCN and GraphSAGE-gcn without residuals or recomputation: each hidden activation is
+    written over its product's output and the last projection's input gradient over that
+    activation, so neither a mask byte per element nor the widest gradient is planned (2
+    layers); the dropped input is.  Other models keep the general plan."""
+    cfg = TrainConfig(hidden=64, **config)
+    n, f, c = 1000, 32, 4
+    got = predict(*parts(cfg), n, 5000, f, c)["activations"]
+    widths = (f,) + (cfg.hidden,) * (cfg.layers - 1) + (c,)
+    fused_plan = (4 * n * sum(widths[:-1]) + 4 * n * c + n * sum(widths[1:-1]) // 8
+                  + 4 * n * f + (cfg.layers > 2) * 4 * n * cfg.hidden + 3 * 4 * n * c)
+    assert (got == fused_plan) == fused
 
 
 def test_freed_blocks_go_back_to_the_kernel():

@@ -9,6 +9,7 @@ from torch import nn
 from ..data.graph import GraphError
 from .aggregate import Neighbourhood
 from .backends import check_tensor
+from .precision import product_operand
 
 
 def glorot(layer: nn.Module) -> None:
@@ -74,13 +75,12 @@ def aggregate_and_project(conv, weight: torch.Tensor, bias: torch.Tensor | None,
         return (epilogue or add_bias)(conv.aggregate(g, projected), bias)
     if aggregated is None and conv.project_first:
         return (epilogue or add_bias)(conv.aggregate(g, F.linear(h, weight)), bias)
-    agg = conv.aggregate(g, h) if aggregated is None else aggregated
+    # cast before the product: float32 sums are freed before the product's output exists
+    agg = product_operand(conv.aggregate(g, h) if aggregated is None else aggregated)
     if epilogue is None:
         return F.linear(agg, weight, bias)
     y = F.linear(agg, weight)
-    # under autocast the product keeps its own bf16 copy of agg: the float32 one need not
-    # live through the epilogue
-    del agg
+    del agg  # what the product keeps (its operand) it holds itself
     return epilogue(y, bias)
 
 

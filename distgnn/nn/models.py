@@ -168,7 +168,9 @@ class GNN(nn.Module):
                 # the last layer's projection made in the same pass as this epilogue
                 after = functools.partial(self.dropouts[last].after_relu_project, g,
                                           weight=self.convs[last].weight, overwrite=True)
-                return self.convs[last](g, None, projected=conv(g, h, epilogue=after, **known))
+                projected = conv(g, h, epilogue=after, **known)
+                h = None  # the dropped input is not held through the last layer
+                return self.convs[last](g, None, projected=projected)
             # in training a layer's output (what an epilogue receives) is held by nothing
             # else; an evaluation's may be, by a hook reading embeddings
             after = functools.partial(self.dropouts[layer + 1].after_relu, g,

@@ -129,7 +129,9 @@ def predict(network: ModelConfig, exchange: ExchangeConfig, execution: Execution
         exchange.delay_epochs if delayed else 0,
         (lambda w: row_bytes(exchange.wire, w, value_bytes)) if compressed else None,
         execution.recompute, saved_activation_bytes(execution.precision),
-        saved_activation_bytes(execution.precision))
+        saved_activation_bytes(execution.precision),
+        fused=((network.model == "gcn" or (network.model, network.aggregator) == ("sage", "gcn"))
+               and not network.residual and not execution.recompute))
 
 
 def saved_activation_bytes(precision: str) -> int | None:
@@ -224,7 +226,7 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
                     split_entries: int = 0, delayed_widths: tuple[int, ...] = (),
                     delay: int = 0, wire_row_bytes=None,
                     recompute: bool = False, saved_bytes: int | None = None,
-                    feature_bytes: int | None = None) -> dict[str, int]:
+                    feature_bytes: int | None = None, fused: bool = False) -> dict[str, int]:
     r"""Predicted peak memory (bytes) of a training process, by part, and their ``total``.
 
     The peak resident memory of a process over ``N`` vertices and ``E`` edges (a whole graph,
@@ -242,6 +244,10 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
 
         \text{activations} = t N \sum_{l=1}^{L} (d_{l-1} + 3 m) + t N d_L
             + a N \sum_{l=1}^{L-1} d_l + (1 + \rho)\, s N \max_l d_l + 3 s N C + 6 s E H' L
+
+        \text{activations}_\text{fused} = t N \sum_{l=1}^{L} d_{l-1} + t N d_L
+            + \tfrac{N}{8} \sum_{l=1}^{L-1} d_l + [\neg\,\text{precomputed}]\, f N F
+            + [L > 2]\, s N \max_l d_l + 3 s N C
 
         \text{graph} = 22 E + 40 N \qquad \text{features} = c\, f N F + 24 N
         \qquad \text{exchange} = S (s\, w + 80)
@@ -282,6 +288,17 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     compressed wire (its error-feedback residual and encoded send buffer).  GCNII counts as
     ``L + 1`` layers of width ``H``.
 
+    ``fused``: GCN and GraphSAGE without residual connections or recomputation
+    (:meth:`~distgnn.nn.models.GNN.fused_forward`), whose epilogues write over the tensors
+    they consume: a hidden layer's activation over its product's output, which is all the
+    next product keeps (and its bits of ``[h > 0]``), the input gradient of the last
+    layer's fused projection over that activation, the normalised aggregate over its sums,
+    cast to bf16 before the product under bf16-mixed.  The first layer's dropped input
+    (``f N F``; counted unless the first aggregation is precomputed, so over-counted
+    without dropout) lives through that layer; a gradient at the widest width is held only
+    between hidden layers (``L > 2``).  Checked against R-MAT 2^20 and 2^22 (4 ranks, GraphSAGE-gcn hidden 256,
+    fp32 and bf16-mixed: docs/results/training-ladder.md).
+
     The runtime and the graph's bytes per edge were fitted on R-MAT 2^19 to 2^21
     (GraphSAGE-gcn, hidden 256, 4 ranks, fp32); R-MAT 2^22 and the runs with activations in
     bf16 check them (docs/results/training-ladder.md).
@@ -294,17 +311,22 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     N, E, S = num_nodes, num_edges, split_entries
     weights = (i * mlp + mlp + (mlp + 1) * o if mlp else k * (i + 1) * o
                for i, o in zip(d[:-1], d[1:]))
+    f = s if feature_bytes is None else feature_bytes
+    if fused:
+        activations = (t * N * sum(d[:-1]) + t * N * d[-1] + N * sum(d[1:-1]) // 8
+                       + (not precompute_first) * f * N * d[0]
+                       + (len(d) > 3) * s * N * max(d) + 3 * s * N * num_classes)
+    else:
+        activations = (t * N * sum(i + 3 * mlp for i in d[:-1]) + t * N * d[-1]
+                       + (t if heads else 1) * N * sum(d[1:-1])
+                       + (1 + recompute) * s * N * max(d) + 3 * s * N * num_classes
+                       + 6 * s * E * heads * layers)
     parts = {
         "runtime": RUNTIME_BYTES,
         "model": s * 5 * sum(weights),
-        "activations": (t * N * sum(i + 3 * mlp for i in d[:-1]) + t * N * d[-1]
-                        + (t if heads else 1) * N * sum(d[1:-1])
-                        + (1 + recompute) * s * N * max(d) + 3 * s * N * num_classes
-                        + 6 * s * E * heads * layers),
+        "activations": activations,
         "graph": 22 * E + 40 * N,
-        "features": ((2 if precompute_first else 1) * (s if feature_bytes is None
-                                                       else feature_bytes)
-                     * N * num_features + 24 * N),
+        "features": (2 if precompute_first else 1) * f * N * num_features + 24 * N,
         "exchange": S * (s * max(min(i, o) for i, o in zip(d[:-1], d[1:])) + 80),
         "delayed exchange": sum(delayed_exchange_bytes(w, S, delay, s, wire_row_bytes)
                                 for w in delayed_widths),
