@@ -4,6 +4,7 @@ ranks), activations optionally stored in bf16."""
 from __future__ import annotations
 
 import sys
+import threading
 
 import torch
 import torch.nn.functional as F
@@ -208,11 +209,17 @@ class _FirstTrainingPass:
         return t
 
 
+# ranks run as threads of one process (in-process tests) read the generators one at a time:
+# two threads in torch.get_rng_state at once were seen to deadlock, each waiting in it
+_GENERATOR_READS = threading.Lock()
+
+
 def _generator_states(model: nn.Module) -> list[torch.Tensor]:
     """The states of torch's default generators a forward pass of ``model`` can draw from:
     the CPU's, and the GPU's the model's first parameter lives on."""
-    states = [torch.get_rng_state()]
     device = next(model.parameters()).device
-    if device.type == "cuda":
-        states.append(torch.cuda.get_rng_state(device))
+    with _GENERATOR_READS:
+        states = [torch.get_rng_state()]
+        if device.type == "cuda":
+            states.append(torch.cuda.get_rng_state(device))
     return states
