@@ -132,10 +132,10 @@ class BiasReLUDropout(torch.autograd.Function):
 
 
 class BiasReLUDropoutProject(torch.autograd.Function):
-    """``vertex_dropout(relu(x + b)) W^T`` on the CPU in one pass over ``x`` forward and one
-    over the kept activation backward (:func:`bias_relu_dropout_project`).
+    """:func:`bias_relu_dropout_project`'s autograd function.
 
-    The backward pass writes ``dL/dx`` over the kept activation, each panel after its last
+    ``vertex_dropout(relu(x + b)) W^T`` on the CPU in one pass over ``x`` forward and one
+    over the kept activation backward.  The backward pass writes ``dL/dx`` over the kept activation, each panel after its last
     read, so it runs once (a second backward pass through the same graph is refused)."""
 
     @staticmethod
@@ -208,10 +208,12 @@ def bias_relu_dropout_project(x: torch.Tensor, bias: torch.Tensor | None,
 
 def bias_relu_dropout_rows(x: np.ndarray, bias: np.ndarray, ids, p: float, key: int,
                            overwrite: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """``(y, kept)``: :func:`bias_relu_dropout` of the rows ``x`` ``[n, d]`` (float, or bf16
-    bits) whose global ids are ``ids`` ``[n]``, and the bits of ``y > 0`` ``[n, ceil(d /
-    8)]`` uint8 that its backward pass reads (:func:`relu_dropout_backward_rows`); ``y`` is
-    written over ``x`` with ``overwrite``."""
+    """``(y, kept)``: :func:`bias_relu_dropout` of numpy rows.
+
+    ``x`` ``[n, d]`` (float, or bf16 bits) holds the rows whose global ids are ``ids``
+    ``[n]``; ``kept`` holds the bits of ``y > 0`` ``[n, ceil(d / 8)]`` uint8 that the
+    backward pass reads (:func:`relu_dropout_backward_rows`); ``y`` is written over ``x``
+    with ``overwrite``."""
     out = x if overwrite else buffers.empty(tuple(x.shape), x.dtype)
     kept = buffers.empty((x.shape[0], (x.shape[1] + 7) // 8), np.uint8)
     bias_relu_masked_scale(x, bias, ids, np.uint64(int(key)), np.uint64(int(p * (1 << 24))),

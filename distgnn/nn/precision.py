@@ -16,10 +16,12 @@ autocast_backward = torch.amp.custom_bwd(device_type="cpu")
 
 
 def product_operand(x: torch.Tensor) -> torch.Tensor:
-    """``x`` as a matrix product under CPU autocast takes it: cast to the autocast type
-    (bf16) where autocast is on, else ``x``.  Cast before the product, so that a float32
-    ``x`` that nothing else holds is freed before the product's output is allocated (the
-    product keeps the cast copy for its backward pass either way)."""
+    """``x`` as a matrix product under CPU autocast takes it.
+
+    That is ``x`` cast to the autocast type (bf16) where autocast is on, else ``x``.  Cast
+    before the product, so that a float32 ``x`` that nothing else holds is freed before the
+    product's output is allocated (the product keeps the cast copy for its backward pass
+    either way)."""
     if (torch.is_autocast_enabled("cpu") and x.device.type == "cpu"
             and x.dtype == torch.float32):
         return x.to(torch.get_autocast_dtype("cpu"))
