@@ -223,3 +223,50 @@ def test_epilogues_written_over_their_input_give_the_same_values_and_gradients(d
         for a, e in zip(grads[0], grads[1]):
             assert torch.equal(a, e)
 
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_a_layer_dropping_its_own_input_frees_the_copy_before_its_product(random_graph,
+                                                                          model):
+    """A layer given its input's dropout (a model's first layer) holds the dropped copy only
+    until it is aggregated: the copy is gone when the product's epilogue runs; the output
+    and the gradients are those of the layer on the input dropped beforehand."""
+    import weakref
+
+    from distgnn.nn.gcn_conv import GCNConv
+    from distgnn.nn.keyed_dropout import KeyedDropout
+    from distgnn.nn.prepare import assign_keys
+    from distgnn.nn.sage_conv import SAGEConv
+
+    graph, *_ = random_graph(seed=2, n=50, e=300)
+    torch.manual_seed(0)
+    conv = GCNConv(16, 24) if model == "gcn" else SAGEConv(16, 24, "gcn")
+    drop = KeyedDropout(0.5)
+    assign_keys(torch.nn.ModuleList([conv, drop]))
+    nbr = Neighbourhood(graph, get_backend("numba"))
+    x = torch.randn(graph.num_nodes, 16)
+    copies, alive = [], []
+
+    def dropout(g, h):
+        out = drop(g, h)
+        copies.append(weakref.ref(out))
+        return out
+
+    def epilogue(y, b):
+        alive.append(copies[0]() is not None)
+        return y + b
+
+    results = []
+    for fused in (True, False):
+        nbr.set_epoch(3)
+        conv.zero_grad()
+        y = (conv(nbr, x, dropout=dropout, epilogue=epilogue) if fused
+             else conv(nbr, drop(nbr, x)))
+        y.backward(torch.ones_like(y))
+        results.append((y.detach(), [p.grad.clone() for p in conv.parameters()]))
+    assert alive == [False]
+    nbr.set_epoch(3)
+    assert not torch.equal(drop(nbr, x), x)  # the dropout dropped something
+    assert torch.equal(results[0][0], results[1][0])
+    for a, e in zip(results[0][1], results[1][1]):
+        assert torch.equal(a, e)

@@ -89,9 +89,12 @@ def test_delayed_exchange_counts_its_bins_at_the_widths_it_carries():
     cdr = estimate(1000, 5000, 32, 4, 16, 2, delayed_widths=(16, 4, 4), delay=100,
                    split_entries=50)
     assert cdr["delayed exchange"] == sum(6 * 1024 * 100 + 50 * 4 * 4 * w for w in (16, 4, 4))
-    # the split entries' tables and buffer rows are there for cd-0 too
-    assert cdr["exchange"] == 50 * (4 * 16 + 80)  # widest exchanged: min(32, 16)
-    assert cdr["total"] - base["total"] == cdr["delayed exchange"] + cdr["exchange"]
+    # the split entries' tables are there for cd-0 too, and the exact exchange's buffers at
+    # the peak: a row per entry at the widest exchanged width, min(32, 16)
+    buffers = 50 * 4 * 16
+    assert cdr["exchange"] == 50 * 80
+    assert cdr["activations"] - base["activations"] == buffers
+    assert cdr["total"] - base["total"] == cdr["delayed exchange"] + cdr["exchange"] + buffers
     big = predict(*parts(TrainConfig(algo="cd-r", delay=100_000, layers=100)), 2708, 10556,
                   1433, 7,
                   split_entries=500)
@@ -148,11 +151,11 @@ def test_training_keeps_a_byte_per_element_of_each_hidden_relu():
 
 def test_bf16_mixed_keeps_its_saved_activations_and_features_at_two_bytes():
     """Under bf16-mixed the activations autograd keeps (each layer's input, the output
-    layer's output), the dropped input and the features take 2 bytes an element where fp32
-    takes 4; the gradients, the logits and everything else stay as they are."""
+    layer's output) and the features take 2 bytes an element where fp32 takes 4; the
+    gradients, the logits and everything else stay as they are."""
     fp32 = predict(*parts(TrainConfig(hidden=64)), 1000, 5000, 32, 4)
     mixed = predict(*parts(TrainConfig(hidden=64, precision="bf16-mixed")), 1000, 5000, 32, 4)
-    assert fp32["activations"] - mixed["activations"] == 2 * 1000 * (32 + 64 + 4 + 32)
+    assert fp32["activations"] - mixed["activations"] == 2 * 1000 * (32 + 64 + 4)
     assert fp32["features"] - mixed["features"] == 2 * 1000 * 32
     assert {k: v for k, v in fp32.items() if k not in ("activations", "features", "total")} \
         == {k: v for k, v in mixed.items() if k not in ("activations", "features", "total")}
@@ -167,14 +170,28 @@ def test_fused_models_are_planned_without_the_copies_their_epilogues_write_over(
     """GCN and GraphSAGE-gcn without residuals or recomputation: each hidden activation is
     written over its product's output and the last projection's input gradient over that
     activation, so neither a mask byte per element nor the widest gradient is planned (2
-    layers); the dropped input is.  Other models keep the general plan."""
+    layers), nor the dropped input beside them (freed once aggregated).  Other models keep
+    the general plan."""
     cfg = TrainConfig(hidden=64, **config)
     n, f, c = 1000, 32, 4
     got = predict(*parts(cfg), n, 5000, f, c)["activations"]
     widths = (f,) + (cfg.hidden,) * (cfg.layers - 1) + (c,)
     fused_plan = (4 * n * sum(widths[:-1]) + 4 * n * c + n * sum(widths[1:-1]) // 8
-                  + 4 * n * f + (cfg.layers > 2) * 4 * n * cfg.hidden + 3 * 4 * n * c)
+                  + (cfg.layers > 2) * 4 * n * cfg.hidden + 3 * 4 * n * c)
     assert (got == fused_plan) == fused
+
+
+def test_the_first_aggregation_is_the_fused_peak_where_its_copies_are_the_widest():
+    """Under bf16-mixed the dropped features (2 bytes) and their float32 sums (4) of a first
+    layer that aggregates ``F = H`` wide outweigh what the products keep (2 bytes of each
+    operand); projecting first (``F > H``) or precomputed, the products' terms are the plan."""
+    n, c, h = 1000, 4, 256
+    kept = 2 * n * (h + h) + 2 * n * c + n * h // 8 + 3 * 4 * n * c
+    for f, precomputed, want in ((256, False, 6 * n * 256), (256, True, None),
+                                 (512, False, None)):
+        got = estimate(n, 0, f, c, h, 2, saved_bytes=2, feature_bytes=2, fused=True,
+                       precompute_first=precomputed)["activations"]
+        assert got == (want or kept + 2 * n * (f - h)), (f, precomputed)
 
 
 def test_freed_blocks_go_back_to_the_kernel():
@@ -218,3 +235,13 @@ def test_the_rates_add_up_to_the_prediction_of_any_share_of_the_graph():
     parts = estimate(0, 0, 128, 7, 64, 3, **options)
     assert rates["fixed"] == parts["runtime"] + parts["model"] + parts["delayed exchange"]
     assert rates["runtime"] == RUNTIME_BYTES and rates["vertex"] > rates["edge"] > 0
+    # the fused plan is the larger of two moments: its rates bound it from above, and are
+    # exact where a share has no split entries (the moment of the products is its peak)
+    fused = dict(saved_bytes=2, feature_bytes=2, fused=True)
+    rates = memory_rates(128, 7, 256, 2, **fused)
+    over = []
+    for n, e, s in ((2708, 10556, 0), (10**6, 3 * 10**7, 4 * 10**5), (10**6, 0, 10**6)):
+        total = estimate(n, e, 128, 7, 256, 2, split_entries=s, **fused)["total"]
+        over.append(rates["fixed"] + rates["vertex"] * n + rates["edge"] * e
+                    + rates["split_entry"] * s - total)
+    assert over[0] == 0 and over[1] > 0 and over[2] > 0

@@ -439,7 +439,8 @@ def test_parts_auto_takes_the_fewest_partitions_that_fit_a_node(tmp_path, capsys
     from partition.stats import estimated_memory
 
     data = load_dataset("cora")
-    rates = memory_rates(data.num_features, data.num_classes, 16, 2)
+    # distgnn-train's default model, fp32: GCN's fused plan
+    rates = memory_rates(data.num_features, data.num_classes, 16, 2, fused=True)
     node = estimated_memory(data.graph.indptr, data.graph.indices, rates)(2)[0] / 2**30
     out = tmp_path / "p"
     assert run_cli(["cora", "--parts", "auto", "--node-memory", node, "--out", out,

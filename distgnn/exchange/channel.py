@@ -22,7 +22,7 @@ from .wire import Wire
 
 
 class Channel:
-    """The messages of one direction, allocated once and reused every layer and epoch.
+    """The messages of one direction: the staged rows, their wire form, what arrives.
 
     Args:
         wire (Wire): how the rows travel.

@@ -37,15 +37,17 @@ class RoundTrip:
     them up, combine at the roots, send the roots' replies down, scatter them into the
     leaves.
 
-    Its buffers (a leaf-side and a root-side one, in the run's type and the wire's) are
-    allocated on first use per width, type, device and wire, and shared by every exact
-    exchange of that shape: the up message's receive buffer is the down message's send
-    buffer, and the other way round.
+    Its buffers (a leaf-side and a root-side one, in the run's type and the wire's; the up
+    message's receive buffer is the down message's send buffer, and the other way round)
+    are allocated for each round trip and freed after it.  Kept for the run they would hold
+    a row per split entry at the widest exchanged width beside every other peak of the
+    epoch; made per trip they are alive only while it runs, and an epoch's planned arena
+    (:mod:`distgnn.run.arena`) serves them from its slab with no page faults, in space that
+    the activations of other moments take.
     """
 
     def __init__(self, index: SplitIndex, comm: Communicator, timer: PhaseTimer):
         self.index, self.comm, self.timer = index, comm, timer
-        self.channels: dict[tuple, tuple[Channel, Channel]] = {}
         self.on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def ids(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,16 +58,12 @@ class RoundTrip:
         return self.on_device[device]
 
     def _channels(self, a: torch.Tensor, wire: Wire) -> tuple[Channel, Channel]:
-        key = (a.shape[1], a.dtype, a.device, wire.precision)
-        if key not in self.channels:
-            ix = self.index
-            leaf, root = (torch.empty(len(ids), a.shape[1], dtype=a.dtype, device=a.device)
-                          for ids in (ix.leaf_ids, ix.root_ids))
-            leaf_wire, root_wire = wire.carrier(leaf), wire.carrier(root)
-            self.channels[key] = (
-                Channel(wire, ix.leaf_counts, ix.root_counts, leaf, leaf_wire, root_wire),
+        ix = self.index
+        leaf, root = (torch.empty(len(ids), a.shape[1], dtype=a.dtype, device=a.device)
+                      for ids in (ix.leaf_ids, ix.root_ids))
+        leaf_wire, root_wire = wire.carrier(leaf), wire.carrier(root)
+        return (Channel(wire, ix.leaf_counts, ix.root_counts, leaf, leaf_wire, root_wire),
                 Channel(wire, ix.root_counts, ix.leaf_counts, root, root_wire, leaf_wire))
-        return self.channels[key]
 
     def run(self, a: torch.Tensor, wire: Wire,
             combine: Callable[[torch.Tensor, torch.Tensor], None],

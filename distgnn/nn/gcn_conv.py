@@ -60,13 +60,16 @@ class GCNConv(GraphLayer):
 
     def forward(self, g: Neighbourhood, h: torch.Tensor | None,
                 aggregated: torch.Tensor | None = None, key: int | None = None,
-                epilogue=None, projected: torch.Tensor | None = None) -> torch.Tensor:
+                epilogue=None, projected: torch.Tensor | None = None,
+                dropout=None) -> torch.Tensor:
         """The layer's output ``[N, d_out]``.
 
         ``aggregated``: ``aggregate(g, h)`` computed earlier (constant input features);
         ``epilogue(y, b)``: applied in place of ``y + b`` (a model fusing the activation and
         dropout that follow, :meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`);
-        ``projected``: ``h W^T`` made by the epilogue before (``h`` then ``None``)."""
+        ``projected``: ``h W^T`` made by the epilogue before (``h`` then ``None``);
+        ``dropout(g, h)``: the input's dropout, applied inside the layer so that the
+        dropped copy is freed once aggregated (a model's first layer)."""
         g = g.enter(self, self.lin.weight, key, h=h, aggregated=aggregated)
         return aggregate_and_project(self, self.lin.weight, self.bias, g, h, aggregated,
-                                     epilogue, projected)
+                                     epilogue, projected, dropout)

@@ -57,7 +57,8 @@ def add_bias(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
 def aggregate_and_project(conv, weight: torch.Tensor, bias: torch.Tensor | None,
                           g: Neighbourhood, h: torch.Tensor | None,
                           aggregated: torch.Tensor | None, epilogue=None,
-                          projected: torch.Tensor | None = None) -> torch.Tensor:
+                          projected: torch.Tensor | None = None,
+                          dropout=None) -> torch.Tensor:
     """``epilogue(agg(h) W^T, b)``, computed on the narrower side of ``conv.aggregate``.
 
     That is ``agg(h W^T)`` when the layer projects first (equal for the linear
@@ -68,15 +69,22 @@ def aggregate_and_project(conv, weight: torch.Tensor, bias: torch.Tensor | None,
     does itself (a pass fewer over the output); a model passes its own to fuse what follows
     the layer (:meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`).  The epilogue
     receives a tensor that nothing else holds (the product's or the aggregation's output),
-    so it may write its own output over it.
+    so it may write its own output over it.  ``dropout(g, h)``: the layer's input dropout
+    (:class:`~distgnn.nn.keyed_dropout.KeyedDropout`), applied here so that the dropped
+    copy is held only until it is aggregated (or projected), not through the product.
     """
     if projected is not None:
         check_tensor("projected", projected, (g.num_nodes, weight.shape[0]))
         return (epilogue or add_bias)(conv.aggregate(g, projected), bias)
+    if dropout is not None:
+        # the caller keeps ``h`` (the features); the dropped copy is this frame's only
+        h = dropout(g, h)
     if aggregated is None and conv.project_first:
         return (epilogue or add_bias)(conv.aggregate(g, F.linear(h, weight)), bias)
+    agg = conv.aggregate(g, h) if aggregated is None else aggregated
+    h = None  # a dropped input is freed before the cast
     # cast before the product: float32 sums are freed before the product's output exists
-    agg = product_operand(conv.aggregate(g, h) if aggregated is None else aggregated)
+    agg = product_operand(agg)
     if epilogue is None:
         return F.linear(agg, weight, bias)
     y = F.linear(agg, weight)

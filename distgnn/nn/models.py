@@ -155,11 +155,18 @@ class GNN(nn.Module):
         and, before a last layer that projects first (:meth:`projects_last`), its
         projection in that pass too.
         """
-        h = x if self.precompute_first else self.dropouts[0](g, x)
+        h, first = x, {}
+        if self.precompute_first:
+            first = {"aggregated": self.first_aggregate(g, x)}
+        elif self.model == "gin":
+            h = self.dropouts[0](g, x)
+        else:
+            # the first layer drops its input itself: the dropped copy is freed once
+            # aggregated instead of being held here through the layer's product
+            first = {"dropout": self.dropouts[0]}
         last = len(self.convs) - 1
         for layer, conv in enumerate(self.convs):
-            known = ({"aggregated": self.first_aggregate(g, x)}
-                     if layer == 0 and self.precompute_first else {})
+            known = first if layer == 0 else {}
             if layer == last:
                 return conv(g, h, **known)
             # (in training: an evaluation's forward gives the last layer its input, which
@@ -169,12 +176,13 @@ class GNN(nn.Module):
                 after = functools.partial(self.dropouts[last].after_relu_project, g,
                                           weight=self.convs[last].weight, overwrite=True)
                 projected = conv(g, h, epilogue=after, **known)
-                h = None  # the dropped input is not held through the last layer
+                h = None  # this layer's input is not held through the last layer
                 return self.convs[last](g, None, projected=projected)
-            # in training a layer's output (what an epilogue receives) is held by nothing
-            # else; an evaluation's may be, by a hook reading embeddings
+            # what the epilogue receives is held by nothing else: the product's output
+            # inside a layer, or in training a GIN layer's output (in evaluation a hook
+            # reading embeddings may hold that)
             after = functools.partial(self.dropouts[layer + 1].after_relu, g,
-                                      overwrite=torch.is_grad_enabled())
+                                      overwrite=self.model != "gin" or torch.is_grad_enabled())
             h = after(conv(g, h)) if self.model == "gin" else conv(g, h, epilogue=after,
                                                                     **known)
 

@@ -72,18 +72,24 @@ class SAGEConv(GraphLayer):
 
     def forward(self, g: Neighbourhood, h: torch.Tensor | None,
                 aggregated: torch.Tensor | None = None, key: int | None = None,
-                epilogue=None, projected: torch.Tensor | None = None) -> torch.Tensor:
+                epilogue=None, projected: torch.Tensor | None = None,
+                dropout=None) -> torch.Tensor:
         """The layer's output ``[N, d_out]``.
 
         ``aggregated``: ``aggregate(g, h)`` computed earlier (constant input features);
         ``epilogue(y, b)``: applied in place of ``y + b`` (a model fusing the activation and
         dropout that follow, :meth:`~distgnn.nn.keyed_dropout.KeyedDropout.after_relu`);
         ``projected``: ``h W^T`` made by the epilogue before (``h`` then ``None``; the
-        ``gcn`` aggregator only, which has no root term)."""
+        ``gcn`` aggregator only, which has no root term); ``dropout(g, h)``: the input's
+        dropout, applied inside the layer so that, with the ``gcn`` aggregator, the dropped
+        copy is freed once aggregated (a model's first layer; the root term of the others
+        reads it after)."""
         g = g.enter(self, self.lin_neigh.weight, key, h=h, aggregated=aggregated)
         if self.lin_root is None:
             return aggregate_and_project(self, self.lin_neigh.weight, self.bias, g, h,
-                                         aggregated, epilogue, projected)
+                                         aggregated, epilogue, projected, dropout)
+        if dropout is not None:
+            h = dropout(g, h)
         if projected is not None:
             raise ValueError(f"SAGEConv(aggr={self.aggr!r}) adds W_r h: it needs h, not "
                              "its projection")

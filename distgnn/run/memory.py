@@ -244,13 +244,15 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
 
         \text{activations} = t N \sum_{l=1}^{L} (d_{l-1} + 3 m) + t N d_L
             + a N \sum_{l=1}^{L-1} d_l + (1 + \rho)\, s N \max_l d_l + 3 s N C + 6 s E H' L
+            + s S \max_l w_l'
 
-        \text{activations}_\text{fused} = t N \sum_{l=1}^{L} d_{l-1} + t N d_L
-            + \tfrac{N}{8} \sum_{l=1}^{L-1} d_l + [\neg\,\text{precomputed}]\, f N F
-            + [L > 2]\, s N \max_l d_l + 3 s N C
+        \text{activations}_\text{fused} = \max\Big(t N \sum_{l=1}^{L} d_{l-1} + t N d_L
+            + \tfrac{N}{8} \sum_{l=1}^{L-1} d_l + [L > 2]\, s N \max_l d_l + 3 s N C
+            + s S \max_{l \ge 2} w_l',\;
+            [\neg\,\text{precomputed}]\, \big([F \le d_1]\, (f + s) N F + s S w_1'\big)\Big)
 
         \text{graph} = 22 E + 40 N \qquad \text{features} = c\, f N F + 24 N
-        \qquad \text{exchange} = S (s\, w + 80)
+        \qquad \text{exchange} = 80 S
 
         \text{delayed exchange} = \sum_{w \in W} \Big(B\, r + S\, \big(3 s w + u(w)
             + [\text{compressed}]\, (s w + u(w))\big)\Big)
@@ -277,9 +279,12 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     pointers and ids.  Features: the normalised copy the
     model reads, of ``f``-byte elements (``feature_bytes``: ``s``, or 2 under ``--precision
     bf16-mixed``, which keeps them in bf16; ``c = 2`` with ``--precompute-first-aggregation``,
-    which keeps their aggregate too), labels, masks and degrees.  Exchange: the split tables and one buffer
-    row per split entry at the widest exchanged width ``w = max_l min(d_{l-1}, d_l)`` (a
-    layer aggregates on its narrower side).  cd-r keeps, for each of its exchanges, of the
+    which keeps their aggregate too), labels, masks and degrees.  Exchange: the split
+    tables; the exact exchange's buffers, a row per split entry at the width ``w_l' =
+    min(d_{l-1}, d_l)`` of the layer exchanging (a layer aggregates on its narrower side),
+    are alive only during its round trip (:class:`~distgnn.exchange.exact.RoundTrip`), so
+    they are counted with the activations of that moment: at the widest width in the
+    backward pass's peak.  cd-r keeps, for each of its exchanges, of the
     widths ``W`` it really carries (``delayed_widths``: :func:`exchange_widths`), ``r`` bins
     (``delay``) of ``B`` = 6 KiB of index tensors and bookkeeping each (measured), and per
     split entry three rows of ``w`` values in the run's type (the kept partials or
@@ -293,10 +298,12 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     they consume: a hidden layer's activation over its product's output, which is all the
     next product keeps (and its bits of ``[h > 0]``), the input gradient of the last
     layer's fused projection over that activation, the normalised aggregate over its sums,
-    cast to bf16 before the product under bf16-mixed.  The first layer's dropped input
-    (``f N F``; counted unless the first aggregation is precomputed, so over-counted
-    without dropout) lives through that layer; a gradient at the widest width is held only
-    between hidden layers (``L > 2``).  Checked against R-MAT 2^20 and 2^22 (4 ranks, GraphSAGE-gcn hidden 256,
+    cast to bf16 before the product under bf16-mixed.  The first layer drops its input
+    itself and frees the dropped copy once aggregated: the copy and the float32 sums
+    (``(f + s) N F``, where the first layer aggregates its input, ``F <= d_1``, and the
+    aggregate is not precomputed) and the first layer's exchange buffers are the peak only if
+    they are above what the products keep, beside the later layers' exchange buffers; a
+    gradient at the widest width is held only between hidden layers (``L > 2``).  Checked against R-MAT 2^20 and 2^22 (4 ranks, GraphSAGE-gcn hidden 256,
     fp32 and bf16-mixed: docs/results/training-ladder.md).
 
     The runtime and the graph's bytes per edge were fitted on R-MAT 2^19 to 2^21
@@ -312,22 +319,25 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     weights = (i * mlp + mlp + (mlp + 1) * o if mlp else k * (i + 1) * o
                for i, o in zip(d[:-1], d[1:]))
     f = s if feature_bytes is None else feature_bytes
+    exchanged = [min(i, o) for i, o in zip(d[:-1], d[1:])]  # w_l': each layer's narrower side
     if fused:
-        activations = (t * N * sum(d[:-1]) + t * N * d[-1] + N * sum(d[1:-1]) // 8
-                       + (not precompute_first) * f * N * d[0]
-                       + (len(d) > 3) * s * N * max(d) + 3 * s * N * num_classes)
+        first = (d[0] <= d[1]) * (f + s) * N * d[0] + s * S * exchanged[0]
+        activations = max(t * N * sum(d[:-1]) + t * N * d[-1] + N * sum(d[1:-1]) // 8
+                          + (len(d) > 3) * s * N * max(d) + 3 * s * N * num_classes
+                          + s * S * max(exchanged[1:], default=0),
+                          (not precompute_first) * first)
     else:
         activations = (t * N * sum(i + 3 * mlp for i in d[:-1]) + t * N * d[-1]
                        + (t if heads else 1) * N * sum(d[1:-1])
                        + (1 + recompute) * s * N * max(d) + 3 * s * N * num_classes
-                       + 6 * s * E * heads * layers)
+                       + 6 * s * E * heads * layers + s * S * max(exchanged))
     parts = {
         "runtime": RUNTIME_BYTES,
         "model": s * 5 * sum(weights),
         "activations": activations,
         "graph": 22 * E + 40 * N,
         "features": (2 if precompute_first else 1) * f * N * num_features + 24 * N,
-        "exchange": S * (s * max(min(i, o) for i, o in zip(d[:-1], d[1:])) + 80),
+        "exchange": 80 * S,
         "delayed exchange": sum(delayed_exchange_bytes(w, S, delay, s, wire_row_bytes)
                                 for w in delayed_widths),
     }
@@ -355,7 +365,9 @@ def memory_rates(num_features: int, num_classes: int, hidden: int, layers: int,
 
     The prediction is linear in a process's vertices ``N``, edges ``E`` and split entries
     ``S`` (the model's widths held fixed), so ``total = fixed + vertex N + edge E +
-    split_entry S`` exactly; ``fixed`` is what a rank holds whatever its share of the
+    split_entry S`` exactly; except the fused plan's (``fused``), whose activations are the
+    larger of two moments' (each linear): each rate is then the larger of the two, and the
+    sum bounds the prediction from above.  ``fixed`` is what a rank holds whatever its share of the
     graph (the runtime, the model, cd-r's bins), ``runtime`` the part of it that is
     :data:`RUNTIME_BYTES`.  For sizing a job before any cut exists
     (``distgnn-partition --parts auto``); ``options`` are :func:`training_memory`'s

@@ -187,6 +187,8 @@ def step(model: torch.nn.Module, optimizer, shard: Shard, sync: ReplicaSync, num
     with timer("backward"):
         train = shard.masks["train"]
         loss = masked_cross_entropy(logits, shard.y, train, num_train)
+        if streamed_backward is None:
+            del logits  # the loss kept its gradient: [N, C] fewer through the backward pass
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if streamed_backward is not None:
