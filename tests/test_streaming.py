@@ -415,10 +415,11 @@ def streaming_limit(data, hidden: int) -> float:
 def test_a_run_killed_while_spilling_leaves_what_the_next_run_removes(tmp_path):
     from distgnn.data.datasets import load
 
-    limit = streaming_limit(load(SPEC), 256)
+    # hidden 512: wide enough that the streamed plan is under the in-memory one
+    limit = streaming_limit(load(SPEC), 512)
     spill = tmp_path / "spill"
     train = [str(Path(sys.executable).parent / "distgnn-train"), "--dataset", SPEC,
-             "--model", "sage", "--hidden", "256", "--threads", "1", "--no-progress",
+             "--model", "sage", "--hidden", "512", "--threads", "1", "--no-progress",
              "--memory-limit", str(limit), "--spill-dir", str(spill)]
     proc = subprocess.Popen([*train, "--epochs", "1000"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
