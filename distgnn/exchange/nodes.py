@@ -131,7 +131,6 @@ class NodeTree:
         heads = sorted(leaders.values())
         self.out_counts, self.in_counts = (
             [counts[r] for r in heads] for counts in (self.out_counts, self.in_counts))
-        self.buffers: dict[tuple, list[torch.Tensor]] = {}
         self.on_device: dict[torch.device, list[torch.Tensor]] = {}
         self.across_bytes = 0
 
@@ -143,14 +142,11 @@ class NodeTree:
 
     def _buffers(self, a: torch.Tensor) -> list[torch.Tensor]:
         """``[clones [c, d], entries [E, d], node sums [rows, d], out [O, d], in [I, d]]``,
-        allocated once per width, type and device."""
-        key = (a.shape[1], a.dtype, a.device)
-        if key not in self.buffers:
-            self.buffers[key] = [
-                torch.empty(n, a.shape[1], dtype=a.dtype, device=a.device)
+        made for each exchange and freed after it, as the flat round trip's
+        (:class:`~distgnn.exchange.exact.RoundTrip`): alive only while it runs."""
+        return [torch.empty(n, a.shape[1], dtype=a.dtype, device=a.device)
                 for n in (len(self.clone_ids), len(self.entry_rows), self.rows,
                           len(self.out_rows), len(self.in_rows))]
-        return self.buffers[key]
 
     def run(self, a: torch.Tensor) -> int:
         """``a^p_v <- sum_{q in R(v)} a^q_v`` in place for ``a`` ``[n, d]``, in the four
