@@ -27,10 +27,12 @@ the float32 matrix-product rate (``torch.mm`` of two ``--matmul-size`` square ma
   cross-entropy), forward and backward (the epilogue that also makes the last layer's
   narrow projection, with that product's time); against the triad bandwidth by the bytes
   the work *needs* (:func:`elementwise_needed_bytes`: each step fused into the pass that
-  makes its input), so that a pass the code makes of its own lowers the fraction.  The bytes the
-  operators themselves read and write (their inputs, one output the size of the largest)
-  are reported beside it (``moved_gb_per_epoch``).  GCN and GraphSAGE only; for the other
-  models the operators' bytes stand in for the needed ones.
+  makes its input), so that a pass the code makes of its own lowers the fraction.  Its
+  bound (``bound_fraction``) adds the folded projection's flops at the matrix-product rate
+  (:func:`folded_projection_flops`): ``needed bytes / triad + flops / rate`` over the
+  measured time.  The bytes the operators themselves read and write (their inputs, one
+  output the size of the largest) are reported beside it (``moved_gb_per_epoch``).  GCN and
+  GraphSAGE only; for the other models the operators' bytes stand in for the needed ones.
 * **optimizer**: the operators inside the optimizer's step, by the bytes the operators read
   and write.
 
@@ -170,6 +172,20 @@ def elementwise_needed_bytes(cfg: TrainConfig, n: int, num_features: int, num_cl
     return hidden + dropout + 8 * n * num_classes + 9 * n
 
 
+def folded_projection_flops(cfg: TrainConfig, n: int, num_classes: int) -> int:
+    """Flops of the last layer's narrow projection that the epilogue before it makes
+    (``0``: not GCN or GraphSAGE, one layer, or a last layer that does not project first).
+
+    With ``C < H`` the last layer projects before it aggregates, and on the CPU the hidden
+    layer's epilogue multiplies each row by ``W`` ``[C, H]`` while it is in registers
+    (:mod:`distgnn.kernels.projection`): ``z = h W^T`` forward, ``g W`` and ``g^T h``
+    backward, ``3 x 2 N H C`` an epoch.  They are a matrix product's flops timed inside the
+    elementwise phase."""
+    if cfg.model not in ("gcn", "sage") or cfg.layers < 2 or num_classes >= cfg.hidden:
+        return 0
+    return 6 * n * cfg.hidden * num_classes
+
+
 def operator_bytes(event) -> int:
     """Bytes an operator reads (its tensor inputs) and writes (one output the size of its
     largest input)."""
@@ -284,6 +300,8 @@ def profile_epochs(args) -> dict:
     measured["elementwise"]["moved_bytes"] = measured["elementwise"]["bytes"]
     if needed is not None:
         measured["elementwise"]["bytes"] = needed * args.epochs
+        measured["elementwise"]["folded_flops"] = args.epochs * folded_projection_flops(
+            cfg, data.num_nodes, data.num_classes)
     return {"epoch_s": wall, "aggregation": aggregation, **measured,
             "epochs": args.epochs,
             "graph": {"vertices": data.num_nodes, "edges": data.graph.num_edges,
@@ -325,6 +343,10 @@ def phase_rows(measured: dict, triad_gb_s: float, matmul_gflops_: float) -> list
             rows[-1]["moved_gb_per_epoch"] = round(m["moved_bytes"] / epochs / 1e9, 3)
         if phase == "matmul":
             rows[-1].update(roofline_rows(m, triad_gb_s, matmul_gflops_, epochs))
+        if "folded_flops" in m and m["s"] > 0:
+            bound_s = m["bytes"] / (triad_gb_s * 1e9) + m["folded_flops"] / (matmul_gflops_ * 1e9)
+            rows[-1]["folded_gflop_per_epoch"] = round(m["folded_flops"] / epochs / 1e9, 3)
+            rows[-1]["bound_fraction"] = round(bound_s / m["s"], 3)
     # from the unrounded seconds: on a short epoch the rows' rounding adds up to percents
     other = epoch_s - sum(measured[phase]["s"] / epochs
                           for phase in ("aggregation", "matmul", "elementwise", "optimizer"))
@@ -363,6 +385,10 @@ def main(args) -> int:
         print(f"elementwise: {elementwise['gb_per_epoch']:.3f} GB an epoch needed (the fraction "
               f"above), {elementwise['moved_gb_per_epoch']:.3f} GB read and written by its "
               f"operators")
+    if "bound_fraction" in elementwise:
+        print(f"elementwise: {elementwise['bound_fraction']:.1%} of its bound (the needed bytes "
+              f"at the triad and the folded projection's "
+              f"{elementwise['folded_gflop_per_epoch']:.2f} GFLOP at the matmul rate)")
     products = rows[1]
     print(f"matrix products: {products['roofline_fraction']:.1%} of their roofline (each "
           f"product's max(flops / matmul rate, bytes / triad); "

@@ -331,6 +331,29 @@ def test_elementwise_needed_bytes_are_one_pass_each_way_per_activation():
     assert elementwise_needed_bytes(TrainConfig(model="gat"), n, f, c) is None
 
 
+def test_the_elementwise_bound_adds_the_folded_projection_at_the_product_rate():
+    """2 layers, hidden 64, 5 classes: the epilogue's projection is 3 products of 2 N H C
+    flops an epoch (none for GAT, or where the classes are not narrower).  At 10 GB/s and
+    100 GFLOP/s, 1e9 needed bytes (0.1 s) and 1e10 flops (0.1 s) an epoch, measured at
+    0.4 s, are half the bound, a quarter of the triad by the bytes alone."""
+    from bench.phases import folded_projection_flops, phase_rows
+    from distgnn.run.config import TrainConfig
+
+    n, h, c = 1000, 64, 5
+    assert folded_projection_flops(TrainConfig(model="gcn", hidden=h, layers=2), n, c) == (
+        3 * 2 * n * h * c)
+    assert folded_projection_flops(TrainConfig(model="gcn", hidden=h, layers=2), n, h) == 0
+    assert folded_projection_flops(TrainConfig(model="gat", hidden=h, layers=2), n, c) == 0
+    idle = {"s": 0.0, "flops": 0, "bytes": 0}
+    measured = {"epochs": 2, "epoch_s": 1.0, "aggregation": idle, "optimizer": idle,
+                "matmul": {**idle, "products": []},
+                "elementwise": {"s": 0.8, "flops": 0, "bytes": 2e9, "folded_flops": 2e10}}
+    elementwise = phase_rows(measured, 10.0, 100.0)[2]
+    assert elementwise["fraction"] == 0.25
+    assert elementwise["bound_fraction"] == 0.5
+    assert elementwise["folded_gflop_per_epoch"] == 10.0
+
+
 def test_roofline_bounds_each_product_by_its_flops_or_its_bytes():
     """At 100 GFLOP/s and 10 GB/s a product of 1e9 flops and 1e9 bytes is bound by its bytes
     (0.1 s), one of 1e10 flops and 1e8 bytes by its flops (0.1 s): two epochs of both are

@@ -66,41 +66,64 @@ def _positive_bits(row, f):
             | (_positive(row, f + 7) << 7))
 
 
+# rows per parallel task of the row-wise epilogues: each task makes one scratch row
+EPILOGUE_ROWS = 256
+
+
+@numba.njit(cache=True, inline="always")
+def bias_relu_mask_row(x, bias, i, base, threshold, scale, row, out):
+    """Row ``i`` of ``out = mask * scale * max(x + b, 0)``, made in ``row`` and stored.
+
+    ``row`` ``[d]`` is scratch of the bias' float type (the row is computed in it, then
+    rounded once into ``out``): ``out`` may be ``x`` (written over), and a loop that reads
+    and writes the same row is left scalar by LLVM, whose runtime overlap check fails,
+    where two loops over distinct arrays vectorise (2.3x faster with the mask on an Intel
+    Xeon).  ``base`` is the row's mask key (``key + global id * width``); ``threshold``
+    0 keeps every element without hashing.  A NaN of ``x + b`` stays NaN where the mask
+    keeps it."""
+    d = x.shape[1]
+    # the element loops stay branch-free (vectorised)
+    if threshold == 0:
+        for f in range(d):
+            v = as_float(x[i, f]) + bias[f]
+            row[f] = v * scale if not v <= 0 else 0.0
+    else:
+        for f in range(d):
+            v = as_float(x[i, f]) + bias[f]
+            row[f] = v * scale if keeps(base, f, threshold) and not v <= 0 else 0.0
+    for f in range(d):
+        out[i, f] = stored(row[f], out)
+
+
 @numba.njit(cache=True, parallel=True, nogil=True)
 def bias_relu_masked_scale(x, bias, global_ids, key, threshold, scale, out, kept):
     """``out = mask * max(x + b, 0)`` and the bits of ``out > 0``, in one pass over the rows.
 
     ``bias`` ``[d]``; the mask is :func:`masked_scale`'s (``threshold`` 0 keeps every element
-    without hashing).  ``x`` and ``out`` may hold bf16 bit patterns (uint16): ``x`` is
-    widened, the row computed in float32 and rounded once into ``out``.  ``kept``
-    ``[N, ceil(d / 8)]`` uint8 receives bit ``f % 8`` of byte
+    without hashing); ``out`` may be ``x``.  ``x`` and ``out`` may hold bf16 bit patterns
+    (uint16): ``x`` is widened, the row computed in float32 and rounded once into ``out``.
+    ``kept`` ``[N, ceil(d / 8)]`` uint8 receives bit ``f % 8`` of byte
     ``f // 8`` set where ``out[i, f] > 0`` (all the backward pass needs: 1 bit where a float
     copy takes 32).  A NaN of ``x + b`` stays NaN where the mask keeps it, as through
     ``relu`` and a separate dropout (and receives no gradient, as there).
     """
-    width = np.uint64(x.shape[1])
-    d = x.shape[1]
-    for i in numba.prange(x.shape[0]):
-        # the element loops stay branch-free (vectorised); the bits come from the row's
-        # output, still in cache
-        if threshold == 0:
-            for f in range(d):
-                v = as_float(x[i, f]) + bias[f]
-                out[i, f] = stored(v * scale if not v <= 0 else 0.0, out)
-        else:
-            base = key + np.uint64(global_ids[i]) * width
-            for f in range(d):
-                v = as_float(x[i, f]) + bias[f]
-                out[i, f] = stored(v * scale if keeps(base, f, threshold) and not v <= 0
-                                   else 0.0, out)
-        row = out[i]
-        for k in range(d >> 3):
-            kept[i, k] = _positive_bits(row, 8 * k)
-        if d & 7:
-            bits = 0
-            for f in range(d & ~7, d):
-                bits |= _positive(row, f) << (f & 7)
-            kept[i, d >> 3] = bits
+    n, d = x.shape
+    width = np.uint64(d)
+    for task in numba.prange((n + EPILOGUE_ROWS - 1) // EPILOGUE_ROWS):
+        row = np.empty(d, bias.dtype)
+        for i in range(task * EPILOGUE_ROWS, min(n, (task + 1) * EPILOGUE_ROWS)):
+            bias_relu_mask_row(x, bias, i, key + np.uint64(global_ids[i]) * width, threshold,
+                               scale, row, out)
+            # the bits come from the row as stored (a bf16 rounding keeps no sign apart),
+            # still in cache
+            stored_row = out[i]
+            for k in range(d >> 3):
+                kept[i, k] = _positive_bits(stored_row, 8 * k)
+            if d & 7:
+                bits = 0
+                for f in range(d & ~7, d):
+                    bits |= _positive(stored_row, f) << (f & 7)
+                kept[i, d >> 3] = bits
 
 
 # rows per partial sum of the bias gradient: a fixed split, so the sum is the same whatever

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .dropout import keeps
+from .dropout import EPILOGUE_ROWS, bias_relu_mask_row
 from .lanes import as_float, load, scale, scaled_add, store, stored, where_positive, zeros
 
 LANES = 16  # outputs per register panel (one AVX-512 register of float32)
@@ -39,48 +39,50 @@ ROWS = 4  # rows sharing each loaded panel of the weight
 BLOCK_ROWS = 4096  # rows per partial sum of the backward pass's weight and bias gradients
 
 
-@numba.njit(cache=True, inline="always")
-def _epilogue_row(x, bias, i, base, threshold, s, out):
-    for f in range(x.shape[1]):
-        v = as_float(x[i, f]) + bias[f]
-        kept = threshold == 0 or keeps(base, f, threshold)
-        out[i, f] = stored(v * s if kept and not v <= 0 else 0.0, out)
-
-
 @numba.njit(cache=True, parallel=True, nogil=True)
 def bias_relu_dropout_project(x, bias, global_ids, key, threshold, s, weight_t, out, z):
     """``out = h`` and ``z = h W^T`` of the module docstring; ``weight_t`` is ``W^T``
-    ``[d, c]`` float32 (``threshold`` 0 keeps every element without hashing)."""
+    ``[d, c]`` float32 (``threshold`` 0 keeps every element without hashing); ``out`` may
+    be ``x``."""
     n, d = x.shape
-    c = weight_t.shape[1]
     width = np.uint64(d)
-    for block in numba.prange((n + ROWS - 1) // ROWS):
-        first = block * ROWS
-        rows = min(n, first + ROWS) - first
-        for i in range(first, first + rows):
-            _epilogue_row(x, bias, i, key + np.uint64(global_ids[i]) * width, threshold, s,
-                          out)
-        for col in range(0, c, LANES):
-            m = min(LANES, c - col)
-            if rows == ROWS:
-                a0 = zeros(weight_t, LANES)
-                a1, a2, a3 = a0, a0, a0
+    for task in numba.prange((n + EPILOGUE_ROWS - 1) // EPILOGUE_ROWS):
+        row = np.empty(d, bias.dtype)
+        end = min(n, (task + 1) * EPILOGUE_ROWS)
+        for first in range(task * EPILOGUE_ROWS, end, ROWS):
+            rows = min(end, first + ROWS) - first
+            for i in range(first, first + rows):
+                bias_relu_mask_row(x, bias, i, key + np.uint64(global_ids[i]) * width,
+                                   threshold, s, row, out)
+            _project_rows(out, weight_t, first, rows, z)
+
+
+@numba.njit(cache=True, inline="always")
+def _project_rows(out, weight_t, first, rows, z):
+    """``z[first:first + rows] = out[first:first + rows] W^T``, ``rows <= ROWS`` (the rows as
+    stored: a bf16 row is multiplied as rounded)."""
+    d, c = weight_t.shape
+    for col in range(0, c, LANES):
+        m = min(LANES, c - col)
+        if rows == ROWS:
+            a0 = zeros(weight_t, LANES)
+            a1, a2, a3 = a0, a0, a0
+            for f in range(d):
+                w = load(weight_t, f, col, m, LANES)
+                a0 = scaled_add(a0, as_float(out[first, f]), w)
+                a1 = scaled_add(a1, as_float(out[first + 1, f]), w)
+                a2 = scaled_add(a2, as_float(out[first + 2, f]), w)
+                a3 = scaled_add(a3, as_float(out[first + 3, f]), w)
+            store(z, first, col, m, a0)
+            store(z, first + 1, col, m, a1)
+            store(z, first + 2, col, m, a2)
+            store(z, first + 3, col, m, a3)
+        else:
+            for i in range(first, first + rows):
+                a = zeros(weight_t, LANES)
                 for f in range(d):
-                    w = load(weight_t, f, col, m, LANES)
-                    a0 = scaled_add(a0, as_float(out[first, f]), w)
-                    a1 = scaled_add(a1, as_float(out[first + 1, f]), w)
-                    a2 = scaled_add(a2, as_float(out[first + 2, f]), w)
-                    a3 = scaled_add(a3, as_float(out[first + 3, f]), w)
-                store(z, first, col, m, a0)
-                store(z, first + 1, col, m, a1)
-                store(z, first + 2, col, m, a2)
-                store(z, first + 3, col, m, a3)
-            else:
-                for i in range(first, first + rows):
-                    a = zeros(weight_t, LANES)
-                    for f in range(d):
-                        a = scaled_add(a, as_float(out[i, f]), load(weight_t, f, col, m, LANES))
-                    store(z, i, col, m, a)
+                    a = scaled_add(a, as_float(out[i, f]), load(weight_t, f, col, m, LANES))
+                store(z, i, col, m, a)
 
 
 @numba.njit(cache=True, inline="always")
