@@ -173,11 +173,12 @@ def elementwise_needed_bytes(cfg: TrainConfig, n: int, num_features: int, num_cl
 
 
 def folded_projection_flops(cfg: TrainConfig, n: int, num_classes: int) -> int:
-    """Flops of the last layer's narrow projection that the epilogue before it makes
-    (``0``: not GCN or GraphSAGE, one layer, or a last layer that does not project first).
+    """Flops of the last layer's narrow projection that the epilogue before it makes.
 
-    With ``C < H`` the last layer projects before it aggregates, and on the CPU the hidden
-    layer's epilogue multiplies each row by ``W`` ``[C, H]`` while it is in registers
+    ``0`` for a model other than GCN and GraphSAGE, one layer, or a last layer that does not
+    project first.  With ``C < H`` the last layer projects before it aggregates, and on the
+    CPU the hidden layer's epilogue multiplies each row by ``W`` ``[C, H]`` while it is in
+    registers
     (:mod:`distgnn.kernels.projection`): ``z = h W^T`` forward, ``g W`` and ``g^T h``
     backward, ``3 x 2 N H C`` an epoch.  They are a matrix product's flops timed inside the
     elementwise phase."""
