@@ -114,8 +114,8 @@ def bias_relu_masked_scale(x, bias, global_ids, key, threshold, scale, out, kept
         for i in range(task * EPILOGUE_ROWS, min(n, (task + 1) * EPILOGUE_ROWS)):
             bias_relu_mask_row(x, bias, i, key + np.uint64(global_ids[i]) * width, threshold,
                                scale, row, out)
-            # the bits come from the row as stored (a bf16 rounding keeps no sign apart),
-            # still in cache
+            # the bits come from the row as stored (a tiny positive float32 can round to a
+            # bf16 zero), still in cache
             stored_row = out[i]
             for k in range(d >> 3):
                 kept[i, k] = _positive_bits(stored_row, 8 * k)
