@@ -57,6 +57,7 @@ from bench.spmm import moved_bytes
 from distgnn.comm import SelfCommunicator
 from distgnn.data.datasets import load
 from distgnn.nn.backends import LINEAR
+from distgnn.nn.models import GNN
 from distgnn.placement import PRECISIONS
 from distgnn.run.config import TrainConfig
 from distgnn.run.replicas import ReplicaSync
@@ -172,19 +173,18 @@ def elementwise_needed_bytes(cfg: TrainConfig, n: int, num_features: int, num_cl
     return hidden + dropout + 8 * n * num_classes + 9 * n
 
 
-def folded_projection_flops(cfg: TrainConfig, n: int, num_classes: int) -> int:
+def folded_projection_flops(model, n: int, hidden: int, num_classes: int) -> int:
     """Flops of the last layer's narrow projection that the epilogue before it makes.
 
-    ``0`` for a model other than GCN and GraphSAGE, one layer, or a last layer that does not
-    project first.  With ``C < H`` the last layer projects before it aggregates, and on the
-    CPU the hidden layer's epilogue multiplies each row by ``W`` ``[C, H]`` while it is in
-    registers
-    (:mod:`distgnn.kernels.projection`): ``z = h W^T`` forward, ``g W`` and ``g^T h``
-    backward, ``3 x 2 N H C`` an epoch.  They are a matrix product's flops timed inside the
+    ``0`` where it does not (:meth:`~distgnn.nn.models.GNN.projects_last`: GCN and
+    GraphSAGE-gcn of two or more layers with ``C`` below the hidden width ``H``).  There
+    the hidden layer's epilogue multiplies each row by ``W`` ``[C, H]`` while it is in
+    registers (:mod:`distgnn.kernels.projection`): ``z = h W^T`` forward, ``g W`` and
+    ``g^T h`` backward, ``3 x 2 N H C`` an epoch, a matrix product's flops timed inside the
     elementwise phase."""
-    if cfg.model not in ("gcn", "sage") or cfg.layers < 2 or num_classes >= cfg.hidden:
+    if not (isinstance(model, GNN) and model.projects_last()):
         return 0
-    return 6 * n * cfg.hidden * num_classes
+    return 6 * n * hidden * num_classes
 
 
 def operator_bytes(event) -> int:
@@ -302,7 +302,7 @@ def profile_epochs(args) -> dict:
     if needed is not None:
         measured["elementwise"]["bytes"] = needed * args.epochs
         measured["elementwise"]["folded_flops"] = args.epochs * folded_projection_flops(
-            cfg, data.num_nodes, data.num_classes)
+            model, data.num_nodes, cfg.hidden, data.num_classes)
     return {"epoch_s": wall, "aggregation": aggregation, **measured,
             "epochs": args.epochs,
             "graph": {"vertices": data.num_nodes, "edges": data.graph.num_edges,

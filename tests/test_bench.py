@@ -333,17 +333,18 @@ def test_elementwise_needed_bytes_are_one_pass_each_way_per_activation():
 
 def test_the_elementwise_bound_adds_the_folded_projection_at_the_product_rate():
     """2 layers, hidden 64, 5 classes: the epilogue's projection is 3 products of 2 N H C
-    flops an epoch (none for GAT, or where the classes are not narrower).  At 10 GB/s and
-    100 GFLOP/s, 1e9 needed bytes (0.1 s) and 1e10 flops (0.1 s) an epoch, measured at
-    0.4 s, are half the bound, a quarter of the triad by the bytes alone."""
+    flops an epoch (none for GIN, or where the classes are not narrower, or for one layer).
+    At 10 GB/s and 100 GFLOP/s, 1e9 needed bytes (0.1 s) and 1e10 flops (0.1 s) an epoch,
+    measured at 0.4 s, are half the bound, a quarter of the triad by the bytes alone."""
     from bench.phases import folded_projection_flops, phase_rows
-    from distgnn.run.config import TrainConfig
+    from distgnn.nn.models import GNN
 
-    n, h, c = 1000, 64, 5
-    assert folded_projection_flops(TrainConfig(model="gcn", hidden=h, layers=2), n, c) == (
-        3 * 2 * n * h * c)
-    assert folded_projection_flops(TrainConfig(model="gcn", hidden=h, layers=2), n, h) == 0
-    assert folded_projection_flops(TrainConfig(model="gat", hidden=h, layers=2), n, c) == 0
+    n, f, h, c = 1000, 32, 64, 5
+    assert folded_projection_flops(GNN("gcn", f, h, c), n, h, c) == 3 * 2 * n * h * c
+    assert folded_projection_flops(GNN("sage", f, h, c), n, h, c) == 3 * 2 * n * h * c
+    assert folded_projection_flops(GNN("gcn", f, h, 100), n, h, 100) == 0
+    assert folded_projection_flops(GNN("gin", f, h, c), n, h, c) == 0
+    assert folded_projection_flops(GNN("gcn", f, h, c, num_layers=1), n, h, c) == 0
     idle = {"s": 0.0, "flops": 0, "bytes": 0}
     measured = {"epochs": 2, "epoch_s": 1.0, "aggregation": idle, "optimizer": idle,
                 "matmul": {**idle, "products": []},
