@@ -1,6 +1,7 @@
 """The fused passes: the normalised aggregation in one kernel pass each way (scales, self-loop,
 bf16 rows in and out), a symmetric graph's transpose, the one-pass masked cross-entropy, and
 the keyed dropout of bf16 rows -- each against the separate operations it replaces."""
+import numba
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -10,6 +11,7 @@ import torch.nn.functional as F
 from distgnn.data.graph import CSRGraph
 from distgnn.kernels.blocking import plan_spmm
 from distgnn.kernels.lanes import BF16
+from distgnn.kernels.loss import exp_nonpositive
 from distgnn.kernels.spmm import spmm
 from distgnn.nn.aggregate import Neighbourhood, Propagate
 from distgnn.nn.backends import get_backend
@@ -119,6 +121,31 @@ def test_masked_cross_entropy_equals_torchs_loss_and_gradient(dtype):
     torch.testing.assert_close(ours, theirs, rtol=tol, atol=0)
     torch.testing.assert_close(a, b, rtol=tol, atol=tol)
     assert ours.dtype == dtype and not a[~mask].any()
+
+
+@numba.njit
+def _exp_each(x, out):
+    for i in range(len(x)):
+        out[i] = exp_nonpositive(x[i])
+
+
+def test_the_vectorised_exponential_is_within_one_unit_in_the_last_place():
+    x = np.concatenate([np.linspace(-87.3, 0, 200_001, dtype=np.float32),
+                        -np.random.default_rng(0).exponential(3, 100_000).astype(np.float32)])
+    x = x[x >= -87.3]
+    ours = np.empty_like(x)
+    _exp_each(x, ours)
+    exact = np.exp(x.astype(np.float64))
+    assert np.max(np.abs(ours - exact) / np.spacing(exact.astype(np.float32))) <= 1.0
+    edges = np.array([np.nan, -np.inf, -1000.0, 0.0], np.float32)
+    out = np.empty_like(edges)
+    _exp_each(edges, out)
+    assert np.isnan(out[0]) and out[3] == 1.0
+    assert 0 < out[1] == out[2] < 1.2e-38  # the smallest normal, not a denormal
+    wide = np.array([-700.0, -1.5])
+    out = np.empty_like(wide)
+    _exp_each(wide, out)
+    np.testing.assert_array_equal(out, np.exp(wide))  # float64: math.exp's
 
 
 def test_masked_cross_entropy_refuses_a_label_out_of_range():

@@ -209,7 +209,7 @@ def scale(typingctx, panel, factor):
 
 
 @intrinsic
-def _float32_from_bits(typingctx, bits):
+def float32_from_bits(typingctx, bits):
     """The float32 whose bit pattern is the uint32 ``bits``."""
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.FloatType())
@@ -232,7 +232,7 @@ def as_float(v):
 @overload(as_float, inline="always")
 def _as_float(v):
     if v == types.uint16:
-        return lambda v: _float32_from_bits(np.uint32(v) << np.uint32(16))
+        return lambda v: float32_from_bits(np.uint32(v) << np.uint32(16))
     return lambda v: v
 
 
