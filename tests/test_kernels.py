@@ -333,7 +333,7 @@ def test_the_backend_times_plans_only_when_a_trial_is_allowed(monkeypatch):
         torch.testing.assert_close(grad, torch.from_numpy(m.T @ x.numpy()), rtol=1e-5,
                                    atol=1e-5)
         assert bool(timed) == trial
-        assert (g.cache[("numba-plan", False, 32, 4)].hub_block == 0) or trial
+        assert (g.cache[("numba-plan", False, 32, 4, None)].hub_block == 0) or trial
 
 
 def test_widths_that_choose_the_same_blocking_share_one_plan():
@@ -354,6 +354,46 @@ def test_widths_that_choose_the_same_blocking_share_one_plan():
                                    atol=1e-5)
     plans = {k: v for k, v in g.cache.items() if k[0] == "numba-plan"}
     assert len(plans) == 4
-    assert plans[("numba-plan", False, 8, 4)] is plans[("numba-plan", False, 24, 4)]
-    assert plans[("numba-plan", True, 8, 4)] is plans[("numba-plan", True, 24, 4)]
-    assert plans[("numba-plan", False, 8, 4)] is not plans[("numba-plan", True, 8, 4)]
+    assert plans[("numba-plan", False, 8, 4, None)] is plans[("numba-plan", False, 24, 4, None)]
+    assert plans[("numba-plan", True, 8, 4, None)] is plans[("numba-plan", True, 24, 4, None)]
+    assert plans[("numba-plan", False, 8, 4, None)] is not plans[("numba-plan", True, 8, 4, None)]
+
+
+def test_a_source_scale_folded_into_the_plan_gives_the_gathered_sums_bit_for_bit():
+    import torch
+
+    from distgnn.data.graph import CSRGraph
+    from distgnn.nn.backends import get_backend
+
+    m = sp.random(300, 300, density=0.05, format="csr", random_state=3, dtype=np.float32)
+    m = (m + m.T).tocsr()  # symmetric: GCN's backward pass runs on the same CSR
+    rng = np.random.default_rng(0)
+    q = rng.random(300, dtype=np.float32) + 0.5
+    r = rng.random(300, dtype=np.float32) + 0.5
+    x = rng.standard_normal((300, 24), dtype=np.float32)
+    for weight in (None, m.data):
+        for hub in (0, 9):
+            gathered = spmm(m.indptr, m.indices, x, edge_weight=weight, source_scale=q,
+                            row_scale=r, self_loop=True,
+                            plan=plan_spmm(m.indptr, m.indices, weight, hub))
+            plan = plan_spmm(m.indptr, m.indices, weight, hub, source_scale=q)
+            folded = spmm(m.indptr, m.indices, x, edge_weight=weight, source_scale=q,
+                          row_scale=r, self_loop=True, plan=plan)
+            np.testing.assert_array_equal(folded, gathered)
+            with pytest.raises(ValueError, match="folds a source scale"):
+                spmm(m.indptr, m.indices, x, edge_weight=weight, plan=plan)
+    # the backend folds GCN's scale once for both passes, another scale into a plan of its own
+    g = CSRGraph.from_scipy(m)
+    backend = get_backend("numba", kernel_trial=False)
+    qt, rt = torch.from_numpy(q).view(-1, 1), torch.from_numpy(r).view(-1, 1)
+    xt = torch.from_numpy(x)
+    forward = backend.propagate(g, xt, qt, qt)
+    backward = backend.propagate(g, xt, qt, qt, transposed=True)
+    want = q[:, None] * ((m + sp.eye(300)) @ (q[:, None] * x))
+    torch.testing.assert_close(forward, torch.from_numpy(want.astype(np.float32)))
+    torch.testing.assert_close(backward, forward, rtol=0, atol=0)
+    other = backend.propagate(g, xt, rt, None)
+    torch.testing.assert_close(other, torch.from_numpy(
+        ((m + sp.eye(300)) @ (r[:, None] * x)).astype(np.float32)))
+    scaled = {k[4] for k in g.cache if k[0] == "numba-plan"}
+    assert scaled == {0, 1} and len(g.cache[("numba-folded-scales", False)]) == 2

@@ -7,7 +7,7 @@ import pytest
 from distgnn.errors import DistGNNError
 from distgnn.exchange.wire import row_bytes
 from distgnn.run.config import TrainConfig
-from distgnn.run.memory import predict, require
+from distgnn.run.memory import predict, require, scaled_plans
 from distgnn.run.memory import training_memory as estimate
 
 
@@ -41,7 +41,28 @@ def test_recompute_adds_a_tensor_at_the_widest_width():
     again = estimate(1000, 5000, 32, 4, 16, 2, recompute=True)
     assert again["activations"] - plain["activations"] == 4 * 1000 * 32
     recomputed = predict(*parts(TrainConfig(recompute=True)), 1000, 5000, 32, 4)
-    assert recomputed["total"] == again["total"]
+    # GCN on a whole graph folds its scale into a plan each way
+    assert recomputed["total"] == estimate(1000, 5000, 32, 4, 16, 2, recompute=True,
+                                           folded_scales=2)["total"]
+
+
+@pytest.mark.parametrize("options, split_entries, plans", [
+    ({}, 0, 2),  # GCN, a whole graph: q folded into a plan each way
+    ({"model": "sage", "aggregator": "gcn"}, 0, 1),  # only its backward pass has a q
+    ({"model": "sage", "aggregator": "mean"}, 0, 0),
+    ({}, 100, 0),  # cd-0 combines the clones' sums apart from the fused kernel
+    ({"algo": "0c"}, 100, 2),
+    ({"dtype": "float64"}, 0, 0),  # float64 sums gather q in float64
+    ({"backend": "torch"}, 0, 0),
+])
+def test_the_plans_that_fold_a_source_scale_are_counted_at_8_bytes_an_edge(options,
+                                                                           split_entries,
+                                                                           plans):
+    cfg = TrainConfig(**options)
+    assert scaled_plans(*parts(cfg), split_entries) == plans
+    base = estimate(1000, 5000, 32, 4, 16, 2)["graph"]
+    assert estimate(1000, 5000, 32, 4, 16, 2, folded_scales=plans)["graph"] \
+        == base + 8 * 5000 * plans
 
 
 def test_a_run_that_cannot_fit_is_refused_with_its_parts():

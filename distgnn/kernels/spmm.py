@@ -154,16 +154,19 @@ def _row_end(row, r, out, v, col, n, lanes, factor):
 def sum_kernel(lanes: int):
     """The sum kernel compiled for panels of ``lanes`` features (see :func:`panel_lanes`).
 
-    ``kernel(chunks, indptr, indices, weight, source_scale, x, out, rows, accumulate,
-    self_loop, row_scale, distance, edge_block)`` does, over the rows of one source block,
+    ``kernel(chunks, indptr, indices, weight, source_scale, loop_scale, x, out, rows,
+    accumulate, self_loop, row_scale, distance, edge_block)`` does, over the rows of one
+    source block,
 
     .. math::
         \\mathbf{o}_v = r_v \\Big( [\\text{accumulate}]\\, \\mathbf{o}_v
-            + [\\text{self\\_loop}]\\, q_v \\mathbf{x}_v
+            + [\\text{self\\_loop}]\\, p_v \\mathbf{x}_v
             + \\sum_{e=(u,v)} w_e q_u \\mathbf{x}_u \\Big)
 
-    with ``q`` = ``source_scale`` ``[N_src]``, ``r`` = ``row_scale`` ``[N_dst]`` and the
-    edge weights ``w`` (each 1 where its array is empty).  ``x`` is float32/float64 or
+    with ``q`` = ``source_scale`` ``[N_src]``, ``p`` = ``loop_scale`` ``[N_dst]`` (the
+    caller's ``q``; where a plan folded ``q`` into ``w``, ``source_scale`` is empty and
+    ``p`` still ``q``), ``r`` = ``row_scale`` ``[N_dst]`` and the edge weights ``w`` (each 1
+    where its array is empty).  ``x`` is float32/float64 or
     bf16 bits (uint16, gathered as float32); ``out`` the accumulator's float type or bf16
     bits (rounded once per row and block).  Each chunk of rows accumulates a row in its
     own row of ``rows`` (``[len(chunks) - 1, d]`` of the accumulator's type, in L1) and
@@ -175,8 +178,8 @@ def sum_kernel(lanes: int):
     (:func:`~distgnn.kernels.jit.readonly`).
     """
     @jit.kernel(parallel=True, fastmath=True, nogil=True)
-    def kernel(chunks, indptr, indices, weight, source_scale, x, out, rows, accumulate,
-               self_loop, row_scale, distance, edge_block):
+    def kernel(chunks, indptr, indices, weight, source_scale, loop_scale, x, out, rows,
+               accumulate, self_loop, row_scale, distance, edge_block):
         d = out.shape[1]
         wide, narrow = d - d % lanes, d - d % NARROW
         line = CACHE_LINE // x.itemsize
@@ -184,13 +187,13 @@ def sum_kernel(lanes: int):
         for c in numba.prange(len(chunks) - 1):
             for v in range(chunks[c], chunks[c + 1]):
                 for col in range(0, wide, lanes):
-                    _row_start(x, out, source_scale, rows, c, v, col, lanes, lanes,
+                    _row_start(x, out, loop_scale, rows, c, v, col, lanes, lanes,
                                accumulate, self_loop)
                 for col in range(wide, narrow, NARROW):
-                    _row_start(x, out, source_scale, rows, c, v, col, NARROW, NARROW,
+                    _row_start(x, out, loop_scale, rows, c, v, col, NARROW, NARROW,
                                accumulate, self_loop)
                 if narrow < d:
-                    _row_start(x, out, source_scale, rows, c, v, narrow, d - narrow, NARROW,
+                    _row_start(x, out, loop_scale, rows, c, v, narrow, d - narrow, NARROW,
                                accumulate, self_loop)
                 first, end = indptr[v], indptr[v + 1]
                 for start in range(first, end, edge_block):
@@ -326,7 +329,9 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
             or bf16 bits for bf16 ``x`` (default float32).
         plan (SpMMPlan, optional): source blocking and row chunks (sum/mean); built
             unblocked when omitted.  Build one with :func:`plan_spmm` and reuse it.
-        source_scale (np.ndarray, optional): ``q`` ``[N_src]`` (sum only).
+        source_scale (np.ndarray, optional): ``q`` ``[N_src]`` (sum only); the same ``q``
+            the plan folded into its weights where it did (``plan.source_scale``: then
+            read with the edges, not gathered per edge).
         row_scale (np.ndarray, optional): ``r`` ``[N_dst]`` (sum only).
         self_loop (bool, optional): add ``q_v x_v`` (sum only; ``N_src == N_dst``).
 
@@ -340,6 +345,10 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
     fused = source_scale is not None or row_scale is not None or self_loop
     if fused and reduce != "sum":
         raise ValueError(f"source_scale, row_scale and self_loop go with sum, not {reduce}")
+    folded = plan is not None and plan.source_scale is not None
+    if folded and (source_scale is None or np.shape(source_scale)[0] != len(plan.source_scale)):
+        raise ValueError("the plan folds a source scale into its edge weights: pass the same "
+                         "source_scale")
     x = as_aligned(np.asarray(x, dtype=x.dtype if x.dtype in (np.float64, BF16) else np.float32))
     n_dst = len(indptr) - 1
     if self_loop and len(x) != n_dst:
@@ -362,8 +371,9 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
     row_scale = none if row_scale is None else \
         readonly(np.ascontiguousarray(row_scale, accumulator))
     # [N_src, 1]: prefetched edges ahead as the rows are (the 2-D prefetch)
-    source_scale = readonly(np.empty((0, 1), accumulator) if source_scale is None else
-                            np.ascontiguousarray(source_scale, accumulator).reshape(-1, 1))
+    loop_scale = readonly(np.empty((0, 1), accumulator) if source_scale is None else
+                          np.ascontiguousarray(source_scale, accumulator).reshape(-1, 1))
+    source_scale = readonly(np.empty((0, 1), accumulator)) if folded else loop_scale
     run_block = sum_kernel(panel_lanes(x.shape[1], np.dtype(accumulator).itemsize))
     last = len(plan.blocks) - 1
     distance = prefetch_distance(x.shape[1], x.itemsize, len(x))
@@ -372,7 +382,7 @@ def spmm(indptr, indices, x, reduce: str = "sum", edge_weight=None, out=None,
     for i, block in enumerate(plan.blocks):
         rows = np.empty((len(block.chunks) - 1, x.shape[1]), accumulator)
         run_block(readonly(block.chunks), readonly(block.indptr), readonly(block.indices),
-                  readonly(block.weight), source_scale, x, out, rows, i > 0,
+                  readonly(block.weight), source_scale, loop_scale, x, out, rows, i > 0,
                   self_loop and i == 0, row_scale if i == last else none, distance, run)
     if not plan.blocks:  # a graph without rows
         out[:] = 0

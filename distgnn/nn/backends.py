@@ -456,26 +456,47 @@ class NumbaBackend:
             return bf16_bits(x)
         return x.detach().numpy()
 
-    def plan(self, graph: CSRGraph, x: np.ndarray, out: np.ndarray, transposed: bool = False):
+    def plan(self, graph: CSRGraph, x: np.ndarray, out: np.ndarray, transposed: bool = False,
+             source_scale: np.ndarray | None = None):
         """The autotuned SpMM plan for features as wide as ``x`` and of its dtype.
 
         It is tuned once, on ``x`` into ``out``, which the trial overwrites, then cached.
         Without ``kernel_trial``, the untimed plan (no hub blocking): the trial costs some 20
-        SpMMs, which a single forward pass (inference) never wins back.
+        SpMMs, which a single forward pass (inference) never wins back.  With
+        ``source_scale`` ``q`` ``[N_src]``, a plan that folds ``q`` into its edge weights
+        (4 bytes per edge more; :func:`~distgnn.kernels.blocking.plan_spmm`), cached per
+        ``q`` (compared by value: GCN's forward and backward pass fold the same one); for
+        float32 and bf16 ``x`` only, float64 sums keep gathering ``q`` in float64.
         """
         width = x.shape[1]
         transposed = transposed and graph.transpose() is not graph  # symmetric: one plan
-        key = ("numba-plan", transposed, width, x.dtype.itemsize)
+        if x.dtype == np.float64:  # the plan's weights are float32
+            source_scale = None
+        scale = self._scale_slot(graph, transposed, source_scale)
+        key = ("numba-plan", transposed, width, x.dtype.itemsize, scale)
         if key not in graph.cache:
             g = graph.transpose() if transposed else graph
             plan = autotune_plan(g.indptr, g.indices, g.edge_weight, g.num_nodes, width,
                                  None if self.kernel_trial else False, dtype=x.dtype,
-                                 x=x, out=out)[0]
-            # one plan per (direction, hub block): widths that choose the same blocking
-            # share its arrays (each about 4 bytes per edge) instead of keeping a copy each
-            shared = graph.cache.setdefault(("numba-plans", transposed), {})
+                                 x=x, out=out, source_scale=source_scale)[0]
+            # one plan per (direction, scale, hub block): widths that choose the same
+            # blocking share its arrays (each about 4 bytes per edge) instead of a copy each
+            shared = graph.cache.setdefault(("numba-plans", transposed, scale), {})
             graph.cache[key] = shared.setdefault(plan.hub_block, plan)
         return graph.cache[key]
+
+    @staticmethod
+    def _scale_slot(graph: CSRGraph, transposed: bool, source_scale) -> int | None:
+        """Which of the source scales folded into ``graph``'s plans (in this direction)
+        ``source_scale`` is, by value: a new one is added (None: no scale)."""
+        if source_scale is None:
+            return None
+        seen = graph.cache.setdefault(("numba-folded-scales", transposed), [])
+        for slot, known in enumerate(seen):
+            if np.array_equal(known, source_scale):
+                return slot
+        seen.append(np.array(source_scale, np.float32))
+        return len(seen) - 1
 
     @staticmethod
     def _output(graph: CSRGraph, x: np.ndarray) -> np.ndarray:
@@ -527,7 +548,7 @@ class NumbaBackend:
         scales = [None if c is None else c.detach().contiguous().view(-1).numpy()
                   for c in (source_scale, row_scale)]
         spmm(g.indptr, g.indices, xn, "sum", g.edge_weight, out=out,
-             plan=self.plan(graph, xn, out, transposed), source_scale=scales[0],
+             plan=self.plan(graph, xn, out, transposed, scales[0]), source_scale=scales[0],
              row_scale=scales[1], self_loop=True)
         return tensor_of(out, x.dtype)
 

@@ -131,7 +131,22 @@ def predict(network: ModelConfig, exchange: ExchangeConfig, execution: Execution
         execution.recompute, saved_activation_bytes(execution.precision),
         saved_activation_bytes(execution.precision),
         fused=((network.model == "gcn" or (network.model, network.aggregator) == ("sage", "gcn"))
-               and not network.residual and not execution.recompute))
+               and not network.residual and not execution.recompute),
+        folded_scales=scaled_plans(network, exchange, execution, split_entries))
+
+
+def scaled_plans(network: ModelConfig, exchange: ExchangeConfig, execution: ExecutionConfig,
+                 split_entries: int) -> int:
+    """Plans whose edge weights hold a source scale that a run of ``network`` makes
+    (:meth:`~distgnn.nn.backends.NumbaBackend.plan`): where the Numba kernels' fused
+    normalised sum runs (a whole graph or 0c, in float32 or bf16), GCN folds ``q`` into a
+    plan for each direction, GraphSAGE-gcn its backward pass's ``r`` into one (a directed
+    graph's count; a symmetric graph's GCN needs one)."""
+    if (execution.dtype == "float64" or execution.device == "cuda"
+            or execution.backend not in ("auto", "numba")
+            or (split_entries and exchange.algo != "0c")):
+        return 0
+    return {"gcn": 2, "sage": int(network.aggregator == "gcn")}.get(network.model, 0)
 
 
 def saved_activation_bytes(precision: str) -> int | None:
@@ -226,7 +241,8 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
                     split_entries: int = 0, delayed_widths: tuple[int, ...] = (),
                     delay: int = 0, wire_row_bytes=None,
                     recompute: bool = False, saved_bytes: int | None = None,
-                    feature_bytes: int | None = None, fused: bool = False) -> dict[str, int]:
+                    feature_bytes: int | None = None, fused: bool = False,
+                    folded_scales: int = 0) -> dict[str, int]:
     r"""Predicted peak memory (bytes) of a training process, by part, and their ``total``.
 
     The peak resident memory of a process over ``N`` vertices and ``E`` edges (a whole graph,
@@ -276,7 +292,9 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     directions (about 4.6 bytes per edge each, measured), 4 bytes per edge more at the peak
     (fitted; the kernels' trial in the first epoch times the operand itself and holds two
     candidate plans at a time, and stays under the later epochs' peak), per-vertex row
-    pointers and ids.  Features: the normalised copy the
+    pointers and ids; ``folded_scales`` plans more whose edge weights hold a source scale
+    (:func:`~distgnn.kernels.blocking.plan_spmm`), 8 bytes per edge each (weights and,
+    hub-blocked, the edges' copy).  Features: the normalised copy the
     model reads, of ``f``-byte elements (``feature_bytes``: ``s``, or 2 under ``--precision
     bf16-mixed``, which keeps them in bf16; ``c = 2`` with ``--precompute-first-aggregation``,
     which keeps their aggregate too), labels, masks and degrees.  Exchange: the split
@@ -335,7 +353,7 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
         "runtime": RUNTIME_BYTES,
         "model": s * 5 * sum(weights),
         "activations": activations,
-        "graph": 22 * E + 40 * N,
+        "graph": (22 + 8 * folded_scales) * E + 40 * N,
         "features": (2 if precompute_first else 1) * f * N * num_features + 24 * N,
         "exchange": 80 * S,
         "delayed exchange": sum(delayed_exchange_bytes(w, S, delay, s, wire_row_bytes)
