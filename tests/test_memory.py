@@ -55,14 +55,14 @@ def test_recompute_adds_a_tensor_at_the_widest_width():
     ({"dtype": "float64"}, 0, 0),  # float64 sums gather q in float64
     ({"backend": "torch"}, 0, 0),
 ])
-def test_the_plans_that_fold_a_source_scale_are_counted_at_8_bytes_an_edge(options,
+def test_the_plans_that_fold_a_source_scale_are_counted_at_4_bytes_an_edge(options,
                                                                            split_entries,
                                                                            plans):
     cfg = TrainConfig(**options)
     assert scaled_plans(*parts(cfg), split_entries) == plans
     base = estimate(1000, 5000, 32, 4, 16, 2)["graph"]
     assert estimate(1000, 5000, 32, 4, 16, 2, folded_scales=plans)["graph"] \
-        == base + 8 * 5000 * plans
+        == base + 4 * 5000 * plans
 
 
 def test_a_run_that_cannot_fit_is_refused_with_its_parts():

@@ -32,14 +32,14 @@ def time_plan(plan: SpMMPlan, indptr, indices, x, out, repeats: int = 1) -> floa
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        spmm(indptr, indices, x, out=out, plan=plan, source_scale=plan.source_scale)
+        spmm(indptr, indices, x, out=out, plan=plan)
         best = min(best, time.perf_counter() - start)
     return best
 
 
 def autotune_plan(indptr, indices, edge_weight, num_sources: int, width: int,
-                  trial: bool | None = None, dtype=np.float32, x=None, out=None,
-                  source_scale=None) -> tuple[SpMMPlan, dict[int, float]]:
+                  trial: bool | None = None, dtype=np.float32, x=None, out=None
+                  ) -> tuple[SpMMPlan, dict[int, float]]:
     """``(plan, times)``: the best SpMM plan and the trial times per hub-block size.
 
     The plan is the best for ``width``-wide features of ``dtype`` (float32, or ``BF16``
@@ -50,12 +50,11 @@ def autotune_plan(indptr, indices, edge_weight, num_sources: int, width: int,
     operand and the buffer its result goes to, so that the trial allocates no feature-sized
     arrays of its own; ``out`` is overwritten), else on random features.  It holds two plans
     at a time, the fastest so far and the one being timed: a blocked plan copies the graph's
-    edges (about 8 bytes per edge), and the first epoch's peak memory is where the trial runs.
-    ``source_scale``: folded into every candidate (:func:`~distgnn.kernels.blocking.plan_spmm`)."""
+    edges (about 8 bytes per edge), and the first epoch's peak memory is where the trial runs."""
     if trial is None:
         trial = len(indices) >= TRIAL_MIN_EDGES
     if not trial:
-        return plan_spmm(indptr, indices, edge_weight, 0, num_sources, source_scale), {}
+        return plan_spmm(indptr, indices, edge_weight, 0, num_sources), {}
     if x is None:
         x = np.random.default_rng(0).standard_normal((num_sources, width), dtype=np.float32)
         if dtype == BF16:  # truncated, not rounded: only the timing matters
@@ -65,7 +64,7 @@ def autotune_plan(indptr, indices, edge_weight, num_sources: int, width: int,
         out = empty_aligned((len(indptr) - 1, width), np.float32)
     times, best, best_time = {}, None, float("inf")
     for hub in candidate_hub_blocks(width, num_sources, x.itemsize):
-        plan = plan_spmm(indptr, indices, edge_weight, hub, num_sources, source_scale)
+        plan = plan_spmm(indptr, indices, edge_weight, hub, num_sources)
         time_plan(plan, indptr, indices, x, out)  # warm-up: caches, pages, JIT
         times[hub] = time_plan(plan, indptr, indices, x, out, repeats=2)
         if times[hub] < best_time:

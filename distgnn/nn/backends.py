@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 from ..data.graph import CSRGraph, GraphError, csr_rows
 from ..errors import DistGNNError
-from ..kernels import REDUCES, inverse_degree, spmm
+from ..kernels import REDUCES, inverse_degree, plan_spmm, spmm
 from ..kernels import attention as k
 from ..kernels.attention import transposed_order
 from ..kernels.autotune import autotune_plan
@@ -462,41 +462,38 @@ class NumbaBackend:
 
         It is tuned once, on ``x`` into ``out``, which the trial overwrites, then cached.
         Without ``kernel_trial``, the untimed plan (no hub blocking): the trial costs some 20
-        SpMMs, which a single forward pass (inference) never wins back.  With
-        ``source_scale`` ``q`` ``[N_src]``, a plan that folds ``q`` into its edge weights
-        (4 bytes per edge more; :func:`~distgnn.kernels.blocking.plan_spmm`), cached per
-        ``q`` (compared by value: GCN's forward and backward pass fold the same one); for
-        float32 and bf16 ``x`` only, float64 sums keep gathering ``q`` in float64.
+        SpMMs, which a single forward pass (inference) never wins back.
+
+        With ``source_scale`` ``q`` ``[N_src]`` (float32 and bf16 ``x``; float64 sums keep
+        gathering ``q`` in float64): the unblocked plan that folds ``q`` into its edge
+        weights (:func:`~distgnn.kernels.blocking.plan_spmm`), one per ``q`` (compared by
+        value: GCN's forward and backward pass fold the same one) and direction, for every
+        width: 4 bytes per edge beside the graph's own arrays.  Unblocked, so that no width
+        adds a copy of the edges and no trial holds two: on R-MAT 2^20 it took as long as
+        the autotuned blocked plan, at 128 bf16 columns (0.80 s on an Intel Xeon).
         """
         width = x.shape[1]
         transposed = transposed and graph.transpose() is not graph  # symmetric: one plan
-        if x.dtype == np.float64:  # the plan's weights are float32
-            source_scale = None
-        scale = self._scale_slot(graph, transposed, source_scale)
-        key = ("numba-plan", transposed, width, x.dtype.itemsize, scale)
+        if source_scale is not None and x.dtype != np.float64:  # the weights are float32
+            folded = graph.cache.setdefault(("numba-folded-plans", transposed), [])
+            for plan in folded:
+                if np.array_equal(plan.source_scale, source_scale):
+                    return plan
+            g = graph.transpose() if transposed else graph
+            folded.append(plan_spmm(g.indptr, g.indices, g.edge_weight, 0, g.num_nodes,
+                                    source_scale))
+            return folded[-1]
+        key = ("numba-plan", transposed, width, x.dtype.itemsize)
         if key not in graph.cache:
             g = graph.transpose() if transposed else graph
             plan = autotune_plan(g.indptr, g.indices, g.edge_weight, g.num_nodes, width,
                                  None if self.kernel_trial else False, dtype=x.dtype,
-                                 x=x, out=out, source_scale=source_scale)[0]
-            # one plan per (direction, scale, hub block): widths that choose the same
-            # blocking share its arrays (each about 4 bytes per edge) instead of a copy each
-            shared = graph.cache.setdefault(("numba-plans", transposed, scale), {})
+                                 x=x, out=out)[0]
+            # one plan per (direction, hub block): widths that choose the same blocking
+            # share its arrays (each about 4 bytes per edge) instead of keeping a copy each
+            shared = graph.cache.setdefault(("numba-plans", transposed), {})
             graph.cache[key] = shared.setdefault(plan.hub_block, plan)
         return graph.cache[key]
-
-    @staticmethod
-    def _scale_slot(graph: CSRGraph, transposed: bool, source_scale) -> int | None:
-        """Which of the source scales folded into ``graph``'s plans (in this direction)
-        ``source_scale`` is, by value: a new one is added (None: no scale)."""
-        if source_scale is None:
-            return None
-        seen = graph.cache.setdefault(("numba-folded-scales", transposed), [])
-        for slot, known in enumerate(seen):
-            if np.array_equal(known, source_scale):
-                return slot
-        seen.append(np.array(source_scale, np.float32))
-        return len(seen) - 1
 
     @staticmethod
     def _output(graph: CSRGraph, x: np.ndarray) -> np.ndarray:

@@ -293,8 +293,8 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     (fitted; the kernels' trial in the first epoch times the operand itself and holds two
     candidate plans at a time, and stays under the later epochs' peak), per-vertex row
     pointers and ids; ``folded_scales`` plans more whose edge weights hold a source scale
-    (:func:`~distgnn.kernels.blocking.plan_spmm`), 8 bytes per edge each (weights and,
-    hub-blocked, the edges' copy).  Features: the normalised copy the
+    (:meth:`~distgnn.nn.backends.NumbaBackend.plan`), 4 bytes per edge each.  Features:
+    the normalised copy the
     model reads, of ``f``-byte elements (``feature_bytes``: ``s``, or 2 under ``--precision
     bf16-mixed``, which keeps them in bf16; ``c = 2`` with ``--precompute-first-aggregation``,
     which keeps their aggregate too), labels, masks and degrees.  Exchange: the split
@@ -353,7 +353,7 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
         "runtime": RUNTIME_BYTES,
         "model": s * 5 * sum(weights),
         "activations": activations,
-        "graph": (22 + 8 * folded_scales) * E + 40 * N,
+        "graph": (22 + 4 * folded_scales) * E + 40 * N,
         "features": (2 if precompute_first else 1) * f * N * num_features + 24 * N,
         "exchange": 80 * S,
         "delayed exchange": sum(delayed_exchange_bytes(w, S, delay, s, wire_row_bytes)
