@@ -497,7 +497,10 @@ def test_pyg_example_trains_alike_on_one_socket_and_two_ranks(cora_dirs, tmp_pat
                          "--save-model", tmp_path / "gcn.pt"])[0],
             mpirun(2, [sys.executable, "-m", "mpi4py", examples / "pyg_distributed.py",
                        "--partitions", cora_dirs[2]])[0],
-            run_command([sys.executable, examples / "pyg_plain.py"])[0]]
+            # the plain script sets no thread count: one thread, so that its OpenMP team does
+            # not spin against the suite's other workers (it took over 120 s so on 2 cores)
+            run_command([sys.executable, examples / "pyg_plain.py"],
+                        {"OMP_NUM_THREADS": "1"})[0]]
     for proc in runs:
         assert proc.returncode == 0, proc.stdout + proc.stderr
     one, two, plain = ([float(line.split()[3]) for line in proc.stdout.splitlines()

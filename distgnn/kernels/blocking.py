@@ -91,15 +91,16 @@ def _sub_csr(rows: np.ndarray, indices: np.ndarray, weight, keep: np.ndarray,
 def plan_spmm(indptr: np.ndarray, indices: np.ndarray, edge_weight=None,
               hub_block: int = 0, num_sources: int | None = None,
               source_scale: np.ndarray | None = None) -> SpMMPlan:
-    """Plan for CSR ``(indptr, indices)``; ``hub_block`` = number of top out-degree sources
-    in the first block (0: one unblocked pass over the original arrays, no copies).
+    """Plan for CSR ``(indptr, indices)``, its sources blocked and its scale folded.
 
-    ``source_scale`` ``q`` ``[N_src]``: folded into the edge weights, ``w_e q_u`` (``q_u``
-    where unweighted; the float32 product the kernel would form), 4 bytes per edge, so that
-    an SpMM with this plan reads ``q`` in edge order with the edges instead of gathering
-    ``q_u`` per edge, a random read of a line for 4 bytes that took 0.04-0.22 s of a
-    0.2-1.0 s SpMM on R-MAT 2^20 (:func:`~distgnn.kernels.spmm.spmm` takes the same ``q``
-    with the plan; its self-loop still reads ``q_v``)."""
+    ``hub_block`` = number of top out-degree sources in the first block (0: one unblocked
+    pass over the original arrays, no copies).  ``source_scale`` ``q`` ``[N_src]``: folded
+    into the edge weights, ``w_e q_u`` (``q_u`` where unweighted; the float32 product the
+    kernel would form), 4 bytes per edge, so that an SpMM with this plan reads ``q`` in edge
+    order with the edges instead of gathering ``q_u`` per edge, a random read of a line for
+    4 bytes that took 0.04-0.22 s of a 0.2-1.0 s SpMM on R-MAT 2^20
+    (:func:`~distgnn.kernels.spmm.spmm` takes the same ``q`` with the plan; its self-loop
+    still reads ``q_v``)."""
     n_dst = len(indptr) - 1
     weight = None if edge_weight is None else np.ascontiguousarray(edge_weight, np.float32)
     if source_scale is not None:

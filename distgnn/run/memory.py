@@ -137,11 +137,12 @@ def predict(network: ModelConfig, exchange: ExchangeConfig, execution: Execution
 
 def scaled_plans(network: ModelConfig, exchange: ExchangeConfig, execution: ExecutionConfig,
                  split_entries: int) -> int:
-    """Plans whose edge weights hold a source scale that a run of ``network`` makes
-    (:meth:`~distgnn.nn.backends.NumbaBackend.plan`): where the Numba kernels' fused
-    normalised sum runs (a whole graph or 0c, in float32 or bf16), GCN folds ``q`` into a
-    plan for each direction, GraphSAGE-gcn its backward pass's ``r`` into one (a directed
-    graph's count; a symmetric graph's GCN needs one)."""
+    """How many plans with a source scale in their edge weights a run of ``network`` makes.
+
+    Such plans (:meth:`~distgnn.nn.backends.NumbaBackend.plan`) are made where the Numba
+    kernels' fused normalised sum runs (a whole graph or 0c, in float32 or bf16): GCN folds
+    ``q`` into a plan for each direction, GraphSAGE-gcn its backward pass's ``r`` into one
+    (a directed graph's count; a symmetric graph's GCN needs one)."""
     if (execution.dtype == "float64" or execution.device == "cuda"
             or execution.backend not in ("auto", "numba")
             or (split_entries and exchange.algo != "0c")):
