@@ -56,16 +56,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--comm-timeout of the --hang job (default: distgnn-train's)")
     p.add_argument("--json", metavar="FILE", help="write the results here")
 
-def start_job(ranks: int, flags: list[str], marker: str) -> subprocess.Popen:
-    """``distgnn-train FLAGS`` on ``ranks`` ranks of one thread, as :mod:`launch` composes it;
-    every rank's environment carries ``marker`` so that :func:`rank_pid` can find it."""
+def start_job(ranks: int, flags: list[str], marker: str):
+    """``(process, plan)``: ``distgnn-train FLAGS`` started on ``ranks`` ranks of one thread,
+    as :mod:`launch` composes it; every rank's environment carries ``marker`` so that
+    :func:`rank_pid` can find it.  The caller removes the plan's session directories once
+    the job ended (``plan.remove_session()``)."""
     import launch
 
     plan = launch.plan(ranks, [str(BIN / "distgnn-train"), *flags, "--no-progress"],
                        threads_per_rank=1)
     env = {**os.environ, **plan.env, JOB_MARKER: marker}
     return subprocess.Popen(plan.argv, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True), plan
 
 
 def rank_pid(marker: str, rank: int) -> int | None:
@@ -103,8 +105,11 @@ def final_state(directory: Path) -> dict:
 
 
 def run_to_end(ranks: int, flags: list[str], marker: str, timeout: float = 600):
-    proc = start_job(ranks, flags, marker)
-    out, err = proc.communicate(timeout=timeout)
+    proc, plan = start_job(ranks, flags, marker)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        plan.remove_session()
     if proc.returncode:
         raise RuntimeError(f"distgnn-train {' '.join(flags)} failed ({proc.returncode}):\n"
                            f"{err[-2000:]}")
@@ -118,7 +123,7 @@ def interrupt(ranks: int, flags: list[str], checkpoint_dir: Path, after: int, si
     from distgnn.run.checkpoint_files import checkpoint_name
 
     marker = f"{os.getpid()}-{time.monotonic_ns()}"
-    proc = start_job(ranks, flags, marker)
+    proc, plan = start_job(ranks, flags, marker)
     ready = checkpoint_dir / checkpoint_name(after) / "manifest.json"
     wait_for(ready.exists, proc, timeout, f"checkpoint {ready.parent.name}")
     pids = [rank_pid(marker, rank) for rank in targets]
@@ -133,6 +138,7 @@ def interrupt(ranks: int, flags: list[str], checkpoint_dir: Path, after: int, si
         if sig == signal.SIGSTOP:
             for pid in pids:
                 _kill_quietly(pid)
+        plan.remove_session()
     return {"status": proc.returncode, "stderr": err, "exit_s": time.monotonic() - sent}
 
 

@@ -28,11 +28,15 @@ def train_records(flags: list[str], metrics: Path, ranks: int = 1, threads: int 
 
     command = [str(BIN / "distgnn-train"), *flags, "--threads", str(threads), "--no-progress",
                "--metrics-out", str(metrics)]
-    env = dict(os.environ)
+    env, plan = dict(os.environ), None
     if ranks > 1:
         plan = launch.plan(ranks, command, threads_per_rank=threads)
         command, env = plan.argv, {**env, **plan.env}
-    proc = subprocess.run(command, env=env, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(command, env=env, capture_output=True, text=True)
+    finally:
+        if plan is not None:
+            plan.remove_session()
     if proc.returncode:
         raise RuntimeError(f"failed ({proc.returncode}): {' '.join(command)}\n"
                            f"{proc.stderr[-2000:]}")

@@ -114,6 +114,7 @@ def train(command: list[str], ranks: int, after: int | None = None, act=None) ->
         row["left_running"] = sorted(p for p in [*pids.values(), *beaters] if p and alive(p))
     else:
         out, err = proc.communicate(timeout=3600)
+    plan.remove_session()
     row.update(status=proc.returncode, wall_s=time.monotonic() - began,
                epochs=epochs + sum(line.startswith("epoch ") for line in out.splitlines()),
                watchdog=[line for line in err.replace("\0", "").splitlines()

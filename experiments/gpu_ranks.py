@@ -160,6 +160,7 @@ def shared_gpu(a) -> dict:
     probe = launch.plan(2, [sys.executable, "-c", NCCL_PROBE])
     proc = subprocess.run(probe.argv, env={**os.environ, **probe.env}, capture_output=True,
                           text=True, timeout=90)
+    probe.remove_session()
     tail = (proc.stdout + proc.stderr).strip().splitlines()[-6:]
     row["raw_nccl"] = {"returncode": proc.returncode, "tail": tail}
     print(f"raw nccl, 2 ranks on one GPU: exit {proc.returncode}", *tail, sep="\n  ",

@@ -131,7 +131,8 @@ def run(plan: LaunchPlan, timeout: float | None = None,
     ended, with a :class:`LaunchError` naming the nodes.  A launcher that ends by itself
     before every rank started is an error too: with status 0, the job did not run; with
     another, it could not start.  Should this process die, killed outright included, the
-    launcher gets the plan's ``orphan_signal`` (:func:`dying_with_this_process`).
+    launcher gets the plan's ``orphan_signal`` (:func:`dying_with_this_process`).  Once
+    the launcher has ended, the job's session directories go (:meth:`LaunchPlan.remove_session`).
     """
     check_times(timeout, stop_grace, start_timeout)
     check_partitions(plan.ranks, plan.command, missing_ok=False)
@@ -178,6 +179,7 @@ def run(plan: LaunchPlan, timeout: float | None = None,
             signal.signal(s, handler)
         if proc is not None and proc.poll() is None:  # an exception on the way out
             _end(proc)
+        plan.remove_session()
     copy.join(timeout=STDERR_DRAIN_S)
     status = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
     if failed is not None:

@@ -37,12 +37,14 @@ from __future__ import annotations
 import functools
 import json
 import os
+import secrets
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,6 +96,12 @@ RANK_ENV = ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS")
 LIBMPI_ENV = "MPI4PY_LIBMPI"  # the libmpi mpi4py loads (mpi4py >= 4 wheels)
 # Open MPI refuses to start as root unless both are set, and containers often run as root.
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+# Open MPI's runtime keeps a job's session directory at <base>/ompi.<mpirun's pid> (and a
+# node daemon's at <base>/prted.<pid>), <base> being the temporary directory.  A launcher
+# that is killed leaves its directory behind, and when its pid comes round again the next
+# mpirun finds the old PMIx rendezvous files there and exits 213 ("The PMIx server's
+# listener thread failed to start").  Each job therefore gets a base of its own.
+SESSION_PARAM = "prte_tmpdir_base"
 # what every rank runs first (-P: launch/ must not come first on the rank's sys.path)
 RANK_WRAPPER = ("-P", str(Path(__file__).with_name("rank.py")))
 
@@ -109,8 +117,10 @@ class LaunchPlan:
     The launcher's argv, the variables to add to its environment, and how many ranks it
     must start; the command as it was given and the hostfile (what
     :func:`launch.job.run` reports with), notes on what the plan changed in the command,
-    and the signal the launcher gets should ``distgnn-launch`` die
-    (:attr:`Implementation.orphan_signal`)."""
+    the signal the launcher gets should ``distgnn-launch`` die
+    (:attr:`Implementation.orphan_signal`), and where Open MPI keeps the job's session
+    directories (:data:`SESSION_PARAM`; the launcher makes it, :meth:`remove_session`
+    removes it)."""
 
     argv: list[str]
     env: dict[str, str]
@@ -119,6 +129,12 @@ class LaunchPlan:
     hostfile: str | None = None
     notes: list[str] = field(default_factory=list)
     orphan_signal: int = signal.SIGTERM
+    session_base: str | None = None
+
+    def remove_session(self) -> None:
+        """Remove the job's session directory tree (:data:`SESSION_PARAM`) once it ended."""
+        if self.session_base is not None:
+            shutil.rmtree(self.session_base, ignore_errors=True)
 
     def shell(self) -> str:
         """One copy-pasteable line: ``NAME=value ... mpirun ...``, its notes as a comment."""
@@ -359,14 +375,17 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
         hostfile is None and ranks * threads_per_rank > (cores or os.cpu_count()))
     env = rank_environment(threads_per_rank, mpirun, implementation)
     impl = IMPLEMENTATIONS[implementation]
+    session_base = None
+    if not impl.hydra:  # a new name, made by mpirun: no pid of an earlier job's can clash
+        session_base = str(Path(tempfile.gettempdir()) / f"distgnn-mpi-{secrets.token_hex(6)}")
     argv = launcher_options(implementation, ranks, threads_per_rank, env, hostfile, emulated,
-                            oversubscribed)
+                            oversubscribed, session_base)
     # Open MPI's ranks take their variables from mpirun's environment (-x); Hydra's from -genv
     launcher_env = {} if impl.hydra else {**env, **(ROOT_ENV if os.geteuid() == 0 else {})}
     wrapper = [sys.executable, *RANK_WRAPPER, *(["--watch"] if impl.hydra else []),
                str(gpus_per_node)]
     return LaunchPlan([mpirun, *argv, *wrapper, *command], launcher_env, ranks, given, hostfile,
-                      [note] if note else [], impl.orphan_signal)
+                      [note] if note else [], impl.orphan_signal, session_base)
 
 
 def resolve_launcher(implementation: str | None, mpirun: str | None) -> tuple[str, str]:
@@ -399,22 +418,29 @@ def rank_environment(threads: int, mpirun: str, implementation: str) -> dict[str
 
 def launcher_options(implementation: str, ranks: int, threads: int, env: dict[str, str],
                      hostfile: str | None = None, emulated: Cluster | None = None,
-                     oversubscribed: bool = False) -> list[str]:
+                     oversubscribed: bool = False, session_base: str | None = None
+                     ) -> list[str]:
     """``implementation``'s launcher options for ``ranks`` ranks of ``threads`` cores each.
 
     Each rank is bound to its ``threads`` cores unless ``oversubscribed``, and gets the
     variables of ``env``; the ranks run on the nodes of ``hostfile`` (``None``: this node, or
-    inside a SLURM allocation its nodes, which every launcher reads by itself)."""
+    inside a SLURM allocation its nodes, which every launcher reads by itself); Open MPI
+    keeps the job's session directories under ``session_base`` (:data:`SESSION_PARAM`;
+    ``None``: its default, the temporary directory)."""
     impl = IMPLEMENTATIONS[implementation]
-    compose = _hydra if impl.hydra else _openmpi
-    return compose(impl, ranks, threads, hostfile, emulated, oversubscribed, env)
+    if impl.hydra:
+        return _hydra(impl, ranks, threads, hostfile, emulated, oversubscribed, env)
+    return _openmpi(impl, ranks, threads, hostfile, emulated, oversubscribed, env, session_base)
 
 
 def _openmpi(impl: Implementation, ranks: int, threads: int, hostfile: str | None,
-             emulated: Cluster | None, oversubscribed: bool, env: dict[str, str]) -> list[str]:
+             emulated: Cluster | None, oversubscribed: bool, env: dict[str, str],
+             session_base: str | None) -> list[str]:
     """Open MPI's options; the ranks' variables are forwarded from mpirun's environment,
     where they must be set, with ``-x``."""
     argv = ["-np", str(ranks)]
+    if session_base is not None:
+        argv += ["--prtemca", SESSION_PARAM, session_base]
     if hostfile is not None:
         argv += ["--hostfile", hostfile]
     if emulated is not None:

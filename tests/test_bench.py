@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.mpi import run_plan
+
 BIN = Path(sys.executable).parent
 
 
@@ -242,8 +244,7 @@ def test_bench_comm_under_mpirun(tmp_path):
     out = tmp_path / "comm.json"
     plan = launch.plan(2, [str(BIN / "distgnn-bench"), "comm", "--max-bytes", "16384",
                            "--reps", "2", "--json", str(out), "--plot", str(tmp_path)])
-    proc = subprocess.run(plan.argv, check=False, env={**os.environ, **plan.env},
-                          capture_output=True, text=True, timeout=300)
+    proc = run_plan(plan, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     assert result["ranks"] == 2

@@ -44,7 +44,7 @@ from partition.vertex_cut import vertex_cut
 from partition.write import write_dataset
 from tests.helpers.cdr_reference import Simulation
 from tests.helpers.graphs import build_random_graph, out_degrees
-from tests.helpers.mpi import installed
+from tests.helpers.mpi import installed, run_plan
 from tests.helpers.threads_comm import run_ranks
 from tests.helpers.training import fit_on_threads, train_quietly
 from tests.mpi import exchange_ranks
@@ -61,7 +61,9 @@ def mpirun(ranks, command, timeout=TIMEOUT, mpi=None):
     """``(CompletedProcess, seconds)`` of ``command`` on ``ranks`` ranks of one thread each,
     under MPI implementation ``mpi`` (``None``: the first ``mpirun`` found)."""
     p = launch.plan(ranks, [str(c) for c in command], threads_per_rank=1, implementation=mpi)
-    return run_command(p.argv, p.env, timeout)
+    start = time.monotonic()
+    proc = run_plan(p, timeout)
+    return proc, time.monotonic() - start
 
 
 def run_command(argv, env=None, timeout=TIMEOUT):
@@ -646,8 +648,9 @@ def test_mismatched_rank_count_is_a_clean_error(cora_dirs):
     p = launch.plan(2, [str(TRAIN), "--partitions", str(cora_dirs[2]), "--threads", "1",
                         "--no-progress"], threads_per_rank=1)
     argv = [str(cora_dirs[3]) if a == str(cora_dirs[2]) else a for a in p.argv]
-    proc, seconds = run_command(argv, p.env)
-    assert_quick(seconds)
+    start = time.monotonic()
+    proc = run_plan(p, TIMEOUT, argv=argv)
+    assert_quick(time.monotonic() - start)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "3 partitions" in proc.stderr and "2 ranks" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr

@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from launch.job import StderrCopy
 from launch.mpirun import (
     IMPLEMENTATIONS,
     RANK_WRAPPER,
+    ROOT_ENV,
     detect_implementation,
     find_launcher,
     find_mpirun,
@@ -151,6 +153,9 @@ def test_openmpi_one_thread_per_rank_binds_to_cores():
     assert flags(p.argv, "-x", "OMP_NUM_THREADS", "-x", "NUMBA_NUM_THREADS", *wrapper(),
                  "prog", "x")
     assert p.env["OMP_NUM_THREADS"] == p.env["NUMBA_NUM_THREADS"] == "1"
+    # a session base of its own per job (Hydra's launchers keep no pid-named directories)
+    assert flags(p.argv, "--prtemca", "prte_tmpdir_base", p.session_base)
+    assert p.session_base != openmpi(4).session_base and mpich(4).session_base is None
 
 
 def test_openmpi_threads_per_rank_reserves_that_many_cores():
@@ -757,6 +762,42 @@ def test_timeout_stops_the_ranks(tmp_path, mpi):
     pids = [int(f.name) for f in tmp_path.iterdir()]
     assert len(pids) == 2
     assert not any(map(running, pids))
+
+
+@pytest.mark.mpi
+def test_a_session_left_by_a_killed_mpirun_does_not_stop_the_next_job(tmp_path, monkeypatch):
+    """Open MPI keeps a job's session at ``<temporary directory>/ompi.<mpirun's pid>``; a
+    killed mpirun leaves it behind, and the mpirun that later gets the same pid exits 213.
+    Each planned job has a session base of its own, removed once the job ended."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), **(ROOT_ENV if os.geteuid() == 0 else {})}
+    killed = subprocess.Popen([MPIRUN, "-np", "1", "sleep", "60"], env=env,
+                              start_new_session=True, stderr=subprocess.DEVNULL)
+    left = tmp_path / f"ompi.{killed.pid}"
+    deadline = time.monotonic() + 60
+    while not list(left.glob("pmix*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in job_module.job_pids(killed.pid):  # mpirun and its rank, as a crash ends them
+        os.kill(pid, signal.SIGKILL)
+    killed.wait()
+    assert list(left.glob("pmix*")), "mpirun wrote no session directory"
+    # the same session left for each pid the next processes may get (the pids wrap to 300)
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    last = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+    for i in range(1, 3000):
+        pid = last + i if last + i < pid_max else 300 + last + i - pid_max
+        copy = tmp_path / f"ompi.{pid}"
+        if not copy.exists():
+            shutil.copytree(left, copy)
+            for f in list(copy.iterdir()):
+                f.rename(copy / f.name.replace(str(killed.pid), str(pid)))
+    plain = subprocess.run([MPIRUN, "-np", "1", "true"], env=env, capture_output=True,
+                           text=True, timeout=60)
+    assert plain.returncode == 213 and "listener thread failed" in plain.stderr, plain.stderr
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    job = plan(1, [sys.executable, "-c", "pass"])
+    assert Path(job.session_base).parent == tmp_path
+    assert run(job, timeout=60) == 0
+    assert not Path(job.session_base).exists()
 
 
 def running(pid):

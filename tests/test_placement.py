@@ -13,6 +13,7 @@ import launch
 from distgnn.errors import DistGNNError
 from distgnn.placement import gpu_backend, parse_per_rank, placement, rank_backend
 from launch.rank import gpu_for
+from tests.helpers.mpi import run_plan
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 
@@ -73,7 +74,7 @@ def test_launcher_gives_each_local_rank_its_gpu(given, expected):
     env.pop("CUDA_VISIBLE_DEVICES", None)
     if given:
         env["CUDA_VISIBLE_DEVICES"] = given
-    proc = subprocess.run(job.argv, env=env, capture_output=True, text=True, timeout=120)
+    proc = run_plan(job, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     seen = dict(json.loads(line) for line in proc.stdout.splitlines())
     assert [seen[str(r)] for r in range(3)] == expected

@@ -21,6 +21,7 @@ from distgnn.data.datasets import load
 from distgnn.run.checkpoint_files import checkpoints
 from partition.vertex_cut import vertex_cut
 from partition.write import write_dataset
+from tests.helpers.mpi import run_plan
 from tests.helpers.training import train_on_threads
 
 BIN = Path(sys.executable).parent
@@ -140,8 +141,7 @@ def test_non_finite_loss_stops_every_rank_with_one_message(cora_parts, tmp_path)
     job = launch.plan(2, [str(BIN / "distgnn-train"), "--partitions", str(cora_parts[2]),
                           "--epochs", "5", "--lr", "1e30", "--no-progress",
                           "--checkpoint-dir", str(tmp_path)], threads_per_rank=1)
-    proc = subprocess.run(job.argv, env={**os.environ, **job.env}, capture_output=True,
-                          text=True, timeout=300)
+    proc = run_plan(job, timeout=300)
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1, proc.stderr
@@ -161,8 +161,7 @@ def test_checkpoint_of_another_exchange_is_refused_and_of_another_rank_count_res
     argv = ["--partitions", str(cora_parts[2]), "--epochs", "4", "--no-progress", "--resume",
             str(tmp_path / "ck"), "--algo", "cd-r", "--delay", "5"]
     job = launch.plan(2, [str(BIN / "distgnn-train"), *argv], threads_per_rank=1)
-    proc = subprocess.run(job.argv, env={**os.environ, **job.env}, capture_output=True,
-                          text=True, timeout=300)
+    proc = run_plan(job, timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert "another split-vertex exchange than this run's (cd-0 there, cd-r delay 5 here)" \
         in proc.stderr

@@ -1,6 +1,9 @@
 """MPI implementations in the tests: parameters for real jobs under each of them, marked
 ``mpi`` and skipped with the reason (and the command that installs it) where one is not
 installed."""
+import os
+import subprocess
+
 import pytest
 
 from launch import LaunchError
@@ -23,3 +26,16 @@ def installed(mpi, *before):
 def skipped(param) -> str | None:
     """The reason an :func:`installed` parameter is skipped (``None``: it is installed)."""
     return next((m.kwargs["reason"] for m in param.marks if m.name == "skip"), None)
+
+
+def run_plan(plan, timeout, argv=None, env=None):
+    """The finished ``subprocess.run`` of launch plan ``plan`` (``argv``: its command line
+    altered; ``env``: the whole environment, by default this one with the plan's), output
+    captured as text; the job's session directories removed afterwards, as
+    ``launch.job.run`` removes them."""
+    try:
+        return subprocess.run(plan.argv if argv is None else argv,
+                              env={**os.environ, **plan.env} if env is None else env,
+                              capture_output=True, text=True, timeout=timeout)
+    finally:
+        plan.remove_session()
