@@ -375,9 +375,7 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
         hostfile is None and ranks * threads_per_rank > (cores or os.cpu_count()))
     env = rank_environment(threads_per_rank, mpirun, implementation)
     impl = IMPLEMENTATIONS[implementation]
-    session_base = None
-    if not impl.hydra:  # a new name, made by mpirun: no pid of an earlier job's can clash
-        session_base = str(Path(tempfile.gettempdir()) / f"distgnn-mpi-{secrets.token_hex(6)}")
+    session_base = None if impl.hydra else new_session_base()
     argv = launcher_options(implementation, ranks, threads_per_rank, env, hostfile, emulated,
                             oversubscribed, session_base)
     # Open MPI's ranks take their variables from mpirun's environment (-x); Hydra's from -genv
@@ -386,6 +384,12 @@ def plan(ranks: int, command: list[str], threads_per_rank: int = 1,
                str(gpus_per_node)]
     return LaunchPlan([mpirun, *argv, *wrapper, *command], launcher_env, ranks, given, hostfile,
                       [note] if note else [], impl.orphan_signal, session_base)
+
+
+def new_session_base() -> str:
+    """A path in the temporary directory that no job has used, for :data:`SESSION_PARAM`
+    (Open MPI makes it): no pid of an earlier job's session can clash there."""
+    return str(Path(tempfile.gettempdir()) / f"distgnn-mpi-{secrets.token_hex(6)}")
 
 
 def resolve_launcher(implementation: str | None, mpirun: str | None) -> tuple[str, str]:

@@ -23,6 +23,7 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from typing import Callable
 import numpy as np
 
 from distgnn.signals import ACKNOWLEDGED_INTERRUPT
+from launch.mpirun import ROOT_ENV, SESSION_PARAM, new_session_base
 
 ENTRY = {"train": ("distgnn.cli.train", "train_main"), "bench": ("bench.cli", "bench_main"),
          "predict": ("distgnn.cli.predict", "predict_main"),
@@ -63,7 +65,6 @@ CLASSES = {1: "--force / overwrite deletes what it did not write",
            24: "leftovers and orphans after a signal or a failed start",
            25: "silently wrong: a flag dropped or a result computed without a word",
            26: "a traceback or an unclear line where one line would do"}
-ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
 @dataclasses.dataclass
@@ -185,19 +186,25 @@ class Runner:
         return self.mpi_command(ranks, self.code_command(code, argv), timeout)
 
     @staticmethod
-    def job_line(ranks: int, command: list[str]) -> list[str]:
+    def job_line(ranks: int, command: list[str], session_base: str | Path) -> list[str]:
         """``mpirun`` (Open MPI's, of this environment) starting ``command`` on ``ranks``
-        ranks, unbound and oversubscribed."""
+        ranks, unbound and oversubscribed, its session directories under ``session_base``
+        (a folder no other job uses: ``launch.mpirun.SESSION_PARAM`` says why)."""
         mpirun = Path(sys.executable).parent / "mpirun"
         return [str(mpirun), "-np", str(ranks), "--oversubscribe", "--bind-to", "none",
-                *command]
+                "--prtemca", SESSION_PARAM, str(session_base), *command]
 
     def mpi_command(self, ranks: int, command: list[str], timeout: float = 180) -> Outcome:
         """``command`` on ``ranks`` ranks; stderr without Open MPI's own banner (the block
         between dashed lines that says a rank exited non-zero) and without the NUL byte
         prterun ends its report of an abort with."""
-        proc = subprocess.run(self.job_line(ranks, command), env=self.env(),
-                              capture_output=True, text=True, timeout=timeout, cwd=self.root)
+        session_base = new_session_base()
+        try:
+            proc = subprocess.run(self.job_line(ranks, command, session_base), env=self.env(),
+                                  capture_output=True, text=True, timeout=timeout,
+                                  cwd=self.root)
+        finally:
+            shutil.rmtree(session_base, ignore_errors=True)
         ours, banner = [], False
         # the banner's first dashed line can arrive glued to a rank's last line: unglue it
         text = re.sub(r"(?<=[^\n-])(-{20,})", "\n\\1", proc.stderr.replace("\x00", ""))
@@ -634,7 +641,7 @@ def sigterm_to_mpirun(tmp, run):
     partition(run, tmp / "d.npz", 2, tmp / "p")
     proc = run.mpi_popen(run.job_line(2, run.command(
         "train", ["--partitions", tmp / "p", "--epochs", 10**6, "--threads", 1, "--no-progress",
-                  "--checkpoint-dir", tmp / "ck", "--checkpoint-every", 10**6])))
+                  "--checkpoint-dir", tmp / "ck", "--checkpoint-every", 10**6]), tmp / "mpi"))
     seen = 0
     while seen < 5:
         line = proc.stdout.readline()

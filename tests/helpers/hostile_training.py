@@ -460,7 +460,8 @@ def kill_9_of_one_rank(tmp, run):
     partition(run, tmp / "d.npz", 2, tmp / "p")
     marker = str(tmp / "p")
     proc = run.mpi_popen(run.job_line(2, run.command(
-        "train", ["--partitions", marker, "--epochs", 10**6, "--threads", 1, "--no-progress"])))
+        "train", ["--partitions", marker, "--epochs", 10**6, "--threads", 1, "--no-progress"]),
+        tmp / "mpi"))
     notes, seen, found = [], 0, {}
     try:
         while seen < 2 and (line := proc.stdout.readline()):
