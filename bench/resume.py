@@ -57,10 +57,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="write the results here")
 
 def start_job(ranks: int, flags: list[str], marker: str):
-    """``(process, plan)``: ``distgnn-train FLAGS`` started on ``ranks`` ranks of one thread,
-    as :mod:`launch` composes it; every rank's environment carries ``marker`` so that
-    :func:`rank_pid` can find it.  The caller removes the plan's session directories once
-    the job ended (``plan.remove_session()``)."""
+    """``(process, plan)`` of ``distgnn-train FLAGS`` started on ``ranks`` ranks.
+
+    Each rank runs one thread, as :mod:`launch` composes it; every rank's environment
+    carries ``marker`` so that :func:`rank_pid` can find it.  The caller removes the plan's
+    session directories once the job ended (``plan.remove_session()``)."""
     import launch
 
     plan = launch.plan(ranks, [str(BIN / "distgnn-train"), *flags, "--no-progress"],
