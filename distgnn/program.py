@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from .errors import DistGNNError
 from .signals import EARLY_INTERRUPTS, Terminated, stop_now, stopping
@@ -26,15 +27,28 @@ __all__ = ["DefaultsHelpFormatter", "OneLineParser", "check_outputs_spare_inputs
 
 # what MPI launchers and SLURM tell each process of its rank in the job, before MPI starts
 WORLD_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+# how long a rank other than the first waits, under Open MPI, for the first to report a bad
+# flag for the job
+OTHER_RANKS_WAIT_S = 30
 
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse whose errors are a single line (argparse prints the whole usage first); in a
-    job of several processes, the first prints it for all (each would print the same)."""
+    job of several processes, the first prints it for all (each would print the same); under
+    Open MPI the others wait up to :data:`OTHER_RANKS_WAIT_S` to be ended with the job."""
 
     def error(self, message: str):
         rank = next((os.environ[v] for v in WORLD_RANK_VARIABLES if v in os.environ), "0")
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n" if rank == "0" else None)
+        if rank != "0" and "OMPI_COMM_WORLD_RANK" not in os.environ:
+            self.exit(2)  # rank 0 parses the same flags and says this for the job
+        if rank != "0":
+            # Open MPI's launcher (which sets that variable) ends the job at its first failed
+            # rank, which could be this one before rank 0 has said why: this rank waits to
+            # be ended with the job (without a stop line of its own), or says it itself
+            for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(s, signal.SIG_DFL)
+            time.sleep(OTHER_RANKS_WAIT_S)
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
     def _get_values(self, action, arg_strings):
         # argparse's one hook where every given value meets its flag, subcommands' included:

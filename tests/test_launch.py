@@ -776,7 +776,9 @@ def test_a_session_left_by_a_killed_mpirun_does_not_stop_the_next_job(tmp_path, 
     deadline = time.monotonic() + 60
     while not list(left.glob("pmix*")) and time.monotonic() < deadline:
         time.sleep(0.05)
-    for pid in job_module.job_pids(killed.pid):  # mpirun and its rank, as a crash ends them
+    # mpirun, then its rank, as a crash ends them: mpirun first, for it cleans up its
+    # session when it outlives its rank
+    for pid in sorted(job_module.job_pids(killed.pid), key=lambda pid: pid != killed.pid):
         os.kill(pid, signal.SIGKILL)
     killed.wait()
     assert list(left.glob("pmix*")), "mpirun wrote no session directory"

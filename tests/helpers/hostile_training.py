@@ -108,6 +108,18 @@ add(Case(11, "a flag that does not parse under mpirun",
          mpi_train("--partitions", "{tmp}/p", "--lr", "fast", *TRAIN_QUICK), partitions(),
          says="--lr"))
 
+
+def late_first_rank(tmp, run):
+    """Two ranks given a bad flag, the first starting 3 s after the second: the second's
+    failure ends the job, which must not end it before the first has said why."""
+    train = run.command("train", ["--partitions", tmp / "p", "--lr", "fast", *TRAIN_QUICK])
+    return run.mpi_command(1, ["sh", "-c", 'sleep 3; exec "$@"', "sh", *train,
+                               ":", "-np", "1", *train])
+
+
+add(Case(11, "a bad flag under mpirun, the first rank late", late_first_rank, partitions(),
+         says="--lr", slow=True))
+
 # 15. a huge but finite value reaches arithmetic
 add(Case(15, "--comm-budget 1e308", mpi_train("--partitions", "{tmp}/p", "--algo", "cd-r",
                                               "--comm-budget", "1e308", *TRAIN_QUICK),
