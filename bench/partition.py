@@ -1,6 +1,6 @@
 """``distgnn-bench partition``: replication factor, balance and time per method and P.
 
-Methods: this project's ``libra``, ``hdrf``, ``random`` and ``dbh``
+Methods: this project's ``libra``, ``hdrf``, ``random``, ``dbh`` and ``ne``
 (:func:`partition.assign.assign_edges`), and ``metis``: a METIS edge-cut (``pymetis``, when
 installed) turned into a vertex-cut by giving each edge to its destination's part and
 counting the clones that creates.  Each is timed in two parts from the loaded graph:
@@ -25,10 +25,11 @@ from partition.assign import assign_edges, stream_order_name
 from partition.layout import build_layout
 from partition.stats import counts_from_layout, summarize
 
-METHODS = ("libra", "hdrf", "random", "dbh", "metis")
+METHODS = ("libra", "hdrf", "random", "dbh", "ne", "metis")
 DEFAULT_DATASET = "rmat:scale=16,edge_factor=16,features=1"
 HELP = "replication factor, balance and time of the partitioners"
-DESCRIPTION = ("Libra, HDRF, random, DBH and (with pymetis) METIS-derived vertex-cuts of each "
+DESCRIPTION = ("Libra, HDRF, random, DBH, neighbourhood expansion and (with pymetis) "
+               "METIS-derived vertex-cuts of each "
                "dataset for each P, timed in one run.")
 
 

@@ -66,6 +66,7 @@ from distgnn.data.partitions import (
     requested_shares,
 )
 from distgnn.kernels import prefetch
+from partition.expand import expand_parts, expansion_items
 
 HASHED = ("random", "dbh")  # the methods without a stream: each edge goes by a hash
 # a random stream order makes both bitset reads cache misses: hint them this far ahead
@@ -403,7 +404,8 @@ def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
     Args:
         indptr, indices: the CSR (rows = destinations).
         num_parts (int): ``P >= 1``.
-        method (str): ``"libra"``, ``"hdrf"``, ``"random"`` or ``"dbh"``.
+        method (str): ``"libra"``, ``"hdrf"``, ``"random"``, ``"dbh"`` or ``"ne"``
+            (neighbourhood expansion, :mod:`partition.expand`).
         seed (int): seeds the stream order, ties and hashes; 0 to 2^63 - 1.
         order (str, optional): stream order of Libra and HDRF (default: ``"degree"`` for
             Libra, ``"random"`` for HDRF).  ``"degree"``: rows in increasing whole-graph
@@ -450,14 +452,20 @@ def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
         if progress:
             progress(num_edges)
         return part
-    items = stream_order(indptr, indices, degree, order, rev is not None, seed)
-    stream = GreedyStream(method, degree, num_parts, seed, None if weights is None else w,
-                          rev is not None, hdrf_lambda)
-    # gathered up front (the random reads overlap), so the sequential loop reads in order
-    stream_part = stream.assign(src[items], dst[items], progress)
-    part[items] = stream_part
+    if method == "ne":
+        items = expansion_items(indptr, indices, rev)
+        capacity = np.ceil(requested_shares(w) * num_edges).astype(np.int64)
+        item_part = expand_parts(indptr, indices, items, 1 if rev is None else 2, capacity,
+                                 seed, progress)
+    else:
+        items = stream_order(indptr, indices, degree, order, rev is not None, seed)
+        stream = GreedyStream(method, degree, num_parts, seed, None if weights is None else w,
+                              rev is not None, hdrf_lambda)
+        # gathered up front (the random reads overlap), so the sequential loop reads in order
+        item_part = stream.assign(src[items], dst[items], progress)
+    part[items] = item_part
     if rev is not None:
-        part[rev[items]] = stream_part
+        part[rev[items]] = item_part
     return part
 
 

@@ -187,7 +187,10 @@ def partition_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", choices=METHODS, default="libra",
                    help="libra: greedy vertex-cut (default); hdrf: greedy scoring of "
                         "partial degrees and balance (Petroni et al.); random: edge hash; "
-                        "dbh: hash of the lower-degree endpoint")
+                        "dbh: hash of the lower-degree endpoint; ne: neighbourhood expansion "
+                        "(Zhang et al.), each partition grown from seed vertices along the "
+                        "edges whose ends it holds (replicates least; needs the whole graph "
+                        "in memory)")
     p.add_argument("--seed", type=int, default=0,
                    help="seeds order, ties, roots: 0 to 2^63-1 (default 0)")
     p.add_argument("--order", choices=EDGE_ORDERS,
@@ -309,6 +312,10 @@ def check_options(out, parts: int, seed: int, weights, force: bool, method: str 
                 f"{' and '.join(unused)} would change nothing with --method {method}: it "
                 "hashes each edge (no stream order) and places both directions of an edge "
                 "alike; leave it out, or use --method libra or hdrf")
+    if method == "ne" and order is not None:
+        raise PartitionError(f"--order {order} would change nothing with --method ne: it "
+                             "grows each partition along the graph's edges (no stream "
+                             "order); leave it out, or use --method libra or hdrf")
     check_target(out, force)
     return None if weights is None else check_weights(weights, parts)
 

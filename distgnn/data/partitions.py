@@ -56,7 +56,7 @@ MASKS = ("train_mask", "val_mask", "test_mask")
 # meta.json fields with a fixed set of values (null allowed: older writers recorded it)
 # the choices of the partitioner that meta.json records (partition.assign and
 # partition.layout take theirs from here)
-METHODS = ("libra", "hdrf", "random", "dbh")
+METHODS = ("libra", "hdrf", "random", "dbh", "ne")
 EDGE_ORDERS = ("degree", "random", "given")  # the order edges are streamed in
 ROOTS = ("balanced", "random")
 CHOICE_FIELDS = {"method": METHODS, "order": EDGE_ORDERS, "roots": ROOTS,
