@@ -6,6 +6,9 @@ installed) turned into a vertex-cut by giving each edge to its destination's par
 counting the clones that creates.  Each is timed in two parts from the loaded graph:
 the assignment of every CSR entry (also given in ns per entry, ``1e9 * seconds / E``) and
 the layout built from it (:func:`partition.layout.build_layout`); writing is excluded.
+The peak memory of each is what the process's resident memory rose to above what it held
+before (``VmHWM`` reset through ``/proc/self/clear_refs``): the cut's own working memory
+besides the loaded graph.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from bench.output import finish, output_arguments
 from distgnn.data.datasets import load
 from distgnn.data.partitions import EDGE_ORDERS
 from distgnn.program import comma_list
+from distgnn.run.memory import process_mib
 from partition.assign import assign_edges, stream_order_name
 from partition.layout import build_layout
 from partition.stats import counts_from_layout, summarize
@@ -60,6 +64,17 @@ def metis_assign(graph, num_parts: int, seed: int) -> np.ndarray:
     return np.repeat(np.asarray(vertex_part, np.int32), np.diff(graph.indptr))
 
 
+def reset_peak() -> float | None:
+    """Restart the process's peak resident memory (``VmHWM``) at its present size; that
+    size in MiB, or None where the kernel refuses (then no peak is measured)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return None
+    return process_mib("VmRSS")
+
+
 def run(args) -> dict:
     import numba
 
@@ -72,7 +87,8 @@ def run(args) -> dict:
             print("pymetis is not installed (pip install '.[bench]'): skipping metis")
     rows = []
     header = f"{'dataset':>24} {'P':>4} {'method':>7} {'repl.':>7} {'edge bal.':>9} " \
-             f"{'root bal.':>9} {'split %':>8} {'ns/edge':>8} {'layout s':>8} {'seconds':>8}"
+             f"{'root bal.':>9} {'split %':>8} {'ns/edge':>8} {'layout s':>8} {'seconds':>8} " \
+             f"{'peak MiB':>8}"
     print(header)
     for spec in args.dataset:
         data = load(spec)
@@ -82,6 +98,7 @@ def run(args) -> dict:
             build_layout(*tiny, assign_edges(*tiny, 2, method), 2, "balanced", 0)
         for P in args.parts:
             for method in methods:
+                before = reset_peak()
                 start = time.perf_counter()
                 part = (metis_assign(graph, P, args.seed) if method == "metis" else
                         assign_edges(graph.indptr, graph.indices, P, method, args.seed,
@@ -90,6 +107,7 @@ def run(args) -> dict:
                 layout = build_layout(graph.indptr, graph.indices, part, P, "balanced",
                                       args.seed)
                 done = time.perf_counter()
+                peak = None if before is None else process_mib("VmHWM") - before
                 clones = layout.clones()
                 stats = summarize(counts_from_layout(layout), graph.num_nodes,
                                   int(np.count_nonzero(clones > 1)))
@@ -99,13 +117,15 @@ def run(args) -> dict:
                        "seconds": done - start, "assign_seconds": assigned - start,
                        "layout_seconds": done - assigned,
                        "ns_per_edge": 1e9 * (assigned - start) / max(graph.num_edges, 1),
+                       "peak_mib": peak,
                        **{k: stats[k] for k in ("replication_factor", "edge_balance",
                                                 "root_balance", "split_fraction")}}
                 rows.append(row)
                 print(f"{data.name:>24} {P:>4} {method:>7} {row['replication_factor']:>7.3f} "
                       f"{row['edge_balance']:>9.3f} {row['root_balance']:>9.3f} "
                       f"{100 * row['split_fraction']:>8.1f} {row['ns_per_edge']:>8.0f} "
-                      f"{row['layout_seconds']:>8.2f} {row['seconds']:>8.2f}", flush=True)
+                      f"{row['layout_seconds']:>8.2f} {row['seconds']:>8.2f} "
+                      f"{'-' if peak is None else f'{peak:.0f}':>8}", flush=True)
     return {"benchmark": "partition", "order": args.order, "seed": args.seed,
             "machine": machine_info(args.threads), "results": rows}
 

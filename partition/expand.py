@@ -100,12 +100,14 @@ def _adjacency(n, a, b, like):
 
 
 @numba.njit(cache=True)
-def _join(y, p, unit, adj_ptr, adj_item, adj_nbr, part, rest, in_s, in_c, heap):
+def _join(y, p, room, unit, adj_ptr, adj_item, adj_nbr, part, rest, in_s, in_c, heap):
     """``y`` joins partition ``p``'s boundary with its unassigned edges to the boundary
-    (the two-hop closure); the load it adds."""
+    (the two-hop closure), as many as ``room`` (load) takes; the load it adds."""
     in_s[y] = p
     load = 0
     for j in range(adj_ptr[y], adj_ptr[y + 1]):
+        if load >= room:
+            break  # the edges left inside the boundary go to later partitions
         k, z = adj_item[j], adj_nbr[j]
         if part[k] < 0 and in_s[z] == p:
             part[k] = p
@@ -140,8 +142,8 @@ def _grow(p, capacity, unit, adj_ptr, adj_item, adj_nbr, order, cursor, part, re
             if cursor[0] == n:
                 break  # every edge is assigned
             x = order[cursor[0]]
-            load += _join(x, p, unit, adj_ptr, adj_item, adj_nbr, part, rest, in_s, in_c,
-                          heap)
+            load += _join(x, p, capacity - load, unit, adj_ptr, adj_item, adj_nbr, part, rest,
+                          in_s, in_c, heap)
         in_c[x] = p
         for j in range(adj_ptr[x], adj_ptr[x + 1]):
             if load >= capacity:
@@ -150,9 +152,9 @@ def _grow(p, capacity, unit, adj_ptr, adj_item, adj_nbr, order, cursor, part, re
             if part[k] >= 0:
                 continue
             if in_s[y] != p:
-                load += _join(y, p, unit, adj_ptr, adj_item, adj_nbr, part, rest, in_s,
-                              in_c, heap)
-            if part[k] < 0:  # not reached by the closure (only when y was in S already)
+                load += _join(y, p, capacity - load, unit, adj_ptr, adj_item, adj_nbr, part,
+                              rest, in_s, in_c, heap)
+            if part[k] < 0 and load < capacity:  # not reached by the closure
                 part[k] = p
                 rest[x] -= 1
                 rest[y] -= 1
