@@ -47,7 +47,8 @@ def expand_parts(indptr: np.ndarray, indices: np.ndarray, items: np.ndarray, uni
         indptr, indices: the CSR (rows = destinations); item ``k`` is the edge between
             the row and the source of entry ``items[k]``, read as undirected.
         items: int64 CSR entries (:func:`expansion_items`).
-        unit (int): load of one item (2 when it stands for a pair of entries).
+        unit (int): load of one item (2 when it stands for a pair of entries; a
+            self-loop is 1 entry).
         capacity: int64 ``[P]`` load at which each partition stops growing (the last
             takes what is left, whatever its capacity).
         seed (int): seeds the order regions are started in.
@@ -73,7 +74,8 @@ def expand_parts(indptr: np.ndarray, indices: np.ndarray, items: np.ndarray, uni
     left = part < 0
     part[left] = len(capacity) - 1
     if progress:
-        progress(int(np.count_nonzero(left)) * unit)
+        progress(int(np.count_nonzero(left)) * unit
+                 - (unit - 1) * int(np.count_nonzero(left & (a == b))))
     return part
 
 
@@ -113,7 +115,7 @@ def _join(y, p, room, unit, adj_ptr, adj_item, adj_nbr, part, rest, in_s, in_c, 
             part[k] = p
             rest[y] -= 1
             rest[z] -= 1
-            load += unit
+            load += unit if z != y else 1  # a self-loop is one entry, paired or not
             if in_c[z] != p and z != y:
                 heapq.heappush(heap, (rest[z], np.int64(z)))
     if in_c[y] != p:
@@ -158,7 +160,7 @@ def _grow(p, capacity, unit, adj_ptr, adj_item, adj_nbr, order, cursor, part, re
                 part[k] = p
                 rest[x] -= 1
                 rest[y] -= 1
-                load += unit
+                load += unit if y != x else 1
                 if in_c[y] != p:
                     heapq.heappush(heap, (rest[y], np.int64(y)))
     return load

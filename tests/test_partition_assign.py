@@ -1,5 +1,6 @@
 """Edge assignment: the four Libra cases on hand-made streams, keep_pairs, every edge in
-exactly one partition, Libra's quality against random and DBH."""
+exactly one partition, Libra's quality against random and DBH, neighbourhood expansion's
+regions and capacities."""
 
 import numpy as np
 import pytest
@@ -419,3 +420,78 @@ def test_a_two_level_cut_cuts_across_nodes_then_within_each(random_graph, nodes,
     assert layout.num_parts == P and layout.edge_counts.sum() == g.num_edges
     with pytest.raises(PartitionError, match="does not divide --parts"):
         vertex_cut(g, P + 1, "libra", ranks_per_node=per_node)
+
+
+# ---- 5. neighbourhood expansion ----------------------------------------------------------------
+def components_graph(sizes, seed=0):
+    """Disjoint rings with one chord per vertex (every component 2 n undirected edges), the
+    vertex ids shuffled across components."""
+    rng = np.random.default_rng(seed)
+    src, dst, start = [], [], 0
+    for n in sizes:
+        ids = np.arange(start, start + n)
+        src += [ids, ids]
+        dst += [np.roll(ids, 1), np.roll(ids, n // 2 - 1)]
+        start += n
+    perm = rng.permutation(start)
+    return CSRGraph.from_edges_symmetric(perm[np.concatenate(src)], perm[np.concatenate(dst)],
+                                         start)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ne_grows_each_of_equal_components_into_a_partition_of_its_own(seed):
+    """Four components of equal size and four partitions: each region grows over one whole
+    component and stops at its capacity, so nothing is replicated (Libra's stream splits
+    some of them)."""
+    g = components_graph([40, 40, 40, 40], seed)
+    layout = vertex_cut(g, 4, "ne", seed=seed)
+    check_layout(g, layout)
+    assert layout.clones().max() == 1
+    np.testing.assert_array_equal(layout.edge_counts, [g.num_edges // 4] * 4)
+
+
+def test_ne_stops_a_partition_at_its_capacity_even_inside_a_hub():
+    """A star's hub would carry its whole neighbourhood into the first partition; growth
+    stops at the capacity instead, also in the middle of a vertex's edges."""
+    g = CSRGraph.from_edges_symmetric(np.zeros(99, np.int64), np.arange(1, 100), 100)
+    for weights in (None, [1, 2, 1]):
+        part = assign_edges(g.indptr, g.indices, 3, "ne", seed=0, weights=weights)
+        shares = np.full(3, 1 / 3) if weights is None else np.array(weights) / 4
+        # a pair of entries is the unit of growth: at most one pair over the capacity
+        assert np.all(np.bincount(part, minlength=3) <= np.ceil(shares * g.num_edges) + 2)
+
+
+def community_graph(seed=0, blocks=8, size=60):
+    rng = np.random.default_rng(seed)
+    n = blocks * size
+    block = np.repeat(np.arange(blocks), size)
+    src, dst = rng.integers(0, n, 12 * n), rng.integers(0, n, 12 * n)
+    keep = (block[src] == block[dst]) | (rng.random(len(src)) < 0.05)
+    return CSRGraph.from_edges_symmetric(src[keep], dst[keep], n)
+
+
+@pytest.mark.parametrize("num_parts", [4, 8])
+def test_ne_replicates_less_than_libra_on_communities_and_rmat(rmat_ds, num_parts):
+    for g, margin in ((community_graph(), 0.9), (rmat_ds.graph, 0.95)):
+        rf = {}
+        for method in ("libra", "ne"):
+            layout = vertex_cut(g, num_parts, method, seed=0)
+            check_layout(g, layout)
+            rf[method] = stats_of(layout)["replication_factor"]
+        assert stats_of(layout)["edge_balance"] <= 1.01  # ne's
+        assert rf["ne"] < margin * rf["libra"], rf
+
+
+def test_ne_on_a_directed_graph_assigns_each_entry_once(rmat_ds):
+    """Without pairs each CSR entry is an item of its own, read as undirected for growth."""
+    g = rmat_ds.graph
+    part = assign_edges(g.indptr, g.indices, 4, "ne", seed=2, keep_pairs=False)
+    assert part.min() == 0 and part.max() == 3
+    assert np.bincount(part).max() <= np.ceil(g.num_edges / 4) + 1
+
+
+def test_ne_takes_no_stream_order(small_ds, tmp_path):
+    with pytest.raises(PartitionError, match="--order degree would change nothing with "
+                                             "--method ne"):
+        from partition.cli import check_options
+        check_options(tmp_path / "p", 2, 0, None, False, "ne", "degree")

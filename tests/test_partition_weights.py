@@ -115,7 +115,8 @@ def shares_of(part, num_parts):
 
 
 @pytest.mark.parametrize("method, order", [("libra", "random"), ("libra", "given"),
-                                           ("random", "random"), ("dbh", "random")])
+                                           ("random", "random"), ("dbh", "random"),
+                                           ("ne", "random")])
 @pytest.mark.parametrize("weights", [[1, 1, 1, 1], [2.5] * 4, [0.3] * 7, [1] * 70])
 def test_equal_weights_give_exactly_the_unweighted_assignment(weighted_graph, method, order,
                                                               weights):
@@ -139,7 +140,7 @@ def test_equal_weights_give_the_same_layout_and_statistics(weighted_graph):
 
 
 @pytest.mark.parametrize("method, tolerance", [("libra", 0.05), ("random", 0.05),
-                                               ("dbh", 0.10)])
+                                               ("dbh", 0.10), ("ne", 0.01)])
 @pytest.mark.parametrize("weights", [[1, 1, 2, 4], [3, 1]])
 def test_weighted_cut_achieves_the_requested_shares(weighted_graph, method, tolerance,
                                                     weights):

@@ -86,7 +86,7 @@ def write_edge_files(folder, n: int = 400, e: int = 3000, seed: int = 0):
 
 RMAT = "rmat:scale=12,edge_factor=8,features=4,classes=3,seed=1"
 SMALL_RMAT = "rmat:scale=8,edge_factor=4,features=3,classes=2,seed=2"
-METHODS = ("libra", "hdrf", "random", "dbh")
+METHODS = ("libra", "hdrf", "random", "dbh", "ne")
 
 from tests.helpers.graphs import out_degrees
 
