@@ -48,14 +48,15 @@ def partition(tmp, graph, parts, method, order, features=None):
     return [load(tmp, p, mmap=False) for p in range(parts)]
 
 
-@pytest.fixture(scope="module")
-def weighted(tmp_path_factory):
+@pytest.fixture(scope="module", params=["libra", "ne"])
+def weighted(tmp_path_factory, request):
     """A weighted random graph (a hub, isolated vertices, self-loops, duplicate edges) in 3
-    libra partitions stored in RCM order, with its edge list."""
+    libra or neighbourhood-expansion partitions stored in RCM order, with its edge list."""
     graph, src, dst, weight = build_random_graph(seed=3, n=60, e=400, weighted=True,
                                                  hub_degree=30, isolated=5, self_loops=5,
                                                  duplicates=6)
-    parts = partition(tmp_path_factory.mktemp("weighted") / "p3", graph, 3, "libra", "rcm")
+    parts = partition(tmp_path_factory.mktemp("weighted") / "p3", graph, 3, request.param,
+                      "rcm")
     return SimpleNamespace(parts=parts, n=graph.num_nodes, src=src, dst=dst, weight=weight)
 
 

@@ -102,6 +102,23 @@ def test_cli_stats_match_the_layout(small_ds, tmp_path, capsys):
                                   np.bincount(layout.root, minlength=4))
 
 
+def test_ne_two_level_directories_verify_and_span_fewer_node_pairs_than_libra(tmp_path):
+    """``--method ne`` through the command line, cut across 2 nodes of 2 ranks: a directory
+    that verifies, records its method, and whose node-aware exchange carries fewer rows over
+    the busiest node link than Libra's two-level cut of the same graph."""
+    rows = {}
+    for method in ("libra", "ne"):
+        out = tmp_path / method
+        assert run_cli([SMALL_RMAT, "--parts", 4, "--ranks-per-node", 2, "--out", out,
+                        "--method", method, "--no-progress"]) == 0
+        assert partition.verify(out, load_dataset(SMALL_RMAT).graph.edges()) == []
+        assert partition.read_meta(out)["method"] == method
+        assert run_cli(["inspect", out, "--ranks-per-node", 2, "--json",
+                        tmp_path / f"{method}.json"]) == 0
+        rows[method] = json.loads((tmp_path / f"{method}.json").read_text())["node_links"]
+    assert rows["ne"]["node_rows"] < rows["libra"]["node_rows"], rows
+
+
 @pytest.mark.parametrize("parts, fragment", [(0, "--parts"), (-3, "--parts"),
                                              (20000, "larger than the number of edges")])
 def test_cli_bad_parts(tmp_path, capsys, parts, fragment):
