@@ -3,7 +3,7 @@
     python experiments/adaptive_jobs.py auto [--graph rmat18] [--ranks 4] [--rate 200mbit]
         [--epochs 12] [--json F]
     python experiments/adaptive_jobs.py links [--graphs rmat18,tolokers] [--shapes 2x2,4x2]
-        [--epochs 2] [--json F]
+        [--methods libra,ne] [--epochs 2] [--json F]
 
 ``auto``: the graph in ``--ranks`` partitions (libra, seed 0), trained with cd-0, cd-r's
 default schedule and ``--algo auto`` (GraphSAGE-gcn, hidden 256) in two settings: every rank
@@ -13,8 +13,9 @@ choice and its line, and the median epoch after the choice of each run (the epoc
 ``WARMUP + MEASURED + 2`` on, the same epochs for all three), and the final test accuracy.
 
 ``links``: for each graph and ``NxK`` (N emulated nodes of K ranks), libra's flat cut into N K
-partitions and the two-level cut (``distgnn-partition --ranks-per-node K``); cd-0 trained
-for ``--epochs`` with the flat exchange on the flat cut, and the node-aware exchange on both;
+partitions and the two-level cut of each of ``--methods`` (``distgnn-partition
+--ranks-per-node K --method M``); cd-0 trained for ``--epochs`` with the flat exchange on
+the flat cut, and the node-aware exchange on all;
 the busiest node link's bytes (sent or received, from the interface counters) of each, and
 the replication factors.
 """
@@ -101,13 +102,17 @@ def links_table(a) -> list[dict]:
             nodes, per_node = map(int, shape.split("x"))
             P = nodes * per_node
             flat = a.work / f"{graph}-p{P}"
-            two = a.work / f"{graph}-p{P}-two{per_node}"
-            stats = {"flat": partitions(source, P, flat),
-                     "two-level": partitions(source, P, two, "--ranks-per-node", per_node)}
+            stats, runs = {"flat": partitions(source, P, flat)}, [("flat", flat, "flat"),
+                                                                  ("flat", flat, "node")]
+            for method in a.methods.split(","):
+                two = a.work / f"{graph}-p{P}-two{per_node}" / method
+                cut = "two-level" + ("" if method == "libra" else f" {method}")
+                stats[cut] = partitions(source, P, two, "--ranks-per-node", per_node,
+                                        "--method", method)
+                runs.append((cut, two, "node"))
             c = cluster.up(nodes, "10gbit", slots=per_node, name=NAME)
             try:
-                for cut, parts, topology in (("flat", flat, "flat"), ("flat", flat, "node"),
-                                             ("two-level", two, "node")):
+                for cut, parts, topology in runs:
                     point = train_point(c, parts, ["--algo", "cd-0", "--exchange-topology",
                                                    topology, "--dropout", "0"],
                                         a.epochs, a.work / "links.jsonl")
@@ -122,7 +127,7 @@ def links_table(a) -> list[dict]:
                 if r["graph"] == graph and r["shape"] == shape:
                     r["vs_flat"] = r["busiest_link_bytes"] / base["busiest_link_bytes"]
                     r["replication_vs_libra"] = r["replication"] / base["replication"]
-                    print(f"{graph} {shape} {r['cut']:9} cut, {r['topology']:4} exchange: "
+                    print(f"{graph} {shape} {r['cut']:12} cut, {r['topology']:4} exchange: "
                           f"busiest link {r['busiest_link_bytes']:,} bytes ({r['vs_flat']:.3f}"
                           f"x), replication {r['replication']:.3f} "
                           f"({r['replication_vs_libra']:.3f}x)", flush=True)
@@ -139,6 +144,8 @@ def main() -> int:
     p.add_argument("--settings", default="host,cluster", help="auto: host, cluster or both")
     p.add_argument("--runs", default="cd-0,cd-r,auto", help="auto: the --algo of each run")
     p.add_argument("--shapes", default="2x2,4x2", help="links: NxK, comma-separated")
+    p.add_argument("--methods", default="libra",
+                   help="links: the --method of each two-level cut, comma-separated")
     p.add_argument("--epochs", type=int, help="epochs per run (default: auto 12, links 2)")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared datasets folder")
     p.add_argument("--work", type=Path, default=Path("runs/adaptive"), help="scratch folder")
