@@ -1,4 +1,4 @@
-"""Vertex-cut partitioning (Libra, random, DBH) and the on-disk partition format.
+"""Vertex-cut partitioning (Libra, HDRF, random, DBH, NE) and the on-disk partition format.
 
 ``partition.load(DIR, rank)`` gives a rank its :class:`~distgnn.data.partitions.Partition`.
 """

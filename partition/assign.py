@@ -44,6 +44,9 @@ go to a seeded random choice among the tied partitions.  With ``keep_pairs`` the
 directions of an undirected edge are one streamed item and land in the same partition
 (load 2).  The sets are bitsets ``uint64 [N, ceil(P / 64)]``.
 
+**NE** (``"ne"``) grows each partition along the graph instead of streaming it
+(:mod:`partition.expand`); it takes the same weights and pairs.
+
 **Random** sends each edge to a seeded hash of the edge; **DBH** (Xie et al. 2014) to a
 seeded hash of its lower-degree endpoint, which replicates hubs and keeps leaves whole.
 The hash picks partition ``h mod P``; with unequal weights it is read as a fraction in
