@@ -105,7 +105,7 @@ def links_table(a) -> list[dict]:
             stats, runs = {"flat": partitions(source, P, flat)}, [("flat", flat, "flat"),
                                                                   ("flat", flat, "node")]
             for method in a.methods.split(","):
-                two = a.work / f"{graph}-p{P}-two{per_node}" / method
+                two = a.work / f"{graph}-p{P}-two{per_node}-{method}"
                 cut = "two-level" + ("" if method == "libra" else f" {method}")
                 stats[cut] = partitions(source, P, two, "--ranks-per-node", per_node,
                                         "--method", method)
