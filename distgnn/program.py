@@ -39,9 +39,9 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         rank = next((os.environ[v] for v in WORLD_RANK_VARIABLES if v in os.environ), "0")
-        if rank != "0" and "OMPI_COMM_WORLD_RANK" not in os.environ:
-            self.exit(2)  # rank 0 parses the same flags and says this for the job
-        if rank != "0":
+        if rank != "0":  # rank 0 parses the same flags and says this for the job
+            if "OMPI_COMM_WORLD_RANK" not in os.environ:
+                self.exit(2)
             # Open MPI's launcher (which sets that variable) ends the job at its first failed
             # rank, which could be this one before rank 0 has said why: this rank waits to
             # be ended with the job (without a stop line of its own), or says it itself

@@ -456,10 +456,10 @@ def assign_edges(indptr: np.ndarray, indices: np.ndarray, num_parts: int,
             progress(num_edges)
         return part
     if method == "ne":
-        items = expansion_items(indptr, indices, rev)
+        items = expansion_items(num_edges, rev)
         capacity = np.ceil(requested_shares(w) * num_edges).astype(np.int64)
-        item_part = expand_parts(indptr, indices, items, 1 if rev is None else 2, capacity,
-                                 seed, progress)
+        item_part = expand_parts(n, dst[items], src[items], 1 if rev is None else 2,
+                                 capacity, seed, progress)
     else:
         items = stream_order(indptr, indices, degree, order, rev is not None, seed)
         stream = GreedyStream(method, degree, num_parts, seed, None if weights is None else w,

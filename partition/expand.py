@@ -26,27 +26,24 @@ import heapq
 import numba
 import numpy as np
 
-from distgnn.data.graph import csr_rows
 
 
-def expansion_items(indptr: np.ndarray, indices: np.ndarray, rev: np.ndarray | None
-                    ) -> np.ndarray:
-    """The CSR entries NE assigns, int64: every entry, or with ``rev`` (the position of
-    each entry's reverse, :func:`partition.assign.reverse_positions`) one entry per pair,
+def expansion_items(num_entries: int, rev: np.ndarray | None) -> np.ndarray:
+    """The CSR entries NE assigns, int64: all ``num_entries``, or with ``rev`` (the position
+    of each entry's reverse, :func:`partition.assign.reverse_positions`) one entry per pair,
     the first of the two (a self-loop is its own pair)."""
     if rev is None:
-        return np.arange(len(indices), dtype=np.int64)
+        return np.arange(num_entries, dtype=np.int64)
     return np.flatnonzero(rev >= np.arange(len(rev)))
 
 
-def expand_parts(indptr: np.ndarray, indices: np.ndarray, items: np.ndarray, unit: int,
+def expand_parts(num_nodes: int, a: np.ndarray, b: np.ndarray, unit: int,
                  capacity: np.ndarray, seed: int, progress=None) -> np.ndarray:
-    """Partition of each item, int32 ``[len(items)]``, by neighbourhood expansion.
+    """Partition of each item, int32 ``[len(a)]``, by neighbourhood expansion.
 
     Args:
-        indptr, indices: the CSR (rows = destinations); item ``k`` is the edge between
-            the row and the source of entry ``items[k]``, read as undirected.
-        items: int64 CSR entries (:func:`expansion_items`).
+        num_nodes (int): ``N``.
+        a, b: the two ends of each item (an edge read as undirected), ints ``< N``.
         unit (int): load of one item (2 when it stands for a pair of entries; a
             self-loop is 1 entry).
         capacity: int64 ``[P]`` load at which each partition stops growing (the last
@@ -55,16 +52,13 @@ def expand_parts(indptr: np.ndarray, indices: np.ndarray, items: np.ndarray, uni
         progress (callable, optional): called with the CSR entries assigned, once per
             partition.
     """
-    n = len(indptr) - 1
-    index = np.int32 if len(items) < 2**31 else np.int64
-    a = csr_rows(indptr, np.int32)[items]
-    b = indices[items].astype(np.int32)
-    adj_ptr, adj_item, adj_nbr = _adjacency(n, a, b, index(0))
-    order = np.random.default_rng(seed).permutation(n).astype(np.int32)
-    part = np.full(len(items), -1, np.int32)
+    index = np.int32 if len(a) < 2**31 else np.int64
+    adj_ptr, adj_item, adj_nbr = _adjacency(num_nodes, a, b, index(0))
+    order = np.random.default_rng(seed).permutation(num_nodes).astype(np.int32)
+    part = np.full(len(a), -1, np.int32)
     rest = np.diff(adj_ptr).astype(np.int64)
-    in_s = np.full(n, -1, np.int32)
-    in_c = np.full(n, -1, np.int32)
+    in_s = np.full(num_nodes, -1, np.int32)
+    in_c = np.full(num_nodes, -1, np.int32)
     cursor = np.zeros(1, np.int64)
     for p in range(len(capacity) - 1):
         load = _grow(p, int(capacity[p]), unit, adj_ptr, adj_item, adj_nbr, order, cursor,
