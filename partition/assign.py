@@ -69,7 +69,7 @@ from distgnn.data.partitions import (
     requested_shares,
 )
 from distgnn.kernels import prefetch
-from partition.expand import expand_parts, expansion_items
+from partition.expand import expand_parts, expansion_items, holds
 
 HASHED = ("random", "dbh")  # the methods without a stream: each edge goes by a hash
 # a random stream order makes both bitset reads cache misses: hint them this far ahead
@@ -92,11 +92,6 @@ def check_seed(seed) -> int:
 def membership_words(num_parts: int) -> int:
     """Number of 64-bit words in one vertex's partition bitset."""
     return (num_parts + 63) // 64
-
-
-@numba.njit(cache=True)
-def _has(member, v, p):
-    return (member[v, p >> 6] >> np.uint64(p & 63)) & np.uint64(1)
 
 
 @numba.njit(cache=True)
@@ -127,10 +122,11 @@ def _candidates(member, a, b, mode, w, num_parts):
 
 
 @numba.njit(cache=True)
-def _least_loaded(key, member, a, b, mode, state):
+def _least_loaded(key, member, a, b, mode, state, limit):
     """``(p, state)``: the partition of least ``key[p]`` among :func:`_candidates`.
 
-    Ties are broken uniformly at random; ``p = -1`` if there is no candidate.
+    Only partitions with ``key[p] < limit`` are candidates (a full partition is none).  Ties
+    are broken uniformly at random; ``p = -1`` if there is no candidate.
 
     ``key`` is the int64 load itself when unweighted, else the float64 ``load / weight``
     (scaled), which equals the load exactly when the weights are equal.  The set bits are
@@ -143,6 +139,8 @@ def _least_loaded(key, member, a, b, mode, state):
         while word:
             p = 64 * w + trailing_zeros(word)
             word &= word - np.uint64(1)
+            if key[p] >= limit:
+                continue
             if ties == 0 or key[p] < best:
                 ties, best = 1, key[p]
             elif key[p] == best:
@@ -173,18 +171,29 @@ def _placed(member, v):
 
 
 @numba.njit(cache=True)
-def _libra_choice(member, key, degree, u, v, state):
-    """``(p, state)``: Libra's partition for edge ``(u, v)`` (see the module docstring)."""
+def _libra_choice(member, key, degree, u, v, state, limit):
+    """``(p, state)``: Libra's partition for edge ``(u, v)`` (see the module docstring).
+
+    Only partitions whose ``key`` is below ``limit`` are candidates; when Libra's set has
+    none, the endpoint of higher degree's set is tried, then all partitions (``limit`` is
+    infinite unless a stream continues a cut it must keep balanced, :class:`GreedyStream`).
+    """
     pu, pv = _placed(member, u), _placed(member, v)
+    p = -1
     if pu and pv:
-        p, state = _least_loaded(key, member, u, v, 2, state)
+        p, state = _least_loaded(key, member, u, v, 2, state, limit)
         if p < 0:
-            low = u if degree[u] <= degree[v] else v
-            p, state = _least_loaded(key, member, low, low, 1, state)
-        return p, state
-    if pu or pv:
-        return _least_loaded(key, member, u if pu else v, 0, 1, state)
-    return _least_loaded(key, member, 0, 0, 0, state)
+            low, high = (u, v) if degree[u] <= degree[v] else (v, u)
+            p, state = _least_loaded(key, member, low, low, 1, state, limit)
+            if p < 0:
+                p, state = _least_loaded(key, member, high, high, 1, state, limit)
+    elif pu or pv:
+        p, state = _least_loaded(key, member, u if pu else v, 0, 1, state, limit)
+    if p < 0:
+        p, state = _least_loaded(key, member, 0, 0, 0, state, limit)
+    if p < 0:  # every partition full (the limit is below the mean): the least loaded
+        p, state = _least_loaded(key, member, 0, 0, 0, state, np.inf)
+    return p, state
 
 
 @numba.njit(cache=True)
@@ -202,9 +211,9 @@ def _hdrf_choice(member, key, scale, partial, u, v, units, cap, lam, state):
         if key[p] > low and key[p] + units * scale[p] > cap:
             continue
         score = balance * (high - key[p])
-        if _has(member, u, p):
+        if holds(member, u, p):
             score += 2.0 - theta
-        if _has(member, v, p):
+        if holds(member, v, p):
             score += 1.0 + theta
         if ties == 0 or score > best:
             pick, ties, best = p, 1, score
@@ -218,7 +227,7 @@ def _hdrf_choice(member, key, scale, partial, u, v, units, cap, lam, state):
 
 @numba.njit(cache=True)
 def _stream(src, dst, paired, hdrf, degree, partial, member, load, key, scale, cap, lam,
-            part, rng):
+            limit, part, rng):
     """Assign the streamed edges ``(src[k], dst[k])`` their partitions ``part[k]``.
 
     Each is chosen through Libra or (``hdrf``) HDRF; updates ``member``, ``load`` and
@@ -226,8 +235,9 @@ def _stream(src, dst, paired, hdrf, degree, partial, member, load, key, scale, c
     are integer ones; float64 ``max(weight) / weight`` when weighted).  With ``paired`` an
     item stands for an entry and its reverse: load 2 (1 for a self-loop).  HDRF also updates
     the partial degrees ``partial`` and ``cap[0]``, the key no partition may pass, by
-    ``cap[1]`` per streamed load unit.  ``rng[0]`` is the tie-breaking state, carried from
-    one call to the next.  Returns the number of CSR entries assigned.
+    ``cap[1]`` per streamed load unit.  Libra takes no partition whose key has reached
+    ``limit``.  ``rng[0]`` is the tie-breaking state, carried from one call to the next.
+    Returns the number of CSR entries assigned.
     """
     state = rng[0]
     assigned = 0
@@ -244,7 +254,7 @@ def _stream(src, dst, paired, hdrf, degree, partial, member, load, key, scale, c
             p, state = _hdrf_choice(member, key, scale, partial, u, v, units, cap[0], lam,
                                     state)
         else:
-            p, state = _libra_choice(member, key, degree, u, v, state)
+            p, state = _libra_choice(member, key, degree, u, v, state, limit)
         part[k] = p
         assigned += units
         load[p] += units
@@ -503,6 +513,19 @@ class GreedyStream:
         self.partial = np.zeros(n if self.hdrf else 0, np.int64)
         # max(w) / sum(w), not overflowing
         self.cap = np.array([0.0, HDRF_CAP / (w / w.max()).sum()])
+        self.limit = np.inf  # Libra's key no partition may reach (:meth:`continue_cut`)
+
+    def continue_cut(self, src: np.ndarray, dst: np.ndarray, part: np.ndarray,
+                     capacity: int) -> None:
+        """Continue a cut made by another method, filling no partition beyond ``capacity``.
+
+        The edges ``src[k] -> dst[k]`` already in partitions ``part[k]`` (each of load 1)
+        are taken as if streamed; the edges streamed next go by Libra's rule (unweighted)
+        among the partitions with room, so the cut stays balanced."""
+        _fill_membership(src, dst, part, self.member, numba.get_num_threads())
+        self.load += np.bincount(part, minlength=len(self.load))
+        self.key[:] = self.load * self.scale
+        self.limit = float(capacity)
 
     def assign(self, src: np.ndarray, dst: np.ndarray, progress=None) -> np.ndarray:
         """int32 partition of each streamed edge ``src[k] -> dst[k]``, in order;
@@ -512,7 +535,7 @@ class GreedyStream:
             chunk = slice(start, start + STREAM_CHUNK)
             assigned = _stream(src[chunk], dst[chunk], self.paired, self.hdrf, self.degree,
                                self.partial, self.member, self.load, self.key, self.scale,
-                               self.cap, self.hdrf_lambda, part[chunk], self.rng)
+                               self.cap, self.hdrf_lambda, self.limit, part[chunk], self.rng)
             if progress:
                 progress(assigned)
         return part

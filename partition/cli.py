@@ -1,7 +1,7 @@
 """``distgnn-partition``: partition a dataset to disk, ``inspect`` or ``verify`` a directory.
 
     distgnn-partition DATASET|--dataset DATASET --parts P --out DIR
-                      [--method libra|hdrf|random|dbh]
+                      [--method libra|hdrf|random|dbh|ne] [--memory GIB]
                       [--seed S] [--order degree|random|given] [--roots random|balanced]
                       [--force | --if-missing]
                       [--weights W0,W1,...] [--order-vertices auto|given|degree|rcm]
@@ -189,8 +189,15 @@ def partition_parser() -> argparse.ArgumentParser:
                         "partial degrees and balance (Petroni et al.); random: edge hash; "
                         "dbh: hash of the lower-degree endpoint; ne: neighbourhood expansion "
                         "(Zhang et al.), each partition grown from seed vertices along the "
-                        "edges whose ends it holds (replicates least; needs the whole graph "
-                        "in memory)")
+                        "edges whose ends it holds (replicates least; in memory it holds the "
+                        "whole graph; streamed, the edges between vertices of low degree that "
+                        "--memory holds, the rest streamed by libra)")
+    p.add_argument("--memory", type=float, metavar="GIB",
+                   help="with --method ne, streamed (--mode stream, or auto choosing it): "
+                        "the memory in GiB its expansion may hold; the edges between vertices "
+                        "of degree up to the largest bound that fits are expanded, the others "
+                        "streamed by libra against that cut (default: half of the memory "
+                        "available when the stream starts)")
     p.add_argument("--seed", type=int, default=0,
                    help="seeds order, ties, roots: 0 to 2^63-1 (default 0)")
     p.add_argument("--order", choices=EDGE_ORDERS,
@@ -392,7 +399,7 @@ def choose_mode(args) -> tuple[str, str]:
     if args.mode == "auto" and need <= have / 2:
         return "memory", why
     unsupported = [flag for flag, used in (
-        ("--method " + args.method, args.method != "libra"),
+        ("--method " + args.method, args.method not in ("libra", "ne")),
         ("--order " + str(args.order), args.order not in (None, "degree")),
         ("--weights", args.weights is not None), ("--keep-pairs", bool(args.keep_pairs)),
         ("--order-vertices " + args.order_vertices,
@@ -401,7 +408,8 @@ def choose_mode(args) -> tuple[str, str]:
         ("--parts auto", args.parts == "auto"),
         (f"--ranks-per-node {args.ranks_per_node}", args.ranks_per_node > 1)) if used]
     if unsupported:
-        raise PartitionError(f"streaming ({why}) takes libra in degree order, equal weights, "
+        raise PartitionError(f"streaming ({why}) takes libra in degree order or ne, equal "
+                             "weights, "
                              "the given vertex order, the edges as the file gives them and "
                              "a split from --split-file only; not "
                              + ", ".join(unsupported))
@@ -411,8 +419,15 @@ def choose_mode(args) -> tuple[str, str]:
 def stream_main(args, why: str) -> int:
     """``distgnn-partition`` out of core (:mod:`partition.stream`); a stop signal raises
     :class:`~partition.stream.Stopped`, which says what was removed."""
+    expansion = None
+    if args.method == "ne":
+        expansion = (int(args.memory * 2**30) if args.memory is not None
+                     else available_bytes("cpu") // 2)
     # what the stream does where the in-memory path would have chosen (said, not silent)
-    print(f"streaming {args.dataset} from disk ({why}): libra in degree order, local vertex "
+    cut = ("libra in degree order" if expansion is None else
+           f"ne on the edges between vertices of low degree within {format_bytes(expansion)}, "
+           "libra in degree order for the others")
+    print(f"streaming {args.dataset} from disk ({why}): {cut}, local vertex "
           "order given" + (" (what --order-vertices auto takes when streaming)"
                            if args.order_vertices == "auto" else "")
           + ", the two directions of an edge placed independently", flush=True)
@@ -420,11 +435,12 @@ def stream_main(args, why: str) -> int:
     total = 3 * edge_count(args.dataset)
     show = args.progress and sys.stderr.isatty()
     with tqdm(total=total, unit="edge", unit_scale=True, disable=not show,
-              desc=f"libra P={args.parts} (3 passes)", file=sys.stderr) as bar:
+              desc=f"{args.method} P={args.parts} (3 passes)", file=sys.stderr) as bar:
         meta = partition_edge_file(args.dataset, data, args.out, args.parts,
                                    seed=args.seed, roots=args.roots, force=args.force,
                                    log=lambda line: print(line, flush=True),
-                                   progress=bar.update, source=source_identity(args))
+                                   progress=bar.update, source=source_identity(args),
+                                   expansion_bytes=expansion)
     counts, split, sets = counts_of_directory(args.out)
     stats = summarize(counts, meta["num_nodes"], split, width=args.width,
                       num_features=meta["num_features"], num_classes=meta["num_classes"],
@@ -519,7 +535,8 @@ def _requested_settings(args, meta: dict) -> dict:
                     else args.order_vertices)
     return {"--parts": ("num_parts", meta["num_parts"] if args.parts == "auto" else args.parts),
             "--method": ("method", args.method), "--seed": ("seed", args.seed),
-            "--order": ("order", stream_order_name(args.method, args.order)),
+            "--order": ("order", "degree" if streamed
+                        else stream_order_name(args.method, args.order)),
             "--roots": ("roots", args.roots),
             "--ranks-per-node": ("ranks_per_node",
                                  args.ranks_per_node if args.ranks_per_node > 1 else None),
@@ -719,6 +736,11 @@ def write_partitions(args, given_as: str, writing: Writing) -> int:
                   args.weights, args.force, args.method, args.order, args.keep_pairs)
     check_json_output(args.json)
     mode, why = choose_mode(args)
+    if args.memory is not None and not (mode == "stream" and args.method == "ne"
+                                        and args.memory > 0):
+        raise PartitionError(f"--memory bounds the expansion of --method ne when streaming "
+                             f"(here {args.method}, {mode}): give it a number of GiB > 0 with "
+                             "--method ne and --mode stream")
     if mode == "stream":  # which says itself what a stop signal left
         return stream_main(args, why)
     print(f"partitioning in memory ({why})", flush=True)

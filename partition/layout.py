@@ -31,7 +31,8 @@ import numpy as np
 from distgnn.data.graph import CSRGraph, csr_rows
 from distgnn.data.ordering import CHOICES, choose_order, relabel, vertex_order
 from distgnn.data.partitions import ROOTS
-from partition.assign import _has, membership
+from partition.assign import membership
+from partition.expand import holds
 
 
 @numba.njit(cache=True)
@@ -46,7 +47,7 @@ def _place_isolated(member, capacity):
     count = np.zeros(num_parts, np.float64)
     for v in range(member.shape[0]):
         for p in range(num_parts):
-            count[p] += _has(member, v, p)
+            count[p] += holds(member, v, p)
     for v in range(member.shape[0]):
         empty = True
         for w in range(member.shape[1]):
@@ -68,7 +69,7 @@ def _choose_roots(member, num_parts, visit, balanced, seed):
     clones = np.zeros(n, np.int32)
     for v in range(n):
         for p in range(num_parts):
-            if _has(member, v, p):
+            if holds(member, v, p):
                 clones[v] += 1
                 root[v] = p
         if clones[v] == 1:
@@ -79,7 +80,7 @@ def _choose_roots(member, num_parts, visit, balanced, seed):
             continue
         best, best_owned, seen = -1, np.iinfo(np.int64).max, 0
         for p in range(num_parts):
-            if not _has(member, v, p):
+            if not holds(member, v, p):
                 continue
             if balanced:
                 if owned[p] < best_owned:
@@ -104,13 +105,13 @@ def _vertex_lists(member, num_parts):
     counts = np.zeros(num_parts + 1, np.int64)
     for v in range(n):
         for p in range(num_parts):
-            counts[p + 1] += _has(member, v, p)
+            counts[p + 1] += holds(member, v, p)
     offsets = np.cumsum(counts)
     fill = offsets[:-1].copy()
     flat = np.empty(offsets[-1], np.int64)
     for v in range(n):
         for p in range(num_parts):
-            if _has(member, v, p):
+            if holds(member, v, p):
                 flat[fill[p]] = v
                 fill[p] += 1
     return offsets, flat

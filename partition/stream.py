@@ -1,4 +1,4 @@
-r"""Libra out of core: a graph streamed from a binary edge file, with per-vertex state only.
+r"""Libra (or NE's hybrid) out of core: a graph streamed from a binary edge file.
 
 The in-memory partitioner (:func:`~partition.assign.assign_edges`) holds the CSR, the stream
 order and the partition of every entry: about 40 bytes per edge.  This one holds, besides
@@ -22,6 +22,16 @@ Passes over the edge file ``[E, 2]`` (:mod:`distgnn.data.binary_edges`), each in
    (:func:`~partition.layout.layout_from_membership`); then each partition's local CSR
    from its spill file, its rows of the features and labels (memory-mapped ``.npy``), and
    its arrays written as :func:`~distgnn.data.partitions.write_partitions` writes them.
+
+**The hybrid** (``method: ne``, after HEP, Mayer and Jacobsen 2021): neighbourhood expansion
+(:mod:`partition.expand`) cuts better than the stream but holds its edges in memory.  Given
+a memory budget, pass 2 keeps in memory the edges whose two ends have degree ``<= tau``,
+``tau`` the largest degree whose edges the budget holds (counted by a pass over the file
+first, :func:`~partition.expand.expansion_degree`), and buckets only the others; those edges are
+grown into ``P`` partitions of equal size, and pass 3 streams the others through Libra
+against that cut (:meth:`~partition.assign.GreedyStream.continue_cut`), no partition
+taking more than ``ceil(E / P)``.  Low-degree vertices thus keep their neighbourhoods
+together and the hubs, whose edges are streamed, are the ones replicated.
 
 The bucket and spill files live in a hidden work folder beside the output,
 ``.NAME.stream-TOKEN`` (removed at the end, also on failure); they take the edge file's size
@@ -65,6 +75,7 @@ from distgnn.storage import (
     temp_path,
 )
 from partition.assign import GreedyStream, degree_order
+from partition.expand import BYTES_PER_ITEM, BYTES_PER_VERTEX, expand_parts, expansion_degree
 from partition.layout import Layout, layout_from_membership, leaf_tables, part_arrays
 from partition.write import layout_meta, partition_bytes
 
@@ -186,13 +197,16 @@ def _bucket_of_rank(in_degree: np.ndarray, rank: np.ndarray, buckets: int) -> np
 
 def stream_partition(edges: str | Path, num_nodes: int, num_parts: int, work: Path,
                      seed: int = 0, roots: str = "balanced",
-                     log: Callable[[str], None] = print, progress=None
+                     log: Callable[[str], None] = print, progress=None,
+                     expansion_bytes: int | None = None
                      ) -> tuple[Layout, "_Spill", np.ndarray, bool]:
     """Passes 1-3 of the module docstring for the edge file ``edges``, working in ``work``.
 
     The file holds ``num_nodes`` vertices; returns the layout, the partitions' spill files,
     the in-degrees and whether an edge repeats (a multigraph).  ``progress(n)`` is called
-    with the edges done in each pass."""
+    with the edges done in each pass.  ``expansion_bytes`` makes it the hybrid of the module
+    docstring: the edges between vertices of low degree, as many as that memory holds, are
+    cut by neighbourhood expansion before the rest is streamed."""
     total = edge_count(edges)
     degree = np.zeros(num_nodes, np.int64)
     in_degree = np.zeros(num_nodes, np.int64)
@@ -209,22 +223,37 @@ def stream_partition(edges: str | Path, num_nodes: int, num_parts: int, work: Pa
     row_bucket = _bucket_of_rank(in_degree, rank, buckets)
     log(f"pass 1 (degrees): {time.perf_counter() - started:.1f} s")
     started = time.perf_counter()
+    tau = -1 if expansion_bytes is None else _expansion_degree(edges, degree, expansion_bytes)
     dtype = np.int32 if num_nodes <= np.iinfo(np.int32).max else np.int64
-    spill = None  # one bucket: pass 3 reads the edge file itself
-    if buckets > 1:
+    low = _LowEdges(degree, tau)
+    spill = None  # one bucket and no expansion: pass 3 reads the edge file itself
+    if buckets > 1 or tau >= 0:
         (work / "buckets").mkdir()
         spill = _Spill(work / "buckets", buckets, dtype)
         for src, dst in iter_edges(edges, CHUNK_EDGES):
+            src, dst = low.keep(src, dst)
             spill.add(row_bucket[dst], src, dst, buckets)
             if progress:
-                progress(len(src))
+                progress(len(src) + low.kept_now)
         spill.close()
-        log(f"pass 2 (buckets): {time.perf_counter() - started:.1f} s")
-    started = time.perf_counter()
+        log(f"pass 2 ({'' if tau < 0 else 'edges by degree, '}buckets): "
+            f"{time.perf_counter() - started:.1f} s")
     stream = GreedyStream("libra", degree, num_parts, seed)
     (work / "parts").mkdir()
     parts = _Spill(work / "parts", num_parts, dtype)
     multigraph = False
+    if tau >= 0:
+        started = time.perf_counter()
+        src, dst = low.edges()
+        multigraph = _repeats(src, dst, num_nodes)  # both copies of a repeat are here
+        part = expand_parts(num_nodes, dst, src, 1, np.full(num_parts, -(-len(src) // num_parts),
+                                                            np.int64), seed, progress)
+        stream.continue_cut(src, dst, part, -(-total // num_parts))
+        parts.add(part, src, dst, num_parts)
+        log(f"expansion of the {len(src):,} edges between vertices of degree <= {tau:,}: "
+            f"{time.perf_counter() - started:.1f} s")
+        del low, src, dst, part
+    started = time.perf_counter()
     for b in range(buckets):
         src, dst = spill.read(b) if spill is not None else _whole(edges)
         order = np.argsort(rank[dst], kind="stable")
@@ -237,6 +266,53 @@ def stream_partition(edges: str | Path, num_nodes: int, num_parts: int, work: Pa
     log(f"pass 3 (assignment): {time.perf_counter() - started:.1f} s")
     layout = layout_from_membership(stream.member, stream.load, roots, seed)
     return layout, parts, in_degree, multigraph
+
+
+def _expansion_degree(edges, degree: np.ndarray, budget: int) -> int:
+    """The degree up to which the hybrid expands for ``budget`` bytes, counting the edges by
+    their ends' larger degree in a pass over ``edges`` (GraphError when the budget does not
+    hold the expansion's per-vertex state)."""
+    items = (budget - BYTES_PER_VERTEX * len(degree)) // BYTES_PER_ITEM
+    if items < 0:
+        raise GraphError(f"--memory {format_bytes(budget)} does not hold the expansion's "
+                         f"state of {len(degree):,} vertices ({BYTES_PER_VERTEX} bytes each): "
+                         f"give at least {format_bytes(BYTES_PER_VERTEX * len(degree))}")
+    by_degree = np.zeros(int(degree.max(initial=0)) + 1, np.int64)
+    for src, dst in iter_edges(edges, CHUNK_EDGES):
+        _count_by_larger_degree(src, dst, degree, by_degree)
+    return expansion_degree(by_degree, items)
+
+
+@numba.njit(cache=True)
+def _count_by_larger_degree(src, dst, degree, by_degree):
+    for k in range(len(src)):
+        by_degree[max(degree[src[k]], degree[dst[k]])] += 1
+
+
+class _LowEdges:
+    """The edges between vertices of degree ``<= tau``, gathered in memory as pass 2 reads
+    them (none when ``tau < 0``); :meth:`keep` returns the others."""
+
+    def __init__(self, degree: np.ndarray, tau: int):
+        self.degree, self.tau = degree, tau
+        self.src, self.dst = [], []
+        self.kept_now = 0
+
+    def keep(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.tau < 0:
+            self.kept_now = 0
+            return src, dst
+        low = (self.degree[src] <= self.tau) & (self.degree[dst] <= self.tau)
+        self.src.append(src[low])
+        self.dst.append(dst[low])
+        self.kept_now = len(self.src[-1])
+        return src[~low], dst[~low]
+
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """All gathered, as two arrays (the pieces are freed)."""
+        src, dst = np.concatenate(self.src), np.concatenate(self.dst)
+        self.src, self.dst = [], []
+        return src, dst
 
 
 def _whole(edges) -> tuple[np.ndarray, np.ndarray]:
@@ -466,8 +542,12 @@ def _mapped(path: str | Path, what: str, ndim: int) -> np.ndarray:
 def partition_edge_file(edges: str | Path, data: VertexData, out: str | Path, parts: int, *,
                         seed: int = 0, roots: str = "balanced", force: bool = False,
                         log: Callable[[str], None] = print, progress=None,
-                        source: dict | None = None) -> dict:
+                        source: dict | None = None, expansion_bytes: int | None = None
+                        ) -> dict:
     """Libra (``degree`` order) of the edge file ``edges`` into ``out``, out of core.
+
+    With ``expansion_bytes``, the hybrid (``method: ne``) that first expands the edges
+    between vertices of low degree in that much memory (see the module docstring).
 
     The edges, with the vertices' ``data``, go into the partition directory ``out`` (see the
     module docstring); returns the meta written and ``seconds``, the time of the passes and
@@ -495,10 +575,11 @@ def partition_edge_file(edges: str | Path, data: VertexData, out: str | Path, pa
         started = time.perf_counter()
         with work_folder(out) as work:
             layout, spill, in_degree, multigraph = stream_partition(
-                edges, len(data.y), parts, work, seed, roots, log, progress)
+                edges, len(data.y), parts, work, seed, roots, log, progress, expansion_bytes)
             assigned = time.perf_counter()
             labelled = data.y[data.y != UNLABELLED]
-            settings = {"method": "libra", "seed": seed, "order": "degree",
+            settings = {"method": "libra" if expansion_bytes is None else "ne", "seed": seed,
+                        "order": "degree",
                         "roots": roots, "vertex_order": "given",
                         "vertex_order_requested": "given", "vertex_order_seconds": 0.0,
                         "streamed": True, **({"source": source} if source else {})}

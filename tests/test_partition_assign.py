@@ -490,6 +490,46 @@ def test_ne_on_a_directed_graph_assigns_each_entry_once(rmat_ds):
     assert np.bincount(part).max() <= np.ceil(g.num_edges / 4) + 1
 
 
+def test_vertex_balancing_moves_leaves_to_their_hubs_and_hub_edges_back():
+    """Partition 1 holds two hubs and 200 leaves of hub 0, partition 0 the two hubs and as
+    many hub-to-hub edges: the leaves move to partition 0 (which holds their hub) and
+    hub-to-hub edges back to partition 1 (which holds both hubs), until both hold about
+    half the vertices, with no clone added and no partition past its capacity."""
+    from partition.expand import _adjacency, balance_vertices
+
+    leaves = np.arange(2, 202)
+    a = np.concatenate([np.zeros(201, np.int32), [0], leaves]).astype(np.int32)
+    b = np.concatenate([np.ones(201, np.int32), [1], np.zeros(200)]).astype(np.int32)
+    part = np.repeat(np.array([0, 1], np.int32), [201, 201])
+    capacity = np.array([201, 201], np.int64)
+    adjacency = _adjacency(202, a, b, np.int32(0))
+    moved, back = balance_vertices(a, b, 1, part, capacity, *adjacency)
+    holders = [set(a[part == p]) | set(b[part == p]) for p in range(2)]
+    assert moved >= 95 and back >= 95
+    assert abs(len(holders[0]) - len(holders[1])) <= 6
+    assert len(holders[0]) + len(holders[1]) <= 204  # 2 + 202 before: no clone added
+    assert np.bincount(part, minlength=2).tolist() == [201, 201]
+
+
+def test_ne_balances_vertices_on_rmat_without_more_clones(rmat_ds, monkeypatch):
+    """On R-MAT NE's last partition holds the periphery; the moves bring the partitions'
+    vertex counts closer at the same replication and within the grown capacities."""
+    import partition.expand as expand
+
+    g = rmat_ds.graph
+    counts = {}
+    for rounds in (0, expand.MOVE_ROUNDS):
+        monkeypatch.setattr(expand, "MOVE_ROUNDS", rounds)
+        part = assign_edges(g.indptr, g.indices, 4, "ne", seed=0)
+        assert np.bincount(part).max() <= np.ceil(g.num_edges / 4) + 2
+        member = membership(g.indptr, g.indices, part, 4)[:, 0]
+        counts[rounds] = np.array([np.count_nonzero(member >> np.uint64(p) & np.uint64(1))
+                                   for p in range(4)])
+    before, after = counts[0], counts[expand.MOVE_ROUNDS]
+    assert after.max() / after.mean() < 0.9 * before.max() / before.mean(), counts
+    assert after.sum() <= before.sum()  # the clones
+
+
 def test_ne_takes_no_stream_order(small_ds, tmp_path):
     with pytest.raises(PartitionError, match="--order degree would change nothing with "
                                              "--method ne"):

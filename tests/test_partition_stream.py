@@ -265,3 +265,124 @@ def test_the_stream_says_what_it_takes_instead_of_auto_and_refuses_split(tmp_pat
     assert capsys.readouterr().err.strip().endswith("a split from --split-file only; not "
                                                     "--split 1")
     assert not (tmp_path / "q").exists()
+
+
+# --- the hybrid (method ne): expansion of the low-degree edges, the rest streamed ---
+
+def rmat_files(folder, scale=11):
+    from distgnn.data.generators import write_rmat_files
+
+    write_rmat_files(folder, scale, 8, 3, 3, seed=4)
+    data = stream.vertex_data(folder / "x.npy", folder / "y.npy", folder / "split.npz")
+    return folder / "edges.npy", data
+
+
+def edge_list(path):
+    from distgnn.data.binary_edges import iter_edges
+
+    pieces = list(iter_edges(path, 1 << 20))
+    return np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
+
+
+@pytest.mark.parametrize("bucket_edges", [1 << 24, 5000])  # one bucket; several
+def test_the_hybrid_cuts_every_edge_once_balanced_and_replicates_less_than_libra(
+        tmp_path, monkeypatch, bucket_edges):
+    """With a budget for about half of the edges, some are expanded and the others streamed;
+    the directory holds every edge once (verify against the file), no partition passes
+    ceil(E / P), the repeats of the file are seen, and it replicates less than the stream's
+    Libra on R-MAT."""
+    monkeypatch.setattr(stream, "BUCKET_EDGES", bucket_edges)
+    monkeypatch.setattr(stream, "CHUNK_EDGES", 3000)
+    edges, data = rmat_files(tmp_path / "g")
+    src, dst = edge_list(edges)
+    n, total = len(data.y), len(src)
+    lines = []
+    budget = stream.BYTES_PER_VERTEX * n + stream.BYTES_PER_ITEM * total // 2
+    hybrid = stream.partition_edge_file(edges, data, tmp_path / "ne", 8, seed=1,
+                                        log=lines.append, expansion_bytes=budget)
+    libra = stream.partition_edge_file(edges, data, tmp_path / "libra", 8, seed=1,
+                                       log=lambda s: None)
+    assert verify(tmp_path / "ne", (src, dst)) == []
+    expanded = [line for line in lines if line.startswith("expansion of the ")]
+    assert len(expanded) == 1
+    count = int(expanded[0].split()[3].replace(",", ""))
+    assert total // 8 < count <= total // 2
+    assert hybrid["method"] == "ne" and hybrid["multigraph"] is True
+    sizes = [load(tmp_path / "ne", p).graph.num_edges for p in range(8)]
+    assert sum(sizes) == total and max(sizes) <= -(-total // 8)
+    assert hybrid["replication_factor"] < 0.97 * libra["replication_factor"]
+
+
+def test_the_hybrid_holds_what_its_budget_allows(tmp_path):
+    """A budget below the per-vertex state is refused before any edge is bucketed; a budget
+    of the per-vertex state only expands nothing (the stream's Libra, the same cut); one of
+    every edge expands them all."""
+    edges, data = rmat_files(tmp_path / "g", 9)
+    n, total = len(data.y), len(edge_list(edges)[0])
+    with pytest.raises(GraphError, match="does not hold the expansion's state of 512 "):
+        stream.partition_edge_file(edges, data, tmp_path / "no", 4,
+                                   expansion_bytes=stream.BYTES_PER_VERTEX * n - 1)
+    assert not (tmp_path / "no").exists()
+    runs = {}
+    for name, budget in (("none", stream.BYTES_PER_VERTEX * n), ("all", 10**9), ("libra", None)):
+        lines = []
+        runs[name] = stream.partition_edge_file(edges, data, tmp_path / name, 4,
+                                                log=lines.append, expansion_bytes=budget)
+        runs[name]["lines"] = lines
+    assert any(line.startswith("expansion of the 0 edges") for line in runs["none"]["lines"])
+    assert runs["none"]["replication_factor"] == runs["libra"]["replication_factor"]
+    assert any(line.startswith(f"expansion of the {total:,} edges")
+               for line in runs["all"]["lines"])
+    assert runs["all"]["edge_balance"] <= 1.001
+
+
+def test_expansion_degree_is_the_largest_that_fits():
+    from partition.expand import expansion_degree
+
+    by_degree = np.array([0, 4, 0, 6, 10])  # cumulative 0, 4, 4, 10, 20
+    assert expansion_degree(by_degree, 3) == 0
+    assert expansion_degree(by_degree, 4) == 2
+    assert expansion_degree(by_degree, 19) == 3
+    assert expansion_degree(by_degree, 20) == 4
+    assert expansion_degree(by_degree, -1) == -1
+
+
+def test_a_continued_cut_fills_no_partition_beyond_its_capacity():
+    """Libra after another cut (:meth:`GreedyStream.continue_cut`): the edges of a vertex
+    whose partitions are full go elsewhere, and no partition passes the capacity."""
+    from partition.assign import GreedyStream
+
+    rng = np.random.default_rng(0)
+    n = 200
+    src, dst = rng.integers(0, n, 4000), rng.integers(0, n, 4000)
+    degree = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
+    stream_ = GreedyStream("libra", degree.astype(np.int64), 4, 0)
+    first = np.zeros(500, np.int32)  # 500 edges all in partition 0: its hubs live there
+    stream_.continue_cut(src[:500], dst[:500], first, 1000)
+    part = stream_.assign(src[500:], dst[500:])
+    load = np.bincount(np.concatenate([first, part]), minlength=4)
+    assert load.tolist() == [1000] * 4  # partition 0 took 500 more, its room, and no more
+
+
+def test_the_cli_streams_ne_as_the_hybrid_and_refuses_memory_elsewhere(files, tmp_path, capsys):
+    """``--method ne --mode stream`` says what it expands and records method ne; --memory
+    with another method or in memory is refused in one line, before anything is read."""
+    from partition.cli import main
+
+    folder = files[0]
+    data = [str(folder / "edges.npy"), "--features", str(folder / "x.npy"), "--labels",
+            str(folder / "y.npy"), "--parts", "2"]
+    assert main([*data, "--mode", "stream", "--method", "ne", "--memory", "0.001",
+                 "--out", str(tmp_path / "ne")]) == 0
+    out = capsys.readouterr().out
+    assert "ne on the edges between vertices of low degree within 1.0 MiB" in out
+    assert "expansion of the " in out
+    assert json.loads((tmp_path / "ne" / "meta.json").read_text())["method"] == "ne"
+    for extra in (["--mode", "memory", "--method", "ne", "--memory", "1"],
+                  ["--mode", "stream", "--memory", "1"],
+                  ["--mode", "stream", "--method", "ne", "--memory", "0"]):
+        assert run_cli([*data, *extra, "--out", tmp_path / "no"]) == 2
+        err = capsys.readouterr().err
+        assert "--memory bounds the expansion of --method ne when streaming" in err, err
+        assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "no").exists()
