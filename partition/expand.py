@@ -151,9 +151,11 @@ def balance_vertices(a: np.ndarray, b: np.ndarray, unit: int, part: np.ndarray,
     vcount = _counts(member, len(capacity))
     share = capacity / capacity.sum()
     limit = np.maximum(capacity, eload)  # growth may pass a capacity by one item
+    # the vertices that can move: held by one partition, so each round visits only those
+    movable = order[_held_once(member, order, adj_ptr)]
     for _ in range(MOVE_ROUNDS):
         out = _move_out(a, b, unit, part, adj_ptr, adj_item, adj_nbr, member, vcount,
-                        eload, limit * (1 + MOVE_SLACK), share * vcount.sum(), order)
+                        eload, limit * (1 + MOVE_SLACK), share * vcount.sum(), movable)
         moved += out
         back += _move_back(a, b, unit, part, adj_ptr, adj_item, member, eload, limit,
                            order, 2)
@@ -200,13 +202,28 @@ def _only(member, v):
 
 
 @numba.njit(cache=True)
+def _held_once(member, order, adj_ptr):
+    """bool ``[N]``: whether ``order[i]`` has edges, all in one partition."""
+    once = np.zeros(len(order), np.bool_)
+    for i in range(len(order)):
+        v = order[i]
+        once[i] = adj_ptr[v] < adj_ptr[v + 1] and _only(member, v) >= 0
+    return once
+
+
+@numba.njit(cache=True)
 def _move_out(a, b, unit, part, adj_ptr, adj_item, adj_nbr, member, vcount, eload, room,
-              target, order):
-    """Step one of :func:`balance_vertices`: the vertices moved."""
+              target, movable):
+    """Step one of :func:`balance_vertices` over ``movable``: the vertices moved.
+
+    It stops once no partition is above its vertex target."""
     moved = 0
-    for v in order:
+    heavy = np.count_nonzero(vcount > target)
+    for v in movable:
+        if heavy == 0:
+            break
         h = _only(member, v)
-        if h < 0 or vcount[h] <= target[h] or adj_ptr[v] == adj_ptr[v + 1]:
+        if h < 0 or vcount[h] <= target[h]:
             continue
         best = -1
         for p in range(len(vcount)):
@@ -236,6 +253,7 @@ def _move_out(a, b, unit, part, adj_ptr, adj_item, adj_nbr, member, vcount, eloa
         member[v, best >> 6] |= np.uint64(1) << np.uint64(best & 63)
         vcount[h] -= 1
         vcount[best] += 1
+        heavy -= vcount[h] <= target[h]
         eload[h] -= load
         eload[best] += load
         moved += 1
@@ -244,11 +262,17 @@ def _move_out(a, b, unit, part, adj_ptr, adj_item, adj_nbr, member, vcount, eloa
 
 @numba.njit(cache=True)
 def _move_back(a, b, unit, part, adj_ptr, adj_item, member, eload, capacity, order, need):
-    """Step two of :func:`balance_vertices`: each item of a partition above its capacity, its
-    hubs' first, to the partition with room that holds the most of its ends, at least
-    ``need`` (the least loaded among equals; a new clone is recorded).  The items moved."""
+    """Step two of :func:`balance_vertices`: the items moved.
+
+    Each item of a partition above its capacity, its hubs' first, goes to the partition
+    with room that holds the most of its ends, at least ``need`` (the least loaded among
+    equals; a new clone is recorded).  It stops once no partition is above its capacity
+    (moves never put one above)."""
     back = 0
+    over = np.count_nonzero(eload > capacity)
     for i in range(len(order) - 1, -1, -1):
+        if over == 0:
+            break
         x = order[i]
         for j in range(adj_ptr[x], adj_ptr[x + 1]):
             k = adj_item[j]
@@ -268,6 +292,7 @@ def _move_back(a, b, unit, part, adj_ptr, adj_item, member, eload, capacity, ord
                 part[k] = best
                 eload[q] -= load
                 eload[best] += load
+                over -= eload[q] <= capacity[q]
                 bit = np.uint64(1) << np.uint64(best & 63)
                 member[a[k], best >> 6] |= bit
                 member[b[k], best >> 6] |= bit
