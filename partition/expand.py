@@ -136,7 +136,8 @@ def balance_vertices(a: np.ndarray, b: np.ndarray, unit: int, part: np.ndarray,
     none (a clone), so every partition ends within its limit.  The vertex sets are kept as
     bitsets that moves back do not shrink (a vertex may keep a bit for a partition it left,
     which the next moves out then trust), so apart from that and the last pass no move
-    adds a clone.
+    adds a clone.  A vertex whose neighbours no partition below its target holds is not
+    tried again in later rounds (only one that lacked room is).
 
     Args:
         a, b, unit, part, capacity: the items' ends, load, partitions (int32, changed)
@@ -151,11 +152,13 @@ def balance_vertices(a: np.ndarray, b: np.ndarray, unit: int, part: np.ndarray,
     vcount = _counts(member, len(capacity))
     share = capacity / capacity.sum()
     limit = np.maximum(capacity, eload)  # growth may pass a capacity by one item
-    # the vertices that can move: held by one partition, so each round visits only those
+    # the vertices that can move: held by one partition; each round keeps those that may
     movable = order[_held_once(member, order, adj_ptr)]
     for _ in range(MOVE_ROUNDS):
-        out = _move_out(a, b, unit, part, adj_ptr, adj_item, adj_nbr, member, vcount,
-                        eload, limit * (1 + MOVE_SLACK), share * vcount.sum(), movable)
+        out, kept = _move_out(a, b, unit, part, adj_ptr, adj_item, adj_nbr, member, vcount,
+                              eload, limit * (1 + MOVE_SLACK), share * vcount.sum(),
+                              movable)
+        movable = movable[:kept]
         moved += out
         back += _move_back(a, b, unit, part, adj_ptr, adj_item, member, eload, limit,
                            order, 2)
@@ -214,14 +217,21 @@ def _held_once(member, order, adj_ptr):
 @numba.njit(cache=True)
 def _move_out(a, b, unit, part, adj_ptr, adj_item, adj_nbr, member, vcount, eload, room,
               target, movable):
-    """Step one of :func:`balance_vertices` over ``movable``: the vertices moved.
+    """Step one of :func:`balance_vertices` over ``movable``: ``(moved, kept)``.
 
-    It stops once no partition is above its vertex target."""
-    moved = 0
+    It stops once no partition is above its vertex target.  ``movable`` is compacted in
+    place to its first ``kept`` vertices, those the next round may move: a vertex that
+    moved, whose partition is no longer above its target, or whose neighbours no
+    partition below its target holds, is not tried again (only room stopped the others).
+    """
+    moved = kept = 0
     heavy = np.count_nonzero(vcount > target)
-    for v in movable:
+    for i in range(len(movable)):
+        v = movable[i]
         if heavy == 0:
-            break
+            movable[kept] = v
+            kept += 1
+            continue
         h = _only(member, v)
         if h < 0 or vcount[h] <= target[h]:
             continue
@@ -246,6 +256,8 @@ def _move_out(a, b, unit, part, adj_ptr, adj_item, adj_nbr, member, vcount, eloa
                 load += unit
         load += loops // 2
         if eload[best] + load > room[best]:
+            movable[kept] = v
+            kept += 1
             continue
         for j in range(adj_ptr[v], adj_ptr[v + 1]):
             part[adj_item[j]] = best
@@ -257,7 +269,7 @@ def _move_out(a, b, unit, part, adj_ptr, adj_item, adj_nbr, member, vcount, eloa
         eload[h] -= load
         eload[best] += load
         moved += 1
-    return moved
+    return moved, kept
 
 
 @numba.njit(cache=True)
