@@ -231,7 +231,8 @@ def partition_parser() -> argparse.ArgumentParser:
                    help="memory: load the whole graph, then partition (fastest); stream: "
                         "out of core, for a binary edge file (.npy [E, 2] int32/int64) with "
                         "--features and --labels .npy files, holding per-vertex state only "
-                        "(libra in degree order, local vertex order given, equal weights); "
+                        "(libra in degree order, or ne's hybrid within --memory; local vertex "
+                        "order given, equal weights); "
                         "auto (default): stream an edge file when the in-memory path would "
                         "need more than half of the available memory")
     p.add_argument("--force", action="store_true",
