@@ -231,10 +231,11 @@ def stream_partition(edges: str | Path, num_nodes: int, num_parts: int, work: Pa
         (work / "buckets").mkdir()
         spill = _Spill(work / "buckets", buckets, dtype)
         for src, dst in iter_edges(edges, CHUNK_EDGES):
+            read = len(src)
             src, dst = low.keep(src, dst)
             spill.add(row_bucket[dst], src, dst, buckets)
             if progress:
-                progress(len(src) + low.kept_now)
+                progress(read)
         spill.close()
         log(f"pass 2 ({'' if tau < 0 else 'edges by degree, '}buckets): "
             f"{time.perf_counter() - started:.1f} s")
@@ -296,16 +297,13 @@ class _LowEdges:
     def __init__(self, degree: np.ndarray, tau: int):
         self.degree, self.tau = degree, tau
         self.src, self.dst = [], []
-        self.kept_now = 0
 
     def keep(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.tau < 0:
-            self.kept_now = 0
             return src, dst
         low = (self.degree[src] <= self.tau) & (self.degree[dst] <= self.tau)
         self.src.append(src[low])
         self.dst.append(dst[low])
-        self.kept_now = len(self.src[-1])
         return src[~low], dst[~low]
 
     def edges(self) -> tuple[np.ndarray, np.ndarray]:
