@@ -85,6 +85,8 @@ def expand_parts(num_nodes: int, a: np.ndarray, b: np.ndarray, unit: int,
                  capacity: np.ndarray, seed: int, progress=None) -> np.ndarray:
     """Partition of each item, int32 ``[len(a)]``, by neighbourhood expansion.
 
+    The grown parts then go through :func:`balance_vertices`.
+
     Args:
         num_nodes (int): ``N``.
         a, b: the two ends of each item (an edge read as undirected), ints ``< N``.
