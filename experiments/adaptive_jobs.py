@@ -102,8 +102,9 @@ def links_table(a) -> list[dict]:
             nodes, per_node = map(int, shape.split("x"))
             P = nodes * per_node
             flat = a.work / f"{graph}-p{P}"
-            stats, runs = {"flat": partitions(source, P, flat)}, [("flat", flat, "flat"),
-                                                                  ("flat", flat, "node")]
+            # every ratio's baseline: Libra's flat cut, with the flat exchange
+            stats = {"flat": partitions(source, P, flat, "--method", "libra")}
+            runs = [("flat", flat, "flat"), ("flat", flat, "node")]
             for method in a.methods.split(","):
                 two = a.work / f"{graph}-p{P}-two{per_node}-{method}"
                 cut = "two-level" + ("" if method == "libra" else f" {method}")

@@ -1,7 +1,7 @@
 """``distgnn-partition``: partition a dataset to disk, ``inspect`` or ``verify`` a directory.
 
     distgnn-partition DATASET|--dataset DATASET --parts P --out DIR
-                      [--method libra|hdrf|random|dbh|ne] [--memory GIB]
+                      [--method ne|libra|hdrf|random|dbh] [--memory GIB]
                       [--seed S] [--order degree|random|given] [--roots random|balanced]
                       [--force | --if-missing]
                       [--weights W0,W1,...] [--order-vertices auto|given|degree|rcm]
@@ -87,8 +87,10 @@ PROG = "distgnn-partition"
 RUN = ModelConfig()  # distgnn-train's model, whose memory the statistics predict by default
 PROGRESS_MIN_EDGES = 1_000_000
 MODES = ("auto", "memory", "stream")
-# what the in-memory path holds per edge at its peak (the loaded edges, the CSR, its stream
-# order and partition of every entry) and per vertex besides the features
+# what the in-memory path holds per edge at its peak (the loaded edges, the CSR, the
+# partition of every entry and ne's adjacency or Libra's stream order) and per vertex
+# besides the features (ne, the default, peaked 1.22x above Libra's 3.2 GiB over the
+# loaded graph on R-MAT 2^22 x 16; the estimate of that graph is 7.9 GiB)
 MEMORY_BYTES_PER_EDGE = 64
 MEMORY_BYTES_PER_VERTEX = 120
 
@@ -129,8 +131,9 @@ def _stat_flags(parser: argparse.ArgumentParser, cuts: bool = False) -> None:
                                  "; and cut in two levels: the edges across the P/K nodes "
                                  "first, then each node's across its K ranks, so that a "
                                  "vertex's clones gather on few nodes and the node-aware "
-                                 "exchange sends fewer rows over the links (not when "
-                                 "streaming)" if cuts else ""))
+                                 "exchange sends fewer rows over the links, its roots "
+                                 "spread to even out the links (not when streaming)"
+                                 if cuts else ""))
     parser.add_argument("--json", metavar="FILE",
                         help="also write the statistics as JSON (default: printed only)")
 
@@ -184,14 +187,15 @@ def partition_parser() -> argparse.ArgumentParser:
                         "(default: what this machine has available now)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="partition directory to create: required, no default")
-    p.add_argument("--method", choices=METHODS, default="libra",
-                   help="libra: greedy vertex-cut (default); hdrf: greedy scoring of "
-                        "partial degrees and balance (Petroni et al.); random: edge hash; "
-                        "dbh: hash of the lower-degree endpoint; ne: neighbourhood expansion "
-                        "(Zhang et al.), each partition grown from seed vertices along the "
-                        "edges whose ends it holds (replicates least; in memory it holds the "
-                        "whole graph; streamed, the edges between vertices of low degree that "
-                        "--memory holds, the rest streamed by libra)")
+    p.add_argument("--method", choices=METHODS,
+                   help="ne: neighbourhood expansion (Zhang et al.), each partition grown "
+                        "from seed vertices along the edges whose ends it holds (replicates "
+                        "least, about 2.5x libra's time; in memory it holds the whole graph; "
+                        "streamed, the edges between vertices of low degree that --memory "
+                        "holds, the rest streamed by libra); libra: greedy vertex-cut in one "
+                        "pass; hdrf: greedy scoring of partial degrees and balance (Petroni "
+                        "et al.); random: edge hash; dbh: hash of the lower-degree endpoint "
+                        "(default: ne in memory, libra when streaming)")
     p.add_argument("--memory", type=float, metavar="GIB",
                    help="with --method ne, streamed (--mode stream, or auto choosing it): "
                         "the memory in GiB its expansion may hold; the edges between vertices "
@@ -214,7 +218,8 @@ def partition_parser() -> argparse.ArgumentParser:
                         "those sizes (default: equal)")
     p.add_argument("--roots", choices=ROOTS, default="balanced",
                    help="root clone of each split vertex: balanced across partitions "
-                        "(default) or uniformly random")
+                        "(default; with --ranks-per-node K, across the node links first) "
+                        "or uniformly random")
     p.add_argument("--order-vertices", choices=CHOICES, default="auto",
                    help="local vertex order of each partition, for cache reuse in aggregation: "
                         "degree (most-read feature rows first), rcm (reverse Cuthill-McKee: "
@@ -300,7 +305,14 @@ class Partitioned:
     seconds: dict
 
 
-def check_options(out, parts: int, seed: int, weights, force: bool, method: str = "libra",
+def method_of(args, streamed: bool) -> str:
+    """The method ``args`` asks for: ``--method``, else the default, ``"ne"`` in memory
+    (it replicates least, see docs/results/partitioners.md) and ``"libra"`` when streamed
+    (one pass in the memory of the per-vertex state; ne's hybrid needs a budget)."""
+    return args.method or ("libra" if streamed else "ne")
+
+
+def check_options(out, parts: int, seed: int, weights, force: bool, method: str = "ne",
                   order: str | None = None, keep_pairs: bool | None = None):
     """Check the options of a cut that need no graph; returns the checked ``weights``.
 
@@ -328,7 +340,7 @@ def check_options(out, parts: int, seed: int, weights, force: bool, method: str 
     return None if weights is None else check_weights(weights, parts)
 
 
-def partition_dataset(data, out, parts: int, *, method: str = "libra", seed: int = 0,
+def partition_dataset(data, out, parts: int, *, method: str = "ne", seed: int = 0,
                       order: str | None = None, roots: str = "balanced",
                       keep_pairs: bool | None = None, weights=None,
                       order_vertices: str = "auto", force: bool = False,
@@ -400,7 +412,7 @@ def choose_mode(args) -> tuple[str, str]:
     if args.mode == "auto" and need <= have / 2:
         return "memory", why
     unsupported = [flag for flag, used in (
-        ("--method " + args.method, args.method not in ("libra", "ne")),
+        (f"--method {args.method}", args.method not in (None, "libra", "ne")),
         ("--order " + str(args.order), args.order not in (None, "degree")),
         ("--weights", args.weights is not None), ("--keep-pairs", bool(args.keep_pairs)),
         ("--order-vertices " + args.order_vertices,
@@ -534,10 +546,11 @@ def _requested_settings(args, meta: dict) -> dict:
     streamed = bool(meta.get("streamed"))
     vertex_order = ("given" if streamed and args.order_vertices == "auto"
                     else args.order_vertices)
+    method = method_of(args, streamed)
     return {"--parts": ("num_parts", meta["num_parts"] if args.parts == "auto" else args.parts),
-            "--method": ("method", args.method), "--seed": ("seed", args.seed),
+            "--method": ("method", method), "--seed": ("seed", args.seed),
             "--order": ("order", "degree" if streamed
-                        else stream_order_name(args.method, args.order)),
+                        else stream_order_name(method, args.order)),
             "--roots": ("roots", args.roots),
             "--ranks-per-node": ("ranks_per_node",
                                  args.ranks_per_node if args.ranks_per_node > 1 else None),
@@ -583,7 +596,7 @@ def existing_partitions(args) -> str:
               if meta.get(field) != wanted
               # another method has another default order: the method says it
               and not (flag == "--order" and args.order is None
-                       and meta.get("method") != args.method)]
+                       and meta.get("method") != method_of(args, bool(meta.get("streamed"))))]
     if differ:
         raise PartitionError(
             f"--if-missing: --out {out} was partitioned with "
@@ -733,10 +746,15 @@ def write_partitions(args, given_as: str, writing: Writing) -> int:
     if args.node_memory is not None and not (args.parts == "auto" and args.node_memory > 0):
         raise PartitionError("--node-memory sizes --parts auto: give it a number of GiB > 0 "
                              "with --parts auto")
+    mode, why = choose_mode(args)
+    if args.method is None and args.order is not None and mode == "memory":
+        raise PartitionError(f"--order {args.order} orders the stream of --method libra or "
+                             "hdrf; the method in memory by default, ne, has none: give "
+                             "--method libra (or hdrf) with it")
+    args.method = method_of(args, mode == "stream")
     check_options(args.out, 1 if args.parts == "auto" else args.parts, args.seed,
                   args.weights, args.force, args.method, args.order, args.keep_pairs)
     check_json_output(args.json)
-    mode, why = choose_mode(args)
     if args.memory is not None and not (mode == "stream" and args.method == "ne"
                                         and args.memory > 0):
         raise PartitionError(f"--memory bounds the expansion of --method ne when streaming "

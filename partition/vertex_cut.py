@@ -16,7 +16,7 @@ __all__ = ["PartitionError", "vertex_cut"]
 SECOND_LEVEL_SEED = 0x5DEECE66D  # XORed into the seed of a hash's second level (< 2^63)
 
 
-def vertex_cut(graph: CSRGraph, num_parts: int, method: str = "libra", seed: int = 0,
+def vertex_cut(graph: CSRGraph, num_parts: int, method: str = "ne", seed: int = 0,
                order: str | None = None, roots: str = "balanced",
                keep_pairs: bool | None = None, progress=None, weights=None,
                hdrf_lambda: float = HDRF_LAMBDA, ranks_per_node: int = 1) -> Layout:
@@ -41,7 +41,7 @@ def vertex_cut(graph: CSRGraph, num_parts: int, method: str = "libra", seed: int
         part = two_level_parts(graph, num_parts, ranks_per_node, method, seed, order,
                                keep_pairs, progress, weights, hdrf_lambda)
         layout = build_layout(graph.indptr, graph.indices, part, num_parts, roots, seed,
-                              weights)
+                              weights, ranks_per_node)
     except ValueError as e:
         raise PartitionError(str(e)) from None
     filled = np.diff(layout.vertex_offsets) > 0

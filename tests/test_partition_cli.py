@@ -119,6 +119,40 @@ def test_ne_two_level_directories_verify_and_span_fewer_node_pairs_than_libra(tm
     assert rows["ne"]["node_rows"] < rows["libra"]["node_rows"], rows
 
 
+def test_the_default_method_is_ne_in_memory_and_libra_when_streamed(tmp_path, capsys):
+    """Without --method a graph in memory is cut by ne (Libra's cut is another); an edge
+    file streamed by libra; --order alone is refused in memory (ne has no stream order),
+    and --if-missing takes the default as the method asked for."""
+    out = tmp_path / "p"
+    assert run_cli([SMALL_RMAT, "--parts", 4, "--out", out, "--no-progress"]) == 0
+    assert partition.read_meta(out)["method"] == "ne"
+    graph = load_dataset(SMALL_RMAT).graph
+    def replication(layout):
+        return sum(len(layout.vertices(p)) for p in range(4)) / graph.num_nodes
+
+    ne = replication(vertex_cut(graph, 4, "ne"))
+    assert partition.read_meta(out)["replication_factor"] == pytest.approx(ne)
+    assert ne < replication(vertex_cut(graph, 4, "libra"))
+    capsys.readouterr()
+    assert run_cli([SMALL_RMAT, "--parts", 4, "--out", out, "--if-missing"]) == 0
+    assert "holds the 4 partitions asked for already" in capsys.readouterr().out
+    rc = run_cli([SMALL_RMAT, "--parts", 4, "--out", out, "--if-missing", "--method", "libra"])
+    assert_one_line_error(rc, capsys.readouterr().err, "--method ne, not --method libra")
+    rc = run_cli([SMALL_RMAT, "--parts", 4, "--out", tmp_path / "o", "--order", "degree"])
+    assert_one_line_error(rc, capsys.readouterr().err, "--order degree", "--method libra")
+    assert not (tmp_path / "o").exists()
+    src, dst = graph.edges()
+    np.save(tmp_path / "edges.npy", np.stack([src, dst], axis=1).astype(np.int64))
+    np.save(tmp_path / "x.npy", np.zeros((graph.num_nodes, 2), np.float32))
+    np.save(tmp_path / "y.npy", np.zeros(graph.num_nodes, np.int64))
+    assert run_cli([tmp_path / "edges.npy", "--features", tmp_path / "x.npy", "--labels",
+                    tmp_path / "y.npy", "--parts", 4, "--mode", "stream", "--out",
+                    tmp_path / "s", "--no-progress"]) == 0
+    assert "libra in degree order" in capsys.readouterr().out
+    meta = partition.read_meta(tmp_path / "s")
+    assert meta["method"] == "libra" and meta["streamed"] is True
+
+
 @pytest.mark.parametrize("parts, fragment", [(0, "--parts"), (-3, "--parts"),
                                              (20000, "larger than the number of edges")])
 def test_cli_bad_parts(tmp_path, capsys, parts, fragment):

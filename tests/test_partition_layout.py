@@ -96,6 +96,28 @@ def test_roots_random_differs_from_balanced_only_in_roots(rmat_ds):
         vertex_cut(g, 4, roots="largest")
 
 
+def test_two_level_balanced_roots_even_out_the_node_links(rmat_ds):
+    """On a cut across 4 nodes of 2 ranks, roots chosen node link first send fewer rows over
+    the busiest link of the node-aware exchange than roots balanced by rank alone, on the
+    same vertex sets, every root still a clone of its vertex."""
+    from partition.assign import HDRF_LAMBDA
+    from partition.layout import build_layout
+    from partition.stats import clone_sets, node_links
+    from partition.vertex_cut import two_level_parts
+
+    g = rmat_ds.graph
+    part = two_level_parts(g, 8, 2, "ne", 0, None, None, None, None, HDRF_LAMBDA)
+    rows, held = {}, {}
+    for per_node in (1, 2):
+        layout = build_layout(g.indptr, g.indices, part, 8, "balanced", 0, None, per_node)
+        check_layout(g, layout)
+        held[per_node] = [layout.vertices(p) for p in range(8)]
+        rows[per_node] = node_links(clone_sets(layout), 8, 2)["node_rows"]
+    for a, b in zip(held[1], held[2]):
+        np.testing.assert_array_equal(a, b)
+    assert rows[2] < 0.8 * rows[1], rows
+
+
 @pytest.mark.parametrize("name", ["rmat", "cora"])
 def test_masks_are_true_only_at_roots(datasets, name, tmp_path):
     ds = datasets[name]

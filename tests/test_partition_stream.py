@@ -64,7 +64,8 @@ def test_streamed_partitions_equal_the_in_memory_ones(files, tmp_path, monkeypat
                                       seed=3, log=lambda s: None)
     masks = random_split(len(y), np.random.default_rng(0), eligible=y != -1)
     whole = NodeDataset(CSRGraph.from_edges(src, dst, len(y)), x, y, *masks, name="edges")
-    partition_dataset(whole, tmp_path / "memory", 4, seed=3, order_vertices="given")
+    partition_dataset(whole, tmp_path / "memory", 4, method="libra", seed=3,
+                      order_vertices="given")
     assert verify(tmp_path / "streamed", whole.graph.edges()) == []
     want = json.loads((tmp_path / "memory" / "meta.json").read_text())
     for key in ("num_nodes", "num_edges", "replication_factor", "edge_balance",
