@@ -89,8 +89,8 @@ PROGRESS_MIN_EDGES = 1_000_000
 MODES = ("auto", "memory", "stream")
 # what the in-memory path holds per edge at its peak (the loaded edges, the CSR, the
 # partition of every entry and ne's adjacency or Libra's stream order) and per vertex
-# besides the features (ne, the default, peaked 1.22x above Libra's 3.2 GiB over the
-# loaded graph on R-MAT 2^22 x 16; the estimate of that graph is 7.9 GiB)
+# besides the features (ne, the default, rose 3.9 GiB above the loaded graph on R-MAT
+# 2^22 x 16, 1.22x Libra's; this estimate of that graph is about 8 GiB)
 MEMORY_BYTES_PER_EDGE = 64
 MEMORY_BYTES_PER_VERTEX = 120
 
