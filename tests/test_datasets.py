@@ -360,6 +360,8 @@ def test_generator_specs():
     ("sbm:nodes=100,degree_exponent=1", ["degree_exponent must be > 1"]),
     ("sbm:nodes=100,noise=-1", ["noise must be >= 0"]),
     ("sbm:nodes=100,noise=inf", ["noise must be >= 0 and finite"]),
+    ("sbm:nodes=100,feature_density=1.5", ["feature_density must lie in [0, 1]"]),
+    ("sbm:nodes=100,label_noise=nan", ["label_noise must lie in [0, 1]"]),
     ("rmat:scale=12,scale=13", ["key 'scale' is given twice"]),
     ("sbm:nodes=100, seed=1, nodes=100", ["key 'nodes' is given twice"]),
     ("sbm:nodes=500,avg_degree=1000", ["avg_degree must lie in (0, 499] for 500 nodes"]),
@@ -380,7 +382,8 @@ def test_bad_generator_specs(spec, fragments):
 _REFUSED = {"rmat": {"scale": 0, "edge_factor": 0, "features": 0, "classes": 0, "a": -1,
                      "b": -1, "c": -1, "seed": -1},
             "sbm": {"nodes": 1, "blocks": 0, "avg_degree": 0, "p_in": 2,
-                    "degree_exponent": 1, "features": 0, "noise": -1, "seed": -1}}
+                    "degree_exponent": 1, "features": 0, "noise": -1, "feature_density": 2,
+                    "label_noise": -0.5, "seed": -1}}
 
 
 def test_every_generator_error_names_the_spec_and_its_key():
@@ -395,6 +398,27 @@ def test_every_generator_error_names_the_spec_and_its_key():
             problem = raises(spec, source=spec).removeprefix(f"{spec}: ")
             assert re.search(rf"\b{key}\b", problem), (spec, problem)
             assert not any(re.search(rf"\b{k}\b", problem) for k in keywords), (spec, problem)
+
+
+def test_sbm_binary_features_favour_blocks_and_noisy_labels_leave_the_rest():
+    """Binary features: 0/1 at about the density asked for, each column more often 1 in the
+    block it favours (d (1 + a) against d (1 - a / (B - 1)), a = 1 / (1 + noise)).  Noisy
+    labels change about q (B - 1) / B of the labels and nothing else: graph, features and
+    split are the same spec's without them."""
+    spec = "sbm:nodes=6000,blocks=2,avg_degree=10,features=400,feature_density=0.05,noise=1"
+    ds = load(spec)
+    x, y = np.asarray(ds.x), np.asarray(ds.y)
+    assert set(np.unique(x)) == {0.0, 1.0}
+    assert abs(x.mean() - 0.05) < 0.002
+    in_block = np.stack([x[y == b].mean(0) for b in range(2)])  # [B, F]
+    assert abs(in_block.max(0).mean() - 0.075) < 0.004
+    assert abs(in_block.min(0).mean() - 0.025) < 0.004
+    noisy = load(spec + ",label_noise=0.5")
+    for field in ("x", "train_mask", "val_mask", "test_mask"):
+        np.testing.assert_array_equal(getattr(noisy, field), getattr(ds, field))
+    np.testing.assert_array_equal(noisy.graph.indices, ds.graph.indices)
+    assert 0.22 < np.mean(np.asarray(noisy.y) != y) < 0.28
+    assert_same_dataset(load("sbm:nodes=500,seed=3"), load("sbm:nodes=500,seed=3,label_noise=0"))
 
 
 def test_generators_say_when_repeated_draws_merge_most_edges():

@@ -7,8 +7,9 @@
   :func:`write_rmat_files` writes such a graph (directed pairs, duplicates and self-loops
   kept) with its features, labels and split as files, chunk by chunk, for graphs larger
   than memory.
-- **Degree-corrected SBM**: planted blocks as labels, the block one-hot plus Gaussian noise
-  as features, power-law degrees; accuracy depends on the neighbourhood.
+- **Degree-corrected SBM**: planted blocks as labels (optionally noisy), the block one-hot
+  plus Gaussian noise, or sparse binary columns that favour a block, as features; power-law
+  degrees; accuracy depends on the neighbourhood.
 
 Every generator checks its parameters and the memory it will need before drawing, and
 splits the vertices at random (60 / 20 / 20 %).
@@ -243,7 +244,7 @@ def _write_npy(path: Path, dtype: str, shape: tuple[int, ...],
 
 def sbm(num_nodes: int, num_blocks: int = 8, avg_degree: float = 20, p_in: float = 0.8,
         degree_exponent: float = 2.5, num_features: int = 64, noise: float = 1.0,
-        seed: int = 0) -> NodeDataset:
+        feature_density: float = 0.0, label_noise: float = 0.0, seed: int = 0) -> NodeDataset:
     """Degree-corrected stochastic block model with the blocks as labels.
 
     Each node gets a uniform block and a weight ``theta`` from a power law with exponent
@@ -257,7 +258,14 @@ def sbm(num_nodes: int, num_blocks: int = 8, avg_degree: float = 20, p_in: float
 
     Features are float32 ``[N, num_features]``: the one-hot block in the first ``num_blocks``
     columns plus N(0, noise**2) on every column, so features alone are an imperfect
-    predictor and aggregating neighbours helps.  Split seeded 60/20/20.
+    predictor and aggregating neighbours helps.  With ``feature_density`` ``d > 0`` they are
+    sparse and binary instead, as bag-of-words or interest features: column ``j`` favours a
+    block ``f_j`` (uniform) and is 1 with probability ``d (1 + a)`` on its vertices and
+    ``d (1 - a / (B - 1))`` on the others' (``a = 1 / (1 + noise)``, ``B`` blocks), so about
+    ``d`` of the entries are 1 and ``noise`` weakens what each says.  ``label_noise`` ``q``
+    replaces each label by a uniform class with probability ``q`` (the graph and features
+    follow the planted block): a ceiling of ``1 - q (B - 1) / B`` on accuracy, as noisy
+    labels of real graphs set.  Split seeded 60/20/20.
     """
     source = "sbm"
     _check_sizes(num_nodes=num_nodes, num_blocks=num_blocks, num_features=num_features,
@@ -272,6 +280,8 @@ def sbm(num_nodes: int, num_blocks: int = 8, avg_degree: float = 20, p_in: float
     _require(0 <= p_in <= 1, "p_in must lie in [0, 1]", source)
     _require(degree_exponent > 1, "degree_exponent must be > 1", source)
     _require(0 <= noise < math.inf, "noise must be >= 0 and finite", source)
+    _require(0 <= feature_density <= 1, "feature_density must lie in [0, 1]", source)
+    _require(0 <= label_noise <= 1, "label_noise must lie in [0, 1]", source)
     _require(seed >= 0, "seed must be >= 0", source)
     n = num_nodes
     drawn = n * avg_degree / 2  # a float, so that a huge avg_degree cannot overflow an int
@@ -298,12 +308,44 @@ def sbm(num_nodes: int, num_blocks: int = 8, avg_degree: float = 20, p_in: float
         src[start:start + k], dst[start:start + k] = order[s], order[d]
     name = f"sbm-n{n}-b{num_blocks}"
     graph = _undirected_graph(src, dst, n, name)
-    with np.errstate(over="ignore"):  # noise too large for float32: inf, which is refused
-        x = noise * rng.standard_normal((n, num_features), dtype=np.float32)
-    x[np.arange(n), block] += 1.0
-    return NodeDataset(graph, x, block, *random_split(n, rng), num_classes=num_blocks,
+    x = (_binary_features(block, num_blocks, num_features, feature_density, noise, rng)
+         if feature_density else _gaussian_features(block, num_features, noise, rng))
+    labels = block.copy()
+    if label_noise:  # a stream of its own: the graph, features and split stay the spec's
+        noise_rng = np.random.default_rng([seed, 1])
+        relabel = noise_rng.random(n) < label_noise
+        labels[relabel] = noise_rng.integers(0, num_blocks, int(relabel.sum()))
+    return NodeDataset(graph, x, labels, *random_split(n, rng), num_classes=num_blocks,
                        name=name, split_note=random_split_note(n, "vertices", seed),
                        note=_merged_note(graph, num_edges, "num_nodes * avg_degree / 2"))
+
+
+def _gaussian_features(block: np.ndarray, num_features: int, noise: float,
+                       rng: np.random.Generator) -> np.ndarray:
+    """float32 ``[N, num_features]``: the one-hot ``block`` plus N(0, noise**2) everywhere."""
+    with np.errstate(over="ignore"):  # noise too large for float32: inf, which is refused
+        x = noise * rng.standard_normal((len(block), num_features), dtype=np.float32)
+    x[np.arange(len(block)), block] += 1.0
+    return x
+
+
+def _binary_features(block: np.ndarray, num_blocks: int, num_features: int, density: float,
+                     noise: float, rng: np.random.Generator) -> np.ndarray:
+    """float32 0/1 ``[N, num_features]`` of :func:`sbm`'s ``feature_density`` (its docstring).
+
+    Drawn in row chunks: the uniform draws of all rows at once would take twice the output."""
+    signal = 1.0 / (1.0 + noise)
+    favoured = rng.integers(0, num_blocks, num_features)
+    other = max(num_blocks - 1, 1)
+    # [B, F]: the probability that a vertex of block b has column j
+    p = np.where(np.arange(num_blocks)[:, None] == favoured[None, :], density * (1 + signal),
+                 density * (1 - signal / other)).clip(0.0, 1.0).astype(np.float32)
+    x = np.empty((len(block), num_features), np.float32)
+    step = max(1, _CHUNK // num_features)
+    for start in range(0, len(block), step):
+        rows = slice(start, start + step)
+        x[rows] = rng.random((len(block[rows]), num_features), dtype=np.float32) < p[block[rows]]
+    return x
 
 
 def _draw_by_weight(cdf: np.ndarray, lo: np.ndarray, hi: np.ndarray,
@@ -369,7 +411,8 @@ GENERATORS = {
         "avg_degree": ("avg_degree", float, 20.0), "p_in": ("p_in", float, 0.8),
         "degree_exponent": ("degree_exponent", float, 2.5),
         "features": ("num_features", int, 64), "noise": ("noise", float, 1.0),
-        "seed": ("seed", int, 0)}),
+        "feature_density": ("feature_density", float, 0.0),
+        "label_noise": ("label_noise", float, 0.0), "seed": ("seed", int, 0)}),
 }
 
 
