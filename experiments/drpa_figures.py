@@ -190,7 +190,16 @@ STALENESS_CONFIGS = {
     "cd-5 smooth pre": (["--algo", "cd-r", "--delay", "5", "--smoothing", "{g}",
                          "--precompute-first-aggregation"], True)}
 # graphs of the staleness figure: spec (shared dataset name or generator) and extra flags
+SOCIAL = "sbm:nodes=18660,blocks=2,avg_degree=92,features=4735,feature_density=0.01,p_in=0.6"
 STALENESS_GRAPHS = {"sbm": ("sbm:nodes=60000,noise=3", ["--feature-norm", "none"]),
+                    # shaped as a dense social graph: 18,660 vertices of mean degree 85,
+                    # 4,735 sparse binary features, 2 classes, noisy labels; the number is
+                    # the accuracy ceiling the label noise sets (social85: the weakest
+                    # features, which single-socket GCN still learns in 200 epochs)
+                    "social65": (f"{SOCIAL},noise=1,label_noise=0.7", []),
+                    "social70": (f"{SOCIAL},noise=1,label_noise=0.6", []),
+                    "social75": (f"{SOCIAL},noise=2,label_noise=0.5", []),
+                    "social85": (f"{SOCIAL},noise=3,label_noise=0.3", []),
                     # binary: published figures are ROC-AUC
                     "tolokers": (None, ["--roc-auc"]), "minesweeper": (None, ["--roc-auc"])}
 
@@ -221,7 +230,8 @@ def staleness(a) -> list[dict]:
                     runs.append({"seed": seed, "test_acc": best_test(records),
                                  "longest_rise": longest_rise([r["loss"] for r in records]),
                                  "bytes_per_epoch": statistics.mean(
-                                     r["bytes_sent_mean"] for r in records)})
+                                     r["bytes_sent_mean"] for r in records),
+                                 **staleness_signals(records)})
                     if not distributed:
                         single[(name, seed)] = runs[-1]
                 predicted = (predicted_config_bytes(directory, flags, a.epochs)
@@ -231,12 +241,32 @@ def staleness(a) -> list[dict]:
                                  a.budget if label == "adaptive" else None)
                 rows.append(row)
                 accs = [r["test_acc"] for r in runs]
+                signals = [r for r in runs if "drift_max" in r]
+                if signals:
+                    print("  drift of the remote terms (first layer / largest), forward; "
+                          "backward: " + "; ".join(
+                              f"seed {r['seed']} {r['drift_first']:.3f}/{r['drift_max']:.3f}; "
+                              f"{r['drift_grad_first']:.3f}/{r['drift_grad_max']:.3f}"
+                              for r in signals), flush=True)
                 print(f"{name:9} P={parts} {label:17} {100 * row['test_acc_mean']:6.2f} "
                       f"+- {100 * row['test_acc_sd']:.2f} %  longest loss rise "
                       f"{row['longest_rise_max']:3d}  {row['bytes_per_epoch']:>13,.0f} B/epoch "
                       f"(predicted {predicted:,.0f})"
                       f"  seeds " + " ".join(f"{100 * v:.2f}" for v in accs), flush=True)
     return rows
+
+
+def staleness_signals(records: list[dict]) -> dict:
+    """The drift of the remote terms that a run under the default schedule measured on its
+    exact epochs (``stale_drift``, forward; ``stale_drift_grad``, backward): the median over
+    the run of the first layer's and of the largest layer's; ``{}`` for other schedules."""
+    out = {}
+    for field, name in (("stale_drift", "drift"), ("stale_drift_grad", "drift_grad")):
+        drifts = [r[field] for r in records if r.get(field)]
+        if drifts:  # layer 0 exchanges nothing in training when its aggregation is once
+            out[f"{name}_first"] = statistics.median([d.get("0", 0.0) for d in drifts])
+            out[f"{name}_max"] = statistics.median(max(d.values()) for d in drifts)
+    return out
 
 
 def config_row(graph: str, parts: int, label: str, runs: list[dict], predicted: float,

@@ -101,6 +101,7 @@ def drive(parts, epochs, options, keys=WIDTHS, start=0, state=None, losses=None,
             out.sent.append(ex.total_bytes_sent)
             if losses is not None:
                 out.exact = {**getattr(out, "exact", {}), e: ex.exact_epoch(e)}
+                out.drift = {**getattr(out, "drift", {}), e: ex.drift()}
                 ex.observe(e, losses[e])
         buffer = io.BytesIO()
         torch.save(ex.state_dict(), buffer)
@@ -469,6 +470,31 @@ def test_default_schedule_is_exact_or_one_epoch_stale_as_the_controller_decides(
                                                   + before - dyadic(p, e - 1, gids,
                                                                     WIDTHS[key], salt))
                     assert not np.array_equal(mine, getattr(ref, what)[(e, key)])
+
+
+def test_exact_epochs_measure_the_drift_of_the_remote_terms(heavy):
+    """An exact epoch ``e`` after an exact epoch ``e'`` measures, per rank and direction,
+    ``sum_v ||r_v(e) - r_v(e')||^2`` and ``sum_v ||a_v(e)||^2`` over the split clones ``v``
+    here, ``a_v`` the exact sum and ``r_v = a_v - x_v`` what the other clones add (cd-0's
+    outputs less this rank's inputs); the first exact epoch and stale ones measure nothing."""
+    got = drive(heavy.parts, EPOCHS, CONTROLLED, losses=LOSSES)
+    cd0 = drive(heavy.parts, EPOCHS, dict(algo="cd-0"))
+    exact = sorted(e for e, x in got[0].exact.items() if x)
+    for p, (out, ref) in enumerate(zip(got, cd0)):
+        index = SplitIndex.from_partition(heavy.parts[p])
+        rows = np.unique(np.concatenate([index.root_ids.numpy(), index.leaf_ids.numpy()]))
+        gids = heavy.parts[p].global_ids
+        assert {e for e, d in out.drift.items() if d} == set(exact[1:])
+        for before, e in zip(exact, exact[1:]):
+            for field, what, salt in (("stale_drift", "fwd", 0), ("stale_drift_grad", "bwd", 10)):
+                for key, width in WIDTHS.items():
+                    def remote(epoch):
+                        return (getattr(ref, what)[(epoch, key)]
+                                - dyadic(p, epoch, gids, width, salt + key))[rows]
+                    moved, total = out.drift[e][field][str(key)]
+                    assert moved == ((remote(e) - remote(before)) ** 2).sum()
+                    assert total == (getattr(ref, what)[(e, key)][rows] ** 2).sum()
+                    assert moved > 0
 
 
 def test_default_schedule_resumes_exactly_and_refuses_another_schedule(heavy):

@@ -303,6 +303,18 @@ class Exchange:
         for e in self.layers.values():
             e.finish()
 
+    def drift(self) -> dict[str, dict[str, tuple[float, float]]]:
+        """The layers' :attr:`DelayedSum.drift` of this epoch: ``{"stale_drift": forward,
+        "stale_drift_grad": backward}``, each ``{layer key (a string): (moved, total)}``;
+        each measurement is taken once, and ``{}`` comes of epochs with none."""
+        out: dict[str, dict[str, tuple[float, float]]] = {}
+        for (key, direction), layer in self.layers.items():
+            if getattr(layer, "drift", None) is not None:
+                field = "stale_drift" if direction == "forward" else "stale_drift_grad"
+                out.setdefault(field, {})[str(key)] = tuple(float(v) for v in layer.drift)
+                layer.drift = None
+        return out
+
     def observe(self, epoch: int, loss: float) -> None:
         """Take epoch ``epoch``'s global training loss (what the controller decides by)."""
         if self.controller is not None:

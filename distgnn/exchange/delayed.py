@@ -177,6 +177,13 @@ class DelayedSum(StaleSum):
         self.leaf_ids = index.leaf_ids.to(device)
         self.root_ids = index.root_ids.to(device)
         self.bytes_sent = 0
+        # the controlled schedule's last exact epoch, measured: (sum of squares of what its
+        # fresh remote terms moved from those kept, of the split clones' sums); None before
+        self.drift: tuple[torch.Tensor, torch.Tensor] | None = None
+        if controller is not None:  # each split clone's row once, and where its entries go
+            self.split_rows = torch.unique(torch.cat([self.root_ids, self.leaf_ids]))
+            self.root_pos = torch.searchsorted(self.split_rows, self.root_ids)
+            self.leaf_pos = torch.searchsorted(self.split_rows, self.leaf_ids)
 
     def __call__(self, a: torch.Tensor, epoch: int) -> None:
         if self.controller is None:
@@ -195,24 +202,42 @@ class DelayedSum(StaleSum):
             a.index_add_(0, self.leaf_ids, self.complement)
 
     def refresh(self, a: torch.Tensor, epoch: int) -> None:
-        """An exact epoch of the one bin: send this epoch's leaf rows and wait for them, then
-        the roots' replies and wait for them, so every clone adds the fresh remote terms
-        (nothing is in flight before or after)."""
+        """An exact epoch of the one bin: every clone adds the fresh remote terms.
+
+        It sends this epoch's leaf rows and waits for them, then the roots' replies and waits
+        for them (nothing is in flight before or after).  It also sets :attr:`drift`, what a stale epoch now would have got wrong: per split
+        clone ``v`` here, its remote terms moved by ``r'_v - r_v`` (``r``: the sum of the
+        other clones' partials that the last exact epoch brought, which a stale epoch adds;
+        ``r'``: this epoch's), and :attr:`drift` is ``(sum_v ||r'_v - r_v||^2, sum_v
+        ||a_v||^2)`` over those clones, ``a_v`` their exact sums (the epoch record's
+        ``stale_drift`` is the square root of the ratio over all ranks)."""
         b = self.bins[0]
+        # an exact epoch came before: what it brought is kept
+        moved = (torch.zeros(len(self.split_rows), self.width, dtype=self.dtype,
+                             device=a.device) if b.up_seen and b.down_seen else None)
         with self.timer("exchange_pre"):
             self.bytes_sent += self.send_up(a, epoch)
         self.wait(b)
         with self.timer("exchange_post"):
-            self.fold(self.partials, b.root_sel, b.up.received(), b.up_seen)
+            fresh = b.up.received()
+            if moved is not None:
+                moved.index_add_(0, self.root_pos, fresh - self.partials)
+            self.fold(self.partials, b.root_sel, fresh, b.up_seen)
             b.up_seen, b.up_pending = True, None
             a.index_add_(0, self.root_ids, self.partials)
         with self.timer("exchange_pre"):
             self.bytes_sent += self.send_down(a, epoch)
         self.wait(b)
         with self.timer("exchange_post"):
-            self.fold(self.complement, b.leaf_sel, b.down.received(), b.down_seen)
+            fresh = b.down.received()
+            if moved is not None:
+                moved.index_add_(0, self.leaf_pos, fresh - self.complement)
+            self.fold(self.complement, b.leaf_sel, fresh, b.down_seen)
             b.down_seen, b.down_pending = True, None
             a.index_add_(0, self.leaf_ids, self.complement)
+            if moved is not None:
+                self.drift = (moved.square().sum(),
+                              a.index_select(0, self.split_rows).square().sum())
 
     def receive(self, epoch: int) -> None:
         b = self.bins[epoch % self.delay]

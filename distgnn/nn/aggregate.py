@@ -130,6 +130,10 @@ class NoExchange:
         """No controller decides epochs here."""
         return None
 
+    def drift(self) -> dict:
+        """Nothing is kept stale here: no drift to measure."""
+        return {}
+
     def observe(self, epoch: int, loss: float) -> None:
         pass
 

@@ -10,7 +10,9 @@ between evaluations), ``epoch_s`` and ``phases`` (max over ranks), ``phases_mean
 shows), ``bytes_sent_max`` and ``bytes_sent_mean`` (split-vertex exchange of the training
 step), ``bytes_cd0_mean`` (what cd-0 in the run's type would have sent for it),
 ``exact_exchange`` (under cd-r's default schedule: whether the controller ran the epoch
-exact; an evaluated epoch adds ``eval_bytes_sent_mean``, the evaluation's, and
+exact; on its exact epochs after the first, ``stale_drift`` and ``stale_drift_grad``,
+per layer key: how far the remote terms moved since the last exact epoch, relative to the
+split clones' sums, :meth:`~distgnn.exchange.delayed.DelayedSum.refresh`; an evaluated epoch adds ``eval_bytes_sent_mean``, the evaluation's, and
 ``eval_s_mean``, its seconds: the forward pass without autograd that inference runs),
 ``peak_rss_mib_max`` and ``peak_rss_mib_mean`` (each rank's peak resident memory since it
 started, ``VmHWM``, in MiB: what the node's memory must hold), ``allreduce_bytes`` (the
@@ -32,6 +34,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Callable
@@ -76,7 +79,9 @@ class EpochStats:
     (``--nan-policy skip``); ``page_faults``: the process's minor page faults during the
     epoch (:func:`~distgnn.run.memory.minor_faults`); ``spill``: a streamed rank's bytes
     read and written on disk in the epoch and the most its spill files held so far
-    (``{"read", "written", "disk"}``; ``None`` in memory).
+    (``{"read", "written", "disk"}``; ``None`` in memory); ``drift``: under cd-r's default
+    schedule, an exact epoch's ``(moved, total)`` sums of squares per layer, forward and
+    backward (:meth:`~distgnn.exchange.Exchange.drift`).
     """
 
     epoch: int
@@ -91,6 +96,7 @@ class EpochStats:
     skipped: bool = False
     page_faults: int = 0
     spill: dict[str, int] | None = None
+    drift: dict[str, dict[str, tuple[float, float]]] = dataclasses.field(default_factory=dict)
 
 
 def epoch_record(comm: Communicator, stats: EpochStats) -> tuple[dict, int]:
@@ -99,7 +105,9 @@ def epoch_record(comm: Communicator, stats: EpochStats) -> tuple[dict, int]:
     local = {"epoch_s": stats.seconds, **stats.phases, "bytes_sent": stats.bytes_sent,
              "exact_bytes": stats.exact_bytes, "peak_rss_mib": process_mib(),
              "stop": float(stats.stop), "page_faults": float(stats.page_faults),
-             **{f"spill_{k}": float(v) for k, v in (stats.spill or {}).items()}}
+             **{f"spill_{k}": float(v) for k, v in (stats.spill or {}).items()},
+             **{f"{field}_{i}/{k}": v for field, per in stats.drift.items()
+                for k, pair in per.items() for i, v in enumerate(pair)}}
     high, mean, where = rank_statistics(comm, local)  # every rank streams, or none does
     record = {"epoch": stats.epoch + 1, "loss": stats.loss, "train_acc": None,
               "val_acc": None, "test_acc": None, "epoch_s": high["epoch_s"],
@@ -118,6 +126,9 @@ def epoch_record(comm: Communicator, stats: EpochStats) -> tuple[dict, int]:
         record.update({f"spill_{k}_bytes_mean": mean[f"spill_{k}"] for k in stats.spill})
     if stats.exact_exchange is not None:
         record["exact_exchange"] = stats.exact_exchange
+    for field, per in stats.drift.items():  # sums over ranks: their means' ratio
+        record[field] = {k: math.sqrt(mean[f"{field}_0/{k}"] / mean[f"{field}_1/{k}"])
+                         if mean[f"{field}_1/{k}"] else 0.0 for k in per}
     if stats.skipped:
         record["skipped_step"] = True
     return record, int(high["stop"])

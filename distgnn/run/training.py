@@ -353,7 +353,7 @@ def _train_replicas(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: P
                         epoch=epoch, loss=loss, seconds=time.perf_counter() - started,
                         phases=phase_seconds(timer), bytes_sent=exchange.total_bytes_sent - sent,
                         exact_bytes=exchange.exact_bytes - exact,
-                        exact_exchange=exchange.exact_epoch(epoch),
+                        exact_exchange=exchange.exact_epoch(epoch), drift=exchange.drift(),
                         allreduce_bytes=sync.step_bytes, stop=stop.request(), skipped=bad,
                         page_faults=minor_faults() - faults,
                         spill=streaming.io_since(shard, spilled)))
