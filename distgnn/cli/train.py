@@ -156,5 +156,7 @@ def _report_epochs(own: list[dict], resumed: int, exchange: dict | None) -> None
             line += (f"; {exchange['stale_epochs']} epochs 1 epoch stale, "
                      f"{exchange['exact_epochs']} exact")
         print(line)
+        if "warning" in exchange:
+            print(f"warning: {exchange['warning']}")
 
 

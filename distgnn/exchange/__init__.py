@@ -40,7 +40,7 @@ from .adaptive import AdaptiveSum
 from .auto import MEASURED, WARMUP, choice, wire_seconds
 from .channel import expect_kind
 from .config import ALGORITHMS, DEFAULT_SCHEDULE_PRECISION, TOPOLOGIES
-from .controller import EXACT_EVERY, Controller
+from .controller import DRIFT_WINDOW, EXACT_EVERY, Controller
 from .delayed import DelayedSum
 from .exact import ExactSum, Extreme, RoundTrip
 from .index import SplitIndex
@@ -153,7 +153,9 @@ class Exchange:
             else None
         # what makes a training layer's exchange, given the width, type and device of its
         # first tensor (so one per layer key and pass, made on first use)
-        exact_make = self.exact_make(exact_precision if algo == "auto" else exchange_precision)
+        # the wire of cd-0's epochs (under auto also those it goes back to: :meth:`observe`)
+        self.exact_precision = exact_precision if algo == "auto" else exchange_precision
+        exact_make = self.exact_make(self.exact_precision)
         if algo == "cd-0":
             self.make = exact_make
         elif algo == "cd-r" and comm_budget is not None:
@@ -212,6 +214,8 @@ class Exchange:
         if self.chosen == "cd-r":
             self.make, self.layers = self.delayed_make, {}
             self.controller.restart(epoch, self.controller.losses)
+            if any(r.get("exchange_warning", {}).get("fallback") for r in history):
+                self.make = self.exact_make(self.exact_precision)  # it went back to cd-0
         return self.choice_made["reason"]
 
     def wire_cost(self) -> tuple[float, float]:
@@ -244,15 +248,19 @@ class Exchange:
         return _SumOverClones.apply(y, self, None if exact else key, epoch,
                                     self.backward_exchange)
 
-    def restart(self, epoch: int, losses: list[float]) -> None:
+    def restart(self, epoch: int, history: list[dict]) -> None:
         """Continue training at ``epoch`` with nothing kept from earlier epochs.
 
         For a checkpoint resumed on another layout, whose state is not for these
-        partitions: that epoch is exact, and cd-r's kept remote terms start from it (the default schedule's, refreshed
-        by it) or from zero as at a run's start (bins, the adaptive schedule).  ``losses``:
-        the run's training losses so far (what the default schedule decides by)."""
+        partitions: that epoch is exact, and cd-r's kept remote terms start from it (the
+        default schedule's, refreshed by it) or from zero as at a run's start (bins, the
+        adaptive schedule).  ``history``: the run's epoch records so far (their losses are
+        what the default schedule decides by; one holding ``exchange_warning`` made every
+        later epoch exact, and they stay so)."""
         if self.controller is not None:
-            self.controller.restart(epoch, losses)
+            self.controller.restart(epoch, [r["loss"] for r in history])
+            if any("exchange_warning" in r for r in history):
+                self.controller.exact_from = epoch
         elif self.keeps_state:
             self.exact_at = epoch
 
@@ -315,10 +323,30 @@ class Exchange:
                 layer.drift = None
         return out
 
-    def observe(self, epoch: int, loss: float) -> None:
-        """Take epoch ``epoch``'s global training loss (what the controller decides by)."""
-        if self.controller is not None:
-            self.controller.observe(epoch, loss)
+    def observe(self, epoch: int, loss: float, drift: dict[str, float] | None = None
+                ) -> dict | None:
+        """Take an epoch's training loss and forward drift: what the controller decides by.
+
+        ``loss``: epoch ``epoch``'s global training loss; ``drift``: on an exact epoch of the
+        default schedule that measured it, the epoch record's ``stale_drift`` (per layer).
+        Returns, once, the finding that the stale epochs were costing accuracy (the
+        controller's drift limit, :mod:`.controller`): ``{"epoch", "drift", "fallback",
+        "reason"}``, ``reason`` the one line that says so.  From the next epoch on every
+        epoch is exact; under ``--algo auto`` cd-0 takes over (``fallback``)."""
+        if self.controller is None:
+            return None
+        if not self.controller.observe(epoch, loss, max(drift.values()) if drift else None):
+            return None
+        fallback = self.algo == "auto"
+        if fallback:
+            self.make, self.layers = self.exact_make(self.exact_precision), {}
+        median = self.controller.median_drift
+        return {"epoch": epoch + 1, "drift": median, "fallback": fallback, "reason": (
+            f"cd-r: over the last {DRIFT_WINDOW} exact epochs the stale remote terms moved "
+            f"{median:.2f}x as far as the sums they add to (median), so stale epochs were "
+            f"costing accuracy; from epoch {epoch + 2} on "
+            + ("--algo auto goes back to cd-0" if fallback else
+               "every epoch is exact (--algo cd-0 trains exactly from the start)"))}
 
     def exact_epoch(self, epoch: int) -> bool | None:
         """Whether the controller ran epoch ``epoch`` exact (``None``: no controller decides

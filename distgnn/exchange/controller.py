@@ -8,30 +8,50 @@ Epoch ``e`` is exact when
 
 .. math::
     e = 0 \quad\lor\quad e \bmod T = 0 \quad\lor\quad L_{e-1} > L_{e-2}
+    \quad\lor\quad e > e_d
 
 (``T`` = ``EXACT_EVERY``; ``L``: the training loss, the same on every rank; ``0`` stands
 for the first epoch of the run, or of a resume on another layout, :meth:`Controller.restart`):
 nothing is kept before the first epoch, at most ``T - 1`` stale epochs follow each other (with
 ``T = 2`` a remote term is never more than one epoch old), and an epoch after one whose
-loss went up is exact, so staleness cannot feed a run of rising losses.  Nothing here
-looks at labels or accuracy.  A stale epoch sends nothing: what it sent would arrive after
-the next exact epoch had replaced it.  So the bytes are those of the exact epochs (at least
-one in ``T``), and a stale epoch waits for no one.
+loss went up is exact, so staleness cannot feed a run of rising losses.
+
+``e_d`` is the first epoch at which the remote terms were seen to move as far as the sums
+they belong to: each exact epoch after another measures the *drift* ``d`` of every forward
+layer, how far the other clones' partials moved since the last exact epoch relative to the
+split clones' exact sums (:attr:`~distgnn.exchange.delayed.DelayedSum.drift`, the epoch
+record's ``stale_drift``), and ``e_d`` is the epoch after which the median over the last
+``DRIFT_WINDOW`` exact epochs of the largest layer's ``d`` reached ``DRIFT_LIMIT``.  A stale
+epoch then adds an error as large as what it computes, so from there on every epoch is
+exact (the run says so once: :meth:`Controller.observe`).  This happens when the sums stay
+near zero while the weights move, as the logits of a model that separates weak classes
+slowly (``docs/results/cdr-default.md``); nothing here looks at labels or accuracy.
+
+A stale epoch sends nothing: what it sent would arrive after the next exact epoch had
+replaced it.  So the bytes are those of the exact epochs (at least one in ``T``), and a stale
+epoch waits for no one.
 """
 from __future__ import annotations
 
 import math
+import statistics
 
 from ..errors import DistGNNError
 
 EXACT_EVERY = 2
+# the drift at which a stale epoch's error is as large as the sums it adds to, and the
+# exact epochs over which its median is taken (a few: a single epoch's drift is noisy,
+# larger at the start, when the sums are still near zero)
+DRIFT_LIMIT = 1.0
+DRIFT_WINDOW = 5
 
 
 class Controller:
     """The per-epoch decision of the module docstring, and what it remembers.
 
     ``exact(epoch)`` is asked by every layer's exchange (the same answer within an epoch);
-    ``observe(epoch, loss)`` is told each epoch's global training loss after its step.
+    ``observe(epoch, loss, drift)`` is told each epoch's global training loss after its step
+    and, on an exact epoch that measured it, the largest forward layer's drift.
     """
 
     kind = "controller"
@@ -41,30 +61,48 @@ class Controller:
         self.losses: list[float] = []  # the last two observed, oldest first
         self.decisions: dict[int, bool] = {}  # epoch -> exact, for the epoch record
         self.first = 0  # the epoch before which nothing is kept
+        self.drifts: list[float] = []  # the last DRIFT_WINDOW measured, oldest first
+        # e_d + 1 of the module docstring, once reached (then every epoch is exact)
+        self.exact_from: int | None = None
 
     def exact(self, epoch: int) -> bool:
         """Whether epoch ``epoch`` runs exact."""
         if epoch not in self.decisions:
             rose = len(self.losses) == 2 and self.losses[1] > self.losses[0]
+            late = self.exact_from is not None and epoch >= self.exact_from
             self.decisions = {epoch: epoch == self.first or epoch % self.exact_every == 0
-                              or rose}
+                              or rose or late}
         return self.decisions[epoch]
 
-    def observe(self, epoch: int, loss: float) -> None:
-        """Take epoch ``epoch``'s training loss (non-finite losses count as a rise)."""
+    def observe(self, epoch: int, loss: float, drift: float | None = None) -> bool:
+        """Take epoch ``epoch``'s training loss (non-finite losses count as a rise) and the
+        largest forward layer's drift, when the epoch measured one; ``True`` when this made
+        every later epoch exact (once: :attr:`exact_from` is then ``epoch + 1``)."""
         value = loss if math.isfinite(loss) else math.inf
         self.losses = [*self.losses, value][-2:]
+        if drift is None or self.exact_from is not None:
+            return False
+        self.drifts = [*self.drifts, drift][-DRIFT_WINDOW:]
+        if len(self.drifts) < DRIFT_WINDOW or self.median_drift < DRIFT_LIMIT:
+            return False
+        self.exact_from = epoch + 1
+        return True
+
+    @property
+    def median_drift(self) -> float:
+        """The median of the drifts kept (of the last ``DRIFT_WINDOW`` measured)."""
+        return statistics.median(self.drifts)
 
     def restart(self, epoch: int, losses: list[float]) -> None:
         """Continue at ``epoch`` with nothing kept (a resume on another layout): that epoch
-        is exact; ``losses`` are the training losses of the epochs before it."""
-        self.first, self.decisions = epoch, {}
-        self.losses = []
-        for e, loss in enumerate(losses[-2:]):
-            self.observe(e, loss)
+        is exact; ``losses`` are the training losses of the epochs before it.  Drifts are
+        measured anew (the layout changed them); a run made exact stays exact."""
+        self.first, self.decisions, self.drifts = epoch, {}, []
+        self.losses = [loss if math.isfinite(loss) else math.inf for loss in losses[-2:]]
 
     def state_dict(self) -> dict:
-        return {"kind": self.kind, "exact_every": self.exact_every, "losses": self.losses}
+        return {"kind": self.kind, "exact_every": self.exact_every, "losses": self.losses,
+                "drifts": self.drifts, "exact_from": self.exact_from}
 
     def load_state_dict(self, state: dict) -> None:
         if (not isinstance(state, dict) or state.get("kind") != self.kind
@@ -72,4 +110,7 @@ class Controller:
             raise DistGNNError("the checkpoint's cd-r controller state does not fit this run's "
                                "schedule")
         self.losses = [float(v) for v in state["losses"]][-2:]
+        # checkpoints written before the drift was watched hold neither: nothing seen yet
+        self.drifts = [float(v) for v in state.get("drifts", [])][-DRIFT_WINDOW:]
+        self.exact_from = state.get("exact_from")
         self.decisions = {}

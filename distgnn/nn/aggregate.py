@@ -134,8 +134,9 @@ class NoExchange:
         """Nothing is kept stale here: no drift to measure."""
         return {}
 
-    def observe(self, epoch: int, loss: float) -> None:
-        pass
+    def observe(self, epoch: int, loss: float, drift: dict | None = None) -> None:
+        """Nothing is stale here: nothing decides by the loss, nothing to warn of."""
+        return None
 
     def describe(self, schedule: str) -> str:
         return schedule
@@ -146,7 +147,7 @@ class NoExchange:
     def state_dict(self) -> dict:
         return {}
 
-    def restart(self, epoch: int, losses: list[float]) -> None:
+    def restart(self, epoch: int, history: list[dict]) -> None:
         """Nothing is kept between epochs: nothing to start again."""
 
     def decide(self, history: list[dict]) -> None:

@@ -183,7 +183,7 @@ class Checkpointer:
             if found.same_layout:
                 self.exchange.load_state_dict(local["exchange"], self.device)
             else:
-                self.exchange.restart(found.epoch, [r["loss"] for r in shared["history"]])
+                self.exchange.restart(found.epoch, shared["history"])
             return shared["history"], shared["best"], shared["since_best"]
         except (KeyError, RuntimeError, ValueError, TypeError, DistGNNError) as e:
             raise checkpoint.CheckpointError(f"{path}: checkpoint does not fit this run "

@@ -12,8 +12,11 @@ step), ``bytes_cd0_mean`` (what cd-0 in the run's type would have sent for it),
 ``exact_exchange`` (under cd-r's default schedule: whether the controller ran the epoch
 exact; on its exact epochs after the first, ``stale_drift`` and ``stale_drift_grad``,
 per layer key: how far the remote terms moved since the last exact epoch, relative to the
-split clones' sums, :meth:`~distgnn.exchange.delayed.DelayedSum.refresh`; an evaluated epoch adds ``eval_bytes_sent_mean``, the evaluation's, and
-``eval_s_mean``, its seconds: the forward pass without autograd that inference runs),
+split clones' sums, :meth:`~distgnn.exchange.delayed.DelayedSum.refresh`; on the one epoch
+after which the drift made every later epoch exact, ``exchange_warning``:
+:meth:`~distgnn.exchange.Exchange.observe`'s finding), an evaluated epoch adds
+``eval_bytes_sent_mean``, the evaluation's, and ``eval_s_mean``, its seconds: the forward
+pass without autograd that inference runs),
 ``peak_rss_mib_max`` and ``peak_rss_mib_mean`` (each rank's peak resident memory since it
 started, ``VmHWM``, in MiB: what the node's memory must hold), ``allreduce_bytes`` (the
 gradient allreduce's buffer, the same on every rank; what crosses the wire for it depends on
@@ -148,7 +151,8 @@ def exchange_summary(history: list[dict], schedule: str) -> dict:
 
     ``bytes_vs_cd0`` (bytes sent over what cd-0 in the run's type would have sent, means over
     ranks, ``None`` without split vertices), ``schedule`` (as given) and, under cd-r's
-    controller, ``exact_epochs`` and ``stale_epochs``.
+    controller, ``exact_epochs`` and ``stale_epochs``, and ``warning``: the line of the
+    record that found the stale epochs costing accuracy (``exchange_warning``), if one did.
     """
     sent = sum(r.get("bytes_sent_mean", 0.0) for r in history)
     exact = sum(r.get("bytes_cd0_mean", 0.0) for r in history)
@@ -156,6 +160,9 @@ def exchange_summary(history: list[dict], schedule: str) -> dict:
     decided = [r["exact_exchange"] for r in history if "exact_exchange" in r]
     if decided:
         out.update(exact_epochs=sum(decided), stale_epochs=len(decided) - sum(decided))
+    warned = [r["exchange_warning"]["reason"] for r in history if "exchange_warning" in r]
+    if warned:
+        out["warning"] = warned[0]
     return out
 
 

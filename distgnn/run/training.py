@@ -357,7 +357,11 @@ def _train_replicas(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: P
                         allreduce_bytes=sync.step_bytes, stop=stop.request(), skipped=bad,
                         page_faults=minor_faults() - faults,
                         spill=streaming.io_since(shard, spilled)))
-                    exchange.observe(epoch, loss)
+                    warning = exchange.observe(epoch, loss, record.get("stale_drift"))
+                    if warning is not None:  # the stale epochs were costing accuracy
+                        record["exchange_warning"] = warning
+                        if comm.rank == 0:
+                            log(warning["reason"])
                     chose = exchange.decide([*run.history, record])  # --algo auto, once
                     if chose is not None:
                         record["exchange_choice"] = {"algo": exchange.chosen,
