@@ -259,8 +259,12 @@ def staleness(a) -> list[dict]:
 def staleness_signals(records: list[dict]) -> dict:
     """The drift of the remote terms that a run under the default schedule measured on its
     exact epochs (``stale_drift``, forward; ``stale_drift_grad``, backward): the median over
-    the run of the first layer's and of the largest layer's; ``{}`` for other schedules."""
+    the run of the first layer's and of the largest layer's, and ``exact_from``, the first
+    epoch that the drift limit made exact (when it did); ``{}`` for other schedules."""
     out = {}
+    warned = [r["exchange_warning"]["epoch"] for r in records if "exchange_warning" in r]
+    if warned:
+        out["exact_from"] = warned[0] + 1
     for field, name in (("stale_drift", "drift"), ("stale_drift_grad", "drift_grad")):
         drifts = [r[field] for r in records if r.get(field)]
         if drifts:  # layer 0 exchanges nothing in training when its aggregation is once
@@ -326,7 +330,8 @@ def predicted_config_bytes(directory: Path, flags: list[str], epochs: int) -> fl
 
 def staleness_table(rows: list[dict]) -> str:
     """Markdown: a row per graph and P, a column per configuration (mean +- sd over seeds,
-    the gap to cd-0's mean, longest loss rise, bytes per epoch as a fraction of cd-0's)."""
+    the gap to cd-0's mean, longest loss rise, bytes per epoch as a fraction of cd-0's, the
+    epochs from which the default schedule's drift limit made every epoch exact)."""
     configs = list(dict.fromkeys(r["config"] for r in rows))
     lines = ["| graph | P | " + " | ".join(configs) + " |",
              "|---|---|" + "---|" * len(configs)]
@@ -340,8 +345,10 @@ def staleness_table(rows: list[dict]) -> str:
                      else "")
             gap = (f"{100 * (r['test_acc_mean'] - cd0_acc):+.2f}, "
                    if cd0_acc is not None and r["config"] != "cd-0" else "")
+            exact = [str(run["exact_from"]) for run in r["runs"] if "exact_from" in run]
+            late = f", all exact from {'/'.join(exact)}" if exact else ""
             return (f"{100 * r['test_acc_mean']:.2f} +- {100 * r['test_acc_sd']:.2f} "
-                    f"({gap}rise {r['longest_rise_max']}{share}, {len(r['runs'])} "
+                    f"({gap}rise {r['longest_rise_max']}{share}{late}, {len(r['runs'])} "
                     f"seed{'s' if len(r['runs']) > 1 else ''})")
 
         lines.append(f"| {graph} | {parts} | " + " | ".join(

@@ -104,8 +104,8 @@ def test_gin_counts_its_mlp_weights():
 def test_delayed_exchange_counts_its_bins_at_the_widths_it_carries():
     """cd-r's state grows with --delay (6 KiB of bookkeeping per bin and exchange), and
     with the split entries at the width of each exchange: three rows of values and a
-    received row per entry (twice that on a compressed wire), never the features' width
-    that no exchange carries."""
+    received row per entry (twice that on a compressed wire; the default schedule a row and
+    16 bytes more), never the features' width that no exchange carries."""
     base = estimate(1000, 5000, 32, 4, 16, 2)
     cdr = estimate(1000, 5000, 32, 4, 16, 2, delayed_widths=(16, 4, 4), delay=100,
                    split_entries=50)
@@ -126,12 +126,13 @@ def test_delayed_exchange_counts_its_bins_at_the_widths_it_carries():
     small = predict(*parts(TrainConfig(algo="cd-r", delay=5)), 2708, 10556, 1433, 7,
                     split_entries=500)
     assert small["delayed exchange"] == sum(6 * 1024 * 5 + 500 * 16 * w for w in (16, 7, 16, 7))
-    # the default schedule: one bin, an int4 wire (compressed: residuals and encoded rows)
+    # the default schedule: one bin, an int4 wire (compressed: residuals and encoded rows),
+    # and what the drift measures (a row of what the remote terms moved, 16 bytes of positions)
     default = predict(*parts(TrainConfig(algo="cd-r")), 2708, 10556, 1433, 7,
                       split_entries=500)
     int4 = {16: row_bytes("int4", 16), 7: row_bytes("int4", 7)}
     assert default["delayed exchange"] == sum(
-        6 * 1024 + 500 * (4 * 4 * w + 2 * int4[w]) for w in (16, 7, 16, 7))
+        6 * 1024 + 500 * (4 * 4 * w + 2 * int4[w] + 4 * w + 16) for w in (16, 7, 16, 7))
     assert predict(*parts(TrainConfig(algo="cd-0")), 2708, 10556, 1433, 7,
                    split_entries=500)["delayed exchange"] == 0
 

@@ -184,6 +184,7 @@ class DelayedSum(StaleSum):
             self.split_rows = torch.unique(torch.cat([self.root_ids, self.leaf_ids]))
             self.root_pos = torch.searchsorted(self.split_rows, self.root_ids)
             self.leaf_pos = torch.searchsorted(self.split_rows, self.leaf_ids)
+            self.moved = new(len(self.split_rows))  # r' - r per split clone (refresh)
 
     def __call__(self, a: torch.Tensor, epoch: int) -> None:
         if self.controller is None:
@@ -205,23 +206,24 @@ class DelayedSum(StaleSum):
         """An exact epoch of the one bin: every clone adds the fresh remote terms.
 
         It sends this epoch's leaf rows and waits for them, then the roots' replies and waits
-        for them (nothing is in flight before or after).  It also sets :attr:`drift`, what a stale epoch now would have got wrong: per split
-        clone ``v`` here, its remote terms moved by ``r'_v - r_v`` (``r``: the sum of the
-        other clones' partials that the last exact epoch brought, which a stale epoch adds;
-        ``r'``: this epoch's), and :attr:`drift` is ``(sum_v ||r'_v - r_v||^2, sum_v
-        ||a_v||^2)`` over those clones, ``a_v`` their exact sums (the epoch record's
-        ``stale_drift`` is the square root of the ratio over all ranks)."""
+        for them (nothing is in flight before or after).  It also sets :attr:`drift`, what a
+        stale epoch now would have got wrong: per split clone ``v`` here, its remote terms
+        moved by ``r'_v - r_v`` (``r``: the sum of the other clones' partials that the last
+        exact epoch brought, which a stale epoch adds; ``r'``: this epoch's), and
+        :attr:`drift` is ``(sum_v ||r'_v - r_v||^2, sum_v ||a_v||^2)`` over those clones,
+        ``a_v`` their exact sums (the epoch record's ``stale_drift`` is the square root of the
+        ratio over all ranks; the controller decides by it)."""
         b = self.bins[0]
         # an exact epoch came before: what it brought is kept
-        moved = (torch.zeros(len(self.split_rows), self.width, dtype=self.dtype,
-                             device=a.device) if b.up_seen and b.down_seen else None)
+        moved = self.moved.zero_() if b.up_seen and b.down_seen else None
         with self.timer("exchange_pre"):
             self.bytes_sent += self.send_up(a, epoch)
         self.wait(b)
         with self.timer("exchange_post"):
             fresh = b.up.received()
             if moved is not None:
-                moved.index_add_(0, self.root_pos, fresh - self.partials)
+                moved.index_add_(0, self.root_pos, fresh).index_add_(
+                    0, self.root_pos, self.partials, alpha=-1)
             self.fold(self.partials, b.root_sel, fresh, b.up_seen)
             b.up_seen, b.up_pending = True, None
             a.index_add_(0, self.root_ids, self.partials)
@@ -231,7 +233,8 @@ class DelayedSum(StaleSum):
         with self.timer("exchange_post"):
             fresh = b.down.received()
             if moved is not None:
-                moved.index_add_(0, self.leaf_pos, fresh - self.complement)
+                moved.index_add_(0, self.leaf_pos, fresh).index_add_(
+                    0, self.leaf_pos, self.complement, alpha=-1)
             self.fold(self.complement, b.leaf_sel, fresh, b.down_seen)
             b.down_seen, b.down_pending = True, None
             a.index_add_(0, self.leaf_ids, self.complement)

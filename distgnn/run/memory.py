@@ -128,7 +128,7 @@ def predict(network: ModelConfig, exchange: ExchangeConfig, execution: Execution
         network.hidden if network.model == "gin" else 0, split_entries, widths,
         exchange.delay_epochs if delayed else 0,
         (lambda w: row_bytes(exchange.wire, w, value_bytes)) if compressed else None,
-        execution.recompute, saved_activation_bytes(execution.precision),
+        delayed and exchange.default_schedule, execution.recompute, saved_activation_bytes(execution.precision),
         saved_activation_bytes(execution.precision),
         fused=((network.model == "gcn" or (network.model, network.aggregator) == ("sage", "gcn"))
                and not network.residual and not execution.recompute),
@@ -240,7 +240,7 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
                     value_bytes: int = 4,
                     precompute_first: bool = False, heads: int = 0, mlp: int = 0,
                     split_entries: int = 0, delayed_widths: tuple[int, ...] = (),
-                    delay: int = 0, wire_row_bytes=None,
+                    delay: int = 0, wire_row_bytes=None, controlled: bool = False,
                     recompute: bool = False, saved_bytes: int | None = None,
                     feature_bytes: int | None = None, fused: bool = False,
                     folded_scales: int = 0) -> dict[str, int]:
@@ -272,7 +272,7 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
         \qquad \text{exchange} = 80 S
 
         \text{delayed exchange} = \sum_{w \in W} \Big(B\, r + S\, \big(3 s w + u(w)
-            + [\text{compressed}]\, (s w + u(w))\big)\Big)
+            + [\text{compressed}]\, (s w + u(w)) + [\text{controlled}]\, (s w + 16)\big)\Big)
 
     with ``w_l = k (d_{l-1} + 1) d_l`` parameters per layer (``k = 2`` for GraphSAGE's
     mean/sum/max aggregators, a root and a neighbour weight, else 1), except GIN, whose MLP
@@ -309,7 +309,10 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
     split entry three rows of ``w`` values in the run's type (the kept partials or
     complement, the staged messages, the roots' own partials) and a received row of ``u(w)``
     bytes on the wire (``wire_row_bytes(w)``; default: the run's type), twice as much with a
-    compressed wire (its error-feedback residual and encoded send buffer).  GCNII counts as
+    compressed wire (its error-feedback residual and encoded send buffer); the default
+    schedule (``controlled``) one more row per split entry, what its remote terms moved
+    (:meth:`~distgnn.exchange.delayed.DelayedSum.refresh`), and the int64 positions of the
+    entries among the split rows (at most 16 bytes per entry).  GCNII counts as
     ``L + 1`` layers of width ``H``.
 
     ``fused``: GCN and GraphSAGE without residual connections or recomputation
@@ -357,25 +360,27 @@ def training_memory(num_nodes: int, num_edges: int, num_features: int, num_class
         "graph": (22 + 4 * folded_scales) * E + 40 * N,
         "features": (2 if precompute_first else 1) * f * N * num_features + 24 * N,
         "exchange": 80 * S,
-        "delayed exchange": sum(delayed_exchange_bytes(w, S, delay, s, wire_row_bytes)
-                                for w in delayed_widths),
+        "delayed exchange": sum(delayed_exchange_bytes(w, S, delay, s, wire_row_bytes,
+                                                       controlled) for w in delayed_widths),
     }
     return {**parts, "total": sum(parts.values())}
 
 
 def delayed_exchange_bytes(width: int, split_entries: int, delay: int, value_bytes: int = 4,
-                           wire_row_bytes=None) -> int:
+                           wire_row_bytes=None, controlled: bool = False) -> int:
     """What one delayed exchange of ``width`` keeps (the term of :func:`training_memory`).
 
     It keeps ``delay`` bins of bookkeeping, and per split entry three rows of values and a
     received row on the wire (``wire_row_bytes(width)``, ``None``: uncompressed), twice that
-    with a compressed wire.
+    with a compressed wire; under the default schedule (``controlled``) a row of values and
+    16 bytes of positions more, for the drift it measures.
     """
     values = value_bytes * width
     wire = values if wire_row_bytes is None else wire_row_bytes(width)
     compressed = wire_row_bytes is not None
     return (DELAY_BIN_BYTES * delay
-            + split_entries * (3 * values + wire + compressed * (values + wire)))
+            + split_entries * (3 * values + wire + compressed * (values + wire)
+                               + controlled * (values + 16)))
 
 
 def memory_rates(num_features: int, num_classes: int, hidden: int, layers: int,
