@@ -361,7 +361,7 @@ def _train_replicas(shard: Shard, cfg: TrainConfig, comm: Communicator, timer: P
                     if warning is not None:  # the stale epochs were costing accuracy
                         record["exchange_warning"] = warning
                         if comm.rank == 0:
-                            log(warning["reason"])
+                            log(f"warning: {warning['reason']}")
                     chose = exchange.decide([*run.history, record])  # --algo auto, once
                     if chose is not None:
                         record["exchange_choice"] = {"algo": exchange.chosen,
