@@ -222,8 +222,8 @@ class DelayedSum(StaleSum):
         with self.timer("exchange_post"):
             fresh = b.up.received()
             if moved is not None:
-                moved.index_add_(0, self.root_pos, fresh).index_add_(
-                    0, self.root_pos, self.partials, alpha=-1)
+                # fresh - kept per entry (kept is replaced by fresh just below)
+                moved.index_add_(0, self.root_pos, self.partials.sub_(fresh), alpha=-1)
             self.fold(self.partials, b.root_sel, fresh, b.up_seen)
             b.up_seen, b.up_pending = True, None
             a.index_add_(0, self.root_ids, self.partials)
@@ -233,8 +233,8 @@ class DelayedSum(StaleSum):
         with self.timer("exchange_post"):
             fresh = b.down.received()
             if moved is not None:
-                moved.index_add_(0, self.leaf_pos, fresh).index_add_(
-                    0, self.leaf_pos, self.complement, alpha=-1)
+                # fresh - kept per entry (kept is replaced by fresh just below)
+                moved.index_add_(0, self.leaf_pos, self.complement.sub_(fresh), alpha=-1)
             self.fold(self.complement, b.leaf_sel, fresh, b.down_seen)
             b.down_seen, b.down_pending = True, None
             a.index_add_(0, self.leaf_ids, self.complement)
