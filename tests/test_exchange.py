@@ -497,6 +497,33 @@ def test_exact_epochs_measure_the_drift_of_the_remote_terms(heavy):
                     assert moved > 0
 
 
+def test_default_schedule_keeps_narrow_layers_exact_every_epoch(heavy):
+    """A layer whose rows take at most a quarter of the widest layer's bytes (2 columns
+    against 8) equals cd-0 in every epoch, forward and backward, sends every epoch (what it
+    sends alone in its first, exact, epoch) and measures no drift (nothing stale is ever
+    added there); the wide layer keeps the controller's stale epochs and sends what it sends
+    alone.  At 3 columns against 8 no layer is held exact."""
+    def run(keys, **options):
+        return drive(heavy.parts, EPOCHS, {**CONTROLLED, **options}, keys=keys, losses=LOSSES)
+    got, cd0 = run({0: 8, 1: 2}), run({0: 8, 1: 2}, algo="cd-0")
+    narrow, wide = run({1: 2}), run({0: 8})
+    stale = [e for e, exact in got[0].exact.items() if not exact]
+    assert stale
+    for out, ref, alone, wide_alone in zip(got, cd0, narrow, wide):
+        for what in ("fwd", "bwd"):
+            for e in range(EPOCHS):
+                np.testing.assert_array_equal(getattr(out, what)[(e, 1)],
+                                              getattr(ref, what)[(e, 1)])
+                assert np.array_equal(getattr(out, what)[(e, 0)],
+                                      getattr(ref, what)[(e, 0)]) == (e not in stale)
+        assert all(set(d.get("stale_drift", {})) == {"0"} for d in out.drift.values() if d)
+        assert np.diff([0, *out.sent]).tolist() == [
+            alone.sent[0] + w for w in np.diff([0, *wide_alone.sent])]
+    wider, wider_cd0 = run({0: 8, 1: 3}), run({0: 8, 1: 3}, algo="cd-0")
+    assert all(not np.array_equal(wider[0].fwd[(e, 1)], wider_cd0[0].fwd[(e, 1)])
+               for e in stale)
+
+
 def test_default_schedule_resumes_exactly_and_refuses_another_schedule(heavy):
     """The controller's memory (the last two losses) travels in the exchange's state: a run
     restored after 5 epochs decides and computes as the uninterrupted one; a state of the

@@ -40,7 +40,7 @@ from .adaptive import AdaptiveSum
 from .auto import MEASURED, WARMUP, choice, wire_seconds
 from .channel import expect_kind
 from .config import ALGORITHMS, DEFAULT_SCHEDULE_PRECISION, TOPOLOGIES
-from .controller import DRIFT_WINDOW, EXACT_EVERY, Controller
+from .controller import DRIFT_WINDOW, EXACT_EVERY, Controller, mark_narrow
 from .delayed import DelayedSum
 from .exact import ExactSum, Extreme, RoundTrip
 from .index import SplitIndex
@@ -292,6 +292,8 @@ class Exchange:
         if (key, direction) not in self.layers:
             self.layers[(key, direction)] = self.make(width=like.shape[1], dtype=like.dtype,
                                                       device=like.device)
+            if self.make is self.delayed_make and self.controller is not None:
+                mark_narrow(list(self.layers.values()))
         return self.layers[(key, direction)]
 
     def count_exact_bytes(self, y: torch.Tensor) -> None:

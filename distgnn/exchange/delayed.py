@@ -142,7 +142,9 @@ class DelayedSum(StaleSum):
         controller (Controller, optional): with delay 1 and no smoothing, the default
             schedule of :mod:`.controller`: the epochs it calls exact make a blocking round
             trip of this epoch's rows (:meth:`refresh`), the others send nothing and add the
-            remote terms that the last exact epoch brought (:meth:`reuse`).
+            remote terms that the last exact epoch brought (:meth:`reuse`); with
+            :attr:`every_epoch` set (a narrow layer: :func:`~.controller.mark_narrow`), every
+            epoch is exact.
     """
 
     kind = "delayed"
@@ -180,6 +182,9 @@ class DelayedSum(StaleSum):
         # the controlled schedule's last exact epoch, measured: (sum of squares of what its
         # fresh remote terms moved from those kept, of the split clones' sums); None before
         self.drift: tuple[torch.Tensor, torch.Tensor] | None = None
+        # the controlled schedule's narrow layers are exact every epoch (set by the Exchange
+        # that made this one, once it knows every layer's width: :mod:`.controller`)
+        self.every_epoch = False
         if controller is not None:  # each split clone's row once, and where its entries go
             self.split_rows = torch.unique(torch.cat([self.root_ids, self.leaf_ids]))
             self.root_pos = torch.searchsorted(self.split_rows, self.root_ids)
@@ -189,7 +194,7 @@ class DelayedSum(StaleSum):
     def __call__(self, a: torch.Tensor, epoch: int) -> None:
         if self.controller is None:
             super().__call__(a, epoch)
-        elif self.controller.exact(epoch):
+        elif self.every_epoch or self.controller.exact(epoch):
             self.refresh(a, epoch)
         else:
             self.reuse(a)
@@ -214,8 +219,10 @@ class DelayedSum(StaleSum):
         ``a_v`` their exact sums (the epoch record's ``stale_drift`` is the square root of the
         ratio over all ranks; the controller decides by it)."""
         b = self.bins[0]
-        # an exact epoch came before: what it brought is kept
-        moved = self.moved.zero_() if b.up_seen and b.down_seen else None
+        # an exact epoch came before: what it brought is kept (and would be reused, unless
+        # this layer is exact every epoch)
+        seen = b.up_seen and b.down_seen and not self.every_epoch
+        moved = self.moved.zero_() if seen else None
         with self.timer("exchange_pre"):
             self.bytes_sent += self.send_up(a, epoch)
         self.wait(b)
