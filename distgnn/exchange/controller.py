@@ -28,15 +28,15 @@ near zero while the weights move, as the logits of a model that separates weak c
 slowly (``docs/results/cdr-default.md``); nothing here looks at labels or accuracy.
 
 A layer whose rows take at most ``1 / NARROW`` of the widest layer's bytes on the wire is
-exact every epoch (:func:`mark_narrow`), for at most that fraction more bytes per stale
-epoch.  In GCN that is the output layer when the classes are few (it projects first, so its
-rows are the class scores): a stale remote term there is an error in the logits with no
-layer after it, and on a dense two-class graph whose logits stay near zero it cost 2-4
-points, which exact output rows took back (``docs/results/cdr-default.md``).
+exact in every epoch (:func:`mark_narrow`).  In GCN that is the output layer when the
+classes are few (it projects first, so its rows are the class scores): a stale remote term
+there is an error in the logits with no layer after it, and on a dense two-class graph
+whose logits stay near zero it cost 1.7-3.3 points, which exact output rows took back
+(``docs/results/cdr-default.md``).
 
-A stale epoch sends nothing: what it sent would arrive after the next exact epoch had
-replaced it.  So the bytes are those of the exact epochs (at least one in ``T``), and a stale
-epoch waits for no one.
+Otherwise a stale epoch sends nothing: what it sent would arrive after the next exact
+epoch had replaced it.  So the bytes are those of the exact epochs (at least one in ``T``)
+and of the narrow layers in the others, and a stale epoch waits only for the narrow layers.
 """
 from __future__ import annotations
 
